@@ -1,0 +1,293 @@
+"""The node's CPU inventory as immutable data, and its three spellings: the topology service's
+protobuf, the gatherinfo report, and the compact JSON `cpus` list that `dracpu simulate` reads.
+
+A physical core is identified by (socket, cluster, core_id): sysfs core_id repeats across
+sockets, so it is never an identity on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import CPUSetError, InvalidInputError
+from dracpu.pb.topology.v1 import topology_pb2
+
+CORE_TYPES = ("p-core", "e-core", "standard")
+
+
+@dataclass(frozen=True, slots=True)
+class CPUInfo:
+    cpu_id: int
+    core_id: int
+    socket_id: int
+    numa_node_id: int
+    cluster_id: int = -1
+    uncore_cache_id: int = -1
+    core_type: str = "standard"
+    siblings: CPUSet = field(default_factory=CPUSet)
+    pcie_roots: tuple[str, ...] = ()
+    numa_node_cpus: CPUSet = field(default_factory=CPUSet)
+    physical_core_index: int = -1
+
+    @property
+    def core_key(self) -> tuple[int, int, int]:
+        return (self.socket_id, self.cluster_id, self.core_id)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Online CPUs with complete topology, ascending by id, plus node-wide facts."""
+
+    cpus: tuple[CPUInfo, ...]
+    online: CPUSet
+    smt_control: str = ""
+    skipped: tuple[str, ...] = ()
+    sysfs_root: str = ""
+
+    @classmethod
+    def build(
+        cls,
+        cpus: Iterable[CPUInfo],
+        online: CPUSet | None = None,
+        *,
+        smt_control: str = "",
+        skipped: Iterable[str] = (),
+        sysfs_root: str = "",
+    ) -> Machine:
+        """Normalise: sort, derive missing siblings / node cpusets, number physical cores."""
+        ordered = sorted(cpus, key=lambda c: c.cpu_id)
+        ids = [c.cpu_id for c in ordered]
+        if len(set(ids)) != len(ids):
+            raise InvalidInputError("duplicate cpu ids in topology")
+        by_core: dict[tuple[int, int, int], list[int]] = {}
+        by_node: dict[int, list[int]] = {}
+        for cpu in ordered:
+            by_core.setdefault(cpu.core_key, []).append(cpu.cpu_id)
+            by_node.setdefault(cpu.numa_node_id, []).append(cpu.cpu_id)
+        core_sets = {key: CPUSet(members) for key, members in by_core.items()}
+        node_sets = {node: CPUSet(members) for node, members in by_node.items()}
+        core_index = {
+            key: index
+            for index, key in enumerate(sorted(core_sets, key=lambda k: core_sets[k].first()))
+        }
+        present = CPUSet(ids)
+        normalised = tuple(
+            CPUInfo(
+                cpu_id=c.cpu_id,
+                core_id=c.core_id,
+                socket_id=c.socket_id,
+                numa_node_id=c.numa_node_id,
+                cluster_id=c.cluster_id,
+                uncore_cache_id=c.uncore_cache_id,
+                core_type=c.core_type,
+                # Siblings are the online threads of the same physical core.
+                siblings=core_sets[c.core_key],
+                pcie_roots=tuple(sorted(c.pcie_roots)),
+                numa_node_cpus=(c.numa_node_cpus & present) or node_sets[c.numa_node_id],
+                physical_core_index=core_index[c.core_key],
+            )
+            for c in ordered
+        )
+        return cls(
+            cpus=normalised,
+            online=present if online is None else online,
+            smt_control=smt_control,
+            skipped=tuple(skipped),
+            sysfs_root=sysfs_root,
+        )
+
+    # ---- derived views ---------------------------------------------------------------------
+
+    @cached_property
+    def by_id(self) -> Mapping[int, CPUInfo]:
+        return {c.cpu_id: c for c in self.cpus}
+
+    @cached_property
+    def cpu_set(self) -> CPUSet:
+        return CPUSet(c.cpu_id for c in self.cpus)
+
+    def _group(self, key: str) -> dict[int, CPUSet]:
+        groups: dict[int, list[int]] = {}
+        for cpu in self.cpus:
+            groups.setdefault(getattr(cpu, key), []).append(cpu.cpu_id)
+        return {k: CPUSet(v) for k, v in sorted(groups.items())}
+
+    @cached_property
+    def sockets(self) -> dict[int, CPUSet]:
+        return self._group("socket_id")
+
+    @cached_property
+    def numa_nodes(self) -> dict[int, CPUSet]:
+        return self._group("numa_node_id")
+
+    @cached_property
+    def uncore_caches(self) -> dict[int, CPUSet]:
+        return self._group("uncore_cache_id")
+
+    @cached_property
+    def cores(self) -> dict[int, CPUSet]:
+        """physical core index -> its online threads."""
+        return self._group("physical_core_index")
+
+    @cached_property
+    def smt_enabled(self) -> bool:
+        return any(len(c.siblings) > 1 for c in self.cpus)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(
+            json.dumps(self.to_report_cpus(), sort_keys=True).encode()
+            + self.online.format().encode()
+        )
+        return digest.hexdigest()[:16]
+
+    # ---- the gatherinfo report and the compact JSON ----------------------------------------
+
+    def to_report_cpus(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "cpuID": c.cpu_id,
+                "coreID": c.core_id,
+                "socketID": c.socket_id,
+                "clusterID": c.cluster_id,
+                "numaNodeID": c.numa_node_id,
+                "numaNodeCPUSet": c.numa_node_cpus.format(),
+                "sibling": next((s for s in c.siblings if s != c.cpu_id), -1),
+                "siblings": c.siblings.format(),
+                "coreType": c.core_type,
+                "uncoreCacheID": c.uncore_cache_id,
+                "pcieRoots": list(c.pcie_roots),
+            }
+            for c in self.cpus
+        ]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "numCPUs": len(self.cpus),
+            "numCores": len(self.cores),
+            "numUncoreCache": len([k for k in self.uncore_caches if k >= 0]),
+            "numSockets": len(self.sockets),
+            "numNUMANodes": len(self.numa_nodes),
+            "smtEnabled": self.smt_enabled,
+        }
+
+    @classmethod
+    def from_report(cls, document: object, source: str = "topology") -> Machine:
+        """Read a gatherinfo report or a JSON document with a top-level `cpus` list."""
+        if not isinstance(document, dict):
+            raise InvalidInputError(f"{source}: expected a mapping at the top level")
+        cpus = document.get("cpus")
+        if cpus is None:
+            details = document.get("cpuDetails")
+            cpus = details.get("cpus") if isinstance(details, dict) else None
+        if not isinstance(cpus, list) or not cpus:
+            raise InvalidInputError(f"{source}: no `cpus` list (nor `cpuDetails.cpus`)")
+        entries = [_cpu_from_entry(entry, index, source) for index, entry in enumerate(cpus)]
+        return cls.build(entries, sysfs_root=str(document.get("sysfsRoot", "")))
+
+    # ---- protobuf ------------------------------------------------------------------------
+
+    def to_proto(self) -> topology_pb2.Inventory:
+        return topology_pb2.Inventory(
+            cpus=[
+                topology_pb2.CPU(
+                    cpu_id=c.cpu_id,
+                    core_id=c.core_id,
+                    socket_id=c.socket_id,
+                    cluster_id=c.cluster_id,
+                    numa_node_id=c.numa_node_id,
+                    uncore_cache_id=c.uncore_cache_id,
+                    core_type=c.core_type,
+                    siblings=c.siblings.format(),
+                    pcie_roots=list(c.pcie_roots),
+                    numa_node_cpus=c.numa_node_cpus.format(),
+                    physical_core_index=c.physical_core_index,
+                )
+                for c in self.cpus
+            ],
+            online=self.online.format(),
+            smt_enabled=self.smt_enabled,
+            smt_control=self.smt_control,
+            fingerprint=self.fingerprint,
+            sysfs_root=self.sysfs_root,
+            skipped=list(self.skipped),
+        )
+
+    @classmethod
+    def from_proto(cls, inventory: topology_pb2.Inventory) -> Machine:
+        try:
+            cpus = [
+                CPUInfo(
+                    cpu_id=c.cpu_id,
+                    core_id=c.core_id,
+                    socket_id=c.socket_id,
+                    numa_node_id=c.numa_node_id,
+                    cluster_id=c.cluster_id,
+                    uncore_cache_id=c.uncore_cache_id,
+                    core_type=c.core_type or "standard",
+                    siblings=CPUSet.parse(c.siblings),
+                    pcie_roots=tuple(c.pcie_roots),
+                    numa_node_cpus=CPUSet.parse(c.numa_node_cpus),
+                )
+                for c in inventory.cpus
+            ]
+            online = CPUSet.parse(inventory.online)
+        except CPUSetError as exc:
+            raise InvalidInputError(f"topology inventory: {exc}") from None
+        return cls.build(
+            cpus,
+            online,
+            smt_control=inventory.smt_control,
+            skipped=inventory.skipped,
+            sysfs_root=inventory.sysfs_root,
+        )
+
+
+def _int_field(entry: Mapping[str, Any], name: str, default: int | None, where: str) -> int:
+    value = entry.get(name, default)
+    if value is None:
+        raise InvalidInputError(f"{where}: missing {name}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{where}: {name} must be an integer, got {value!r}")
+    return value
+
+
+def _cpu_from_entry(entry: object, index: int, source: str) -> CPUInfo:
+    where = f"{source}: cpus[{index}]"
+    if not isinstance(entry, dict):
+        raise InvalidInputError(f"{where}: expected a mapping")
+    cpu_id = _int_field(entry, "cpuID", None, where)
+    if cpu_id < 0:
+        raise InvalidInputError(f"{where}: cpuID must not be negative")
+    try:
+        siblings = CPUSet.parse(str(entry.get("siblings", "")))
+        node_cpus = CPUSet.parse(str(entry.get("numaNodeCPUSet", "")))
+    except CPUSetError as exc:
+        raise InvalidInputError(f"{where}: {exc}") from None
+    sibling = _int_field(entry, "sibling", -1, where)
+    if not siblings and sibling >= 0:
+        siblings = CPUSet([cpu_id, sibling])
+    roots = entry.get("pcieRoots") or []
+    if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
+        raise InvalidInputError(f"{where}: pcieRoots must be a list of strings")
+    core_type = str(entry.get("coreType", "standard"))
+    if core_type not in CORE_TYPES:
+        raise InvalidInputError(f"{where}: coreType must be one of {', '.join(CORE_TYPES)}")
+    return CPUInfo(
+        cpu_id=cpu_id,
+        core_id=_int_field(entry, "coreID", None, where),
+        socket_id=_int_field(entry, "socketID", None, where),
+        numa_node_id=_int_field(entry, "numaNodeID", 0, where),
+        cluster_id=_int_field(entry, "clusterID", -1, where),
+        uncore_cache_id=_int_field(entry, "uncoreCacheID", -1, where),
+        core_type=core_type,
+        siblings=siblings,
+        pcie_roots=tuple(roots),
+        numa_node_cpus=node_cpus,
+    )

@@ -1,0 +1,209 @@
+"""gRPC plumbing shared by the services: unix-socket servers with health and Info, clients,
+and the one mapping between DracpuError and gRPC status codes."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from dracpu.core import __version__
+from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError, from_grpc_code
+from dracpu.core.log import get_logger
+from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
+
+log = get_logger("rpc")
+
+# sun_path is 108 bytes including the terminating NUL.
+MAX_SOCKET_PATH = 107
+
+DEFAULT_RUN_DIR = "/run/dracpu"
+DEFAULT_SOCKETS = {
+    "topology": f"{DEFAULT_RUN_DIR}/topology.sock",
+    "allocator": f"{DEFAULT_RUN_DIR}/allocator.sock",
+    "dra-plugin": f"{DEFAULT_RUN_DIR}/dra-plugin.sock",
+    "nri-plugin": f"{DEFAULT_RUN_DIR}/nri-plugin.sock",
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def check_socket_path(path: str | os.PathLike[str]) -> str:
+    text = os.fspath(path)
+    size = len(text.encode())
+    if size > MAX_SOCKET_PATH:
+        raise InvalidInputError(
+            f"unix socket path {text} is {size} bytes; the limit is {MAX_SOCKET_PATH}"
+        )
+    return text
+
+
+def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    if isinstance(exc, DracpuError):
+        return exc.grpc_code, str(exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+
+
+def rpc_errors(method: F) -> F:
+    """Map DracpuError (and anything unexpected) to a precise status; the server keeps serving.
+
+    Works on unary coroutine methods and on server-streaming async generators.
+    """
+    name = method.__qualname__
+
+    def _report(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+        code, message = _status_of(exc)
+        if not isinstance(exc, DracpuError):
+            log.error("unexpected error in handler", method=name, error=repr(exc), exc_info=True)
+        else:
+            log.info(4, "handler refused", method=name, code=code.name, error=message)
+        return code, message
+
+    if inspect.isasyncgenfunction(method):
+
+        @functools.wraps(method)
+        async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                async for item in method(self, request, context):
+                    yield item
+            except (grpc.aio.AbortError, GeneratorExit):
+                raise
+            except Exception as exc:
+                code, message = _report(exc)
+                await context.abort(code, message)
+
+        return stream  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            code, message = _report(exc)
+            await context.abort(code, message)
+
+    return unary  # type: ignore[return-value]
+
+
+class InfoServicer(info_pb2_grpc.InfoServicer):  # type: ignore[misc]
+    """Version and metrics of the service this process runs."""
+
+    def __init__(self, service: str, api_version: str, metrics: Callable[[], str] | None) -> None:
+        self._version = info_pb2.VersionInfo(
+            service=service,
+            version=__version__,
+            api_version=api_version,
+            python_version=sys.version.split()[0],
+            started_at_unix=int(time.time()),
+            pid=os.getpid(),
+        )
+        self._metrics = metrics
+
+    async def GetVersion(self, request: Any, context: Any) -> Any:
+        return self._version
+
+    async def GetMetrics(self, request: Any, context: Any) -> Any:
+        return info_pb2.MetricsText(text=self._metrics() if self._metrics else "")
+
+
+class Health:
+    """The standard grpc.health.v1 service; '' is the whole server."""
+
+    def __init__(self, services: Sequence[str]) -> None:
+        self.servicer = health.aio.HealthServicer()
+        self._services = ["", *services]
+
+    async def set(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in self._services:
+            await self.servicer.set(name, status)
+
+
+async def start_server(
+    socket_path: str | os.PathLike[str],
+    register: Callable[[grpc.aio.Server], None],
+    *,
+    service: str,
+    api_version: str,
+    health_names: Sequence[str] = (),
+    metrics: Callable[[], str] | None = None,
+    mode: int = 0o660,
+) -> tuple[grpc.aio.Server, Health]:
+    """Listen on a unix socket (replacing a stale one) with health and Info registered.
+
+    Health starts NOT_SERVING; the caller flips it once the service is ready.
+    """
+    path = Path(check_socket_path(socket_path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_socket() or path.exists():
+        path.unlink()
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    register(server)
+    health_state = Health(health_names)
+    health_pb2_grpc.add_HealthServicer_to_server(health_state.servicer, server)
+    info_pb2_grpc.add_InfoServicer_to_server(InfoServicer(service, api_version, metrics), server)
+    if server.add_insecure_port(f"unix://{path}") == 0:
+        raise UnavailableError(f"cannot listen on {path}")
+    await server.start()
+    os.chmod(path, mode)
+    await health_state.set(False)
+    log.info(2, "listening", socket=str(path), service=service)
+    return server, health_state
+
+
+def channel(socket_path: str | os.PathLike[str]) -> grpc.aio.Channel:
+    """A client channel to a local service; gRPC reconnects with backoff by itself."""
+    return grpc.aio.insecure_channel(
+        f"unix://{os.fspath(socket_path)}",
+        options=[
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+            ("grpc.enable_retries", 1),
+        ],
+    )
+
+
+T = TypeVar("T")
+
+
+async def call(awaitable: Awaitable[T], what: str) -> T:
+    """Await a client call, turning a gRPC failure into the matching DracpuError."""
+    try:
+        return await awaitable
+    except grpc.aio.AioRpcError as exc:
+        detail = exc.details() or exc.code().name
+        raise from_grpc_code(exc.code(), f"{what}: {detail}") from None
+
+
+async def stream(iterator: AsyncIterator[T], what: str) -> AsyncIterator[T]:
+    try:
+        async for item in iterator:
+            yield item
+    except grpc.aio.AioRpcError as exc:
+        detail = exc.details() or exc.code().name
+        raise from_grpc_code(exc.code(), f"{what}: {detail}") from None
+
+
+async def check_health(socket_path: str | os.PathLike[str], timeout: float = 1.0) -> str:
+    """The peer's overall health status name (SERVING, NOT_SERVING, ...)."""
+    async with channel(socket_path) as chan:
+        stub = health_pb2_grpc.HealthStub(chan)
+        reply = await call(
+            stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout),
+            f"health of {os.fspath(socket_path)}",
+        )
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
