@@ -1,0 +1,146 @@
+"""The driver's `dra_cpu_*` metrics: one definition each, owned by the service that observes it.
+
+Definitions live here so `dracpu introspect metrics` can describe them without starting any
+service, and so each service builds exactly the collectors it owns in its own registry; the api
+sidecar concatenates the services' expositions into the pod's single /metrics endpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+MetricType = Literal["counter", "gauge", "histogram"]
+
+# Prepare latency: sub-millisecond local work up to the kubelet's 45 s deadline.
+DURATION_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    45,
+)
+CPU_COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    type: MetricType
+    help: str
+    owner: str  # the service that records it
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+
+SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "dra_cpu_allocated_cpus",
+        "gauge",
+        "CPUs currently allocated to prepared resource claims.",
+        "allocator",
+    ),
+    MetricSpec(
+        "dra_cpu_available_cpus",
+        "gauge",
+        "CPUs still available for allocation after reserved and active claim CPUs are excluded.",
+        "allocator",
+    ),
+    MetricSpec(
+        "dra_cpu_reserved_cpus",
+        "gauge",
+        "CPUs excluded from DRA management by driver configuration.",
+        "allocator",
+    ),
+    MetricSpec(
+        "dra_cpu_resource_claims_active",
+        "gauge",
+        "Resource claims currently recorded as active by the allocation store.",
+        "allocator",
+    ),
+    MetricSpec(
+        "dra_cpu_prepare_claims_total",
+        "counter",
+        "Per-claim PrepareResourceClaims results.",
+        "dra-plugin",
+        labels=("result",),
+    ),
+    MetricSpec(
+        "dra_cpu_unprepare_claims_total",
+        "counter",
+        "Per-claim UnprepareResourceClaims results.",
+        "dra-plugin",
+        labels=("result",),
+    ),
+    MetricSpec(
+        "dra_cpu_prepare_claim_duration_seconds",
+        "histogram",
+        "Per-claim prepare latency in seconds.",
+        "dra-plugin",
+        buckets=DURATION_BUCKETS,
+    ),
+    MetricSpec(
+        "dra_cpu_claim_allocated_cpus",
+        "histogram",
+        "CPUs allocated for each newly successful claim allocation.",
+        "allocator",
+        buckets=CPU_COUNT_BUCKETS,
+    ),
+)
+
+RESULTS = ("success", "error", "unknown")
+
+
+def build(owner: str, registry: CollectorRegistry) -> dict[str, Counter | Gauge | Histogram]:
+    """Create, in `registry`, the collectors `owner` records, keyed by metric name."""
+    disable_created_metrics()
+    collectors: dict[str, Counter | Gauge | Histogram] = {}
+    for spec in SPECS:
+        if spec.owner != owner:
+            continue
+        collector: Counter | Gauge | Histogram
+        if spec.type == "counter":
+            # prometheus_client appends _total itself.
+            collector = Counter(
+                spec.name.removesuffix("_total"), spec.help, spec.labels, registry=registry
+            )
+            for result in RESULTS:
+                collector.labels(result=result)
+        elif spec.type == "gauge":
+            collector = Gauge(spec.name, spec.help, spec.labels, registry=registry)
+        else:
+            collector = Histogram(
+                spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=registry
+            )
+        collectors[spec.name] = collector
+    return collectors
+
+
+def exposition(registry: CollectorRegistry) -> str:
+    return generate_latest(registry).decode()
+
+
+def describe() -> list[dict[str, object]]:
+    """JSON-ready metadata for every dra_cpu_* metric (what `dracpu introspect metrics` prints)."""
+    return [
+        {"name": s.name, "type": s.type, "help": s.help, "labels": list(s.labels)} for s in SPECS
+    ]
