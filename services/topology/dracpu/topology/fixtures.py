@@ -1,8 +1,8 @@
 """Synthetic sysfs trees built from compact machine descriptions.
 
-`write_fixture("xeon-2s-ht", tmp)` lays out `tmp/sys/...` the way the kernel would for that
-machine, so discovery, the services and the dev runner can run on topologies this host does not
-have (`--sysfs-root tmp/sys`, or `HOST_ROOT=tmp`).
+`write_fixture("xeon-2s-ht", tmp)` lays out `tmp/devices/system/cpu/...` the way the kernel would
+under /sys for that machine, so discovery, the services and the dev runner can run on topologies
+this host does not have (`--sysfs-root tmp`).
 
 Numbering follows what real kernels do: Intel servers number the first thread of every core,
 then the second threads ("split": siblings n / n+N); AMD EPYC does the same per system; POWER,
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -241,10 +240,10 @@ def _write_cpu(
 
 
 def write_spec(spec: MachineSpec, root: Path) -> Path:
-    """Write the sysfs tree of `spec` to `root/sys` (replacing it); return that directory."""
-    sysfs = Path(root) / "sys"
-    if sysfs.exists():
-        shutil.rmtree(sysfs)
+    """Write the sysfs tree of `spec` into `root` (absent or empty); return `root`."""
+    sysfs = Path(root)
+    if sysfs.exists() and any(sysfs.iterdir()):
+        raise FileExistsError(f"fixture directory {sysfs} is not empty")
     tree = _Tree(sysfs)
     cpus = spec.layout()
     online = [c for c in cpus if c.online]
@@ -410,7 +409,7 @@ FIXTURES: dict[str, MachineSpec] = {
 
 
 def write_fixture(name_or_spec: str | MachineSpec, root: Path) -> Path:
-    """Write a named fixture (or a spec) under `root`; return the sysfs root (`root/sys`)."""
+    """Write a named fixture (or a spec) into `root`; return the sysfs root, `root` itself."""
     if isinstance(name_or_spec, MachineSpec):
         spec = name_or_spec
     else:

@@ -1,0 +1,143 @@
+"""The topology service: discovers the CPU inventory at start and serves it over a unix socket.
+
+Health turns SERVING only once discovery succeeded; `Rediscover` re-reads sysfs and keeps the
+previous inventory if the new read fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from dracpu.core import __version__
+from dracpu.core import log as logging_setup
+from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.config import add_config_flags, load, log_effective
+from dracpu.core.log import get_logger
+from dracpu.core.machine import Machine
+from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, rpc_errors, start_server
+from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
+from dracpu.topology.discovery import check_root, discover
+
+PROG = "dracpu-topology"
+SERVICE_NAME = "dracpu.topology.v1.Topology"
+API_VERSION = "dracpu.topology.v1"
+
+log = get_logger("topology")
+
+
+class Inventory:
+    """The current discovery result; replaced as a whole, so readers never see a mix."""
+
+    def __init__(self, root: Path, machine: Machine) -> None:
+        self.root = root
+        self._lock = asyncio.Lock()
+        self._message = self._encode(machine)
+
+    @staticmethod
+    def _encode(machine: Machine) -> topology_pb2.Inventory:
+        message = machine.to_proto()
+        message.discovered_at_unix = int(time.time())
+        return message
+
+    @property
+    def message(self) -> topology_pb2.Inventory:
+        return self._message
+
+    async def rediscover(self) -> topology_pb2.Inventory:
+        async with self._lock:
+            previous = self._message.fingerprint
+            machine = await asyncio.to_thread(discover, self.root)
+            self._message = self._encode(machine)
+            if machine.fingerprint != previous:
+                log.info(0, "inventory changed", previous=previous, fingerprint=machine.fingerprint)
+            return self._message
+
+
+class TopologyServicer(topology_pb2_grpc.TopologyServicer):  # type: ignore[misc]
+    def __init__(self, inventory: Inventory) -> None:
+        self._inventory = inventory
+
+    @rpc_errors
+    async def GetInventory(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return self._inventory.message
+
+    @rpc_errors
+    async def Rediscover(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._inventory.rediscover()
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog=PROG, description="Serve the node's CPU topology over gRPC.")
+    parser.add_argument(
+        "--socket",
+        default=DEFAULT_SOCKETS["topology"],
+        metavar="PATH",
+        help=f"unix socket to listen on (default {DEFAULT_SOCKETS['topology']})",
+    )
+    add_config_flags(parser)
+    return parser
+
+
+async def serve(argv: Sequence[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0 <= args.verbosity <= 10:
+        parser.error(f"argument -v: verbosity must be 0-10, got {args.verbosity}")
+    logging_setup.setup(args.verbosity, "topology")
+    check_socket_path(args.socket)
+    config = load(args)
+    root = config.effective_sysfs_root()
+    # Refuse a bad root before logging anything, so bad input yields one line.
+    check_root(root)
+    log_effective(config)
+    log.info(0, "starting", version=__version__, socket=args.socket, sysfs_root=str(root))
+    inventory = Inventory(root, await asyncio.to_thread(discover, root))
+
+    def register(server: grpc.aio.Server) -> None:
+        topology_pb2_grpc.add_TopologyServicer_to_server(TopologyServicer(inventory), server)
+
+    server, health = await start_server(
+        args.socket,
+        register,
+        service="topology",
+        api_version=API_VERSION,
+        health_names=[SERVICE_NAME],
+    )
+    await health.set(True)
+    log.info(
+        0,
+        "serving",
+        socket=args.socket,
+        cpus=len(inventory.message.cpus),
+        fingerprint=inventory.message.fingerprint,
+    )
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+    log.info(0, "stopping", socket=args.socket)
+    await health.set(False)
+    await server.stop(grace=2)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(args.socket)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_async(lambda: serve(argv), PROG)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
