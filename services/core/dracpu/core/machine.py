@@ -183,13 +183,30 @@ class Machine:
         if not isinstance(document, dict):
             raise InvalidInputError(f"{source}: expected a mapping at the top level")
         cpus = document.get("cpus")
+        details = document.get("cpuDetails")
+        details = details if isinstance(details, dict) else {}
         if cpus is None:
-            details = document.get("cpuDetails")
-            cpus = details.get("cpus") if isinstance(details, dict) else None
+            cpus = details.get("cpus")
         if not isinstance(cpus, list) or not cpus:
             raise InvalidInputError(f"{source}: no `cpus` list (nor `cpuDetails.cpus`)")
         entries = [_cpu_from_entry(entry, index, source) for index, entry in enumerate(cpus)]
-        return cls.build(entries, sysfs_root=str(document.get("sysfsRoot", "")))
+        # Node-wide facts a gatherinfo report carries besides the CPU list; all optional.
+        online = None
+        if details.get("online"):
+            try:
+                online = CPUSet.parse(str(details["online"]))
+            except CPUSetError as exc:
+                raise InvalidInputError(f"{source}: cpuDetails.online: {exc}") from None
+        skipped = details.get("skipped") or []
+        if not isinstance(skipped, list):
+            raise InvalidInputError(f"{source}: cpuDetails.skipped must be a list")
+        return cls.build(
+            entries,
+            online,
+            smt_control=str(details.get("smtControl") or ""),
+            skipped=[str(item) for item in skipped],
+            sysfs_root=str(document.get("sysfsRoot", "")),
+        )
 
     # ---- protobuf ------------------------------------------------------------------------
 
