@@ -1,0 +1,133 @@
+"""The free-CPU state of one allocation and the kubelet's orderings over it.
+
+Mirrors `cpuAccumulator` in kubernetes pkg/kubelet/cm/cpumanager/cpu_assignment.go: groups are
+visited by ascending number of free CPUs, ties by ascending id, nested NUMA-then-socket (or
+socket-then-NUMA when a socket holds several NUMA nodes). Lists are de-duplicated: a group
+reachable through two parents is visited once, at its first position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from dracpu.allocator.algorithm.topology_index import TopologyIndex
+
+
+class Accumulator:
+    """CPUs still free (`free`), CPUs taken so far (`result`) and how many are still needed."""
+
+    __slots__ = ("free", "index", "needed", "result")
+
+    def __init__(self, index: TopologyIndex, free: int, needed: int) -> None:
+        self.index = index
+        self.free = free
+        self.result = 0
+        self.needed = needed
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def take(self, mask: int) -> None:
+        # Intersecting with `free` keeps the answer inside the available set whatever the
+        # caller computed, and counts every CPU once.
+        mask &= self.free
+        self.result |= mask
+        self.free &= ~mask
+        self.needed -= mask.bit_count()
+
+    @property
+    def satisfied(self) -> bool:
+        return self.needed < 1
+
+    @property
+    def failed(self) -> bool:
+        return self.needed > self.free.bit_count()
+
+    def free_in(self, mask: int) -> int:
+        return (self.free & mask).bit_count()
+
+    # ---- orderings (sortAvailable*) ------------------------------------------------------
+
+    def _by_free(self, ids: Iterable[int], masks: dict[int, int]) -> list[int]:
+        free = self.free
+        return sorted(ids, key=lambda i: ((free & masks[i]).bit_count(), i))
+
+    def sorted_numa_nodes(self) -> list[int]:
+        ix = self.index
+        if ix.numa_first:
+            present = [n for n, m in ix.numa_masks.items() if self.free & m]
+            return self._by_free(present, ix.numa_masks)
+        result: list[int] = []
+        for socket in self.sorted_sockets():
+            inside = [
+                n for n in ix.socket_numas[socket] if self.free & ix.socket_numa_masks[socket, n]
+            ]
+            result.extend(self._by_free(inside, ix.numa_masks))
+        return _unique(result)
+
+    def sorted_sockets(self) -> list[int]:
+        ix = self.index
+        if not ix.numa_first:
+            present = [s for s, m in ix.socket_masks.items() if self.free & m]
+            return self._by_free(present, ix.socket_masks)
+        result: list[int] = []
+        for numa in self.sorted_numa_nodes():
+            inside = [s for s in ix.numa_sockets[numa] if self.free & ix.socket_numa_masks[s, numa]]
+            result.extend(self._by_free(inside, ix.socket_masks))
+        return _unique(result)
+
+    def sorted_cores(self) -> list[int]:
+        ix = self.index
+        cores = ix.core_masks
+        free = self.free
+        if ix.numa_first:
+            parents, members = self.sorted_sockets(), ix.socket_cores
+        else:
+            parents, members = self.sorted_numa_nodes(), ix.numa_cores
+        result: list[int] = []
+        for parent in parents:
+            inside = [c for c in members[parent] if free & cores[c]]
+            inside.sort(key=lambda c: ((free & cores[c]).bit_count(), c))
+            result.extend(inside)
+        return _unique(result)
+
+    def sorted_uncore_caches(self) -> list[int]:
+        ix = self.index
+        result: list[int] = []
+        for numa in self.sorted_numa_nodes():
+            inside = [
+                u
+                for u in ix.numa_uncores.get(numa, ())
+                if self.free & ix.numa_uncore_masks[numa, u]
+            ]
+            result.extend(self._by_free(inside, ix.uncore_masks))
+        return _unique(result)
+
+    def sorted_cpus_packed(self) -> list[int]:
+        """Free CPUs core by core in `sorted_cores` order, ascending inside a core."""
+        cores = self.index.core_masks
+        result: list[int] = []
+        for core in self.sorted_cores():
+            result.extend(_bits(self.free & cores[core]))
+        return result
+
+    def sorted_cpus_spread(self) -> list[int]:
+        """Free CPUs socket by socket, ascending by id inside a socket (the kubelet's
+        `sortAvailableCPUsSpread`)."""
+        sockets = self.index.socket_masks
+        result: list[int] = []
+        for socket in self.sorted_sockets():
+            result.extend(_bits(self.free & sockets[socket]))
+        return result
+
+
+def _unique(ids: list[int]) -> list[int]:
+    return list(dict.fromkeys(ids))
+
+
+def _bits(mask: int) -> list[int]:
+    out: list[int] = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out

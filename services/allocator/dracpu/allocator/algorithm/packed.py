@@ -1,0 +1,130 @@
+"""The NUMA-packed take: the kubelet's `takeByTopologyNUMAPacked` best-fit walk.
+
+Order (kubernetes pkg/kubelet/cm/cpumanager/cpu_assignment.go): whole NUMA nodes and whole
+sockets (the larger level first), then whole or partial uncore caches when aligning by uncore
+cache, then whole cores (not with the spread strategy), then single CPUs in the strategy's
+order. Every "is it free" test compares a group's free CPUs with its actual members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from dracpu.allocator.algorithm.accumulator import Accumulator
+from dracpu.allocator.algorithm.topology_index import TopologyIndex
+
+Strategy = Literal["packed", "spread"]
+_Step = Callable[[Accumulator], None]
+
+
+def take_packed(
+    index: TopologyIndex,
+    free: int,
+    count: int,
+    strategy: Strategy = "packed",
+    align_uncore: bool = True,
+) -> int | None:
+    """The mask of `count` CPUs out of `free`, or None when `free` holds fewer than `count`."""
+    acc = Accumulator(index, free & index.all_cpus, count)
+    if acc.satisfied:
+        return acc.result
+    if acc.failed:
+        return None
+    for step in _steps(index, strategy, align_uncore):
+        step(acc)
+        if acc.satisfied:
+            return acc.result
+    # Unreachable: the single-CPU step alone can always finish when enough CPUs are free.
+    return None
+
+
+def _steps(index: TopologyIndex, strategy: Strategy, align_uncore: bool) -> list[_Step]:
+    steps: list[_Step] = (
+        [take_full_numa_nodes, take_full_sockets]
+        if index.numa_first
+        else [take_full_sockets, take_full_numa_nodes]
+    )
+    if align_uncore and index.uncore_masks:
+        steps.append(take_uncore_caches)
+    # DistributeCPUsAcrossCores skips whole cores so that threads spread over cores.
+    if strategy != "spread":
+        steps.append(take_full_cores)
+    steps.append(take_remaining_cpus_spread if strategy == "spread" else take_remaining_cpus)
+    return steps
+
+
+def _take_whole_groups(acc: Accumulator, order: list[int], masks: dict[int, int]) -> None:
+    # The free groups are chosen before any is taken, as in the kubelet's free*() lists.
+    free_groups = [g for g in order if acc.free & masks[g] == masks[g]]
+    for group in free_groups:
+        mask = masks[group]
+        if acc.needed >= mask.bit_count():
+            acc.take(mask)
+
+
+def take_full_numa_nodes(acc: Accumulator) -> None:
+    _take_whole_groups(acc, acc.sorted_numa_nodes(), acc.index.numa_masks)
+
+
+def take_full_sockets(acc: Accumulator) -> None:
+    _take_whole_groups(acc, acc.sorted_sockets(), acc.index.socket_masks)
+
+
+def take_full_uncore_caches(acc: Accumulator) -> None:
+    _take_whole_groups(acc, acc.sorted_uncore_caches(), acc.index.uncore_masks)
+
+
+def take_partial_uncore_cache(acc: Accumulator, uncore: int) -> None:
+    """Claim the lowest-numbered cores of one uncore cache if their free CPUs are exactly
+    what is still needed (`takePartialUncore`)."""
+    ix = acc.index
+    width = ix.smt_width
+    cores_needed = -(-acc.needed // width)
+    cores = [c for c in ix.uncore_cores[uncore] if acc.free & ix.core_masks[c]][:cores_needed]
+    cpus = 0
+    for core in cores:
+        cpus |= acc.free & ix.core_masks[core]
+    # For an odd request on an SMT machine, leave out the highest CPU (one thread of the last
+    # core). Only one CPU is trimmed, as upstream: with 4-way SMT, requests of 4k+1 and 4k+2
+    # therefore never fit here.
+    if acc.needed % 2 != 0 and width > 1 and cpus.bit_count() > acc.needed:
+        cpus ^= 1 << (cpus.bit_length() - 1)
+    if cpus.bit_count() == acc.needed:
+        acc.take(cpus)
+
+
+def take_uncore_caches(acc: Accumulator) -> None:
+    for uncore in acc.sorted_uncore_caches():
+        # Upstream gates this on the average cache size; whole caches are checked one by one
+        # against their real size instead, which is the same on a symmetric machine.
+        take_full_uncore_caches(acc)
+        if acc.satisfied:
+            return
+        take_partial_uncore_cache(acc, uncore)
+        if acc.satisfied:
+            return
+
+
+def take_full_cores(acc: Accumulator) -> None:
+    cores = acc.index.core_masks
+    order = acc.sorted_cores()
+    free_cores = [c for c in order if acc.free & cores[c] == cores[c]]
+    for core in free_cores:
+        if acc.needed >= cores[core].bit_count():
+            acc.take(cores[core])
+
+
+def _take_one_by_one(acc: Accumulator, cpus: list[int]) -> None:
+    for cpu in cpus:
+        acc.take(1 << cpu)
+        if acc.satisfied:
+            return
+
+
+def take_remaining_cpus(acc: Accumulator) -> None:
+    _take_one_by_one(acc, acc.sorted_cpus_packed())
+
+
+def take_remaining_cpus_spread(acc: Accumulator) -> None:
+    _take_one_by_one(acc, acc.sorted_cpus_spread())

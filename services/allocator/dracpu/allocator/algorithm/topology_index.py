@@ -1,0 +1,148 @@
+"""Per-machine lookup tables for the assignment algorithm, as int bitmasks.
+
+Built once per Machine and cached, so one allocation only does mask arithmetic. Every group
+(core, socket, NUMA node, uncore cache) is described by its actual member CPUs; nothing is
+derived from averages such as CPUs ÷ cores, because real machines are not always symmetric
+(offline siblings, isolated cores).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from dracpu.core.machine import Machine
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyIndex:
+    """Masks of every topology group and which groups contain which.
+
+    Cores are numbered by `physical_core_index` (the order of their first CPU), which is the
+    kubelet's core numbering on real machines (cadvisor names a core by its lowest thread id).
+    """
+
+    all_cpus: int
+    core_masks: tuple[int, ...]
+    socket_masks: dict[int, int]
+    numa_masks: dict[int, int]
+    uncore_masks: dict[int, int]
+    # Sorted member lists of each containment relation the kubelet walks.
+    numa_sockets: dict[int, tuple[int, ...]]
+    socket_numas: dict[int, tuple[int, ...]]
+    socket_numa_masks: dict[tuple[int, int], int]
+    socket_cores: dict[int, tuple[int, ...]]
+    numa_cores: dict[int, tuple[int, ...]]
+    numa_uncores: dict[int, tuple[int, ...]]
+    numa_uncore_masks: dict[tuple[int, int], int]
+    uncore_cores: dict[int, tuple[int, ...]]
+    # The largest number of threads of one core (2 on usual SMT machines, 1 without SMT).
+    smt_width: int
+    # The kubelet walks NUMA nodes before sockets unless a socket holds several NUMA nodes.
+    numa_first: bool
+
+    @property
+    def cpu_count(self) -> int:
+        return self.all_cpus.bit_count()
+
+    def whole_free_cores(self, free: int) -> int:
+        """The CPUs of every core whose threads are all in `free`."""
+        mask = 0
+        for core in self.core_masks:
+            if free & core == core:
+                mask |= core
+        return mask
+
+    def partial_cores(self, cpus: int) -> list[int]:
+        """Indexes of the cores that `cpus` covers only in part."""
+        return [i for i, core in enumerate(self.core_masks) if 0 != cpus & core != core]
+
+
+def build_index(machine: Machine) -> TopologyIndex:
+    cores: dict[int, int] = {}
+    sockets: dict[int, int] = {}
+    numas: dict[int, int] = {}
+    uncores: dict[int, int] = {}
+    socket_numa: dict[tuple[int, int], int] = {}
+    numa_uncore: dict[tuple[int, int], int] = {}
+    socket_cores: dict[int, set[int]] = {}
+    numa_cores: dict[int, set[int]] = {}
+    uncore_cores: dict[int, set[int]] = {}
+    for cpu in machine.cpus:
+        bit = 1 << cpu.cpu_id
+        core = cpu.physical_core_index
+        cores[core] = cores.get(core, 0) | bit
+        sockets[cpu.socket_id] = sockets.get(cpu.socket_id, 0) | bit
+        numas[cpu.numa_node_id] = numas.get(cpu.numa_node_id, 0) | bit
+        key = (cpu.socket_id, cpu.numa_node_id)
+        socket_numa[key] = socket_numa.get(key, 0) | bit
+        socket_cores.setdefault(cpu.socket_id, set()).add(core)
+        numa_cores.setdefault(cpu.numa_node_id, set()).add(core)
+        # A negative id means the cache is unknown: such CPUs belong to no uncore group.
+        if cpu.uncore_cache_id >= 0:
+            uncores[cpu.uncore_cache_id] = uncores.get(cpu.uncore_cache_id, 0) | bit
+            pair = (cpu.numa_node_id, cpu.uncore_cache_id)
+            numa_uncore[pair] = numa_uncore.get(pair, 0) | bit
+            uncore_cores.setdefault(cpu.uncore_cache_id, set()).add(core)
+    core_masks = tuple(cores[i] for i in range(len(cores)))
+    return TopologyIndex(
+        all_cpus=_union(cores.values()),
+        core_masks=core_masks,
+        socket_masks=dict(sorted(sockets.items())),
+        numa_masks=dict(sorted(numas.items())),
+        uncore_masks=dict(sorted(uncores.items())),
+        numa_sockets=_related(socket_numa, lambda k: k[1], lambda k: k[0]),
+        socket_numas=_related(socket_numa, lambda k: k[0], lambda k: k[1]),
+        socket_numa_masks=socket_numa,
+        socket_cores={k: tuple(sorted(v)) for k, v in sorted(socket_cores.items())},
+        numa_cores={k: tuple(sorted(v)) for k, v in sorted(numa_cores.items())},
+        numa_uncores=_related(numa_uncore, lambda k: k[0], lambda k: k[1]),
+        numa_uncore_masks=numa_uncore,
+        uncore_cores={k: tuple(sorted(v)) for k, v in sorted(uncore_cores.items())},
+        smt_width=max((m.bit_count() for m in core_masks), default=1),
+        numa_first=len(sockets) >= len(numas),
+    )
+
+
+def _union(masks: Iterable[int]) -> int:
+    result = 0
+    for mask in masks:
+        result |= mask
+    return result
+
+
+def _related(
+    pairs: dict[tuple[int, int], int],
+    outer: Callable[[tuple[int, int]], int],
+    inner: Callable[[tuple[int, int]], int],
+) -> dict[int, tuple[int, ...]]:
+    grouped: dict[int, set[int]] = {}
+    for key in pairs:
+        grouped.setdefault(outer(key), set()).add(inner(key))
+    return {k: tuple(sorted(v)) for k, v in sorted(grouped.items())}
+
+
+# Machines are immutable and few (one per topology generation), so the index lives as long as
+# its Machine: keyed by identity, dropped when the Machine is collected.
+_CACHE: dict[int, tuple[weakref.ref[Machine], TopologyIndex]] = {}
+_LOCK = threading.Lock()
+
+
+def index_for(machine: Machine) -> TopologyIndex:
+    key = id(machine)
+    entry = _CACHE.get(key)
+    if entry is not None and entry[0]() is machine:
+        return entry[1]
+    index = build_index(machine)
+
+    def forget(ref: weakref.ref[Machine]) -> None:
+        with _LOCK:
+            current = _CACHE.get(key)
+            if current is not None and current[0] is ref:
+                del _CACHE[key]
+
+    with _LOCK:
+        _CACHE[key] = (weakref.ref(machine, forget), index)
+    return index
