@@ -1,0 +1,298 @@
+"""The api's response bodies as typed models, so the OpenAPI document is the contract.
+
+A part of an answer that comes from a service that is down is an `Unavailable` object
+(`status: "unavailable"` plus the reason) in place of the data, never a silent gap.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dracpu.core.config import DriverConfig
+
+SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin")
+ServiceName = Literal["topology", "allocator", "dra-plugin", "nri-plugin"]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Problem(Model):
+    """RFC 9457 problem details, served as application/problem+json."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    service: str | None = Field(default=None, description="the backend service the error concerns")
+
+
+class Unavailable(Model):
+    """Stands in for data a backend service could not provide."""
+
+    status: Literal["unavailable"] = "unavailable"
+    service: str
+    reason: str
+
+
+# ---- versions and health ---------------------------------------------------------------------
+
+
+class ServiceVersion(Model):
+    status: Literal["available"] = "available"
+    service: str
+    version: str
+    api_version: str
+    python_version: str
+    started_at: datetime | None
+    pid: int
+
+
+VersionOrUnavailable = Annotated[ServiceVersion | Unavailable, Field(discriminator="status")]
+
+
+class ServiceHealth(Model):
+    service: str
+    socket: str
+    status: str = Field(
+        description="grpc.health.v1 status (SERVING, NOT_SERVING, ...) or UNAVAILABLE"
+    )
+    version: VersionOrUnavailable
+    last_error: str | None = Field(description="the last failed call the api made to it")
+    last_error_at: datetime | None
+
+
+class KubeletRegistration(Model):
+    status: Literal["available"] = "available"
+    node_name: str
+    registered: bool
+    registration_error: str
+    registration_socket: str
+    dra_socket: str
+    published_generation: int
+    slice_count: int
+    last_publish_error: str
+    last_published_at: datetime | None
+    claim_source: str
+
+
+class RuntimeConnection(Model):
+    status: Literal["available"] = "available"
+    connected: bool
+    runtime_name: str
+    runtime_version: str
+    socket: str
+    last_error: str
+    unsolicited_updates: bool
+    synchronized_at: datetime | None
+
+
+class HealthView(Model):
+    api: ServiceVersion
+    services: list[ServiceHealth]
+    kubelet_registration: Annotated[
+        KubeletRegistration | Unavailable, Field(discriminator="status")
+    ]
+    runtime: Annotated[RuntimeConnection | Unavailable, Field(discriminator="status")]
+
+
+class Liveness(Model):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(Model):
+    ready: bool
+    services: dict[str, str] = Field(description="service -> gRPC health status or UNAVAILABLE")
+
+
+# ---- node and topology -----------------------------------------------------------------------
+
+
+class TopologySummary(Model):
+    status: Literal["available"] = "available"
+    sockets: int
+    numa_nodes: int
+    l3_caches: int
+    cores: int
+    cpus: int
+    smt_enabled: bool
+    online: str
+    core_types: dict[str, int] = Field(description="core type -> number of CPUs")
+
+
+class NodeView(Model):
+    node_name: str
+    topology: Annotated[TopologySummary | Unavailable, Field(discriminator="status")]
+    config: DriverConfig = Field(description="the effective driver configuration")
+    versions: list[VersionOrUnavailable] = Field(description="api first, then the four services")
+
+
+class CPUView(Model):
+    cpu_id: int
+    core_id: int
+    physical_core_index: int
+    socket_id: int
+    cluster_id: int
+    numa_node_id: int
+    l3_id: int
+    core_type: str
+    siblings: str
+    numa_node_cpus: str
+    pcie_roots: list[str]
+
+
+class TopologyView(Model):
+    summary: TopologySummary
+    online: str
+    smt_control: str
+    fingerprint: str
+    sysfs_root: str
+    discovered_at: datetime | None
+    skipped: list[str]
+    cpus: list[CPUView]
+
+
+# ---- devices ---------------------------------------------------------------------------------
+
+
+class _Attribute(Model):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+# One class per ResourceSlice attribute spelling ({"int": 3}, {"string": "p-core"}, ...), so the
+# schema says exactly one key is present. Trailing underscores keep the builtins usable.
+class IntAttribute(_Attribute):
+    int_: int = Field(alias="int")
+
+
+class BoolAttribute(_Attribute):
+    bool_: bool = Field(alias="bool")
+
+
+class StringAttribute(_Attribute):
+    string: str
+
+
+class VersionAttribute(_Attribute):
+    version: str
+
+
+class StringsAttribute(_Attribute):
+    strings: list[str]
+
+
+class IntsAttribute(_Attribute):
+    ints: list[int]
+
+
+AttributeValue = (
+    IntAttribute
+    | BoolAttribute
+    | StringAttribute
+    | VersionAttribute
+    | StringsAttribute
+    | IntsAttribute
+)
+
+
+class Consumption(Model):
+    cpus: str
+    count: int
+    claims: list[str] = Field(description="UIDs of the prepared claims using the device")
+
+
+class DeviceView(Model):
+    name: str
+    cpus: str
+    attributes: dict[str, AttributeValue]
+    capacity: dict[str, str]
+    allow_multiple_allocations: bool
+    consumed: Consumption
+
+
+class Publication(Model):
+    status: Literal["available"] = "available"
+    published_generation: int
+    up_to_date: bool = Field(description="the dra-plugin published the current device generation")
+    slice_count: int
+    last_publish_error: str
+    last_published_at: datetime | None
+
+
+class DevicesView(Model):
+    driver: str
+    mode: str
+    group_by: str
+    generation: int
+    devices: list[DeviceView]
+    publication: Annotated[Publication | Unavailable, Field(discriminator="status")]
+
+
+# ---- claims, shared pool, containers --------------------------------------------------------
+
+
+class ClaimDevice(Model):
+    request: str
+    pool: str
+    device: str
+    cpus: str
+
+
+class ClaimOwner(Model):
+    container_id: str
+    pod_uid: str
+    pod_namespace: str
+    pod_name: str
+    container_name: str
+    running: bool
+
+
+class ClaimView(Model):
+    uid: str
+    namespace: str
+    name: str
+    cpus: str
+    cpu_count: int
+    devices: list[ClaimDevice]
+    owner: ClaimOwner | None = Field(description="unset until a container presents the claim")
+    prepared_at: datetime | None
+    policy: str
+    cdi_device_id: str
+
+
+class ClaimList(Model):
+    generation: int
+    claims: list[ClaimView]
+
+
+class SharedPoolView(Model):
+    cpus: str
+    cpu_count: int
+    reserved: str
+    reserved_count: int
+    exclusive: str
+    exclusive_count: int
+    online: str
+    online_count: int
+    generation: int
+
+
+class ContainerView(Model):
+    container_id: str
+    pod_uid: str
+    pod_namespace: str
+    pod_name: str
+    container_name: str
+    claim_uids: list[str]
+    cpus: str
+    exclusive: bool = Field(description="pinned to claim CPUs; false means the shared pool")
+    state: str
+
+
+class ContainerList(Model):
+    containers: list[ContainerView]

@@ -1,0 +1,107 @@
+"""`dracpu-api`: the read-only HTTP sidecar on uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+from collections.abc import Sequence
+
+import uvicorn
+
+from dracpu.api.app import create_app
+from dracpu.api.backends import DEFAULT_TIMEOUT, Backends
+from dracpu.core import config as driver_config
+from dracpu.core import log as dracpu_log
+from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.errors import ConfigError
+from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path
+
+log = dracpu_log.get_logger("api")
+
+DEFAULT_BIND_ADDRESS = ":8080"
+
+
+def parse_bind_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT`, `:PORT` (every interface) or `[V6]:PORT`, as the reference's flag takes."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError(f"--bind-address {text!r}: expected HOST:PORT with a port 0-65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host or "0.0.0.0", int(port_text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(
+        prog="dracpu-api", description="Read-only HTTP view of the dra.cpu services on this node."
+    )
+    parser.add_argument(
+        "--bind-address",
+        default=DEFAULT_BIND_ADDRESS,
+        metavar="HOST:PORT",
+        help=f"address the HTTP server listens on (default {DEFAULT_BIND_ADDRESS})",
+    )
+    for service, path in DEFAULT_SOCKETS.items():
+        parser.add_argument(
+            f"--{service}-socket", metavar="PATH", default=path, help=f"{service} socket"
+        )
+    parser.add_argument(
+        "--backend-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"deadline of every call to a service (default {DEFAULT_TIMEOUT:g})",
+    )
+    driver_config.add_config_flags(parser)
+    return parser
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"--bind-address {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(256)
+    sock.setblocking(False)
+    return sock
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    if not 0 < args.backend_timeout <= 60:
+        raise ConfigError(f"--backend-timeout {args.backend_timeout:g}: expected 0 < seconds <= 60")
+    config = driver_config.load(args)
+    driver_config.log_effective(config)
+    sockets = {
+        service: check_socket_path(getattr(args, f"{service.replace('-', '_')}_socket"))
+        for service in DEFAULT_SOCKETS
+    }
+    host, port = parse_bind_address(args.bind_address)
+    listener = _listen(host, port)
+    backends = Backends.from_sockets(sockets, timeout=args.backend_timeout)
+    app = create_app(backends, config)
+    bound_host, bound_port = listener.getsockname()[:2]
+    log.info(0, "listening", address=f"http://{bound_host}:{bound_port}", **sockets)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", loop="asyncio")
+    )
+    await server.serve(sockets=[listener])
+    log.info(2, "stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    dracpu_log.setup(args.verbosity, "api")
+    # uvicorn's own loggers: errors only; requests are counted in /metrics instead.
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    return run_async(lambda: _serve(args), "dracpu-api")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
