@@ -1,0 +1,129 @@
+"""The CDI spec of each prepared claim: it injects `DRA_CPUSET_<claimUID>=<cpuset>`.
+
+One file per claim, `<cdi-dir>/dra.k8s.io-cpu_claim-<uid>.json` (the CDI library's transient
+spec name), kind `dra.k8s.io/cpu`, device `claim-<uid>`. We write cdiVersion 0.3.0, the oldest
+version that can express an env-only device: older runtime CDI libraries refuse versions they
+do not know, and nothing newer is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dracpu.allocator.durable import remove_durable, write_atomic
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import CPUSetError, InvalidInputError, StateError
+
+CDI_VERSION = "0.3.0"
+VENDOR = "dra.k8s.io"
+CLASS = "cpu"
+KIND = f"{VENDOR}/{CLASS}"
+ENV_PREFIX = "DRA_CPUSET_"
+FILE_PREFIX = f"{VENDOR}-{CLASS}_claim-"
+
+# A CDI device name allows letters, digits, '-', '_', '.', ':' with alnum first and last;
+# `claim-` supplies the first character, so the uid must end alnum and use only these.
+_UID = re.compile(r"^[A-Za-z0-9._:-]*[A-Za-z0-9]$")
+
+
+def check_uid(uid: str) -> str:
+    if not _UID.match(uid) or len(uid) > 200:
+        raise InvalidInputError(f"claim uid {uid!r} cannot name a CDI device")
+    return uid
+
+
+def device_name(uid: str) -> str:
+    return f"claim-{uid}"
+
+
+def qualified_name(uid: str) -> str:
+    return f"{KIND}={device_name(uid)}"
+
+
+def spec_path(cdi_dir: Path, uid: str) -> Path:
+    # GenerateTransientSpecName: <vendor>-<class>_<id> with '/' replaced by '_'.
+    return cdi_dir / f"{FILE_PREFIX}{uid.replace('/', '_')}.json"
+
+
+def spec_document(uid: str, cpus: CPUSet) -> dict[str, object]:
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "devices": [
+            {
+                "name": device_name(uid),
+                "containerEdits": {"env": [f"{ENV_PREFIX}{uid}={cpus.format()}"]},
+            }
+        ],
+    }
+
+
+def write_spec(cdi_dir: Path, uid: str, cpus: CPUSet) -> Path:
+    path = spec_path(cdi_dir, check_uid(uid))
+    data = json.dumps(spec_document(uid, cpus), indent=2).encode() + b"\n"
+    try:
+        # The temp name must not end in .json/.yaml, so runtimes never load a partial spec.
+        write_atomic(path, data, mode=0o644, temp_suffix=".tmp")
+    except OSError as exc:
+        raise StateError(f"cannot write CDI spec {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def remove_spec(cdi_dir: Path, uid: str) -> bool:
+    path = spec_path(cdi_dir, uid)
+    try:
+        return remove_durable(path)
+    except OSError as exc:
+        raise StateError(f"cannot remove CDI spec {path}: {exc.strerror or exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SpecOnDisk:
+    uid: str
+    cpus: CPUSet
+    path: Path
+
+
+def parse_spec(path: Path, text: str) -> SpecOnDisk:
+    """Read back one of our specs; anything else is a StateError naming the file."""
+    uid = path.name.removeprefix(FILE_PREFIX).removesuffix(".json")
+    try:
+        document = json.loads(text)
+        if not isinstance(document, dict) or document.get("kind") != KIND:
+            raise ValueError(f"kind is not {KIND}")
+        devices = document.get("devices")
+        if not isinstance(devices, list) or len(devices) != 1 or not isinstance(devices[0], dict):
+            raise ValueError("expected exactly one device")
+        if devices[0].get("name") != device_name(uid):
+            raise ValueError(f"device name is not {device_name(uid)}")
+        env = devices[0].get("containerEdits", {}).get("env", [])
+        key = f"{ENV_PREFIX}{uid}="
+        values = [e for e in env if isinstance(e, str) and e.startswith(key)]
+        if len(values) != 1:
+            raise ValueError(f"expected one {key}... entry")
+        cpus = CPUSet.parse(values[0].removeprefix(key))
+    except (ValueError, AttributeError, CPUSetError) as exc:
+        raise StateError(f"CDI spec {path} is not a claim spec of this driver: {exc}") from None
+    if not cpus:
+        raise StateError(f"CDI spec {path} has an empty cpuset")
+    return SpecOnDisk(uid=uid, cpus=cpus, path=path)
+
+
+def read_specs(cdi_dir: Path) -> Iterator[SpecOnDisk | StateError]:
+    """Every claim spec in the directory, in uid order; unreadable ones as errors."""
+    if not cdi_dir.is_dir():
+        return
+    for path in sorted(cdi_dir.glob(f"{FILE_PREFIX}*.json")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            yield StateError(f"cannot read CDI spec {path}: {exc}")
+            continue
+        try:
+            yield parse_spec(path, text)
+        except StateError as exc:
+            yield exc

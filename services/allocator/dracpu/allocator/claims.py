@@ -1,0 +1,606 @@
+"""The node's allocation state and the rules that change it, as pure functions.
+
+`NodeState` is immutable: every operation returns a new state, so a mutation can be reserved
+in memory, made durable, and only then published (or simply dropped on failure), while readers
+keep a consistent snapshot. The exclusive CPUs are the union of all prepared claims; the
+shared pool is online - reserved - exclusive (strict reservation: a prepared claim's CPUs leave
+the shared pool at prepare time, not when its container starts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from dracpu.allocator import opaque
+from dracpu.allocator.algorithm import take_cpus
+from dracpu.allocator.devices import CPU_CAPACITY, DRIVER, Device, DeviceModel
+from dracpu.allocator.quantity import cpu_count
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import (
+    ConflictError,
+    InsufficientCPUsError,
+    InvalidInputError,
+    NotFoundError,
+)
+from dracpu.core.machine import Machine
+
+CDI_KIND = "dra.k8s.io/cpu"
+
+
+def cdi_device_id(uid: str) -> str:
+    return f"{CDI_KIND}=claim-{uid}"
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The one container a claim belongs to: a restarted container of the same pod and name
+    is the same owner."""
+
+    pod_uid: str
+    container_name: str
+    pod_namespace: str = ""
+    pod_name: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.pod_uid, self.container_name)
+
+    def describe(self) -> str:
+        pod = f"{self.pod_namespace}/{self.pod_name}" if self.pod_name else "pod"
+        return f"{pod} (uid {self.pod_uid}) container {self.container_name!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    container_id: str
+    owner: Owner
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """What one allocation result of a claim received."""
+
+    request: str
+    pool: str
+    device: str
+    cpus: CPUSet
+    count: int  # consumed dra.cpu/cpu; 0 for individual devices
+    policy: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.request, self.pool, self.device, self.count)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    uid: str
+    namespace: str
+    name: str
+    cpus: CPUSet
+    allocations: tuple[Allocation, ...]
+    prepared_at_ns: int
+    owner: Owner | None = None
+    container_id: str = ""  # the owner's running container, "" when none is known
+    # Rebuilt from a CDI spec or a running container: the allocation results are unknown
+    # until the kubelet prepares the claim again.
+    recovered: bool = False
+
+    @property
+    def policy(self) -> str:
+        seen: list[str] = []
+        for allocation in self.allocations:
+            if allocation.policy and allocation.policy not in seen:
+                seen.append(allocation.policy)
+        return "; ".join(seen)
+
+
+@dataclass(frozen=True, slots=True)
+class ResultInput:
+    """One allocation result of the claim, as the dra-plugin passes it on."""
+
+    request: str
+    device: str
+    pool: str = ""
+    driver: str = DRIVER
+    consumed: Mapping[str, str] = field(default_factory=dict)
+    admin_access: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareInput:
+    uid: str
+    namespace: str
+    name: str
+    results: tuple[ResultInput, ...]
+    configs: tuple[opaque.OpaqueConfig, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeState:
+    machine: Machine
+    devices: DeviceModel
+    records: Mapping[str, ClaimRecord] = field(default_factory=dict)
+    pool_generation: int = 1
+    claims_generation: int = 1
+
+    @property
+    def reserved(self) -> CPUSet:
+        return self.devices.options.reserved
+
+    @property
+    def online(self) -> CPUSet:
+        return self.machine.online
+
+    @cached_property
+    def exclusive(self) -> CPUSet:
+        mask = 0
+        for record in self.records.values():
+            mask |= record.cpus.mask
+        return CPUSet.from_mask(mask)
+
+    @cached_property
+    def shared(self) -> CPUSet:
+        return self.online - self.reserved - self.exclusive
+
+    def owner_of(self, cpus: CPUSet) -> ClaimRecord | None:
+        for record in self.records.values():
+            if record.cpus & cpus:
+                return record
+        return None
+
+    def with_records(self, records: Mapping[str, ClaimRecord], *, pool_changed: bool) -> NodeState:
+        return replace(
+            self,
+            records=records,
+            pool_generation=self.pool_generation + (1 if pool_changed else 0),
+            claims_generation=self.claims_generation + 1,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareOutcome:
+    state: NodeState
+    record: ClaimRecord
+    already_prepared: bool
+
+
+def _where(uid: str, result: ResultInput) -> str:
+    return f"claim {uid} request {result.request!r} device {result.device!r}"
+
+
+def _device(state: NodeState, uid: str, result: ResultInput) -> Device:
+    device = state.devices.by_name.get(result.device)
+    if device is None:
+        raise NotFoundError(f"{_where(uid, result)}: no such device on this node")
+    return device
+
+
+def _check_results(request: PrepareInput) -> None:
+    if not request.uid:
+        raise InvalidInputError("claim uid is empty")
+    if not request.results:
+        raise InvalidInputError(f"claim {request.uid}: no allocation results for {DRIVER}")
+    for result in request.results:
+        if result.driver != DRIVER:
+            raise InvalidInputError(
+                f"{_where(request.uid, result)}: result of driver {result.driver!r}, not {DRIVER}"
+            )
+        if result.admin_access:
+            raise InvalidInputError(
+                f"{_where(request.uid, result)}: admin access is not supported for exclusive CPUs"
+            )
+
+
+def _count(uid: str, result: ResultInput) -> int:
+    text = result.consumed.get(CPU_CAPACITY)
+    if text is None:
+        raise InvalidInputError(
+            f"{_where(uid, result)}: consumed capacity {CPU_CAPACITY} is missing"
+        )
+    return cpu_count(text, _where(uid, result))
+
+
+def _threads_per_core(machine: Machine) -> int:
+    return max((len(cpus) for cpus in machine.cores.values()), default=1)
+
+
+def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
+    """Choose the CPUs for every result of a new claim, or raise the precise error."""
+    _check_results(request)
+    uid = request.uid
+    free = state.shared
+    assigned = CPUSet()
+    allocations: list[Allocation] = []
+    mode = state.devices.mode
+    group_by = state.devices.group_by
+    for result in request.results:
+        device = _device(state, uid, result)
+        where = _where(uid, result)
+        if mode == "individual":
+            opaque.refuse_policy(request.configs, result.request, DRIVER)
+            cpus, count, policy = device.cpus, 0, ""
+            if cpus & assigned:
+                raise InvalidInputError(f"{where}: the device appears twice in the claim")
+            if not cpus.issubset(free):
+                other = state.owner_of(cpus)
+                holder = f"claim {other.uid}" if other else "reserved CPUs"
+                raise ConflictError(
+                    f"{where}: overlapping device assignment: "
+                    f"CPU {cpus.format()} is held by {holder}"
+                )
+        elif group_by == "machine":
+            count = _count(uid, result)
+            cpus = opaque.explicit_cpuset(request.configs, result.request, DRIVER)
+            policy = "explicit"
+            _check_explicit(state, where, cpus, count, assigned)
+        else:
+            count = _count(uid, result)
+            chosen = opaque.placement_policy(
+                request.configs, result.request, DRIVER, _threads_per_core(state.machine)
+            )
+            policy = opaque.describe_policy(chosen)
+            available = (free & device.cpus) - assigned
+            try:
+                cpus = take_cpus(state.machine, available, count, chosen)
+            except InsufficientCPUsError as exc:
+                raise InsufficientCPUsError(
+                    f"{where}: cannot take {count} CPUs ({policy}) from {len(available)} free "
+                    f"in the device: {exc}"
+                ) from None
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"{where}: {exc}") from None
+            if len(cpus) != count or not cpus.issubset(available):
+                # The algorithm's contract; never publish a result that breaks it.
+                raise InsufficientCPUsError(f"{where}: placement returned an invalid cpuset")
+        assigned = assigned | cpus
+        allocations.append(
+            Allocation(
+                request=result.request,
+                pool=result.pool,
+                device=result.device,
+                cpus=cpus,
+                count=count,
+                policy=policy,
+            )
+        )
+    return tuple(allocations)
+
+
+def _check_explicit(
+    state: NodeState, where: str, cpus: CPUSet, count: int, assigned: CPUSet
+) -> None:
+    text = cpus.format()
+    if len(cpus) != count:
+        raise InvalidInputError(
+            f"{where}: opaque config cpuset {text} has {len(cpus)} CPUs, "
+            f"the request consumed {count}"
+        )
+    offline = cpus - state.online
+    if offline:
+        raise InvalidInputError(
+            f"{where}: opaque config cpuset {text} has offline CPUs {offline.format()}"
+        )
+    reserved = cpus & state.reserved
+    if reserved:
+        raise InvalidInputError(
+            f"{where}: opaque config cpuset {text} has reserved CPUs {reserved.format()}"
+        )
+    if cpus & assigned:
+        raise InvalidInputError(
+            f"{where}: opaque config cpuset {text} overlaps another result of the same claim"
+        )
+    taken = cpus & state.exclusive
+    if taken:
+        other = state.owner_of(taken)
+        holder = f"claim {other.uid}" if other else "another claim"
+        raise ConflictError(
+            f"{where}: opaque config cpuset {text}: CPUs {taken.format()} are held by {holder}"
+        )
+
+
+def _result_keys(request: PrepareInput, state: NodeState) -> tuple[tuple[str, str, str, int], ...]:
+    keys = []
+    for result in request.results:
+        count = 0
+        if state.devices.mode == "grouped":
+            count = _count(request.uid, result)
+        keys.append((result.request, result.pool, result.device, count))
+    return tuple(keys)
+
+
+def _complete_recovered(
+    state: NodeState, record: ClaimRecord, request: PrepareInput
+) -> ClaimRecord:
+    """A record rebuilt from a CDI spec or a container meets its allocation results again:
+    accept them when they account for exactly the recorded CPUs."""
+    _check_results(request)
+    remaining = record.cpus
+    allocations = []
+    for result in request.results:
+        device = _device(state, request.uid, result)
+        where = _where(request.uid, result)
+        if state.devices.mode == "individual":
+            cpus, count = device.cpus, 0
+            if not cpus.issubset(remaining):
+                raise ConflictError(
+                    f"{where}: the claim was prepared earlier with CPUs {record.cpus.format()}"
+                )
+        else:
+            count = _count(request.uid, result)
+            candidates = (remaining & device.cpus).sorted()
+            if len(candidates) < count:
+                raise ConflictError(
+                    f"{where}: the claim was prepared earlier with CPUs {record.cpus.format()}, "
+                    f"which do not hold {count} CPUs of this device"
+                )
+            cpus = CPUSet(candidates[:count])
+        remaining = remaining - cpus
+        allocations.append(
+            Allocation(result.request, result.pool, result.device, cpus, count, "recovered")
+        )
+    if remaining:
+        raise ConflictError(
+            f"claim {request.uid}: prepared earlier with CPUs {record.cpus.format()}; "
+            f"the results do not account for {remaining.format()}"
+        )
+    return replace(
+        record,
+        namespace=request.namespace or record.namespace,
+        name=request.name or record.name,
+        allocations=tuple(allocations),
+        recovered=False,
+    )
+
+
+def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutcome:
+    """Prepare a claim; the same request again gives the recorded answer."""
+    existing = state.records.get(request.uid)
+    if existing is not None:
+        if existing.recovered:
+            record = _complete_recovered(state, existing, request)
+            records = dict(state.records)
+            records[request.uid] = record
+            return PrepareOutcome(state.with_records(records, pool_changed=False), record, True)
+        _check_results(request)
+        if _result_keys(request, state) != tuple(a.key for a in existing.allocations):
+            raise ConflictError(
+                f"claim {request.uid} is already prepared with different allocation results "
+                f"(CPUs {existing.cpus.format()})"
+            )
+        return PrepareOutcome(state, existing, True)
+    allocations = allocate(state, request)
+    cpus = CPUSet()
+    for allocation in allocations:
+        cpus = cpus | allocation.cpus
+    record = ClaimRecord(
+        uid=request.uid,
+        namespace=request.namespace,
+        name=request.name,
+        cpus=cpus,
+        allocations=allocations,
+        prepared_at_ns=now_ns,
+    )
+    records = dict(state.records)
+    records[request.uid] = record
+    return PrepareOutcome(state.with_records(records, pool_changed=True), record, False)
+
+
+def unprepare(state: NodeState, uid: str) -> tuple[NodeState, ClaimRecord | None]:
+    record = state.records.get(uid)
+    if record is None:
+        return state, None
+    records = {k: v for k, v in state.records.items() if k != uid}
+    return state.with_records(records, pool_changed=True), record
+
+
+def parse_claim_cpus(claims: Mapping[str, str]) -> dict[str, CPUSet]:
+    parsed = {}
+    for uid, text in claims.items():
+        try:
+            parsed[uid] = CPUSet.parse(text)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"claim {uid}: presented cpuset: {exc}") from None
+    return parsed
+
+
+def _owner_conflict(uid: str, record: ClaimRecord, owner: Owner) -> ConflictError | None:
+    if record.owner is None or record.owner.key == owner.key:
+        return None
+    return ConflictError(
+        f"claim {uid} belongs to {record.owner.describe()}; it cannot also be used by "
+        f"{owner.describe()}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AttachOutcome:
+    state: NodeState
+    cpus: CPUSet
+    newly_bound: bool
+    changed: bool  # something durable changed (owner or running container)
+
+
+def attach(state: NodeState, container: Container, claims: Mapping[str, CPUSet]) -> AttachOutcome:
+    """Bind a container to its claims: all or nothing."""
+    if not claims:
+        raise InvalidInputError("attach: the container presents no claims")
+    if not container.container_id:
+        raise InvalidInputError("attach: container id is empty")
+    for uid, cpus in claims.items():
+        record = state.records.get(uid)
+        if record is None:
+            raise NotFoundError(f"claim {uid} is not prepared on this node")
+        if record.cpus != cpus:
+            raise ConflictError(
+                f"claim {uid}: the container presents CPUs {cpus.format() or '(none)'}, "
+                f"the claim was prepared with {record.cpus.format()}"
+            )
+        conflict = _owner_conflict(uid, record, container.owner)
+        if conflict is not None:
+            raise conflict
+    records = dict(state.records)
+    union = CPUSet()
+    newly = changed = False
+    for uid in sorted(claims):
+        record = records[uid]
+        union = union | record.cpus
+        newly = newly or record.owner is None
+        updated = replace(record, owner=container.owner, container_id=container.container_id)
+        if updated != record:
+            changed = True
+            records[uid] = updated
+    new_state = state.with_records(records, pool_changed=False) if changed else state
+    return AttachOutcome(new_state, union, newly, changed)
+
+
+def detach(state: NodeState, container_id: str) -> tuple[NodeState, list[str]]:
+    """The container stopped: forget it as running; its claims keep their owner, so a
+    restarted container of the same pod and name gets the same CPUs."""
+    uids = sorted(
+        uid for uid, r in state.records.items() if container_id and r.container_id == container_id
+    )
+    if not uids:
+        return state, []
+    records = dict(state.records)
+    for uid in uids:
+        records[uid] = replace(records[uid], container_id="")
+    return state.with_records(records, pool_changed=False), uids
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptResult:
+    uid: str
+    accepted: bool
+    recovered: bool
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptOutcome:
+    state: NodeState
+    results: tuple[AdoptResult, ...]
+    cpus: CPUSet
+    recovered: tuple[str, ...]  # uids of records rebuilt from this report
+    changed: bool
+
+
+def adopt(
+    state: NodeState, container: Container, claims: Mapping[str, CPUSet], now_ns: int
+) -> AdoptOutcome:
+    """A running container's claims, reported during recovery: bind the known ones, rebuild
+    unknown ones from the container's cpuset when those CPUs are free, report the rest."""
+    records = dict(state.records)
+    results = []
+    recovered = []
+    union = CPUSet()
+    changed = pool_changed = False
+    for uid in sorted(claims):
+        cpus = claims[uid]
+        record = records.get(uid)
+        if record is None:
+            problem = ""
+            if not cpus:
+                problem = "the container presents an empty cpuset"
+            elif cpus - state.online:
+                problem = f"CPUs {(cpus - state.online).format()} are not online"
+            elif cpus & state.reserved:
+                problem = f"CPUs {(cpus & state.reserved).format()} are reserved"
+            else:
+                holders = [r for r in records.values() if r.cpus & cpus]
+                if holders:
+                    clash = (cpus & holders[0].cpus).format()
+                    problem = f"CPUs {clash} are held by claim {holders[0].uid}"
+            if problem:
+                results.append(
+                    AdoptResult(uid, False, False, f"claim {uid} cannot be recovered: {problem}")
+                )
+                continue
+            records[uid] = ClaimRecord(
+                uid=uid,
+                namespace="",
+                name="",
+                cpus=cpus,
+                allocations=(),
+                prepared_at_ns=now_ns,
+                owner=container.owner,
+                container_id=container.container_id,
+                recovered=True,
+            )
+            recovered.append(uid)
+            changed = pool_changed = True
+            union = union | cpus
+            results.append(AdoptResult(uid, True, True))
+            continue
+        if record.cpus != cpus:
+            results.append(
+                AdoptResult(
+                    uid,
+                    False,
+                    False,
+                    f"claim {uid}: the container runs on CPUs {cpus.format()}, the claim was "
+                    f"prepared with {record.cpus.format()}",
+                )
+            )
+            continue
+        conflict = _owner_conflict(uid, record, container.owner)
+        if conflict is not None:
+            results.append(AdoptResult(uid, False, False, str(conflict)))
+            continue
+        updated = replace(record, owner=container.owner, container_id=container.container_id)
+        if updated != record:
+            records[uid] = updated
+            changed = True
+        union = union | cpus
+        results.append(AdoptResult(uid, True, False))
+    new_state = state.with_records(records, pool_changed=pool_changed) if changed else state
+    return AdoptOutcome(new_state, tuple(results), union, tuple(recovered), changed)
+
+
+def retopologize(state: NodeState, machine: Machine, devices: DeviceModel) -> NodeState:
+    """The inventory or configuration changed: records keep their CPUs (a claim is never
+    silently dropped); the shared pool follows the new online set."""
+    pool_changed = machine.online != state.online or devices.options.reserved != state.reserved
+    return replace(
+        state,
+        machine=machine,
+        devices=devices,
+        pool_generation=state.pool_generation + (1 if pool_changed else 0),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    allocated: int
+    available: int
+    reserved: int
+    active_claims: int
+    online: int
+
+
+def summary(state: NodeState) -> Summary:
+    return Summary(
+        allocated=len(state.exclusive),
+        available=len(state.shared),
+        reserved=len(state.reserved & state.online),
+        active_claims=len(state.records),
+        online=len(state.online),
+    )
+
+
+def list_claims(state: NodeState, namespace: str = "") -> list[ClaimRecord]:
+    return sorted(
+        (r for r in state.records.values() if not namespace or r.namespace == namespace),
+        key=lambda r: (r.namespace, r.name, r.uid),
+    )
+
+
+def records_from(items: Iterable[ClaimRecord]) -> dict[str, ClaimRecord]:
+    return {r.uid: r for r in items}
+
+
+def offline_claims(state: NodeState) -> Sequence[tuple[ClaimRecord, CPUSet]]:
+    """Records holding CPUs the kernel no longer reports online."""
+    return [(r, r.cpus - state.online) for r in state.records.values() if r.cpus - state.online]

@@ -1,0 +1,246 @@
+"""The devices the node publishes, derived from the topology and the driver configuration.
+
+Pure: the same machine and configuration always give the same devices, so the allocator can
+rebuild them at any time and other services never recompute them. Names, attributes and
+capacity follow the reference driver's attribute tables (pkg/device/builder.go).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.machine import Machine
+
+DRIVER = "dra.cpu"
+CPU_CAPACITY = "dra.cpu/cpu"
+
+ATTR_NUMA_NODE = "resource.kubernetes.io/numaNode"
+ATTR_PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+ATTR_SOCKET_ID = "dra.cpu/socketID"
+ATTR_SMT_ENABLED = "dra.cpu/smtEnabled"
+ATTR_NUM_CPUS = "dra.cpu/numCPUs"
+ATTR_CACHE_L3_ID = "dra.cpu/cacheL3ID"
+ATTR_CORE_TYPE = "dra.cpu/coreType"
+ATTR_CORE_ID = "dra.cpu/coreID"
+ATTR_CPU_ID = "dra.cpu/cpuID"
+# Legacy attributes, kept for compatibility with claims written for older releases.
+ATTR_LEGACY_NUMA_NODE_ID = "dra.cpu/numaNodeID"
+ATTR_LEGACY_NET_NUMA_NODE = "dra.net/numaNode"
+# Metadata only (never published): how many CPUs one grouped result received.
+ATTR_ALLOCATED_NUM_CPUS = "dra.cpu/allocatedNumCPUs"
+
+INDIVIDUAL_PREFIX = "cpudev"
+NUMA_PREFIX = "cpudevnuma"
+SOCKET_PREFIX = "cpudevsocket"
+MACHINE_DEVICE = "cpudevmachine"
+
+Mode = Literal["grouped", "individual"]
+GroupBy = Literal["numanode", "socket", "machine"]
+DeviceKind = Literal["cpu", "numanode", "socket", "machine"]
+AttributeValue = bool | int | str | tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAllocatableMapping:
+    """resource.k8s.io/v1 NodeAllocatableResource mapping for the node resource `cpu`."""
+
+    capacity_key: str = ""
+    capacity_multiplier: str = ""
+    device_multiplier: str = ""
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    kind: DeviceKind
+    cpus: CPUSet
+    attributes: Mapping[str, AttributeValue]
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    allow_multiple_allocations: bool = False
+    node_allocatable: Mapping[str, NodeAllocatableMapping] = field(default_factory=dict)
+
+    @property
+    def uses_list_attributes(self) -> bool:
+        return any(isinstance(value, tuple) for value in self.attributes.values())
+
+
+@dataclass(frozen=True)
+class DeviceOptions:
+    """The configuration that shapes the devices."""
+
+    mode: Mode = "grouped"
+    group_by: GroupBy = "numanode"
+    reserved: CPUSet = field(default_factory=CPUSet)
+    expose_pcie_roots: bool = False
+    node_allocatable_mapping: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    options: DeviceOptions
+    devices: tuple[Device, ...]  # in device-number order
+
+    @cached_property
+    def by_name(self) -> Mapping[str, Device]:
+        return {d.name: d for d in self.devices}
+
+    @property
+    def mode(self) -> Mode:
+        return self.options.mode
+
+    @property
+    def group_by(self) -> str:
+        return "" if self.options.mode == "individual" else self.options.group_by
+
+    @cached_property
+    def uses_list_attributes(self) -> bool:
+        return any(d.uses_list_attributes for d in self.devices)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Changes whenever any published fact of any device changes."""
+        document = [
+            {
+                "name": d.name,
+                "cpus": d.cpus.format(),
+                "attributes": {
+                    k: list(v) if isinstance(v, tuple) else v
+                    for k, v in sorted(d.attributes.items())
+                },
+                "capacity": dict(sorted(d.capacity.items())),
+                "multiple": d.allow_multiple_allocations,
+                "allocatable": {
+                    k: [m.capacity_key, m.capacity_multiplier, m.device_multiplier]
+                    for k, m in d.node_allocatable.items()
+                },
+            }
+            for d in self.devices
+        ]
+        text = json.dumps([self.options.mode, self.group_by, document], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_devices(machine: Machine, options: DeviceOptions) -> DeviceModel:
+    if options.mode == "individual":
+        devices = _individual(machine, options)
+    else:
+        devices = _grouped(machine, options)
+    return DeviceModel(options=options, devices=tuple(devices))
+
+
+def individual_order(machine: Machine, reserved: CPUSet) -> list[int]:
+    """Allocatable CPUs in device-number order: cores ordered by their first allocatable CPU,
+    the core's threads next to each other, so the scheduler's first-fit keeps SMT siblings
+    together (reference: cpuDeviceInfos)."""
+    groups: dict[int, list[int]] = {}
+    for cpu in machine.cpus:
+        if cpu.cpu_id in reserved:
+            continue
+        groups.setdefault(cpu.physical_core_index, []).append(cpu.cpu_id)
+    ordered = sorted(groups.values(), key=lambda members: members[0])
+    return [cpu for members in ordered for cpu in members]
+
+
+def _pcie_roots(
+    machine: Machine, cpus: CPUSet, options: DeviceOptions
+) -> dict[str, AttributeValue]:
+    if not options.expose_pcie_roots:
+        return {}
+    roots: set[str] = set()
+    for cpu in cpus:
+        info = machine.by_id.get(cpu)
+        if info is not None:
+            roots.update(info.pcie_roots)
+    return {ATTR_PCIE_ROOT: tuple(sorted(roots))} if roots else {}
+
+
+def _individual(machine: Machine, options: DeviceOptions) -> list[Device]:
+    allocatable = (
+        {"cpu": NodeAllocatableMapping(device_multiplier="1")}
+        if options.node_allocatable_mapping
+        else {}
+    )
+    devices = []
+    for number, cpu_id in enumerate(individual_order(machine, options.reserved)):
+        cpu = machine.by_id[cpu_id]
+        attributes: dict[str, AttributeValue] = {
+            ATTR_NUMA_NODE: cpu.numa_node_id,
+            ATTR_SOCKET_ID: cpu.socket_id,
+            ATTR_SMT_ENABLED: machine.smt_enabled,
+            ATTR_CACHE_L3_ID: cpu.uncore_cache_id,
+            ATTR_CORE_TYPE: cpu.core_type,
+            ATTR_CORE_ID: cpu.core_id,
+            ATTR_CPU_ID: cpu.cpu_id,
+            ATTR_LEGACY_NET_NUMA_NODE: cpu.numa_node_id,
+            ATTR_LEGACY_NUMA_NODE_ID: cpu.numa_node_id,
+        }
+        attributes.update(_pcie_roots(machine, CPUSet([cpu_id]), options))
+        devices.append(
+            Device(
+                name=f"{INDIVIDUAL_PREFIX}{number:03d}",
+                kind="cpu",
+                cpus=CPUSet([cpu_id]),
+                attributes=attributes,
+                node_allocatable=allocatable,
+            )
+        )
+    return devices
+
+
+def _grouped(machine: Machine, options: DeviceOptions) -> list[Device]:
+    allocatable = (
+        {"cpu": NodeAllocatableMapping(capacity_key=CPU_CAPACITY, capacity_multiplier="1")}
+        if options.node_allocatable_mapping
+        else {}
+    )
+    smt = machine.smt_enabled
+    devices = []
+
+    def group(
+        name: str, kind: DeviceKind, cpus: CPUSet, attributes: dict[str, AttributeValue]
+    ) -> Device:
+        attributes.update(_pcie_roots(machine, cpus, options))
+        return Device(
+            name=name,
+            kind=kind,
+            cpus=cpus,
+            attributes=attributes,
+            capacity={CPU_CAPACITY: str(len(cpus))},
+            allow_multiple_allocations=True,
+            node_allocatable=allocatable,
+        )
+
+    if options.group_by == "numanode":
+        for node, members in machine.numa_nodes.items():
+            cpus = members - options.reserved
+            if not cpus:
+                continue
+            socket = machine.by_id[cpus.first()].socket_id
+            attributes: dict[str, AttributeValue] = {
+                ATTR_NUMA_NODE: node,
+                ATTR_SOCKET_ID: socket,
+                ATTR_SMT_ENABLED: smt,
+                ATTR_NUM_CPUS: len(cpus),
+                ATTR_LEGACY_NET_NUMA_NODE: node,
+                ATTR_LEGACY_NUMA_NODE_ID: node,
+            }
+            devices.append(group(f"{NUMA_PREFIX}{node:03d}", "numanode", cpus, attributes))
+    elif options.group_by == "socket":
+        for socket, members in machine.sockets.items():
+            cpus = members - options.reserved
+            if not cpus:
+                continue
+            attributes = {ATTR_SOCKET_ID: socket, ATTR_NUM_CPUS: len(cpus), ATTR_SMT_ENABLED: smt}
+            devices.append(group(f"{SOCKET_PREFIX}{socket:03d}", "socket", cpus, attributes))
+    else:
+        # The whole machine is the kernel's online set (as the reference publishes it).
+        cpus = machine.online - options.reserved
+        attributes = {ATTR_SMT_ENABLED: smt, ATTR_NUM_CPUS: len(cpus)}
+        devices.append(group(MACHINE_DEVICE, "machine", cpus, attributes))
+    return devices

@@ -1,0 +1,355 @@
+"""The allocator's live state: one serialized writer around the pure claim rules, making every
+change durable (CDI spec, checkpoint) before it is published or acknowledged.
+
+Order of operations, so that a kill -9 at any point loses nothing acknowledged and never puts
+a CPU in two claims:
+
+- prepare: choose CPUs in a pending state (the lock keeps anyone else from choosing them) →
+  write the CDI spec → write the checkpoint → publish → acknowledge. A failure drops the
+  pending state and removes a spec already written.
+- unprepare: remove the CDI spec → write the checkpoint without the record → publish. The CPUs
+  stay exclusive until both are durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from prometheus_client import CollectorRegistry
+
+from dracpu.allocator import cdi, checkpoint, claims, recovery
+from dracpu.allocator.devices import DeviceModel, DeviceOptions, build_devices
+from dracpu.core import metrics
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import StateError, UnavailableError
+from dracpu.core.log import get_logger
+from dracpu.core.machine import Machine
+
+log = get_logger("allocator")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPoolView:
+    cpus: CPUSet
+    reserved: CPUSet
+    online: CPUSet
+    exclusive: CPUSet
+    generation: int
+
+
+def pool_view(state: claims.NodeState) -> SharedPoolView:
+    return SharedPoolView(
+        cpus=state.shared,
+        reserved=state.reserved,
+        online=state.online,
+        exclusive=state.exclusive,
+        generation=state.pool_generation,
+    )
+
+
+class NodeAllocator:
+    def __init__(
+        self,
+        *,
+        state_dir: Path,
+        cdi_dir: Path,
+        options: DeviceOptions,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.state_dir = state_dir
+        self.cdi_dir = cdi_dir
+        self.options = options
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._state: claims.NodeState | None = None
+        self._devices_generation = 0
+        self._watchers: set[asyncio.Queue[SharedPoolView]] = set()
+        self._metrics: dict[str, Any] = metrics.build("allocator", registry) if registry else {}
+
+    # ---- reads: snapshots of the published state ------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._state is not None
+
+    @property
+    def state(self) -> claims.NodeState:
+        if self._state is None:
+            raise UnavailableError("the allocator is starting: topology or state not loaded yet")
+        return self._state
+
+    @property
+    def devices(self) -> tuple[DeviceModel, int]:
+        return self.state.devices, self._devices_generation
+
+    def shared_pool(self) -> SharedPoolView:
+        return pool_view(self.state)
+
+    # ---- start-up ----------------------------------------------------------------------------
+
+    async def start(self, machine: Machine) -> None:
+        async with self._lock:
+            await asyncio.to_thread(self._recover, machine)
+
+    def _recover(self, machine: Machine) -> None:
+        devices = build_devices(machine, self.options)
+        loaded: checkpoint.Checkpoint | None
+        try:
+            loaded = checkpoint.load(self.state_dir)
+        except checkpoint.CorruptCheckpointError as exc:
+            aside = checkpoint.move_aside(self.state_dir)
+            log.error(
+                "checkpoint cannot be trusted; moved aside, rebuilding from CDI specs",
+                error=str(exc),
+                moved_to=str(aside),
+            )
+            loaded = None
+        specs = list(cdi.read_specs(self.cdi_dir))
+        if loaded is None:
+            # Silent only on a first start: nothing recorded and nothing on disk.
+            log.info(
+                0 if specs else 2,
+                "no usable checkpoint; rebuilding claim records from CDI specs",
+                cdi_dir=str(self.cdi_dir),
+                specs=len(specs),
+            )
+        result = recovery.reconcile(
+            loaded,
+            specs,
+            machine.online,
+            self.options.reserved,
+            self._clock(),
+        )
+        for finding in result.findings:
+            if finding.level == 0:
+                log.warning(finding.message, **finding.fields)
+            else:
+                log.info(finding.level, finding.message, **finding.fields)
+        previous = loaded or checkpoint.Checkpoint(records=(), devices_generation=0)
+        self._devices_generation = previous.devices_generation + (
+            0 if previous.devices_fingerprint == devices.fingerprint else 1
+        )
+        state = claims.NodeState(
+            machine=machine,
+            devices=devices,
+            records=result.records,
+            pool_generation=previous.pool_generation + 1,
+            claims_generation=previous.claims_generation + 1,
+        )
+        for uid in result.rewrite_specs:
+            cdi.write_spec(self.cdi_dir, uid, result.records[uid].cpus)
+        self._write_checkpoint(state)
+        self._publish(state)
+        log.info(
+            0,
+            "allocator state loaded",
+            claims=len(state.records),
+            exclusive=state.exclusive.format(),
+            shared=state.shared.format(),
+            devices=len(devices.devices),
+            devices_generation=self._devices_generation,
+        )
+
+    # ---- mutations ---------------------------------------------------------------------------
+
+    def _checkpoint_of(self, state: claims.NodeState) -> checkpoint.Checkpoint:
+        return checkpoint.Checkpoint(
+            records=tuple(state.records.values()),
+            pool_generation=state.pool_generation,
+            claims_generation=state.claims_generation,
+            devices_generation=self._devices_generation,
+            devices_fingerprint=state.devices.fingerprint,
+            meta={
+                "mode": self.options.mode,
+                "groupBy": state.devices.group_by,
+                "reserved": self.options.reserved.format(),
+            },
+        )
+
+    def _write_checkpoint(self, state: claims.NodeState) -> None:
+        checkpoint.write(self.state_dir, self._checkpoint_of(state))
+
+    def _publish(self, state: claims.NodeState) -> None:
+        previous = self._state
+        self._state = state
+        if self._metrics:
+            summary = claims.summary(state)
+            self._metrics["dra_cpu_allocated_cpus"].set(summary.allocated)
+            self._metrics["dra_cpu_available_cpus"].set(summary.available)
+            self._metrics["dra_cpu_reserved_cpus"].set(summary.reserved)
+            self._metrics["dra_cpu_resource_claims_active"].set(summary.active_claims)
+        if previous is None or previous.pool_generation != state.pool_generation:
+            view = pool_view(state)
+            for queue in self._watchers:
+                queue.put_nowait(view)
+
+    async def _io(self, func: Callable[..., T], *args: Any) -> T:
+        return await asyncio.to_thread(func, *args)
+
+    async def prepare(self, request: claims.PrepareInput) -> claims.PrepareOutcome:
+        cdi.check_uid(request.uid)
+        async with self._lock:
+            state = self.state
+            outcome = claims.prepare(state, request, self._clock())
+            record = outcome.record
+            if outcome.already_prepared:
+                # The spec may have been lost (e.g. /var/run wiped); writing it again is harmless.
+                await self._io(cdi.write_spec, self.cdi_dir, record.uid, record.cpus)
+                if outcome.state is not state:
+                    await self._io(self._write_checkpoint, outcome.state)
+                    self._publish(outcome.state)
+                log.info(2, "claim already prepared", claim=record.uid, cpus=record.cpus.format())
+                return outcome
+            try:
+                await self._io(cdi.write_spec, self.cdi_dir, record.uid, record.cpus)
+                await self._io(self._write_checkpoint, outcome.state)
+            except BaseException:
+                await self._undo_spec(record.uid)
+                raise
+            self._publish(outcome.state)
+            if self._metrics:
+                self._metrics["dra_cpu_claim_allocated_cpus"].observe(len(record.cpus))
+            log.info(
+                2,
+                "claim prepared",
+                claim=record.uid,
+                namespace=record.namespace,
+                name=record.name,
+                cpus=record.cpus.format(),
+                policy=record.policy,
+            )
+            return outcome
+
+    async def _undo_spec(self, uid: str) -> None:
+        try:
+            await asyncio.shield(self._io(cdi.remove_spec, self.cdi_dir, uid))
+        except (StateError, asyncio.CancelledError) as exc:
+            log.error("cannot roll back CDI spec", claim=uid, error=str(exc))
+
+    async def unprepare(self, uid: str) -> claims.ClaimRecord | None:
+        async with self._lock:
+            state = self.state
+            new_state, record = claims.unprepare(state, uid)
+            if record is None:
+                # Nothing recorded; a stray spec of this claim must not outlive it.
+                removed = await self._io(cdi.remove_spec, self.cdi_dir, uid)
+                log.info(2, "claim was not prepared", claim=uid, removed_stray_spec=removed)
+                return None
+            await self._io(cdi.remove_spec, self.cdi_dir, uid)
+            try:
+                await self._io(self._write_checkpoint, new_state)
+            except BaseException:
+                # Keep the claim: put its spec back so disk and memory agree again.
+                try:
+                    await asyncio.shield(self._io(cdi.write_spec, self.cdi_dir, uid, record.cpus))
+                except (StateError, asyncio.CancelledError) as exc:
+                    log.error("cannot restore CDI spec", claim=uid, error=str(exc))
+                raise
+            self._publish(new_state)
+            log.info(2, "claim unprepared", claim=uid, released=record.cpus.format())
+            return record
+
+    async def attach(
+        self, container: claims.Container, presented: Mapping[str, CPUSet]
+    ) -> claims.AttachOutcome:
+        async with self._lock:
+            outcome = claims.attach(self.state, container, presented)
+            if outcome.changed:
+                await self._io(self._write_checkpoint, outcome.state)
+                self._publish(outcome.state)
+            log.info(
+                2,
+                "container attached",
+                container=container.container_id,
+                owner=container.owner.describe(),
+                claims=",".join(sorted(presented)),
+                cpus=outcome.cpus.format(),
+            )
+            return outcome
+
+    async def detach(self, container_id: str) -> list[str]:
+        async with self._lock:
+            new_state, uids = claims.detach(self.state, container_id)
+            if uids:
+                await self._io(self._write_checkpoint, new_state)
+                self._publish(new_state)
+                log.info(2, "container detached", container=container_id, claims=",".join(uids))
+            return uids
+
+    async def adopt(
+        self, container: claims.Container, presented: Mapping[str, CPUSet]
+    ) -> claims.AdoptOutcome:
+        async with self._lock:
+            outcome = claims.adopt(self.state, container, presented, self._clock())
+            if outcome.changed:
+                written: list[str] = []
+                try:
+                    for uid in outcome.recovered:
+                        await self._io(
+                            cdi.write_spec, self.cdi_dir, uid, outcome.state.records[uid].cpus
+                        )
+                        written.append(uid)
+                    await self._io(self._write_checkpoint, outcome.state)
+                except BaseException:
+                    for uid in written:
+                        await self._undo_spec(uid)
+                    raise
+                self._publish(outcome.state)
+            for result in outcome.results:
+                if result.recovered:
+                    log.warning(
+                        "claim recovered from a running container",
+                        claim=result.uid,
+                        container=container.container_id,
+                    )
+                elif not result.accepted:
+                    log.warning(
+                        "running container's claim refused", claim=result.uid, error=result.error
+                    )
+            return outcome
+
+    async def update_topology(self, machine: Machine) -> bool:
+        """A new inventory: rebuild the devices; True if they changed."""
+        async with self._lock:
+            state = self.state
+            if machine.fingerprint == state.machine.fingerprint:
+                return False
+            devices = build_devices(machine, self.options)
+            changed = devices.fingerprint != state.devices.fingerprint
+            new_state = claims.retopologize(state, machine, devices)
+            if changed:
+                self._devices_generation += 1
+            for record, offline in claims.offline_claims(new_state):
+                log.warning(
+                    "claim holds CPUs that went offline; keeping the record",
+                    claim=record.uid,
+                    offline=offline.format(),
+                )
+            await self._io(self._write_checkpoint, new_state)
+            self._publish(new_state)
+            log.info(
+                0,
+                "topology changed",
+                online=machine.online.format(),
+                devices_changed=changed,
+                devices_generation=self._devices_generation,
+            )
+            return changed
+
+    # ---- shared pool watchers -------------------------------------------------------------------
+
+    def subscribe(self) -> asyncio.Queue[SharedPoolView]:
+        queue: asyncio.Queue[SharedPoolView] = asyncio.Queue()
+        self._watchers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[SharedPoolView]) -> None:
+        self._watchers.discard(queue)

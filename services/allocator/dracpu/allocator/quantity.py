@@ -1,0 +1,52 @@
+"""Kubernetes resource quantities (`4`, `4000m`, `1k`, `2Ki`, `1e3`) as exact decimals."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from dracpu.core.errors import InvalidInputError
+
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
+
+_SUFFIX = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+
+
+def parse_quantity(text: str) -> Decimal:
+    match = _QUANTITY.match(text.strip())
+    if match is None:
+        raise InvalidInputError(f"{text!r} is not a quantity")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        if suffix[:1] in ("e", "E"):
+            return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
+        return Decimal(number) * _SUFFIX[suffix]
+    except (InvalidOperation, OverflowError):
+        raise InvalidInputError(f"{text!r} is not a quantity") from None
+
+
+def cpu_count(text: str, where: str) -> int:
+    """A consumed `dra.cpu/cpu` capacity: a positive whole number of CPUs."""
+    value = parse_quantity(text)
+    if value <= 0:
+        raise InvalidInputError(f"{where}: CPU capacity must be positive, got {text}")
+    if value != value.to_integral_value():
+        raise InvalidInputError(f"{where}: CPU capacity must be a whole number, got {text}")
+    return int(value)

@@ -1,0 +1,137 @@
+"""Start-up reconciliation of the checkpoint, the CDI specs on disk and the current topology.
+
+Pure: it decides, the caller logs the findings and writes what must be rewritten. Rules:
+
+- record and spec agree: keep.
+- record, spec missing or different: keep the record and rewrite the spec. The record is the
+  acknowledged truth; only an acknowledged unprepare removes it.
+- spec without record: a prepare was interrupted after writing the spec; rebuild the record
+  from the spec, unless its CPUs collide with a record (then leave the file and say so).
+- checkpoint missing or corrupt: rebuild every record from the specs.
+- record holding CPUs now offline or reserved: keep it, say so loudly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dracpu.allocator.cdi import SpecOnDisk
+from dracpu.allocator.checkpoint import Checkpoint
+from dracpu.allocator.claims import ClaimRecord
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import StateError
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    level: int  # log verbosity: 0 for anything an operator must see
+    message: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Recovery:
+    records: dict[str, ClaimRecord]
+    rewrite_specs: list[str]  # uids whose CDI spec must be (re)written from the record
+    findings: list[Finding]
+
+
+def reconcile(
+    checkpoint: Checkpoint | None,
+    specs: Iterable[SpecOnDisk | StateError],
+    online: CPUSet,
+    reserved: CPUSet,
+    now_ns: int,
+) -> Recovery:
+    findings: list[Finding] = []
+    records = {r.uid: r for r in checkpoint.records} if checkpoint is not None else {}
+    on_disk: dict[str, SpecOnDisk] = {}
+    for item in specs:
+        if isinstance(item, StateError):
+            findings.append(Finding(0, "ignoring unreadable CDI spec", {"error": str(item)}))
+        else:
+            on_disk[item.uid] = item
+    rewrite: list[str] = []
+    for uid, record in sorted(records.items()):
+        spec = on_disk.get(uid)
+        if spec is None:
+            findings.append(
+                Finding(
+                    0,
+                    "CDI spec missing for a recorded claim; rewriting it",
+                    {"claim": uid, "cpus": record.cpus.format()},
+                )
+            )
+            rewrite.append(uid)
+        elif spec.cpus != record.cpus:
+            findings.append(
+                Finding(
+                    0,
+                    "CDI spec disagrees with the recorded claim; rewriting it from the record",
+                    {"claim": uid, "recorded": record.cpus.format(), "spec": spec.cpus.format()},
+                )
+            )
+            rewrite.append(uid)
+    taken = CPUSet()
+    for record in records.values():
+        taken = taken | record.cpus
+    rebuilt = 0
+    for uid, spec in sorted(on_disk.items()):
+        if uid in records:
+            continue
+        clash = spec.cpus & taken
+        if clash:
+            findings.append(
+                Finding(
+                    0,
+                    "CDI spec without a record collides with recorded claims; not recovering it",
+                    {
+                        "claim": uid,
+                        "cpus": spec.cpus.format(),
+                        "collision": clash.format(),
+                        "file": str(spec.path),
+                    },
+                )
+            )
+            continue
+        records[uid] = ClaimRecord(
+            uid=uid,
+            namespace="",
+            name="",
+            cpus=spec.cpus,
+            allocations=(),
+            prepared_at_ns=now_ns,
+            recovered=True,
+        )
+        taken = taken | spec.cpus
+        rebuilt += 1
+        level = 0 if checkpoint is not None else 2
+        findings.append(
+            Finding(
+                level, "claim rebuilt from its CDI spec", {"claim": uid, "cpus": spec.cpus.format()}
+            )
+        )
+    if checkpoint is None and rebuilt:
+        findings.append(Finding(0, "rebuilt claim records from CDI specs", {"claims": rebuilt}))
+    for uid, record in sorted(records.items()):
+        offline = record.cpus - online
+        if offline:
+            findings.append(
+                Finding(
+                    0,
+                    "claim holds CPUs that are not online; keeping the record",
+                    {"claim": uid, "offline": offline.format()},
+                )
+            )
+        clash = record.cpus & reserved
+        if clash:
+            findings.append(
+                Finding(
+                    0,
+                    "claim holds CPUs that are now reserved; keeping the record",
+                    {"claim": uid, "reserved": clash.format()},
+                )
+            )
+    return Recovery(records=records, rewrite_specs=rewrite, findings=findings)

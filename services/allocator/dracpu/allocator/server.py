@@ -1,0 +1,144 @@
+"""`dracpu-allocator`: the allocator service process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from dracpu.allocator import topology_client
+from dracpu.allocator.devices import DeviceOptions
+from dracpu.allocator.node import NodeAllocator
+from dracpu.allocator.service import API_VERSION, SERVICE_NAME, AllocatorServicer
+from dracpu.core import config as driver_config
+from dracpu.core import log as logging_setup
+from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.errors import DracpuError
+from dracpu.core.machine import Machine
+from dracpu.core.metrics import exposition
+from dracpu.core.rpc import DEFAULT_SOCKETS, start_server
+from dracpu.pb.allocator.v1 import allocator_pb2_grpc
+
+PROG = "dracpu-allocator"
+log = logging_setup.get_logger("allocator")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog=PROG, description="The allocator: the node's CPU allocation state."
+    )
+    parser.add_argument("--socket", default=DEFAULT_SOCKETS["allocator"], metavar="PATH")
+    parser.add_argument("--topology-socket", default=DEFAULT_SOCKETS["topology"], metavar="PATH")
+    parser.add_argument(
+        "--topology-file",
+        metavar="REPORT",
+        help="read the inventory from a gatherinfo report instead of the topology service",
+    )
+    parser.add_argument("--state-dir", default="/var/lib/dracpu", metavar="DIR")
+    parser.add_argument("--cdi-dir", default="/var/run/cdi", metavar="DIR")
+    parser.add_argument(
+        "--expose-pcie-roots",
+        action="store_true",
+        help="publish resource.kubernetes.io/pcieRoot on devices",
+    )
+    parser.add_argument(
+        "--topology-refresh",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how often to ask the topology service for changes (0: never)",
+    )
+    driver_config.add_config_flags(parser)
+    return parser
+
+
+async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            machine = await topology_client.fetch(socket)
+            await node.update_topology(machine)
+        except DracpuError as exc:
+            log.info(2, "topology refresh failed; keeping the current inventory", error=str(exc))
+
+
+async def serve(args: argparse.Namespace) -> int:
+    config = driver_config.load(args)
+    driver_config.log_effective(config)
+    options = DeviceOptions(
+        mode=config.cpu_device_mode,
+        group_by=config.group_by,
+        reserved=config.reserved,
+        expose_pcie_roots=args.expose_pcie_roots,
+        node_allocatable_mapping=config.publish_node_allocatable_resource_mapping,
+    )
+    machine_from_file: Machine | None = None
+    if args.topology_file:
+        machine_from_file = topology_client.load_file(args.topology_file)
+    registry = CollectorRegistry()
+    node = NodeAllocator(
+        state_dir=Path(args.state_dir),
+        cdi_dir=Path(args.cdi_dir),
+        options=options,
+        registry=registry,
+    )
+    servicer = AllocatorServicer(node)
+    server, health = await start_server(
+        args.socket,
+        lambda s: allocator_pb2_grpc.add_AllocatorServicer_to_server(servicer, s),
+        service="allocator",
+        api_version=API_VERSION,
+        health_names=[SERVICE_NAME],
+        metrics=lambda: exposition(registry),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        if machine_from_file is not None:
+            machine = machine_from_file
+        else:
+            waiting = asyncio.ensure_future(
+                topology_client.wait_for_inventory(args.topology_socket)
+            )
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():
+                waiting.cancel()
+                return 0
+            stopping.cancel()
+            machine = waiting.result()
+        await node.start(machine)
+        await health.set(True)
+        log.info(0, "allocator serving", socket=args.socket, cpus=len(machine.cpus))
+        if machine_from_file is None and args.topology_refresh > 0:
+            tasks.append(
+                asyncio.create_task(
+                    _refresh_loop(node, args.topology_socket, args.topology_refresh)
+                )
+            )
+        await stop.wait()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await health.set(False)
+        await server.stop(grace=2)
+        log.info(0, "allocator stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    logging_setup.setup(args.verbosity, "allocator")
+    return run_async(lambda: serve(args), PROG)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""Where the allocator gets the CPU inventory: the topology service (default), or a
+gatherinfo report / JSON `cpus` document for development and tests."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import yaml
+
+from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
+from dracpu.core.log import get_logger
+from dracpu.core.machine import Machine
+from dracpu.core.rpc import call, channel
+from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
+
+log = get_logger("topology-client")
+
+
+def load_file(path: str) -> Machine:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInputError(f"topology file {path}: {exc.strerror or exc}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise InvalidInputError(f"topology file {path}: neither JSON nor YAML") from None
+    return Machine.from_report(document, f"topology file {path}")
+
+
+async def fetch(socket: str, timeout: float = 5.0) -> Machine:
+    async with channel(socket) as chan:
+        stub = topology_pb2_grpc.TopologyStub(chan)
+        inventory = await call(
+            stub.GetInventory(topology_pb2.GetInventoryRequest(), timeout=timeout),
+            f"topology service at {socket}",
+        )
+    if not inventory.cpus:
+        raise UnavailableError(f"topology service at {socket} reports no CPUs")
+    return Machine.from_proto(inventory)
+
+
+async def wait_for_inventory(socket: str, max_backoff: float = 5.0) -> Machine:
+    """Ask until the topology service answers; it may start after us."""
+    delay = 0.1
+    attempt = 0
+    while True:
+        try:
+            return await fetch(socket)
+        except DracpuError as exc:
+            attempt += 1
+            # Say it once loudly, then only at debug level.
+            if attempt == 1:
+                log.warning(
+                    "topology service not answering yet; retrying", socket=socket, error=str(exc)
+                )
+            else:
+                log.info(
+                    4,
+                    "topology service still not answering",
+                    socket=socket,
+                    attempt=attempt,
+                    error=str(exc),
+                )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, max_backoff)
