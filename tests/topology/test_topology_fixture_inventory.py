@@ -1,0 +1,260 @@
+"""Discovery on every named fixture yields exactly the machine the fixture describes.
+
+Each expectation is written out by hand from how that kind of machine numbers its CPUs, not
+computed by the fixture generator, so a wrong generator and a wrong discovery both fail here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.machine import Machine
+from dracpu.topology.discovery import discover
+from dracpu.topology.fixtures import FIXTURES, write_fixture
+
+
+def cpus(*parts: str) -> str:
+    return CPUSet.parse(",".join(parts)).format()
+
+
+def span(first: int, count: int) -> str:
+    return f"{first}-{first + count - 1}"
+
+
+@dataclass(frozen=True)
+class Expected:
+    summary: dict[str, object]
+    online: str
+    sockets: dict[int, str]
+    numa: dict[int, str]
+    l3: dict[int, str]  # cache id -> CPUs; CPUs in none have -1
+    cores: list[str]  # the SMT sibling set of every physical core
+    core_id: Callable[[int], int]
+    clusters: dict[int, str] = field(default_factory=dict)  # CPUs in none have -1
+    core_types: dict[str, str] = field(default_factory=dict)  # default: all standard
+    pcie: dict[str, str] = field(default_factory=dict)
+    smt_control: str = "on"
+
+
+def summary(
+    cpus_: int, cores: int, l3: int, sockets: int, nodes: int, smt: bool
+) -> dict[str, object]:
+    return {
+        "numCPUs": cpus_,
+        "numCores": cores,
+        "numUncoreCache": l3,
+        "numSockets": sockets,
+        "numNUMANodes": nodes,
+        "smtEnabled": smt,
+    }
+
+
+XEON_CORE_IDS = [0, 1, 2, 3, 4, 8, 9, 10, 11, 12]
+OFFLINE_MIDDLE_ONLINE = "0-3,6-8,10-15"
+
+EXPECTED: dict[str, Expected] = {
+    # Siblings n / n+4.
+    "single-4c8t": Expected(
+        summary=summary(8, 4, 1, 1, 1, True),
+        online="0-7",
+        sockets={0: "0-7"},
+        numa={0: "0-7"},
+        l3={0: "0-7"},
+        cores=[f"{c},{c + 4}" for c in range(4)],
+        core_id=lambda cpu: cpu % 4,
+        pcie={"pci0000:00": "0-7"},
+    ),
+    # First threads of socket 0 then socket 1, then the second threads: siblings n / n+20.
+    "xeon-2s-ht": Expected(
+        summary=summary(40, 20, 2, 2, 2, True),
+        online="0-39",
+        sockets={0: "0-9,20-29", 1: "10-19,30-39"},
+        numa={0: "0-9,20-29", 1: "10-19,30-39"},
+        l3={0: "0-9,20-29", 1: "10-19,30-39"},
+        cores=[f"{c},{c + 20}" for c in range(20)],
+        core_id=lambda cpu: XEON_CORE_IDS[cpu % 10],
+        pcie={
+            "pci0000:00": "0-9,20-29",
+            "pci0000:3a": "0-9,20-29",
+            "pci0000:80": "10-19,30-39",
+            "pci0000:ae": "10-19,30-39",
+        },
+    ),
+    # 128 cores numbered socket-major, second threads from 128; NUMA = 16 cores, L3 = 8 cores.
+    "epyc-2s-nps4": Expected(
+        summary=summary(256, 128, 16, 2, 8, True),
+        online="0-255",
+        sockets={s: cpus(span(64 * s, 64), span(128 + 64 * s, 64)) for s in range(2)},
+        numa={n: cpus(span(16 * n, 16), span(128 + 16 * n, 16)) for n in range(8)},
+        l3={k: cpus(span(8 * k, 8), span(128 + 8 * k, 8)) for k in range(16)},
+        cores=[f"{c},{c + 128}" for c in range(128)],
+        core_id=lambda cpu: cpu % 64,
+        pcie={
+            f"pci0000:{32 * n:02x}": cpus(span(16 * n, 16), span(128 + 16 * n, 16))
+            for n in range(8)
+        },
+    ),
+    # P-core threads adjacent (0-15), then the E-cores 16-23.
+    "intel-hybrid": Expected(
+        summary=summary(24, 16, 1, 1, 1, True),
+        online="0-23",
+        sockets={0: "0-23"},
+        numa={0: "0-23"},
+        l3={0: "0-23"},
+        cores=[f"{2 * c}-{2 * c + 1}" for c in range(8)] + [str(c) for c in range(16, 24)],
+        core_id=lambda cpu: 4 * (cpu // 2) if cpu < 16 else 32 + cpu - 16,
+        core_types={"p-core": "0-15", "e-core": "16-23"},
+    ),
+    # core_id restarts in every cluster of 4, so only (socket, cluster, core) is an identity;
+    # the L3 has no id file and is named after its lowest CPU.
+    "arm-clusters": Expected(
+        summary=summary(32, 32, 2, 1, 2, False),
+        online="0-31",
+        sockets={0: "0-31"},
+        numa={0: "0-15", 1: "16-31"},
+        l3={0: "0-15", 16: "16-31"},
+        cores=[str(c) for c in range(32)],
+        core_id=lambda cpu: cpu % 4,
+        clusters={k: span(4 * k, 4) for k in range(8)},
+        smt_control="notsupported",
+    ),
+    "smt4": Expected(
+        summary=summary(32, 8, 1, 1, 1, True),
+        online="0-31",
+        sockets={0: "0-31"},
+        numa={0: "0-31"},
+        l3={0: "0-31"},
+        cores=[span(4 * c, 4) for c in range(8)],
+        core_id=lambda cpu: cpu // 4,
+    ),
+    # No L3, no cluster_id, no NUMA directories: everything on node 0.
+    "small-vm": Expected(
+        summary=summary(2, 2, 0, 1, 1, False),
+        online="0-1",
+        sockets={0: "0-1"},
+        numa={0: "0-1"},
+        l3={},
+        cores=["0", "1"],
+        core_id=lambda cpu: cpu,
+        smt_control="notsupported",
+    ),
+    # CPUs 4, 5, 9 offline: cores 1, 4, 5 keep one thread each.
+    "offline-middle": Expected(
+        summary=summary(13, 8, 1, 1, 1, True),
+        online=OFFLINE_MIDDLE_ONLINE,
+        sockets={0: OFFLINE_MIDDLE_ONLINE},
+        numa={0: OFFLINE_MIDDLE_ONLINE},
+        l3={0: OFFLINE_MIDDLE_ONLINE},
+        cores=["0,8", "1", "2,10", "3,11", "12", "13", "6,14", "7,15"],
+        core_id=lambda cpu: cpu % 8,
+    ),
+    # Two NUMA nodes of 8 cores per socket share the socket's L3.
+    "snc": Expected(
+        summary=summary(64, 32, 2, 2, 4, True),
+        online="0-63",
+        sockets={s: cpus(span(16 * s, 16), span(32 + 16 * s, 16)) for s in range(2)},
+        numa={n: cpus(span(8 * n, 8), span(32 + 8 * n, 8)) for n in range(4)},
+        l3={s: cpus(span(16 * s, 16), span(32 + 16 * s, 16)) for s in range(2)},
+        cores=[f"{c},{c + 32}" for c in range(32)],
+        core_id=lambda cpu: cpu % 16,
+        pcie={"pci0000:00": "0-7,32-39", "pci0000:80": "16-23,48-55"},
+    ),
+    "big-1024": Expected(
+        summary=summary(1024, 512, 64, 2, 8, True),
+        online="0-1023",
+        sockets={s: cpus(span(256 * s, 256), span(512 + 256 * s, 256)) for s in range(2)},
+        numa={n: cpus(span(64 * n, 64), span(512 + 64 * n, 64)) for n in range(8)},
+        l3={k: cpus(span(8 * k, 8), span(512 + 8 * k, 8)) for k in range(64)},
+        cores=[f"{c},{c + 512}" for c in range(512)],
+        core_id=lambda cpu: cpu % 256,
+        pcie={f"pci{n:04x}:00": cpus(span(64 * n, 64), span(512 + 64 * n, 64)) for n in range(8)},
+    ),
+}
+
+
+def test_every_fixture_has_an_expectation() -> None:
+    assert set(EXPECTED) == set(FIXTURES)
+
+
+@pytest.fixture(scope="module")
+def machines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Machine]:
+    base = tmp_path_factory.mktemp("fixtures")
+    return {name: discover(write_fixture(name, base / name)) for name in FIXTURES}
+
+
+def owner(groups: dict[int, str], cpu: int) -> int:
+    """The key of the group holding `cpu`, -1 if none."""
+    found = [key for key, members in groups.items() if cpu in CPUSet.parse(members)]
+    assert len(found) <= 1, f"cpu {cpu} in several groups {found}"
+    return found[0] if found else -1
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_full_inventory(name: str, machines: dict[str, Machine]) -> None:
+    machine, want = machines[name], EXPECTED[name]
+    assert machine.summary() == want.summary
+    assert machine.online.format() == want.online
+    assert machine.cpu_set.format() == want.online
+    assert machine.skipped == ()
+    assert machine.smt_control == want.smt_control
+    assert {k: v.format() for k, v in machine.sockets.items()} == want.sockets
+    assert {k: v.format() for k, v in machine.numa_nodes.items()} == want.numa
+    caches = {k: v.format() for k, v in machine.uncore_caches.items() if k >= 0}
+    assert caches == want.l3
+    assert sorted(s.format() for s in machine.cores.values()) == sorted(want.cores)
+
+    core_of = {cpu: CPUSet.parse(core) for core in want.cores for cpu in CPUSet.parse(core)}
+    types = want.core_types or {"standard": want.online}
+    for cpu in machine.cpus:
+        where = f"cpu {cpu.cpu_id}"
+        assert cpu.socket_id == owner(want.sockets, cpu.cpu_id), where
+        assert cpu.numa_node_id == owner(want.numa, cpu.cpu_id), where
+        assert cpu.numa_node_cpus.format() == want.numa[cpu.numa_node_id], where
+        assert cpu.uncore_cache_id == owner(want.l3, cpu.cpu_id), where
+        assert cpu.cluster_id == owner(want.clusters, cpu.cpu_id), where
+        assert cpu.core_id == want.core_id(cpu.cpu_id), where
+        assert cpu.siblings == core_of[cpu.cpu_id], where
+        assert cpu.core_type == next(t for t, m in types.items() if cpu.cpu_id in CPUSet.parse(m))
+        local = [root for root, members in want.pcie.items() if cpu.cpu_id in CPUSet.parse(members)]
+        assert list(cpu.pcie_roots) == sorted(local), where
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_report_and_proto_replay_the_same_machine(name: str, machines: dict[str, Machine]) -> None:
+    machine = machines[name]
+    from_report = Machine.from_report(
+        {
+            "sysfsRoot": machine.sysfs_root,
+            "cpuDetails": {
+                "cpus": machine.to_report_cpus(),
+                "online": machine.online.format(),
+                "smtControl": machine.smt_control,
+            },
+        }
+    )
+    from_proto = Machine.from_proto(machine.to_proto())
+    for replay in (from_report, from_proto):
+        assert replay.to_report_cpus() == machine.to_report_cpus()
+        assert replay.fingerprint == machine.fingerprint
+        assert replay.smt_control == machine.smt_control
+
+
+def test_fingerprints_tell_fixtures_apart(machines: dict[str, Machine]) -> None:
+    prints = {m.fingerprint for m in machines.values()}
+    assert len(prints) == len(machines)
+
+
+def test_fixture_directory_must_be_empty(tmp_path: Path) -> None:
+    write_fixture("small-vm", tmp_path)
+    with pytest.raises(FileExistsError):
+        write_fixture("small-vm", tmp_path)
+
+
+def test_unknown_fixture_name_lists_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(KeyError, match="xeon-2s-ht"):
+        write_fixture("no-such-machine", tmp_path)
