@@ -1,0 +1,152 @@
+"""From a ResourceClaim object (API JSON shape) to the allocator's PrepareRequest.
+
+Pure functions: no I/O. The checks are the ones the kubelet plugin helper makes before driver
+code runs (kubernetes/dynamic-resource-allocation kubeletplugin/draplugin.go,
+getResourceClaims), but each failure stays with its claim instead of failing the whole call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dracpu.core.errors import ConflictError, InvalidInputError
+from dracpu.pb.allocator.v1 import allocator_pb2
+
+CPU_CAPACITY = "dra.cpu/cpu"
+ALLOCATED_NUM_CPUS = "dra.cpu/allocatedNumCPUs"
+# resource.k8s.io/v1 PodResourceClaimAnnotation: set on claims generated from a template.
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """What the kubelet sends for a claim: namespace, name and the UID it expects."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object, where: str) -> Sequence[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInputError(f"{where}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def base_request(name: str) -> str:
+    """`req/sub` names a subrequest of `req`; the kubelet only knows `req`."""
+    return name.split("/", 1)[0]
+
+
+def allocation_of(ref: ClaimRef, claim: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The claim's status.allocation after the UID and allocation checks."""
+    metadata = _mapping(claim.get("metadata"), f"claim {ref}: metadata")
+    if _text(metadata.get("uid")) != ref.uid:
+        raise ConflictError(f"claim {ref} got replaced")
+    status = _mapping(claim.get("status"), f"claim {ref}: status")
+    allocation = status.get("allocation")
+    if not allocation:
+        raise ConflictError(f"claim {ref} not allocated")
+    return _mapping(allocation, f"claim {ref}: status.allocation")
+
+
+def pod_claim_name(claim: Mapping[str, Any]) -> str | None:
+    metadata = _mapping(claim.get("metadata"), "claim metadata")
+    annotations = _mapping(metadata.get("annotations"), "claim annotations")
+    value = annotations.get(POD_CLAIM_NAME_ANNOTATION)
+    return str(value) if value else None
+
+
+def prepare_request(
+    ref: ClaimRef, claim: Mapping[str, Any], driver: str
+) -> allocator_pb2.PrepareRequest | None:
+    """The allocator request for this driver's part of the claim; None if it has no part."""
+    allocation = allocation_of(ref, claim)
+    devices = _mapping(allocation.get("devices"), f"claim {ref}: status.allocation.devices")
+    request = allocator_pb2.PrepareRequest(
+        claim_uid=ref.uid, namespace=ref.namespace, name=ref.name
+    )
+    for index, item in enumerate(_list(devices.get("results"), f"claim {ref}: results")):
+        where = f"claim {ref}: status.allocation.devices.results[{index}]"
+        result = _mapping(item, where)
+        if _text(result.get("driver")) != driver:
+            continue
+        if result.get("adminAccess"):
+            raise InvalidInputError(
+                f"claim {ref}: request {_text(result.get('request'))!r} asks for adminAccess, "
+                f"which {driver} does not support"
+            )
+        consumed = _mapping(result.get("consumedCapacity"), f"{where}.consumedCapacity")
+        request.results.append(
+            allocator_pb2.AllocationResult(
+                request=_text(result.get("request")),
+                driver=driver,
+                pool=_text(result.get("pool")),
+                device=_text(result.get("device")),
+                consumed_capacity={str(k): _text(v) for k, v in consumed.items()},
+                admin_access=False,
+            )
+        )
+    if not request.results:
+        return None
+    for index, item in enumerate(_list(devices.get("config"), f"claim {ref}: config")):
+        where = f"claim {ref}: status.allocation.devices.config[{index}]"
+        config = _mapping(item, where)
+        opaque = _mapping(config.get("opaque"), f"{where}.opaque")
+        if _text(opaque.get("driver")) != driver:
+            continue
+        parameters = opaque.get("parameters")
+        request.configs.append(
+            allocator_pb2.OpaqueConfig(
+                source=_text(config.get("source")),
+                requests=[_text(r) for r in _list(config.get("requests"), f"{where}.requests")],
+                driver=driver,
+                parameters=b"" if parameters is None else json.dumps(parameters).encode(),
+            )
+        )
+    return request
+
+
+def quantity_as_int(text: str) -> int | None:
+    """A whole-number Kubernetes quantity ("4", "4000m") as int; None for anything else."""
+    text = text.strip()
+    try:
+        if text.endswith("m"):
+            milli = int(text[:-1])
+            return milli // 1000 if milli % 1000 == 0 else None
+        return int(text)
+    except ValueError:
+        return None
+
+
+def allocated_cpus(request: allocator_pb2.PrepareRequest) -> dict[tuple[str, str], int]:
+    """(request, device) -> CPUs consumed from a grouped device, for device metadata."""
+    counts: dict[tuple[str, str], int] = {}
+    for result in request.results:
+        if CPU_CAPACITY not in result.consumed_capacity:
+            continue
+        count = quantity_as_int(result.consumed_capacity[CPU_CAPACITY])
+        if count is not None:
+            key = (result.request, result.device)
+            counts[key] = counts.get(key, 0) + count
+    return counts

@@ -1,0 +1,149 @@
+"""A local folder standing in for the API server.
+
+    DIR/resourceclaims/<namespace>/<name>.yaml   ResourceClaims, read
+    DIR/resourceslices/<name>.yaml               ResourceSlices, written here
+    DIR/nodes/<name>.yaml                        optional Node objects (their metadata.uid)
+
+Slices get what the API server would give them: a name from generateName, a UID and a
+resourceVersion that preconditions are checked against.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import string
+import tempfile
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dracpu.core.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
+from dracpu.dra_plugin.cluster import Object
+
+_SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def _read_yaml(path: Path, what: str) -> Object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotFoundError(f"{what} not found ({path})") from None
+    except OSError as exc:
+        raise UnavailableError(f"read {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise InvalidInputError(f"{path}: not valid YAML") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{path}: expected a YAML mapping")
+    return data
+
+
+def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yaml.safe_dump(dict(data), handle, sort_keys=False)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+class ClusterFolder:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.slice_dir = self.root / "resourceslices"
+        # One writer at a time inside this process; the folder has no other slice writer.
+        self._lock = asyncio.Lock()
+
+    def describe(self) -> str:
+        return f"cluster-dir:{self.root}"
+
+    async def get_claim(self, namespace: str, name: str) -> Object:
+        path = self.root / "resourceclaims" / namespace / f"{name}.yaml"
+        return _read_yaml(path, f"resourceclaims {namespace}/{name}")
+
+    async def node_uid(self, name: str) -> str | None:
+        path = self.root / "nodes" / f"{name}.yaml"
+        if not path.exists():
+            return None
+        metadata = _read_yaml(path, f"node {name}").get("metadata") or {}
+        uid = metadata.get("uid") if isinstance(metadata, dict) else None
+        return str(uid) if uid else None
+
+    def _load_all(self) -> list[Object]:
+        if not self.slice_dir.is_dir():
+            return []
+        slices = []
+        for path in sorted(self.slice_dir.glob("*.yaml")):
+            try:
+                slices.append(_read_yaml(path, "resourceslice"))
+            except NotFoundError:
+                continue  # removed between listing and reading
+        return slices
+
+    async def list_slices(self, driver: str, node: str) -> list[Object]:
+        return [
+            s
+            for s in self._load_all()
+            if (s.get("spec") or {}).get("driver") == driver
+            and (s.get("spec") or {}).get("nodeName") == node
+        ]
+
+    def _path(self, name: str) -> Path:
+        if not name or "/" in name or name.startswith("."):
+            raise InvalidInputError(f"invalid ResourceSlice name {name!r}")
+        return self.slice_dir / f"{name}.yaml"
+
+    async def create_slice(self, obj: Mapping[str, Any]) -> Object:
+        async with self._lock:
+            stored = dict(obj)
+            metadata = dict(stored.get("metadata") or {})
+            name = metadata.get("name")
+            if not name:
+                prefix = str(metadata.pop("generateName", ""))
+                # As the API server does for generateName: five random characters.
+                suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+                name = prefix + suffix
+            path = self._path(name)
+            if path.exists():
+                raise ConflictError(f"resourceslice {name} already exists")
+            metadata.update(name=name, uid=str(uuid.uuid4()), resourceVersion="1")
+            stored["metadata"] = metadata
+            _write_yaml(path, stored)
+            return stored
+
+    async def update_slice(self, obj: Mapping[str, Any]) -> Object:
+        async with self._lock:
+            metadata = dict(obj.get("metadata") or {})
+            name = str(metadata.get("name", ""))
+            path = self._path(name)
+            current = _read_yaml(path, f"resourceslice {name}")
+            current_meta = current.get("metadata") or {}
+            if str(current_meta.get("resourceVersion")) != str(metadata.get("resourceVersion")):
+                raise ConflictError(f"resourceslice {name} was modified; resourceVersion differs")
+            metadata["uid"] = current_meta.get("uid")
+            metadata["resourceVersion"] = str(int(current_meta.get("resourceVersion", 0)) + 1)
+            stored = dict(obj)
+            stored["metadata"] = metadata
+            _write_yaml(path, stored)
+            return stored
+
+    async def delete_slice(self, name: str, uid: str, resource_version: str) -> None:
+        async with self._lock:
+            path = self._path(name)
+            try:
+                current = _read_yaml(path, f"resourceslice {name}")
+            except NotFoundError:
+                return
+            meta = current.get("metadata") or {}
+            if str(meta.get("uid")) != uid or str(meta.get("resourceVersion")) != resource_version:
+                raise ConflictError(f"resourceslice {name} changed since it was read")
+            path.unlink(missing_ok=True)

@@ -1,0 +1,23 @@
+"""`dracpu introspect metrics`: JSON metadata of every dra_cpu_* metric, no service needed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from dracpu.core import metrics
+from dracpu.core.cli import ArgumentParser, run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = ArgumentParser(prog="dracpu introspect", description=__doc__)
+    sub = p.add_subparsers(dest="what", required=True, metavar="{metrics}")
+    sub.add_parser("metrics", help="describe every dra_cpu_* metric as JSON")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        if args.what == "metrics":
+            print(json.dumps(metrics.describe(), indent=2))
+        return 0
+
+    return run(body, "dracpu introspect")

@@ -1,0 +1,175 @@
+"""Device metadata for containers (API group metadata.resource.k8s.io, KEP-5304).
+
+Per prepared request we write a metadata file under the plugin's data dir and a CDI spec that
+bind-mounts it read-only at the well-known path inside the container; the CDI id goes to the
+kubelet with the request's first device. Layout as kubernetes/dynamic-resource-allocation
+kubeletplugin/metadata.go writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dracpu.core.errors import StateError
+from dracpu.dra_plugin.claims import ClaimRef, base_request
+from dracpu.pb.allocator.v1 import allocator_pb2
+
+METADATA_GROUP = "metadata.resource.k8s.io"
+# The reference driver asks for v1beta1; earlier helpers know only v1alpha1. The file is a
+# JSON stream, and readers take the first version they understand, so we write both.
+METADATA_VERSIONS = ("v1beta1", "v1alpha1")
+CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
+CDI_VERSION = "0.5.0"
+
+
+@dataclass(frozen=True)
+class MetadataDevice:
+    pool: str
+    name: str
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+def attribute_json(value: allocator_pb2.AttributeValue) -> dict[str, Any]:
+    """resource.k8s.io/v1 DeviceAttribute JSON for one attribute value."""
+    kind = value.WhichOneof("value")
+    if kind in ("strings", "ints"):
+        return {kind: list(getattr(value, kind).values)}
+    if kind is None:
+        return {}
+    return {kind: getattr(value, kind)}
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+class MetadataWriter:
+    """Writes and removes one claim's metadata files and their CDI specs."""
+
+    def __init__(self, driver: str, metadata_dir: Path, cdi_dir: Path) -> None:
+        self.driver = driver
+        self.metadata_dir = metadata_dir
+        self.cdi_dir = cdi_dir
+
+    def claim_dir(self, namespace: str, name: str) -> Path:
+        return self.metadata_dir / f"{namespace}_{name}"
+
+    def metadata_file(self, namespace: str, name: str, request: str) -> Path:
+        return self.claim_dir(namespace, name) / request / "metadata.json"
+
+    def cdi_file(self, uid: str, request: str) -> Path:
+        return self.cdi_dir / f"{self.driver}_metadata_{uid}_{request}.json"
+
+    def container_path(self, claim: ClaimRef, pod_claim: str | None, request: str) -> str:
+        sub = f"resourceclaimtemplates/{pod_claim}" if pod_claim else f"resourceclaims/{claim.name}"
+        return f"{CONTAINER_DIR}/{sub}/{request}/{self.driver}-metadata.json"
+
+    def document(
+        self,
+        claim: ClaimRef,
+        pod_claim: str | None,
+        request: str,
+        devices: Sequence[MetadataDevice],
+        version: str,
+    ) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "kind": "DeviceMetadata",
+            "apiVersion": f"{METADATA_GROUP}/{version}",
+            "metadata": {
+                "name": claim.name,
+                "namespace": claim.namespace,
+                "uid": claim.uid,
+                "generation": 1,
+            },
+        }
+        if pod_claim:
+            doc["podClaimName"] = pod_claim
+        entries = []
+        for device in devices:
+            entry: dict[str, Any] = {
+                "driver": self.driver,
+                "pool": device.pool,
+                "name": device.name,
+            }
+            if device.attributes:
+                entry["attributes"] = dict(sorted(device.attributes.items()))
+            entries.append(entry)
+        doc["requests"] = [{"name": request, "devices": entries}]
+        return doc
+
+    def write(
+        self,
+        claim: ClaimRef,
+        pod_claim: str | None,
+        by_request: Mapping[str, Sequence[MetadataDevice]],
+    ) -> dict[str, str]:
+        """Write every request's files; returns base request name -> metadata CDI device id."""
+        ids: dict[str, str] = {}
+        try:
+            for request_ref, devices in by_request.items():
+                request = base_request(request_ref)
+                stream = "".join(
+                    json.dumps(self.document(claim, pod_claim, request_ref, devices, v), indent=2)
+                    + "\n"
+                    for v in METADATA_VERSIONS
+                )
+                host_path = self.metadata_file(claim.namespace, claim.name, request)
+                _atomic_write(host_path, stream.encode())
+                device_name = f"{claim.uid}_{request}"
+                spec = {
+                    "cdiVersion": CDI_VERSION,
+                    "kind": f"{self.driver}/metadata",
+                    "devices": [
+                        {
+                            "name": device_name,
+                            "containerEdits": {
+                                "mounts": [
+                                    {
+                                        "hostPath": str(host_path),
+                                        "containerPath": self.container_path(
+                                            claim, pod_claim, request
+                                        ),
+                                        "options": ["ro", "bind"],
+                                    }
+                                ]
+                            },
+                        }
+                    ],
+                }
+                _atomic_write(
+                    self.cdi_file(claim.uid, request), json.dumps(spec, indent=2).encode()
+                )
+                ids[request] = f"{self.driver}/metadata={device_name}"
+        except OSError as exc:
+            raise StateError(f"claim {claim}: write device metadata: {exc}") from None
+        return ids
+
+    def remove(self, claim: ClaimRef) -> None:
+        """Remove the claim's metadata; nothing there is fine."""
+        try:
+            shutil.rmtree(self.claim_dir(claim.namespace, claim.name), ignore_errors=False)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StateError(f"claim {claim}: remove device metadata: {exc}") from None
+        try:
+            for spec in self.cdi_dir.glob(f"{self.driver}_metadata_{claim.uid}_*.json"):
+                spec.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StateError(f"claim {claim}: remove metadata CDI spec: {exc}") from None

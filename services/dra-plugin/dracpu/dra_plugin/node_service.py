@@ -1,0 +1,202 @@
+"""NodePrepareResources / NodeUnprepareResources, once for both kubelet API versions.
+
+Each claim of a batch gets its own outcome: a claim that cannot be read, was replaced, is not
+allocated, asks for something we refuse, or that the allocator rejects, fails alone. The
+ResourceClaims are read before any lock is taken (as the upstream helper does); calls for the
+same claim are serialized, different claims proceed concurrently (the allocator serializes its
+own mutations).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dracpu.core.errors import DracpuError
+from dracpu.core.log import get_logger
+from dracpu.dra_plugin.allocator_client import AllocatorClient
+from dracpu.dra_plugin.claims import (
+    ALLOCATED_NUM_CPUS,
+    ClaimRef,
+    allocated_cpus,
+    base_request,
+    pod_claim_name,
+    prepare_request,
+)
+from dracpu.dra_plugin.cluster import Cluster
+from dracpu.dra_plugin.keyed_lock import KeyedLock
+from dracpu.dra_plugin.metadata import MetadataDevice, MetadataWriter, attribute_json
+from dracpu.dra_plugin.plugin_metrics import PluginMetrics
+from dracpu.pb.allocator.v1 import allocator_pb2
+
+log = get_logger("dra")
+
+
+@dataclass
+class PreparedDevice:
+    """One entry of the kubelet's Device list, independent of the API version."""
+
+    request_names: list[str]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PrepareOutcome:
+    devices: list[PreparedDevice] = field(default_factory=list)
+    error: str = ""
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, DracpuError):
+        return str(exc)
+    return f"internal error: {type(exc).__name__}: {exc}"
+
+
+class NodeService:
+    def __init__(
+        self,
+        *,
+        driver: str,
+        cluster: Cluster,
+        allocator: AllocatorClient,
+        metadata: MetadataWriter,
+        metrics: PluginMetrics,
+    ) -> None:
+        self.driver = driver
+        self.cluster = cluster
+        self.allocator = allocator
+        self.metadata = metadata
+        self.metrics = metrics
+        self._locks = KeyedLock()
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
+        log.info(4, "preparing claims", count=len(claims))
+        objects = await asyncio.gather(
+            *(self.cluster.get_claim(c.namespace, c.name) for c in claims), return_exceptions=True
+        )
+        outcomes = await asyncio.gather(
+            *(self._prepare_one(c, o) for c, o in zip(claims, objects, strict=True))
+        )
+        return {c.uid: o for c, o in zip(claims, outcomes, strict=True)}
+
+    async def _prepare_one(
+        self, ref: ClaimRef, claim: dict[str, Any] | BaseException
+    ) -> PrepareOutcome:
+        start = time.perf_counter()
+        try:
+            if isinstance(claim, BaseException):
+                if isinstance(claim, DracpuError) and not str(claim).startswith("retrieve claim"):
+                    raise type(claim)(f"retrieve claim {ref}: {claim}")
+                raise claim
+            async with self._locks.hold(ref.uid):
+                outcome = await self._prepare_locked(ref, claim)
+        except Exception as exc:
+            outcome = PrepareOutcome(error=_error_text(exc))
+            if not isinstance(exc, DracpuError):
+                log.error("unexpected prepare failure", claim=str(ref), exc_info=True)
+            log.warning("claim not prepared", claim=str(ref), uid=ref.uid, error=outcome.error)
+            self.metrics.prepared("error", time.perf_counter() - start)
+            return outcome
+        self.metrics.prepared("success", time.perf_counter() - start)
+        return outcome
+
+    async def _prepare_locked(self, ref: ClaimRef, claim: dict[str, Any]) -> PrepareOutcome:
+        request = prepare_request(ref, claim, self.driver)
+        if request is None:
+            log.info(2, "claim has nothing for this driver", claim=str(ref), uid=ref.uid)
+            return PrepareOutcome()
+        log.info(
+            4,
+            "asking the allocator",
+            claim=str(ref),
+            results=",".join(f"{r.request}:{r.device}" for r in request.results),
+            configs=len(request.configs),
+        )
+        response = await self.allocator.prepare(request)
+        devices = [
+            PreparedDevice(
+                request_names=[base_request(n) for n in d.request_names],
+                pool_name=d.pool_name,
+                device_name=d.device_name,
+                cdi_device_ids=list(d.cdi_device_ids),
+            )
+            for d in response.devices
+        ]
+        self._attach_metadata(ref, claim, request, response, devices)
+        log.info(
+            2,
+            "claim prepared",
+            claim=str(ref),
+            uid=ref.uid,
+            cpus=response.claim.cpus,
+            devices=",".join(d.device_name for d in devices),
+            again=response.already_prepared,
+        )
+        for d in response.devices:
+            log.info(4, "device prepared", claim=str(ref), device=d.device_name, cpus=d.cpus)
+        return PrepareOutcome(devices=devices)
+
+    def _attach_metadata(
+        self,
+        ref: ClaimRef,
+        claim: dict[str, Any],
+        request: allocator_pb2.PrepareRequest,
+        response: allocator_pb2.PrepareResponse,
+        devices: list[PreparedDevice],
+    ) -> None:
+        counts = allocated_cpus(request)
+        by_request: dict[str, list[MetadataDevice]] = {}
+        for prepared in response.devices:
+            attributes = {k: attribute_json(v) for k, v in prepared.attributes.items()}
+            for name in prepared.request_names:
+                count = counts.get((name, prepared.device_name))
+                attrs = dict(attributes)
+                if count is not None:
+                    attrs[ALLOCATED_NUM_CPUS] = {"int": count}
+                by_request.setdefault(name, []).append(
+                    MetadataDevice(
+                        pool=prepared.pool_name, name=prepared.device_name, attributes=attrs
+                    )
+                )
+        if not by_request:
+            return
+        ids = self.metadata.write(ref, pod_claim_name(claim), by_request)
+        injected: set[str] = set()
+        for device in devices:
+            for name in device.request_names:
+                if name in ids and name not in injected:
+                    device.cdi_device_ids.append(ids[name])
+                    injected.add(name)
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        log.info(4, "unpreparing claims", count=len(claims))
+        errors = await asyncio.gather(*(self._unprepare_one(c) for c in claims))
+        return {c.uid: e for c, e in zip(claims, errors, strict=True)}
+
+    async def _unprepare_one(self, ref: ClaimRef) -> str:
+        try:
+            async with self._locks.hold(ref.uid):
+                response = await self.allocator.unprepare(ref.uid)
+                self.metadata.remove(ref)
+        except Exception as exc:
+            error = _error_text(exc)
+            if not isinstance(exc, DracpuError):
+                log.error("unexpected unprepare failure", claim=str(ref), exc_info=True)
+            log.warning("claim not unprepared", claim=str(ref), uid=ref.uid, error=error)
+            self.metrics.unprepared("error")
+            return error
+        log.info(
+            2,
+            "claim unprepared",
+            claim=str(ref),
+            uid=ref.uid,
+            was_prepared=response.was_prepared,
+            released=response.released_cpus,
+        )
+        self.metrics.unprepared("success")
+        return ""

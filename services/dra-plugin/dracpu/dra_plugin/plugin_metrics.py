@@ -1,0 +1,29 @@
+"""The dra-plugin's own dra_cpu_* collectors (definitions in dracpu.core.metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from dracpu.core import metrics
+
+
+class PluginMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        collectors = metrics.build("dra-plugin", self.registry)
+        prepare = collectors["dra_cpu_prepare_claims_total"]
+        unprepare = collectors["dra_cpu_unprepare_claims_total"]
+        duration = collectors["dra_cpu_prepare_claim_duration_seconds"]
+        assert isinstance(prepare, Counter) and isinstance(unprepare, Counter)
+        assert isinstance(duration, Histogram)
+        self._prepare, self._unprepare, self._duration = prepare, unprepare, duration
+
+    def prepared(self, result: str, seconds: float) -> None:
+        self._prepare.labels(result=result).inc()
+        self._duration.observe(seconds)
+
+    def unprepared(self, result: str) -> None:
+        self._unprepare.labels(result=result).inc()
+
+    def exposition(self) -> str:
+        return metrics.exposition(self.registry)

@@ -1,0 +1,204 @@
+"""dracpu-dra-plugin: the kubelet- and API-server-facing service.
+
+Serves the DRA node service (v1 and v1beta1) and device health on
+<kubelet-root>/plugins/dra.cpu/dra.sock, registers through
+<kubelet-root>/plugins_registry/dra.cpu-reg.sock, publishes the allocator's devices as
+ResourceSlices, and answers the read-only DRAPluginView on --socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from dracpu.core import config as driver_config
+from dracpu.core import log as logging
+from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.rpc import DEFAULT_SOCKETS, start_server
+from dracpu.dra_plugin import health as health_service
+from dracpu.dra_plugin import kubelet_api
+from dracpu.dra_plugin.allocator_client import AllocatorClient
+from dracpu.dra_plugin.cluster import Cluster
+from dracpu.dra_plugin.folder import ClusterFolder
+from dracpu.dra_plugin.metadata import MetadataWriter
+from dracpu.dra_plugin.node_service import NodeService
+from dracpu.dra_plugin.paths import DEFAULT_KUBELET_ROOT, DRIVER_NAME, KubeletPaths
+from dracpu.dra_plugin.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.publisher import POLL_INTERVAL, RESYNC_INTERVAL, SlicePublisher
+from dracpu.dra_plugin.registration import REGISTRATION_TIMEOUT, Registration
+from dracpu.dra_plugin.view import PluginView
+from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2_grpc
+from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration_grpc
+
+log = logging.get_logger("server")
+
+API_VERSION = "dracpu.dra_plugin.v1"
+VIEW_SERVICE = "dracpu.dra_plugin.v1.DRAPluginView"
+REGISTRATION_HEALTH = "kubelet-registration"
+
+
+def parser() -> ArgumentParser:
+    p = ArgumentParser(prog="dracpu-dra-plugin", description=__doc__.splitlines()[0])
+    p.add_argument("--socket", default=DEFAULT_SOCKETS["dra-plugin"], help="status socket")
+    p.add_argument("--allocator-socket", default=DEFAULT_SOCKETS["allocator"])
+    p.add_argument("--kubelet-root-dir", default=DEFAULT_KUBELET_ROOT, metavar="DIR")
+    p.add_argument(
+        "--cluster-dir",
+        metavar="DIR",
+        help="local cluster folder (claims read, slices written) instead of the API server",
+    )
+    p.add_argument("--cdi-dir", default="/var/run/cdi", metavar="DIR", help="metadata CDI specs")
+    p.add_argument(
+        "--registration-timeout",
+        type=float,
+        default=REGISTRATION_TIMEOUT,
+        metavar="SECONDS",
+        help="warn when the kubelet has not registered the plugin by then",
+    )
+    p.add_argument(
+        "--health-interval",
+        type=float,
+        default=health_service.RESEND_INTERVAL,
+        metavar="SECONDS",
+        help="device health resend interval (the lease is twice this)",
+    )
+    p.add_argument("--poll-interval", type=float, default=POLL_INTERVAL, metavar="SECONDS")
+    p.add_argument("--resync-interval", type=float, default=RESYNC_INTERVAL, metavar="SECONDS")
+    driver_config.add_config_flags(p)
+    return p
+
+
+def _positive(p: ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("registration_timeout", "health_interval", "poll_interval", "resync_interval"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive")
+
+
+async def serve(args: argparse.Namespace) -> int:
+    cfg = driver_config.load(args)
+    driver_config.log_effective(cfg)
+    node = cfg.node_name()
+    paths = KubeletPaths(Path(args.kubelet_root_dir).absolute())
+    paths.check()
+    cluster: Cluster
+    if args.cluster_dir:
+        cluster = ClusterFolder(args.cluster_dir)
+    else:
+        from dracpu.dra_plugin.kube import KubernetesAPI
+
+        cluster = KubernetesAPI(cfg.kubeconfig)
+
+    metrics = PluginMetrics()
+    allocator = AllocatorClient(args.allocator_socket)
+    device_health = health_service.DeviceHealth(node, args.health_interval)
+    node_service = NodeService(
+        driver=DRIVER_NAME,
+        cluster=cluster,
+        allocator=allocator,
+        metadata=MetadataWriter(DRIVER_NAME, paths.metadata_dir, Path(args.cdi_dir)),
+        metrics=metrics,
+    )
+    registration = Registration(
+        DRIVER_NAME,
+        paths.dra_socket,
+        [*kubelet_api.DRA_SERVICES, *health_service.HEALTH_SERVICES],
+    )
+    publisher = SlicePublisher(
+        driver=DRIVER_NAME,
+        node=node,
+        cluster=cluster,
+        allocator=allocator,
+        on_devices=device_health.set_devices,
+        poll_interval=args.poll_interval,
+        resync_interval=args.resync_interval,
+    )
+    view = PluginView(node, paths, registration, publisher, cluster)
+
+    paths.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+    paths.registrar_dir.mkdir(parents=True, exist_ok=True)
+
+    def register_dra(server: grpc.aio.Server) -> None:
+        kubelet_api.add_to_server(server, node_service)
+        health_service.add_to_server(server, device_health)
+
+    # The DRA endpoint must be live before the kubelet learns of it.
+    dra_server, dra_health = await start_server(
+        paths.dra_socket, register_dra, service="dra-plugin", api_version=API_VERSION
+    )
+    await dra_health.set(True)
+    reg_server, reg_health = await start_server(
+        paths.registration_socket,
+        lambda s: registration_grpc.add_RegistrationServicer_to_server(registration, s),
+        service="dra-plugin",
+        api_version=API_VERSION,
+    )
+    await reg_health.set(True)
+    view_server, view_health = await start_server(
+        args.socket,
+        lambda s: dra_plugin_pb2_grpc.add_DRAPluginViewServicer_to_server(view, s),
+        service="dra-plugin",
+        api_version=API_VERSION,
+        health_names=[VIEW_SERVICE],
+        metrics=metrics.exposition,
+    )
+    await view_health.set(True)
+    log.info(
+        2,
+        "dra-plugin serving",
+        node=node,
+        registration=str(paths.registration_socket),
+        dra=str(paths.dra_socket),
+        claims=cluster.describe(),
+    )
+
+    async def track_registration() -> None:
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        while True:
+            changed = registration.changed
+            status = serving if registration.state.registered else not_serving
+            await view_health.servicer.set(REGISTRATION_HEALTH, status)
+            await changed.wait()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [
+        asyncio.create_task(registration.watchdog(paths.registrar_dir, args.registration_timeout)),
+        asyncio.create_task(publisher.run()),
+        asyncio.create_task(track_registration()),
+    ]
+    await stop.wait()
+    log.info(2, "shutting down")
+    device_health.stop()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    # Registration socket first, so the kubelet stops using us before the endpoint goes.
+    for server in (reg_server, dra_server, view_server):
+        await server.stop(grace=2)
+    for socket in (paths.registration_socket, paths.dra_socket, Path(args.socket)):
+        with contextlib.suppress(OSError):
+            socket.unlink()
+    await allocator.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    _positive(p, args)
+    logging.setup(args.verbosity, "dra-plugin")
+    return run_async(lambda: serve(args), "dracpu-dra-plugin")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
