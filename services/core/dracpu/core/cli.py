@@ -49,6 +49,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("dracpu.allocator.simulate", "preview a CPU placement on a gatherinfo report"),
     "introspect": ("dracpu.dra_plugin.introspect", "describe the driver's metrics"),
     "dev": ("dracpu.dev.cli", "run all services locally (dev up, dev claim, dev release)"),
+    "health": ("dracpu.core.healthcheck", "check one service's health (container probes)"),
 }
 
 

@@ -1,0 +1,166 @@
+{{/* Chart name, shortened to the 63 characters a label value allows. */}}
+{{- define "dracpu.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the release's objects. */}}
+{{- define "dracpu.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "dracpu.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "dracpu.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dracpu.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "dracpu.labels" -}}
+helm.sh/chart: {{ include "dracpu.chart" . }}
+{{ include "dracpu.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "dracpu.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "dracpu.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name must name an existing ServiceAccount when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Image reference of one service: dict "svc" (the service's values) "root" (the chart context).
+The tag defaults to the chart's appVersion, so one chart version installs a matching set, and
+any one service can still be pinned to another version.
+*/}}
+{{- define "dracpu.image" -}}
+{{- $tag := .svc.image.tag | default .root.Chart.AppVersion -}}
+{{- printf "%s:%s" .svc.image.repository $tag -}}
+{{- end }}
+
+{{- define "dracpu.pullPolicy" -}}
+{{- .svc.image.pullPolicy | default .root.Values.imagePullPolicy -}}
+{{- end }}
+
+{{/*
+The kubelet root, checked and cleaned. values.schema.json already refuses an empty or relative
+value; this repeats the check because `helm upgrade --reuse-values` and `--set x=null` reach the
+template with values the schema did not see in that shape. Null or absent means the default.
+Cleaned the way the dra-plugin joins paths, so the flag and the mounts name the same directory
+in text, not only after the kernel collapses `//`.
+*/}}
+{{- define "dracpu.kubeletRootDir" -}}
+{{- $root := "/var/lib/kubelet" -}}
+{{- if hasKey .Values "kubeletRootDir" -}}
+{{- if not (kindIs "invalid" .Values.kubeletRootDir) -}}
+{{- $root = toString .Values.kubeletRootDir -}}
+{{- if eq $root "" -}}
+{{- fail "kubeletRootDir must not be empty: set the kubelet's --root-dir, or null for /var/lib/kubelet" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not (isAbs $root) -}}
+{{- fail (printf "kubeletRootDir must be an absolute path, got %q" $root) -}}
+{{- end -}}
+{{- $clean := clean $root -}}
+{{- /* sun_path holds 107 bytes plus the NUL; the registration socket is the longest path
+       the dra-plugin creates under the root. */ -}}
+{{- $socket := clean (printf "%s/plugins_registry/dra.cpu-reg.sock" $clean) -}}
+{{- if gt (len $socket) 107 -}}
+{{- fail (printf "kubeletRootDir %q is too long: the registration socket %q would be %d bytes, over the 107 a unix socket path can hold" $clean $socket (len $socket)) -}}
+{{- end -}}
+{{- $clean -}}
+{{- end }}
+
+{{/* Directories under the kubelet root, cleaned as whole paths ("/" + "/plugins" is "/plugins"). */}}
+{{- define "dracpu.pluginsDir" -}}
+{{- printf "%s/plugins" . | clean -}}
+{{- end }}
+
+{{- define "dracpu.pluginsRegistryDir" -}}
+{{- printf "%s/plugins_registry" . | clean -}}
+{{- end }}
+
+{{/*
+The config file every service reads: driverConfig, with the deprecated args.* values folded in
+(args wins, as an explicit flag would over the file), and apiVersion filled in.
+*/}}
+{{- define "dracpu.effectiveConfig" -}}
+{{- $config := deepCopy (.Values.driverConfig | default dict) -}}
+{{- $_ := set $config "apiVersion" ($config.apiVersion | default "v1alpha1") -}}
+{{- range $field := list "cpuDeviceMode" "groupBy" "reservedCPUs" "hostnameOverride" -}}
+{{- $value := get $.Values.args $field -}}
+{{- if $value -}}
+{{- $_ := set $config $field $value -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $config -}}
+{{- end }}
+
+{{/* Paths inside the pod, shared by every container that uses them. */}}
+{{- define "dracpu.socketDir" -}}/run/dracpu{{- end }}
+{{- define "dracpu.configFile" -}}/etc/dracpu/config.yaml{{- end }}
+{{- define "dracpu.sysfsRoot" -}}/host/sys{{- end }}
+{{- define "dracpu.cdiDir" -}}/var/run/cdi{{- end }}
+
+{{/*
+Hardening every container shares: no privilege escalation, no capabilities, an immutable root
+filesystem. The per-container user is set next to each container, with the reason for it.
+*/}}
+{{- define "dracpu.hardening" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+privileged: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* Probes of a gRPC service on its unix socket: dict "socket" PATH. */}}
+{{- define "dracpu.grpcProbes" -}}
+# The kubelet's grpc probe dials TCP only; the services listen on unix sockets, so the probe
+# runs `dracpu health` in the container. Liveness accepts NOT_SERVING (the process answers
+# while it waits for a restarting peer); readiness wants SERVING.
+startupProbe:
+  exec:
+    command: ["dracpu", "health", "--live", "--socket", {{ .socket | quote }}]
+  periodSeconds: 2
+  timeoutSeconds: 5
+  failureThreshold: 60
+livenessProbe:
+  exec:
+    command: ["dracpu", "health", "--live", "--socket", {{ .socket | quote }}]
+  periodSeconds: 30
+  timeoutSeconds: 5
+  failureThreshold: 3
+readinessProbe:
+  exec:
+    command: ["dracpu", "health", "--socket", {{ .socket | quote }}]
+  periodSeconds: 15
+  timeoutSeconds: 5
+  failureThreshold: 2
+{{- end }}
+
+{{/* Environment every container gets: the node name from the downward API. */}}
+{{- define "dracpu.env" -}}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: PYTHONUNBUFFERED
+  value: "1"
+{{- end }}
