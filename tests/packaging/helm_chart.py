@@ -1,0 +1,175 @@
+"""The chart under test, rendered by the real helm binary, and reading aids for what it renders."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "dra-driver-cpu"
+INSTALL_HELM = ROOT / "tools" / "install-helm.sh"
+HELM = ROOT / ".tools" / "bin" / "helm"
+# Oldest Kubernetes the chart supports (Chart.yaml kubeVersion); resource.k8s.io/v1 is GA there.
+KUBE_VERSION = "1.34.0"
+SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
+GRPC_SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin")
+
+
+def pinned_helm_version() -> str:
+    match = re.search(r'HELM_VERSION="\$\{HELM_VERSION:-(v[0-9.]+)\}"', INSTALL_HELM.read_text())
+    assert match, "tools/install-helm.sh no longer pins HELM_VERSION"
+    return match.group(1)
+
+
+def ensure_helm() -> tuple[Path | None, str]:
+    """The helm binary (installing the pinned release when missing), or None and why not."""
+    result = subprocess.run(
+        ["bash", str(INSTALL_HELM)], capture_output=True, text=True, timeout=1500, check=False
+    )
+    if result.returncode != 0 or not HELM.exists():
+        tail = " ".join((result.stderr or result.stdout).strip().splitlines()[-3:])
+        return None, f"helm {pinned_helm_version()} could not be built: {tail}"
+    return HELM, ""
+
+
+class RenderError(Exception):
+    """helm refused the values; the message is helm's stderr."""
+
+
+@dataclass
+class Rendered:
+    """The objects of one `helm template`, with lookups the assertions need."""
+
+    objects: list[dict[str, Any]]
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [obj for obj in self.objects if obj["kind"] == kind]
+
+    def one(self, kind: str) -> dict[str, Any]:
+        found = self.of_kind(kind)
+        assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+        return found[0]
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        spec: dict[str, Any] = self.one("DaemonSet")["spec"]["template"]["spec"]
+        return spec
+
+    def container(self, name: str) -> dict[str, Any]:
+        for container in self.pod["containers"]:
+            if container["name"] == name:
+                return dict(container)
+        raise AssertionError(f"no container {name!r}")
+
+    def volume(self, name: str) -> dict[str, Any]:
+        for volume in self.pod["volumes"]:
+            if volume["name"] == name:
+                return dict(volume)
+        raise AssertionError(f"no volume {name!r}")
+
+    def config_file(self) -> dict[str, Any]:
+        text = self.one("ConfigMap")["data"]["config.yaml"]
+        data = yaml.safe_load(text)
+        assert isinstance(data, dict)
+        return data
+
+
+def render(
+    helm: Path,
+    values: dict[str, Any] | None = None,
+    *,
+    set_args: tuple[str, ...] = (),
+    release: str = "dracpu",
+    namespace: str = "kube-system",
+) -> Rendered:
+    with tempfile.TemporaryDirectory(dir="/tmp") as scratch:
+        values_file = Path(scratch) / "values.yaml"
+        # JSON is YAML, and keeps an explicit null a null.
+        values_file.write_text(json.dumps(values or {}))
+        argv = [
+            str(helm),
+            "template",
+            release,
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--kube-version",
+            KUBE_VERSION,
+            "--values",
+            str(values_file),
+        ]
+        for item in set_args:
+            argv += ["--set", item]
+        result = subprocess.run(
+            argv, capture_output=True, text=True, timeout=120, check=False, env=_env(scratch)
+        )
+    if result.returncode != 0:
+        raise RenderError(result.stderr)
+    return Rendered([obj for obj in yaml.safe_load_all(result.stdout) if obj])
+
+
+def lint(helm: Path, values: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory(dir="/tmp") as scratch:
+        values_file = Path(scratch) / "values.yaml"
+        values_file.write_text(json.dumps(values or {}))
+        return subprocess.run(
+            [
+                str(helm),
+                "lint",
+                "--strict",
+                str(CHART),
+                "--kube-version",
+                KUBE_VERSION,
+                "--values",
+                str(values_file),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=_env(scratch),
+        )
+
+
+def _env(scratch: str) -> dict[str, str]:
+    # Keep helm's caches and config out of the user's home.
+    env = dict(os.environ)
+    for name in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+        env[name] = str(Path(scratch) / name.lower())
+    return env
+
+
+# Flags that take no value; every other `--flag` is followed by its value.
+SWITCHES = frozenset({"--expose-pcie-roots", "--live"})
+
+
+def flags(argv: list[str]) -> dict[str, str]:
+    """`--flag value` pairs of a command line (switches map to "")."""
+    found: dict[str, str] = {}
+    items: Iterator[str] = iter(argv)
+    for item in items:
+        assert item.startswith("-"), f"stray argument {item!r} in {argv}"
+        assert item not in found, f"{item} given twice in {argv}"
+        found[item] = "" if item in SWITCHES else next(items)
+    return found
+
+
+def mount_for(container: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """The volume mount holding `path` in the container (the deepest one)."""
+    best: dict[str, Any] | None = None
+    for mount in container.get("volumeMounts", []):
+        root = mount["mountPath"].rstrip("/") or "/"
+        if (path == root or path.startswith(root.rstrip("/") + "/")) and (
+            best is None or len(root) > len(best["mountPath"])
+        ):
+            best = mount
+    return best

@@ -1,0 +1,206 @@
+"""What the chart grants and refuses: minimal RBAC, least-privilege containers, host paths only
+where a service needs them, and bad values stopped by the schema with its message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from helm_chart import KUBE_VERSION, SERVICES, Rendered, RenderError, lint, render
+
+
+@pytest.fixture(scope="module")
+def default(helm: Path) -> Rendered:
+    return render(helm)
+
+
+def test_lint_passes_strict(helm: Path) -> None:
+    result = lint(helm)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_lint_fails_on_bad_values(helm: Path) -> None:
+    result = lint(helm, {"kubeletRootDir": "relative/kubelet"})
+    assert result.returncode != 0
+    assert "does not match pattern '^/'" in result.stdout + result.stderr
+
+
+def test_validator_rejects_a_broken_object(default: Rendered) -> None:
+    # The schema check must be able to fail: a misspelt field is refused in strict mode.
+    daemonset = default.one("DaemonSet")
+    broken: dict[str, Any] = {**daemonset, "spec": {**daemonset["spec"], "updateStrategyy": {}}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBE_VERSION, strict=True)
+
+
+def test_rbac_is_what_the_dra_plugin_needs(default: Rendered) -> None:
+    rules = default.one("ClusterRole")["rules"]
+    granted = {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    slices = {
+        ("resource.k8s.io", "resourceslices", verb)
+        for verb in ("get", "list", "watch", "create", "update", "delete")
+    }
+    assert granted == slices | {
+        ("resource.k8s.io", "resourceclaims", "get"),
+        ("", "nodes", "get"),
+    }
+    assert all("resourceNames" not in rule for rule in rules)
+    binding = default.one("ClusterRoleBinding")
+    account = default.one("ServiceAccount")
+    assert binding["roleRef"]["name"] == default.one("ClusterRole")["metadata"]["name"]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": account["metadata"]["name"],
+            "namespace": account["metadata"]["namespace"],
+        }
+    ]
+    assert default.pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_only_the_dra_plugin_gets_an_api_token(default: Rendered) -> None:
+    assert default.pod["automountServiceAccountToken"] is False
+    assert default.one("ServiceAccount")["automountServiceAccountToken"] is False
+    holders = [
+        container["name"]
+        for container in default.pod["containers"]
+        for mount in container["volumeMounts"]
+        if mount["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+    ]
+    assert holders == ["dra-plugin"]
+    sources = default.volume("kube-api-access")["projected"]["sources"]
+    assert any("serviceAccountToken" in source for source in sources)
+
+
+# The host directories each container may touch; everything else it sees is the pod's own.
+HOST_PATHS = {
+    "topology": {"/sys"},
+    "allocator": {"/var/lib/dracpu", "/var/run/cdi"},
+    "dra-plugin": {"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"},
+    "nri-plugin": {"/var/run/nri"},
+    "api": set(),
+}
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_host_paths_are_only_where_needed(default: Rendered, name: str) -> None:
+    container = default.container(name)
+    host_paths = set()
+    for mount in container["volumeMounts"]:
+        volume = default.volume(mount["name"])
+        if "hostPath" in volume:
+            host_paths.add(volume["hostPath"]["path"])
+            if volume["hostPath"]["path"] == "/sys":
+                assert mount["readOnly"] is True, "/sys must be read-only"
+    assert host_paths == HOST_PATHS[name]
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_containers_are_least_privilege(default: Rendered, name: str) -> None:
+    context = default.container(name)["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["privileged"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    if name in ("topology", "api"):
+        assert context["runAsNonRoot"] is True
+        assert context["runAsUser"] != 0
+    else:
+        # uid 0 only to own files in root-owned host dirs; no capability comes with it.
+        assert context["runAsUser"] == 0
+
+
+def test_pod_shares_nothing_of_the_host_but_the_mounts(default: Rendered) -> None:
+    pod = default.pod
+    assert pod["hostNetwork"] is False
+    assert pod["hostPID"] is False
+    assert pod["hostIPC"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # The socket volume's group, shared by the root and non-root containers.
+    assert pod["securityContext"]["fsGroup"] == 65532
+
+
+BAD_VALUES = {
+    "empty-kubelet-root": (
+        {"kubeletRootDir": ""},
+        "at '/kubeletRootDir': minLength: got 0, want 1",
+    ),
+    "relative-kubelet-root": (
+        {"kubeletRootDir": "var/lib/kubelet"},
+        "at '/kubeletRootDir': 'var/lib/kubelet' does not match pattern '^/'",
+    ),
+    "unknown-device-mode": (
+        {"driverConfig": {"cpuDeviceMode": "percore"}},
+        "at '/driverConfig/cpuDeviceMode': value must be one of 'grouped', 'individual'",
+    ),
+    "unknown-device-mode-deprecated-arg": (
+        {"args": {"cpuDeviceMode": "percore"}},
+        "at '/args/cpuDeviceMode': value must be one of '', 'grouped', 'individual'",
+    ),
+    "unknown-group-by": (
+        {"driverConfig": {"groupBy": "core"}},
+        "at '/driverConfig/groupBy': value must be one of 'numanode', 'socket', 'machine'",
+    ),
+    "bad-reserved-cpus": (
+        {"driverConfig": {"reservedCPUs": "0-1,x"}},
+        "at '/driverConfig/reservedCPUs': '0-1,x' does not match pattern",
+    ),
+    "chart-owned-config-field": (
+        {"driverConfig": {"sysfsRoot": "/host/sys"}},
+        "at '/driverConfig': additional properties 'sysfsRoot' not allowed",
+    ),
+    "misspelt-value": (
+        {"kubeletRootdir": "/var/lib/kubelet"},
+        "additional properties 'kubeletRootdir' not allowed",
+    ),
+    "port-out-of-range": ({"api": {"port": 70000}}, "at '/api/port': maximum: got 70,000"),
+    "pcie-roots-not-boolean": (
+        {"args": {"exposePCIeRoots": "yes"}},
+        "at '/args/exposePCIeRoots': got string, want boolean",
+    ),
+    "bad-pull-policy": (
+        {"imagePullPolicy": "Sometimes"},
+        "at '/imagePullPolicy': value must be one of",
+    ),
+}
+
+
+@pytest.mark.parametrize("values, message", BAD_VALUES.values(), ids=BAD_VALUES.keys())
+def test_bad_values_fail_with_the_schemas_message(
+    helm: Path, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(RenderError) as refused:
+        render(helm, values)
+    assert "values don't meet the specifications of the schema" in str(refused.value)
+    assert message in str(refused.value)
+
+
+def test_empty_kubelet_root_through_set_is_refused(helm: Path) -> None:
+    with pytest.raises(RenderError, match="minLength: got 0, want 1"):
+        render(helm, set_args=("kubeletRootDir=",))
+
+
+def test_kubelet_root_too_long_for_a_socket_path(helm: Path) -> None:
+    root = "/" + "k" * 80
+    with pytest.raises(RenderError) as refused:
+        render(helm, {"kubeletRootDir": root})
+    assert "is too long: the registration socket" in str(refused.value)
+    assert "over the 107 a unix socket path can hold" in str(refused.value)
+
+
+def test_existing_service_account_must_be_named(helm: Path) -> None:
+    with pytest.raises(RenderError, match=r"serviceAccount\.name must name an existing"):
+        render(helm, {"serviceAccount": {"create": False}})
+    rendered = render(helm, {"serviceAccount": {"create": False, "name": "dracpu-sa"}})
+    assert rendered.of_kind("ServiceAccount") == []
+    assert rendered.pod["serviceAccountName"] == "dracpu-sa"

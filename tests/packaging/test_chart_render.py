@@ -1,0 +1,348 @@
+"""The chart, rendered by the real helm binary over a matrix of values: every object is valid
+Kubernetes (OpenAPI schemas of a pinned release), and the pod holds together — five containers,
+every path flag backed by a mount, one socket path per service, least privilege."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from helm_chart import (
+    CHART,
+    GRPC_SERVICES,
+    KUBE_VERSION,
+    SERVICES,
+    Rendered,
+    flags,
+    mount_for,
+    render,
+)
+
+from dracpu.core.config import parse_document
+
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+SOCKET_DIR = "/run/dracpu"
+CONFIG_FILE = "/etc/dracpu/config.yaml"
+
+
+@dataclass(frozen=True)
+class Case:
+    values: dict[str, Any]
+    check: Callable[[Rendered], None]
+    set_args: tuple[str, ...] = field(default=())
+
+
+def _flags_of(rendered: Rendered, name: str) -> dict[str, str]:
+    return flags(rendered.container(name)["args"])
+
+
+def _host_path(rendered: Rendered, container: str, path: str) -> str:
+    """The host path behind `path` in a container, through its hostPath mount."""
+    mount = mount_for(rendered.container(container), path)
+    assert mount is not None, f"{container}: nothing mounted at {path}"
+    host = rendered.volume(mount["name"])["hostPath"]["path"]
+    return str(host) + path[len(mount["mountPath"].rstrip("/")) :]
+
+
+def check_defaults(r: Rendered) -> None:
+    assert r.config_file() == {"apiVersion": "v1alpha1"}
+    assert "--expose-pcie-roots" not in _flags_of(r, "allocator")
+    assert _flags_of(r, "dra-plugin")["--kubelet-root-dir"] == "/var/lib/kubelet"
+    for name in SERVICES:
+        assert r.container(name)["image"] == f"localhost/dracpu-{name}:{APP_VERSION}"
+        assert _flags_of(r, name)["-v"] == "2"
+    assert r.pod["hostNetwork"] is False
+    assert r.one("DaemonSet")["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+
+
+def check_individual(r: Rendered) -> None:
+    assert r.config_file()["cpuDeviceMode"] == "individual"
+
+
+def check_group_by(group: str) -> Callable[[Rendered], None]:
+    def check(r: Rendered) -> None:
+        assert r.config_file()["cpuDeviceMode"] == "grouped"
+        assert r.config_file()["groupBy"] == group
+
+    return check
+
+
+def check_pcie_roots(r: Rendered) -> None:
+    assert "--expose-pcie-roots" in _flags_of(r, "allocator")
+    for name in ("topology", "dra-plugin", "nri-plugin", "api"):
+        assert "--expose-pcie-roots" not in _flags_of(r, name)
+
+
+def check_kubelet_root(r: Rendered) -> None:
+    assert _flags_of(r, "dra-plugin")["--kubelet-root-dir"] == "/mnt/data/kubelet"
+    assert _host_path(r, "dra-plugin", "/mnt/data/kubelet/plugins/dra.cpu/dra.sock") == (
+        "/mnt/data/kubelet/plugins/dra.cpu/dra.sock"
+    )
+    assert r.volume("kubelet-plugins-registry")["hostPath"]["path"] == (
+        "/mnt/data/kubelet/plugins_registry"
+    )
+    rendered_text = yaml.safe_dump_all(r.objects)
+    assert "/var/lib/kubelet" not in rendered_text
+
+
+def check_kubelet_root_slash(r: Rendered) -> None:
+    assert _flags_of(r, "dra-plugin")["--kubelet-root-dir"] == "/"
+    assert r.volume("kubelet-plugins")["hostPath"]["path"] == "/plugins"
+    assert r.volume("kubelet-plugins-registry")["hostPath"]["path"] == "/plugins_registry"
+
+
+def check_images(r: Rendered) -> None:
+    assert r.container("topology")["image"] == "registry.example/dracpu/topology:0.1.1"
+    assert r.container("allocator")["image"] == f"localhost/dracpu-allocator:{APP_VERSION}"
+    assert r.container("dra-plugin")["image"] == "localhost/dracpu-dra-plugin:0.2.0"
+    assert r.container("dra-plugin")["imagePullPolicy"] == "Always"
+    for name in ("topology", "allocator", "nri-plugin", "api"):
+        assert r.container(name)["imagePullPolicy"] == "Never"
+    assert r.pod["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def check_node_allocatable(r: Rendered) -> None:
+    assert r.config_file()["publishNodeAllocatableResourceMapping"] is True
+
+
+def check_deprecated_args_win(r: Rendered) -> None:
+    assert r.config_file() == {
+        "apiVersion": "v1alpha1",
+        "cpuDeviceMode": "grouped",
+        "groupBy": "socket",
+        "reservedCPUs": "0-3",
+        "hostnameOverride": "node-a",
+    }
+
+
+def check_host_network(r: Rendered) -> None:
+    assert r.pod["hostNetwork"] is True
+    assert r.pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert _flags_of(r, "api")["--bind-address"] == ":9464"
+    assert r.container("api")["ports"][0]["containerPort"] == 9464
+
+
+def check_on_delete(r: Rendered) -> None:
+    assert r.one("DaemonSet")["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+CASES: dict[str, Case] = {
+    "defaults": Case({}, check_defaults),
+    "individual-mode": Case({"driverConfig": {"cpuDeviceMode": "individual"}}, check_individual),
+    "group-by-socket": Case(
+        {"driverConfig": {"cpuDeviceMode": "grouped", "groupBy": "socket"}},
+        check_group_by("socket"),
+    ),
+    "group-by-machine": Case(
+        {"driverConfig": {"cpuDeviceMode": "grouped", "groupBy": "machine"}},
+        check_group_by("machine"),
+    ),
+    "pcie-roots": Case({"args": {"exposePCIeRoots": True}}, check_pcie_roots),
+    "relocated-kubelet-root": Case({"kubeletRootDir": "/mnt/data//kubelet/"}, check_kubelet_root),
+    "kubelet-root-dotdot": Case({"kubeletRootDir": "/mnt/x/../data/kubelet"}, check_kubelet_root),
+    "kubelet-root-slash": Case({"kubeletRootDir": "/"}, check_kubelet_root_slash),
+    "kubelet-root-null": Case(
+        {"kubeletRootDir": None},
+        lambda r: (
+            _flags_of(r, "dra-plugin")["--kubelet-root-dir"] == "/var/lib/kubelet"
+            or pytest.fail("null did not fall back to /var/lib/kubelet")
+        ),
+    ),
+    "image-overrides": Case(
+        {
+            "imagePullPolicy": "Never",
+            "imagePullSecrets": [{"name": "regcred"}],
+            "topology": {
+                "image": {"repository": "registry.example/dracpu/topology", "tag": "0.1.1"}
+            },
+            "draPlugin": {"image": {"tag": "0.2.0", "pullPolicy": "Always"}},
+        },
+        check_images,
+    ),
+    "node-allocatable-mapping": Case(
+        {"driverConfig": {"publishNodeAllocatableResourceMapping": True}}, check_node_allocatable
+    ),
+    "deprecated-args-win": Case(
+        {
+            "driverConfig": {"cpuDeviceMode": "individual", "groupBy": "numanode"},
+            "args": {
+                "cpuDeviceMode": "grouped",
+                "groupBy": "socket",
+                "reservedCPUs": "0-3",
+                "hostnameOverride": "node-a",
+            },
+        },
+        check_deprecated_args_win,
+    ),
+    "host-network-other-port": Case(
+        {"hostNetwork": True, "api": {"port": 9464}}, check_host_network
+    ),
+    "on-delete-updates": Case({"updateStrategy": {"type": "OnDelete"}}, check_on_delete),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request: pytest.FixtureRequest, helm: Path) -> tuple[Case, Rendered]:
+    chosen = CASES[request.param]
+    return chosen, render(helm, chosen.values, set_args=chosen.set_args)
+
+
+def test_case_specific_expectations(case: tuple[Case, Rendered]) -> None:
+    chosen, rendered = case
+    chosen.check(rendered)
+
+
+def test_every_object_is_valid_kubernetes(case: tuple[Case, Rendered]) -> None:
+    _, rendered = case
+    for obj in rendered.objects:
+        # strict: unknown fields are errors too, not only wrong types.
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+
+
+def test_objects_rendered(case: tuple[Case, Rendered]) -> None:
+    _, rendered = case
+    kinds = sorted(obj["kind"] for obj in rendered.objects)
+    expected = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass"]
+    assert kinds == sorted([*expected, "ServiceAccount"])
+    device_class = rendered.one("DeviceClass")
+    assert device_class["apiVersion"] == "resource.k8s.io/v1"
+    assert device_class["metadata"]["name"] == "dra.cpu"
+    assert device_class["spec"]["selectors"] == [
+        {"cel": {"expression": 'device.driver == "dra.cpu"'}}
+    ]
+
+
+def test_five_containers_run_their_service(case: tuple[Case, Rendered]) -> None:
+    _, rendered = case
+    assert [c["name"] for c in rendered.pod["containers"]] == list(SERVICES)
+    for container in rendered.pod["containers"]:
+        assert container["command"] == [f"dracpu-{container['name']}"]
+    assert rendered.pod["priorityClassName"] == "system-node-critical"
+
+
+def test_every_path_flag_is_backed_by_a_mount(case: tuple[Case, Rendered]) -> None:
+    _, rendered = case
+    path_flags = {
+        "--socket",
+        "--topology-socket",
+        "--allocator-socket",
+        "--dra-plugin-socket",
+        "--nri-plugin-socket",
+        "--sysfs-root",
+        "--state-dir",
+        "--cdi-dir",
+        "--kubelet-root-dir",
+        "--nri-socket",
+        "--config",
+    }
+    for name in SERVICES:
+        container = rendered.container(name)
+        for flag, value in flags(container["args"]).items():
+            if flag not in path_flags:
+                continue
+            assert value.startswith("/"), f"{name} {flag} {value} is not absolute"
+            if flag == "--kubelet-root-dir":
+                # The root itself is not mounted; the two directories the plugin uses are, each
+                # at the same path as on the host, so the paths it hands the kubelet are true.
+                for sub in ("plugins", "plugins_registry"):
+                    inside = str(Path(value) / sub)
+                    assert _host_path(rendered, name, inside) == inside
+                continue
+            mount = mount_for(container, value)
+            assert mount is not None, f"{name}: {flag} {value} is on no mount"
+            if flag.endswith("socket") and flag != "--nri-socket":
+                assert mount["name"] == "sockets", f"{name} {flag} is not on the socket volume"
+
+
+def test_socket_paths_agree_between_containers(case: tuple[Case, Rendered]) -> None:
+    _, rendered = case
+    served = {name: _flags_of(rendered, name)["--socket"] for name in GRPC_SERVICES}
+    assert served == {name: f"{SOCKET_DIR}/{name}.sock" for name in GRPC_SERVICES}
+    clients = {
+        "allocator": {"topology"},
+        "dra-plugin": {"allocator"},
+        "nri-plugin": {"allocator"},
+        "api": set(GRPC_SERVICES),
+    }
+    for client, peers in clients.items():
+        given = {
+            flag.removeprefix("--").removesuffix("-socket"): value
+            for flag, value in _flags_of(rendered, client).items()
+            if flag.endswith("-socket") and flag not in ("--socket", "--nri-socket")
+        }
+        assert given == {peer: served[peer] for peer in peers}, client
+    assert rendered.volume("sockets") == {"name": "sockets", "emptyDir": {}}
+
+
+def test_probes_check_the_containers_own_endpoint(case: tuple[Case, Rendered]) -> None:
+    _, rendered = case
+    for name in GRPC_SERVICES:
+        container = rendered.container(name)
+        socket = _flags_of(rendered, name)["--socket"]
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            command = container[probe]["exec"]["command"]
+            assert command[:2] == ["dracpu", "health"]
+            assert flags(command[2:])["--socket"] == socket
+            # Only readiness insists on SERVING; the others accept a waiting service.
+            assert ("--live" in command) == (probe != "readinessProbe")
+    api = rendered.container("api")
+    port = int(_flags_of(rendered, "api")["--bind-address"].rpartition(":")[2])
+    assert api["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    assert api["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert api["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+
+
+def test_every_container_reads_the_config_file_and_knows_its_node(
+    case: tuple[Case, Rendered],
+) -> None:
+    _, rendered = case
+    for name in SERVICES:
+        container = rendered.container(name)
+        assert _flags_of(rendered, name)["--config"] == CONFIG_FILE
+        mount = mount_for(container, CONFIG_FILE)
+        assert mount is not None and mount["readOnly"] is True
+        assert (
+            rendered.volume(mount["name"])["configMap"]["name"]
+            == (rendered.one("ConfigMap")["metadata"]["name"])
+        )
+        node_name = [env for env in container["env"] if env["name"] == "NODE_NAME"]
+        assert node_name == [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+        ]
+
+
+def test_config_file_is_accepted_by_the_services_loader(case: tuple[Case, Rendered]) -> None:
+    _, rendered = case
+    config = parse_document(rendered.config_file(), "rendered config.yaml")
+    assert config.to_document()["apiVersion"] == "v1alpha1"
+
+
+# The argv parser of each service, by the name its module gives it.
+PARSERS = {
+    "topology": ("dracpu.topology.server", "build_parser"),
+    "allocator": ("dracpu.allocator.server", "build_parser"),
+    "dra-plugin": ("dracpu.dra_plugin.server", "parser"),
+    "nri-plugin": ("dracpu.nri_plugin.server", "build_parser"),
+    "api": ("dracpu.api.server", "_parser"),
+}
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_services_accept_the_rendered_command_lines(
+    service: str, case: tuple[Case, Rendered]
+) -> None:
+    _, rendered = case
+    module_name, function = PARSERS[service]
+    module = importlib.import_module(module_name)
+    parser = getattr(module, function)()
+    args = parser.parse_args(rendered.container(service)["args"])
+    assert args.config == CONFIG_FILE
+    assert args.verbosity == int(_flags_of(rendered, service)["-v"])
+    if service in GRPC_SERVICES:
+        assert args.socket == f"{SOCKET_DIR}/{service}.sock"
