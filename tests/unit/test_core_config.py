@@ -1,0 +1,215 @@
+"""The driver configuration: a YAML file plus flags, the flag winning; strict about what it
+accepts and precise about what it refuses."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dracpu.core import log
+from dracpu.core.cli import ArgumentParser
+from dracpu.core.config import DriverConfig, add_config_flags, load, log_effective
+from dracpu.core.errors import ConfigError, InvalidInputError
+
+
+def parse(*argv: str) -> DriverConfig:
+    parser = ArgumentParser(prog="test")
+    add_config_flags(parser)
+    return load(parser.parse_args(list(argv)))
+
+
+def config_file(tmp_path: Path, content: str) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(content)
+    return str(path)
+
+
+@pytest.fixture
+def log_lines() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    log.setup(0, "test", stream=stream)
+    yield stream
+    log.setup(0)
+
+
+def test_defaults() -> None:
+    config = parse()
+    assert config.cpu_device_mode == "grouped"
+    assert config.group_by == "numanode"
+    assert config.reserved_cpus == ""
+    assert config.publish_node_allocatable_resource_mapping is False
+    assert config.to_document() == {
+        "apiVersion": "v1alpha1",
+        "cpuDeviceMode": "grouped",
+        "groupBy": "numanode",
+        "reservedCPUs": "",
+        "hostnameOverride": "",
+        "kubeconfig": "",
+        "publishNodeAllocatableResourceMapping": False,
+        "sysfsRoot": "",
+    }
+
+
+def test_every_reference_field_is_read_from_the_file(tmp_path: Path) -> None:
+    path = config_file(
+        tmp_path,
+        "apiVersion: v1alpha1\n"
+        "cpuDeviceMode: individual\n"
+        "groupBy: socket\n"
+        "reservedCPUs: 3,0-1\n"
+        "hostnameOverride: node-a\n"
+        "kubeconfig: /etc/kube.conf\n"
+        "publishNodeAllocatableResourceMapping: true\n"
+        "sysfsRoot: /host/sys\n",
+    )
+    config = parse("--config", path)
+    assert config.cpu_device_mode == "individual"
+    assert config.group_by == "socket"
+    assert config.reserved_cpus == "0-1,3"
+    assert config.reserved.format() == "0-1,3"
+    assert config.hostname_override == "node-a"
+    assert config.kubeconfig == "/etc/kube.conf"
+    assert config.publish_node_allocatable_resource_mapping is True
+    assert str(config.effective_sysfs_root()) == "/host/sys"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "attribute"),
+    [
+        ("--group-by", "machine", "group_by"),
+        ("--cpu-device-mode", "individual", "cpu_device_mode"),
+        ("--reserved-cpus", "0-3", "reserved_cpus"),
+        ("--hostname-override", "node-b", "hostname_override"),
+        ("--kubeconfig", "/flag/kubeconfig", "kubeconfig"),
+        ("--sysfs-root", "/flag/sys", "sysfs_root"),
+    ],
+)
+def test_an_explicit_flag_wins_over_the_file(
+    flag: str, value: str, attribute: str, tmp_path: Path, log_lines: io.StringIO
+) -> None:
+    path = config_file(
+        tmp_path,
+        "groupBy: socket\ncpuDeviceMode: grouped\nreservedCPUs: '7'\n"
+        "hostnameOverride: file\nkubeconfig: /file\nsysfsRoot: /file/sys\n",
+    )
+    assert getattr(parse("--config", path, flag, value), attribute) == value
+    # Fields no flag touched still come from the file.
+    others = parse("--config", path)
+    assert others.group_by == "socket"
+    assert others.reserved_cpus == "7"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "field"),
+    [
+        ("--cpu-device-mode", "individual", "cpuDeviceMode"),
+        ("--group-by", "socket", "groupBy"),
+        ("--reserved-cpus", "0", "reservedCPUs"),
+        ("--hostname-override", "x", "hostnameOverride"),
+    ],
+)
+def test_deprecated_flags_work_and_warn(
+    flag: str, value: str, field: str, log_lines: io.StringIO
+) -> None:
+    parse(flag, value)
+    lines = log_lines.getvalue().splitlines()
+    assert len(lines) == 1
+    assert "level=warning" in lines[0]
+    assert 'msg="deprecated flag used"' in lines[0]
+    assert f"flag={flag}" in lines[0]
+    assert f"replacement={field}" in lines[0]
+
+
+def test_current_flags_do_not_warn(log_lines: io.StringIO) -> None:
+    parse("--sysfs-root", "/x", "--kubeconfig", "/k")
+    assert log_lines.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("groupBy: socket\nbindAddres: ':8080'\n", "unknown field 'bindAddres'"),
+        ("apiVersion: v1beta1\n", "field 'apiVersion'"),
+        ("apiVersion: 1\n", "field 'apiVersion'"),
+        ("cpuDeviceMode: shared\n", "field 'cpuDeviceMode'"),
+        ("groupBy: rack\n", "field 'groupBy'"),
+        ("reservedCPUs: 0-3,,4\n", "field 'reservedCPUs': empty item in CPU list '0-3,,4'"),
+        ("reservedCPUs: 5-2\n", "reversed range '5-2'"),
+        ("publishNodeAllocatableResourceMapping: maybe\n", "publishNodeAllocatableResourceMapping"),
+        ("- groupBy\n", "expected a YAML mapping, got list"),
+        ("just text\n", "expected a YAML mapping, got str"),
+        ("groupBy: a: b\n", "not valid YAML at line 1"),
+        ("groupBy: [socket\n", "not valid YAML"),
+        ("groupBy: socket\n\tbad: tab\n", "not valid YAML at line 2"),
+    ],
+)
+def test_bad_files_are_refused_naming_file_and_field(
+    content: str, message: str, tmp_path: Path
+) -> None:
+    path = config_file(tmp_path, content)
+    with pytest.raises(ConfigError) as error:
+        parse("--config", path)
+    assert str(error.value).startswith(f"config file {path}")
+    assert message in str(error.value)
+
+
+def test_api_version_may_be_absent_or_v1alpha1(tmp_path: Path) -> None:
+    assert parse("--config", config_file(tmp_path, "groupBy: socket\n")).api_version is None
+    with_version = parse("--config", config_file(tmp_path, "apiVersion: v1alpha1\n"))
+    assert with_version.api_version == "v1alpha1"
+
+
+def test_empty_file_is_the_defaults(tmp_path: Path) -> None:
+    assert parse("--config", config_file(tmp_path, "")) == parse()
+
+
+def test_missing_file_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"config file /nonexistent/x\.yaml: No such file"):
+        parse("--config", "/nonexistent/x.yaml")
+
+
+def test_bad_flag_value_names_the_flags_as_source() -> None:
+    with pytest.raises(ConfigError, match="flags: field 'reservedCPUs'"):
+        parse("--reserved-cpus", "x")
+
+
+def test_config_errors_are_invalid_input() -> None:
+    assert issubclass(ConfigError, InvalidInputError)
+
+
+@pytest.mark.parametrize(
+    ("sysfs_root", "host_root", "expected"),
+    [("", None, "/sys"), ("", "/host", "/host/sys"), ("/mine", "/host", "/mine")],
+)
+def test_sysfs_root_precedence(
+    sysfs_root: str,
+    host_root: str | None,
+    expected: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if host_root is None:
+        monkeypatch.delenv("HOST_ROOT", raising=False)
+    else:
+        monkeypatch.setenv("HOST_ROOT", host_root)
+    config = DriverConfig.model_validate({"sysfsRoot": sysfs_root})
+    assert str(config.effective_sysfs_root()) == expected
+
+
+def test_node_name_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "from-env")
+    assert DriverConfig.model_validate({"hostnameOverride": "set"}).node_name() == "set"
+    assert DriverConfig().node_name() == "from-env"
+    monkeypatch.delenv("NODE_NAME")
+    assert DriverConfig().node_name() != ""
+
+
+def test_effective_configuration_is_logged_at_level_0(log_lines: io.StringIO) -> None:
+    log_effective(DriverConfig.model_validate({"groupBy": "socket", "reservedCPUs": "0-1"}))
+    line = log_lines.getvalue()
+    assert 'msg="effective configuration"' in line
+    assert "groupBy=socket" in line
+    assert "reservedCPUs=0-1" in line
+    assert "apiVersion=v1alpha1" in line
