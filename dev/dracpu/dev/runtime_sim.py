@@ -1,0 +1,418 @@
+"""A stand-in for the container runtime's side of NRI, for tests and `dracpu dev`.
+
+It listens on an NRI socket like containerd or CRI-O, accepts plugins, and drives them the way
+containerd/nri pkg/adaptation does: RegisterPlugin (name/index checked) -> Configure (event mask
+checked against the emulated NRI version) -> Synchronize (whole, or chunked with `more`) ->
+lifecycle calls in plugin index order. It keeps each container's cpuset, applies adjustments
+and updates as the runtime would, and applies plugin-initiated UpdateContainers.
+
+It speaks the real wire protocol through dracpu.nri_plugin's transport (mux + ttrpc), so a
+plugin that works against it also sends the exact bytes a Go runtime reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dracpu.core.errors import DracpuError
+from dracpu.core.log import get_logger
+from dracpu.nri_plugin.events import (
+    VALID_MASK_BEFORE_V0_10,
+    VALID_MASK_FROM_V0_10,
+    event_bit,
+    valid_plugin_index,
+    valid_plugin_name,
+)
+from dracpu.nri_plugin.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from dracpu.nri_plugin.stub import PLUGIN_SERVICE, RUNTIME_SERVICE
+from dracpu.nri_plugin.ttrpc import UNIMPLEMENTED, Channel, TtrpcError
+from dracpu.pb.nri import api_pb2
+
+log = get_logger("dev.runtime")
+
+
+class CreateContainerError(DracpuError):
+    """A plugin refused the container (the kubelet would show CreateContainerError)."""
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """Which runtime and NRI version to emulate."""
+
+    name: str = "containerd"
+    version: str = "v2.4.0"
+    nri_version: str = "v0.12.3"  # "" = runtime older than NRI v0.12 (field absent)
+    dedicated_remove: bool = True  # v0.12: RemoveContainer RPC, StateChange fallback
+    events_v0_10: bool = True  # events 12-14 valid
+    registration_timeout: float = 5.0
+    request_timeout: float = 2.0
+    sync_chunk: int = 0  # > 0: send Synchronize in chunks of this many containers
+
+
+CONTAINERD_2_0 = RuntimeProfile(
+    name="containerd",
+    version="v2.0.0",
+    nri_version="",
+    dedicated_remove=False,
+    events_v0_10=False,
+)
+
+
+@dataclass
+class PluginConn:
+    name: str
+    index: str
+    mux: Mux
+    client: Channel
+    events: int = 0
+    admitted: bool = False
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def key(self) -> str:
+        return f"{self.index}-{self.name}"
+
+
+@dataclass
+class UnsolicitedBatch:
+    plugin: str
+    updates: list[tuple[str, str]]  # (container id, cpus)
+    failed: list[str]
+
+
+class RuntimeSim:
+    """The runtime end of the NRI socket. Use as `async with RuntimeSim(path) as rt:`."""
+
+    def __init__(self, socket_path: str, profile: RuntimeProfile | None = None) -> None:
+        self.socket_path = socket_path
+        self.profile = profile or RuntimeProfile()
+        self.pods: dict[str, api_pb2.PodSandbox] = {}
+        self.containers: dict[str, api_pb2.Container] = {}
+        self.unsolicited: list[UnsolicitedBatch] = []
+        self.plugins: list[PluginConn] = []
+        self.rejections: list[str] = []
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Condition()
+        self._lock = asyncio.Lock()  # lifecycle calls and plugin admission, as the adaptation
+        self._ids = itertools.count(1)
+
+    async def __aenter__(self) -> RuntimeSim:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- listening ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        os.makedirs(os.path.dirname(self.socket_path) or ".", exist_ok=True)
+        self._server = await asyncio.start_unix_server(self._accept, path=self.socket_path)
+
+    async def stop(self) -> None:
+        """Close the socket and every plugin connection (a runtime going down)."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for plugin in list(self.plugins):
+            plugin.mux.close(ConnectionAbortedError("runtime stopping"))
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.plugins.clear()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+
+    async def restart(self) -> None:
+        """Runtime restart: plugins lose their connection; containers keep running."""
+        await self.stop()
+        await self.start()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        mux = Mux(reader, writer)
+        registered: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
+
+        async def register(payload: bytes) -> bytes:
+            request = api_pb2.RegisterPluginRequest()
+            request.ParseFromString(payload)
+            if not valid_plugin_name(request.plugin_name):
+                err = TtrpcError(2, f"invalid plugin name {request.plugin_name!r}")
+                if not registered.done():
+                    registered.set_exception(err)
+                raise err
+            if not valid_plugin_index(request.plugin_idx):
+                err = TtrpcError(2, f"invalid plugin index {request.plugin_idx!r}")
+                if not registered.done():
+                    registered.set_exception(err)
+                raise err
+            if not registered.done():
+                registered.set_result((request.plugin_name, request.plugin_idx))
+            return api_pb2.Empty().SerializeToString()
+
+        holder: list[PluginConn] = []
+
+        async def update_containers(payload: bytes) -> bytes:
+            request = api_pb2.UpdateContainersRequest()
+            request.ParseFromString(payload)
+            name = holder[0].key if holder else "?"
+            failed = await self._apply_unsolicited(name, request.update)
+            return api_pb2.UpdateContainersResponse(failed=failed).SerializeToString()
+
+        client = Channel(mux, PLUGIN_SERVICE_CONN)
+        Channel(
+            mux,
+            RUNTIME_SERVICE_CONN,
+            {
+                RUNTIME_SERVICE: {
+                    "RegisterPlugin": register,
+                    "UpdateContainers": update_containers,
+                }
+            },
+        )
+        reader_task = asyncio.ensure_future(mux.run())
+        try:
+            name, index = await asyncio.wait_for(registered, self.profile.registration_timeout)
+        except (TimeoutError, TtrpcError) as exc:
+            self.rejections.append(f"registration: {exc or 'timed out'}")
+            mux.close(ConnectionAbortedError("plugin registration failed"))
+            await asyncio.gather(reader_task, return_exceptions=True)
+            return
+        plugin = PluginConn(name, index, mux, client)
+        holder.append(plugin)
+        try:
+            await self._configure(plugin)
+            async with self._lock:
+                await self._synchronize(plugin)
+                plugin.admitted = True
+                self.plugins.append(plugin)
+                self.plugins.sort(key=lambda p: p.index)
+            await self._notify()
+            log.info(2, "plugin admitted", plugin=plugin.key)
+        except (TtrpcError, DracpuError) as exc:
+            self.rejections.append(f"{plugin.key}: {exc}")
+            log.warning("plugin rejected", plugin=plugin.key, error=str(exc))
+            mux.close(ConnectionAbortedError(str(exc)))
+        await asyncio.gather(reader_task, return_exceptions=True)
+        if plugin in self.plugins:
+            self.plugins.remove(plugin)
+        plugin.closed.set()
+        await self._notify()
+
+    async def _configure(self, plugin: PluginConn) -> None:
+        request = api_pb2.ConfigureRequest(
+            runtime_name=self.profile.name,
+            runtime_version=self.profile.version,
+            registration_timeout=int(self.profile.registration_timeout * 1000),
+            request_timeout=int(self.profile.request_timeout * 1000),
+            NRI_version=self.profile.nri_version,
+        )
+        reply = api_pb2.ConfigureResponse()
+        reply.ParseFromString(await self._call(plugin, "Configure", request))
+        valid = VALID_MASK_FROM_V0_10 if self.profile.events_v0_10 else VALID_MASK_BEFORE_V0_10
+        events = reply.events or valid
+        if events & ~valid:
+            raise DracpuError(f"invalid plugin events: {events & ~valid:#x}")
+        plugin.events = events
+
+    async def _synchronize(self, plugin: PluginConn) -> None:
+        pods = list(self.pods.values())
+        ctrs = list(self.containers.values())
+        chunk = self.profile.sync_chunk or max(len(ctrs), 1)
+        reply = api_pb2.SynchronizeResponse()
+        start = 0
+        while True:
+            part = ctrs[start : start + chunk]
+            more = start + chunk < len(ctrs)
+            request = api_pb2.SynchronizeRequest(
+                pods=pods if start == 0 else [], containers=part, more=more
+            )
+            reply = api_pb2.SynchronizeResponse()
+            reply.ParseFromString(await self._call(plugin, "Synchronize", request))
+            if not more:
+                break
+            if reply.update or not reply.more:
+                raise DracpuError("plugin does not handle split sync requests")
+            start += chunk
+        failed = self._apply_updates(reply.update, creating="")
+        if failed:
+            log.warning("synchronize updates failed", containers=",".join(failed))
+
+    async def _call(self, plugin: PluginConn, method: str, request: object) -> bytes:
+        payload = request.SerializeToString()  # type: ignore[attr-defined]
+        try:
+            return await plugin.client.call(
+                PLUGIN_SERVICE, method, payload, self.profile.request_timeout
+            )
+        except TtrpcError as exc:
+            if exc.code in (4, 14):  # timed out or gone: the runtime drops the plugin
+                plugin.mux.close(ConnectionAbortedError(f"{method}: {exc}"))
+            raise
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_plugin(self, name: str = "dra.cpu", timeout: float = 10.0) -> PluginConn:
+        """Until a plugin of that name is registered, configured and synchronized."""
+
+        def find() -> PluginConn | None:
+            return next((p for p in self.plugins if p.name == name and p.admitted), None)
+
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: find() is not None), timeout)
+        found = find()
+        assert found is not None
+        return found
+
+    async def wait_unsolicited(self, count: int, timeout: float = 10.0) -> None:
+        """Until at least `count` UpdateContainers calls arrived."""
+        async with self._changed:
+            await asyncio.wait_for(
+                self._changed.wait_for(lambda: len(self.unsolicited) >= count), timeout
+            )
+
+    # -- pods and containers ------------------------------------------------------------------
+
+    def add_pod(self, name: str, namespace: str = "default", uid: str = "") -> str:
+        pod_id = f"pod{next(self._ids):04d}"
+        self.pods[pod_id] = api_pb2.PodSandbox(
+            id=pod_id, name=name, namespace=namespace, uid=uid or str(uuid.uuid4())
+        )
+        return pod_id
+
+    def cpus(self, container_id: str) -> str:
+        return self.containers[container_id].linux.resources.cpu.cpus
+
+    def cpusets(self) -> dict[str, str]:
+        return {cid: self.cpus(cid) for cid in self.containers}
+
+    async def create_container(
+        self, pod_id: str, name: str, env: Sequence[str] = (), container_id: str = ""
+    ) -> str:
+        """Create and start a container; CreateContainerError if a plugin refuses it."""
+        pod = self.pods[pod_id]
+        cid = container_id or f"ctr{next(self._ids):05d}"
+        ctr = api_pb2.Container(
+            id=cid, pod_sandbox_id=pod_id, name=name, env=list(env), state=api_pb2.CONTAINER_CREATED
+        )
+        async with self._lock:
+            owners: dict[str, str] = {}
+            adjusted = ""
+            updates: list[api_pb2.ContainerUpdate] = []
+            for plugin in list(self.plugins):
+                if not plugin.events & event_bit(api_pb2.CREATE_CONTAINER):
+                    continue
+                request = api_pb2.CreateContainerRequest(pod=pod, container=ctr)
+                try:
+                    raw = await self._call(plugin, "CreateContainer", request)
+                except TtrpcError as exc:
+                    if exc.code in (4, 14):
+                        continue  # plugin dropped; creation goes on without it
+                    raise CreateContainerError(
+                        f"plugin {plugin.key} refused container {name}: {exc.message}"
+                    ) from None
+                reply = api_pb2.CreateContainerResponse()
+                reply.ParseFromString(raw)
+                cpus = reply.adjust.linux.resources.cpu.cpus
+                if cpus:
+                    if "cpus" in owners:
+                        raise CreateContainerError(
+                            f'plugins "{owners["cpus"]}" and "{plugin.key}" both tried to '
+                            "set cpuset.cpus"
+                        )
+                    owners["cpus"], adjusted = plugin.key, cpus
+                for update in reply.update:
+                    if update.container_id == cid:
+                        raise CreateContainerError(
+                            f"plugin {plugin.key} asked update of {cid} during creation"
+                        )
+                updates.extend(reply.update)
+            if adjusted:
+                ctr.linux.resources.cpu.cpus = adjusted
+            ctr.state = api_pb2.CONTAINER_RUNNING
+            self.containers[cid] = ctr
+            self._apply_updates(updates, creating=cid)
+        return cid
+
+    async def stop_container(self, container_id: str) -> None:
+        ctr = self.containers[container_id]
+        async with self._lock:
+            for plugin in list(self.plugins):
+                if not plugin.events & event_bit(api_pb2.STOP_CONTAINER):
+                    continue
+                request = api_pb2.StopContainerRequest(
+                    pod=self.pods[ctr.pod_sandbox_id], container=ctr
+                )
+                reply = api_pb2.StopContainerResponse()
+                with contextlib.suppress(TtrpcError):
+                    reply.ParseFromString(await self._call(plugin, "StopContainer", request))
+                    self._apply_updates(reply.update, creating="")
+            ctr.state = api_pb2.CONTAINER_STOPPED
+
+    async def remove_container(self, container_id: str) -> None:
+        ctr = self.containers[container_id]
+        pod = self.pods[ctr.pod_sandbox_id]
+        async with self._lock:
+            for plugin in list(self.plugins):
+                if not plugin.events & event_bit(api_pb2.REMOVE_CONTAINER):
+                    continue
+                with contextlib.suppress(TtrpcError):
+                    await self._remove_one(plugin, pod, ctr)
+            del self.containers[container_id]
+
+    async def _remove_one(
+        self, plugin: PluginConn, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> None:
+        if self.profile.dedicated_remove:
+            request = api_pb2.RemoveContainerRequest(pod=pod, container=ctr)
+            try:
+                await self._call(plugin, "RemoveContainer", request)
+                return
+            except TtrpcError as exc:
+                if exc.code != UNIMPLEMENTED:
+                    raise
+        event = api_pb2.StateChangeEvent(event=api_pb2.REMOVE_CONTAINER, pod=pod, container=ctr)
+        await self._call(plugin, "StateChange", event)
+
+    # -- updates ------------------------------------------------------------------------------
+
+    def _apply_updates(
+        self, updates: Sequence[api_pb2.ContainerUpdate], creating: str
+    ) -> list[str]:
+        failed: list[str] = []
+        for update in updates:
+            ctr = self.containers.get(update.container_id)
+            if ctr is None or ctr.state == api_pb2.CONTAINER_STOPPED:
+                if not update.ignore_failure:
+                    failed.append(update.container_id)
+                continue
+            cpus = update.linux.resources.cpu.cpus
+            if cpus:  # "" means "leave unchanged"
+                ctr.linux.resources.cpu.cpus = cpus
+        return failed
+
+    async def _apply_unsolicited(
+        self, plugin: str, updates: Sequence[api_pb2.ContainerUpdate]
+    ) -> list[api_pb2.ContainerUpdate]:
+        failed_ids = set(self._apply_updates(updates, creating=""))
+        self.unsolicited.append(
+            UnsolicitedBatch(
+                plugin,
+                [(u.container_id, u.linux.resources.cpu.cpus) for u in updates],
+                sorted(failed_ids),
+            )
+        )
+        await self._notify()
+        return [u for u in updates if u.container_id in failed_ids]

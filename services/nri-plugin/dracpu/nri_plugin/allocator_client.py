@@ -1,0 +1,86 @@
+"""The allocator calls the NRI plugin makes, over gRPC. Errors arrive as DracpuError."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
+
+import grpc
+
+from dracpu.core import rpc
+from dracpu.core.cpuset import CPUSet
+from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
+
+
+class AllocatorAPI(Protocol):
+    async def attach(
+        self, container: allocator_pb2.ContainerRef, claims: Mapping[str, CPUSet]
+    ) -> allocator_pb2.AttachContainerResponse: ...
+
+    async def detach(self, container_id: str) -> None: ...
+
+    async def adopt(
+        self, container: allocator_pb2.ContainerRef, claims: Mapping[str, CPUSet]
+    ) -> allocator_pb2.AdoptResponse: ...
+
+    async def shared_pool(self) -> allocator_pb2.SharedPool: ...
+
+    def watch_shared_pool(self) -> AsyncIterator[allocator_pb2.SharedPool]: ...
+
+
+class AllocatorClient:
+    """AllocatorAPI over a unix-socket channel; gRPC reconnects by itself."""
+
+    def __init__(self, socket_path: str, timeout: float = 1.5) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._channel: grpc.aio.Channel = rpc.channel(socket_path)
+        self._stub = allocator_pb2_grpc.AllocatorStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def attach(
+        self, container: allocator_pb2.ContainerRef, claims: Mapping[str, CPUSet]
+    ) -> allocator_pb2.AttachContainerResponse:
+        request = allocator_pb2.AttachContainerRequest(
+            container=container, claims={uid: cpus.format() for uid, cpus in claims.items()}
+        )
+        reply: allocator_pb2.AttachContainerResponse = await rpc.call(
+            self._stub.AttachContainer(request, timeout=self.timeout),
+            f"attach container {container.container_id} to claims {sorted(claims)}",
+        )
+        return reply
+
+    async def detach(self, container_id: str) -> None:
+        request = allocator_pb2.DetachContainerRequest(container_id=container_id)
+        await rpc.call(
+            self._stub.DetachContainer(request, timeout=self.timeout),
+            f"detach container {container_id}",
+        )
+
+    async def adopt(
+        self, container: allocator_pb2.ContainerRef, claims: Mapping[str, CPUSet]
+    ) -> allocator_pb2.AdoptResponse:
+        request = allocator_pb2.AdoptRequest(
+            container=container, claims={uid: cpus.format() for uid, cpus in claims.items()}
+        )
+        reply: allocator_pb2.AdoptResponse = await rpc.call(
+            self._stub.Adopt(request, timeout=self.timeout),
+            f"adopt claims of container {container.container_id}",
+        )
+        return reply
+
+    async def shared_pool(self) -> allocator_pb2.SharedPool:
+        reply: allocator_pb2.SharedPool = await rpc.call(
+            self._stub.GetSharedPool(allocator_pb2.GetSharedPoolRequest(), timeout=self.timeout),
+            "get the shared pool",
+        )
+        return reply
+
+    async def watch_shared_pool(self) -> AsyncIterator[allocator_pb2.SharedPool]:
+        call = self._stub.WatchSharedPool(
+            allocator_pb2.WatchSharedPoolRequest(), wait_for_ready=True
+        )
+        async for pool in rpc.stream(call, "watch the shared pool"):
+            yield pool

@@ -1,0 +1,365 @@
+"""The CPU behaviour of the NRI plugin: pin claimed containers, keep the rest on the shared pool.
+
+Every decision about CPUs comes from the allocator; this module keeps the registry of running
+containers and turns allocator answers into NRI adjustments and updates. State changes happen
+under one lock; calls back into the runtime (UpdateContainers) are made with the lock released,
+because a runtime blocked in a lifecycle call to us may need its own lock to apply our update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from dracpu.core.cpuset import EMPTY, CPUSet
+from dracpu.core.errors import (
+    DracpuError,
+    InsufficientCPUsError,
+    InvalidInputError,
+    UnavailableError,
+)
+from dracpu.core.log import get_logger
+from dracpu.nri_plugin.allocator_client import AllocatorAPI
+from dracpu.nri_plugin.claim_env import parse_claim_env
+from dracpu.nri_plugin.compat import Decision, UnsolicitedMode, decide
+from dracpu.nri_plugin.events import SUBSCRIBED_EVENTS
+from dracpu.nri_plugin.registry import ContainerRecord, Registry
+from dracpu.nri_plugin.stub import RuntimeInfo
+from dracpu.pb.allocator.v1 import allocator_pb2
+from dracpu.pb.nri import api_pb2
+
+log = get_logger("nri.cpu")
+
+T = TypeVar("T")
+
+# Sends plugin-initiated updates; returns the ones the runtime could not apply.
+PushUpdates = Callable[
+    [Sequence[api_pb2.ContainerUpdate]], Awaitable[list[api_pb2.ContainerUpdate]]
+]
+
+_STATES = {
+    api_pb2.CONTAINER_CREATED: "created",
+    api_pb2.CONTAINER_PAUSED: "paused",
+    api_pb2.CONTAINER_RUNNING: "running",
+    api_pb2.CONTAINER_STOPPED: "stopped",
+}
+
+
+def cpuset_update(container_id: str, cpus: CPUSet) -> api_pb2.ContainerUpdate:
+    update = api_pb2.ContainerUpdate(container_id=container_id)
+    update.linux.resources.cpu.cpus = cpus.format()
+    return update
+
+
+def container_ref(pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> allocator_pb2.ContainerRef:
+    return allocator_pb2.ContainerRef(
+        container_id=ctr.id,
+        pod_uid=pod.uid,
+        pod_namespace=pod.namespace,
+        pod_name=pod.name,
+        container_name=ctr.name,
+    )
+
+
+@dataclass
+class PushStats:
+    pushes: int = 0
+    updates: int = 0
+    failed: int = 0
+    last_push_seconds: float = 0.0
+
+
+class CPUPlugin:
+    """PluginHandlers for exclusive CPUs (see dracpu.nri_plugin.stub.PluginHandlers)."""
+
+    def __init__(
+        self,
+        allocator: AllocatorAPI,
+        *,
+        unsolicited: UnsolicitedMode = UnsolicitedMode.AUTO,
+        batch_size: int = 500,
+    ) -> None:
+        if batch_size < 1:
+            raise InvalidInputError(f"update batch size must be >= 1, got {batch_size}")
+        self.registry = Registry()
+        self.shared_pool: CPUSet | None = None
+        self.pool_generation = -1
+        self.unsolicited = Decision(False, "runtime not configured yet")
+        self.push_stats = PushStats()
+        self._allocator = allocator
+        self._mode = unsolicited
+        self._batch_size = batch_size
+        self._lock = asyncio.Lock()
+        self._pool_changed = asyncio.Event()
+        self._push: PushUpdates | None = None
+
+    def set_pusher(self, push: PushUpdates | None) -> None:
+        self._push = push
+
+    # -- lifecycle from the stub --------------------------------------------------------------
+
+    def configure(self, runtime: RuntimeInfo) -> int:
+        self.unsolicited = decide(self._mode, runtime.name, runtime.version, runtime.nri_version)
+        log.info(
+            0,
+            "unsolicited UpdateContainers " + ("on" if self.unsolicited.enabled else "off"),
+            runtime=runtime.name,
+            version=runtime.version,
+            reason=self.unsolicited.reason,
+        )
+        return SUBSCRIBED_EVENTS
+
+    def disconnected(self, reason: str) -> None:
+        # The registry stays as last known (the view keeps showing it); the next
+        # Synchronize rebuilds it from what the runtime reports.
+        log.info(2, "runtime connection gone", reason=reason)
+
+    async def synchronize(
+        self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
+    ) -> list[api_pb2.ContainerUpdate]:
+        started = time.perf_counter()
+        async with self._lock:
+            pods_by_id = {pod.id: pod for pod in pods}
+            registry = Registry()
+            for ctr in containers:
+                if ctr.state == api_pb2.CONTAINER_STOPPED:
+                    continue
+                pod = pods_by_id.get(ctr.pod_sandbox_id, api_pb2.PodSandbox())
+                record = await self._recover(pod, ctr)
+                if record is not None:
+                    registry.put(record)
+            pool = await self._fetch_pool()
+            updates: list[api_pb2.ContainerUpdate] = []
+            for record in list(registry):
+                target = record.cpus if record.exclusive else pool
+                if not target:
+                    log.error(
+                        "shared pool is empty; shared container left as it is",
+                        container=record.container_id,
+                    )
+                    continue
+                updates.append(cpuset_update(record.container_id, target))
+                registry.set_cpus(record.container_id, target)
+            self.registry = registry
+        log.info(
+            0,
+            "synchronized with the runtime",
+            containers=len(containers),
+            tracked=len(registry),
+            updates=len(updates),
+            ms=round((time.perf_counter() - started) * 1e3, 1),
+        )
+        return updates
+
+    async def _recover(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> ContainerRecord | None:
+        try:
+            claims = parse_claim_env(ctr.env)
+        except InvalidInputError as exc:
+            log.error(
+                "container with malformed DRA env left alone", container=ctr.id, error=str(exc)
+            )
+            return None
+        record = _record(pod, ctr, (), EMPTY)
+        if not claims:
+            return record
+        try:
+            reply = await self._allocator.adopt(container_ref(pod, ctr), claims)
+        except DracpuError as exc:
+            log.error("adopt failed; container left as it is", container=ctr.id, error=str(exc))
+            return None
+        accepted = tuple(sorted(o.claim_uid for o in reply.outcomes if o.accepted))
+        for outcome in reply.outcomes:
+            if outcome.accepted:
+                log.info(2, "claim adopted", claim=outcome.claim_uid, recovered=outcome.recovered)
+            else:
+                log.error(
+                    "claim on running container not accepted",
+                    container=ctr.id,
+                    claim=outcome.claim_uid,
+                    error=outcome.error,
+                )
+        self._note_pool(reply.shared_pool)
+        if not accepted:
+            return record
+        return _record(pod, ctr, accepted, CPUSet.parse(reply.cpus))
+
+    async def create_container(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> api_pb2.CreateContainerResponse:
+        claims = parse_claim_env(ctr.env)  # malformed -> refused, nothing changes
+        async with self._lock:
+            if claims:
+                reply = await self._allocator.attach(container_ref(pod, ctr), claims)
+                cpus = CPUSet.parse(reply.cpus)
+                if not cpus:
+                    raise InsufficientCPUsError(
+                        f"allocator gave container {ctr.id} an empty cpuset for {sorted(claims)}"
+                    )
+                self._note_pool(reply.shared_pool)
+                record = _record(pod, ctr, tuple(sorted(claims)), cpus)
+                log.info(
+                    2,
+                    "pinned container",
+                    container=ctr.id,
+                    claims=",".join(record.claims),
+                    cpus=cpus,
+                )
+            else:
+                # Asked each time rather than cached: a claim prepared a moment ago has already
+                # left the pool, and the watch may not have told us yet.
+                cpus = await self._fetch_pool()
+                if not cpus:
+                    raise InsufficientCPUsError(
+                        f"shared pool is empty; refusing container {ctr.name} of pod "
+                        f"{pod.namespace}/{pod.name} rather than run it without CPUs"
+                    )
+                record = _record(pod, ctr, (), cpus)
+                log.info(4, "shared container", container=ctr.id, cpus=cpus)
+            self.registry.put(record)
+            response = api_pb2.CreateContainerResponse()
+            response.adjust.linux.resources.cpu.cpus = cpus.format()
+            # Every shared container not on the current pool: the shrink this claim caused, or
+            # a growth not pushed yet (this is the next solicited chance).
+            response.update.extend(self._shared_updates(exclude=ctr.id))
+        return response
+
+    async def stop_container(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> list[api_pb2.ContainerUpdate]:
+        await self._forget(pod, ctr, "stopped")
+        return []
+
+    async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        await self._forget(pod, ctr, "removed")
+
+    async def _forget(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container, why: str) -> None:
+        async with self._lock:
+            record = self.registry.remove(ctr.id, pod.uid)
+            if record is None:
+                log.info(4, "event for unknown container ignored", container=ctr.id, event=why)
+                return
+            log.info(2, f"container {why}", container=ctr.id, claims=",".join(record.claims))
+            if record.exclusive:
+                # The claim keeps its CPUs until unprepare; the allocator only learns that
+                # this container no longer runs, so a restart may attach again.
+                try:
+                    await self._allocator.detach(ctr.id)
+                except DracpuError as exc:
+                    log.warning("detach failed", container=ctr.id, error=str(exc))
+
+    # -- the shared pool ----------------------------------------------------------------------
+
+    def _note_pool(self, pool: allocator_pb2.SharedPool) -> CPUSet:
+        cpus = CPUSet.parse(pool.cpus)
+        if pool.generation >= self.pool_generation or self.shared_pool is None:
+            if cpus != self.shared_pool:
+                self._pool_changed.set()
+            self.shared_pool = cpus
+            self.pool_generation = pool.generation
+        return self.shared_pool
+
+    async def _fetch_pool(self) -> CPUSet:
+        try:
+            return self._note_pool(await self._allocator.shared_pool())
+        except DracpuError as exc:
+            if self.shared_pool is not None:
+                log.warning("allocator unreachable; using last shared pool", error=str(exc))
+                return self.shared_pool
+            raise UnavailableError(f"shared pool unknown: {exc}") from None
+
+    def _shared_updates(self, exclude: str = "") -> list[api_pb2.ContainerUpdate]:
+        pool = self.shared_pool
+        if not pool:
+            return []
+        stale = self.registry.stale_shared(pool, exclude)
+        for record in stale:
+            self.registry.set_cpus(record.container_id, pool)
+        return [cpuset_update(r.container_id, pool) for r in stale]
+
+    async def watch_pool(self, retry_delay: float = 0.5) -> None:
+        """Follow the allocator's shared pool forever; reconnects with backoff."""
+        delay = retry_delay
+        while True:
+            try:
+                async for pool in self._allocator.watch_shared_pool():
+                    delay = retry_delay
+                    async with self._lock:
+                        self._note_pool(pool)
+            except DracpuError as exc:
+                log.info(2, "shared pool watch ended; retrying", error=str(exc), delay_s=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def push_pool_changes(self) -> None:
+        """Forever: when the pool changes, move shared containers with UpdateContainers
+        (only where the runtime is safe for it; otherwise the next solicited call does)."""
+        while True:
+            await self._pool_changed.wait()
+            self._pool_changed.clear()
+            await self.push_once()
+
+    async def push_once(self) -> int:
+        """One fan-out of the current pool to stale shared containers; returns updates sent."""
+        push = self._push
+        if push is None or not self.unsolicited.enabled:
+            return 0
+        async with self._lock:
+            pool = self.shared_pool
+            if not pool:
+                return 0
+            planned = [(r.container_id, r.cpus) for r in self.registry.stale_shared(pool)]
+        if not planned:
+            return 0
+        started = time.perf_counter()
+        failed_ids: set[str] = set()
+        for batch in _batches(planned, self._batch_size):
+            try:
+                failed = await push([cpuset_update(cid, pool) for cid, _ in batch])
+            except Exception as exc:  # the transport's error: keep the pool pending
+                log.warning("UpdateContainers failed; will retry at next chance", error=str(exc))
+                failed_ids.update(cid for cid, _ in batch)
+                continue
+            failed_ids.update(u.container_id for u in failed)
+        async with self._lock:
+            for cid, before in planned:
+                if cid not in failed_ids:
+                    self.registry.set_cpus(cid, pool, expected=before)
+        elapsed = time.perf_counter() - started
+        self.push_stats.pushes += 1
+        self.push_stats.updates += len(planned)
+        self.push_stats.failed += len(failed_ids)
+        self.push_stats.last_push_seconds = elapsed
+        log.info(
+            2,
+            "pushed shared pool",
+            cpus=pool,
+            containers=len(planned),
+            failed=len(failed_ids),
+            ms=round(elapsed * 1e3, 1),
+        )
+        return len(planned)
+
+
+def _record(
+    pod: api_pb2.PodSandbox, ctr: api_pb2.Container, claims: tuple[str, ...], cpus: CPUSet
+) -> ContainerRecord:
+    return ContainerRecord(
+        container_id=ctr.id,
+        pod_uid=pod.uid,
+        pod_namespace=pod.namespace,
+        pod_name=pod.name,
+        container_name=ctr.name,
+        claims=claims,
+        cpus=cpus,
+        state=_STATES.get(ctr.state, "created" if ctr.state == 0 else "unknown"),
+    )
+
+
+def _batches(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -1,0 +1,77 @@
+"""The containers the runtime runs, as the NRI plugin knows them. Pure data, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from dracpu.core.cpuset import CPUSet
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRecord:
+    container_id: str
+    pod_uid: str
+    pod_namespace: str
+    pod_name: str
+    container_name: str
+    claims: tuple[str, ...]  # claim UIDs; empty = shared container
+    cpus: CPUSet  # the cpuset last handed to the runtime for it (EMPTY = none yet)
+    state: str = "created"  # created, running, paused, stopped, unknown
+
+    @property
+    def exclusive(self) -> bool:
+        return bool(self.claims)
+
+
+class Registry:
+    """Container id -> record. Mutated only under the plugin's lock."""
+
+    def __init__(self, records: Iterable[ContainerRecord] = ()) -> None:
+        self._records: dict[str, ContainerRecord] = {r.container_id: r for r in records}
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[ContainerRecord]:
+        return iter(sorted(self._records.values(), key=_order))
+
+    def get(self, container_id: str) -> ContainerRecord | None:
+        return self._records.get(container_id)
+
+    def put(self, record: ContainerRecord) -> None:
+        self._records[record.container_id] = record
+
+    def remove(self, container_id: str, pod_uid: str = "") -> ContainerRecord | None:
+        """Forget a container; a pod UID that does not match leaves it (stale event)."""
+        record = self._records.get(container_id)
+        if record is None or (pod_uid and record.pod_uid and record.pod_uid != pod_uid):
+            return None
+        return self._records.pop(container_id)
+
+    def shared(self) -> list[ContainerRecord]:
+        return [r for r in self._records.values() if not r.exclusive]
+
+    def stale_shared(self, pool: CPUSet, exclude: str = "") -> list[ContainerRecord]:
+        """Shared containers whose cpuset is not `pool` (they need an update)."""
+        return [
+            r
+            for r in self._records.values()
+            if not r.claims and r.cpus != pool and r.container_id != exclude
+        ]
+
+    def set_cpus(self, container_id: str, cpus: CPUSet, expected: CPUSet | None = None) -> bool:
+        """Record an applied cpuset; with `expected`, only if nothing changed it meanwhile."""
+        record = self._records.get(container_id)
+        if record is None or (expected is not None and record.cpus != expected):
+            return False
+        self._records[container_id] = replace(record, cpus=cpus)
+        return True
+
+    def claim_owners(self) -> dict[str, str]:
+        """Claim UID -> container id, for every exclusive container."""
+        return {claim: r.container_id for r in self._records.values() for claim in r.claims}
+
+
+def _order(record: ContainerRecord) -> tuple[str, str, str, str]:
+    return (record.pod_namespace, record.pod_name, record.container_name, record.container_id)

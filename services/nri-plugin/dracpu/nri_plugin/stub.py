@@ -1,0 +1,321 @@
+"""The plugin side of NRI: connect, register, serve the Plugin service, reconnect.
+
+Mirrors what containerd/nri pkg/stub does for a Go plugin, without knowing anything about CPUs:
+the event handlers are an object passed in (`PluginHandlers`). Order on connect matters: the
+Plugin service (conn 1) is served before RegisterPlugin goes out on conn 2, because the runtime
+sends Configure as soon as it has accepted the registration, possibly before we read its reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final, Protocol, TypeVar
+
+from google.protobuf.message import DecodeError, Message
+
+from dracpu.core.errors import InvalidInputError
+from dracpu.core.log import get_logger
+from dracpu.nri_plugin.events import valid_plugin_index, valid_plugin_name
+from dracpu.nri_plugin.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from dracpu.nri_plugin.ttrpc import Channel, Handler, TtrpcError
+from dracpu.pb.nri import api_pb2
+
+log = get_logger("nri.stub")
+
+M = TypeVar("M", bound=Message)
+
+PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
+DEFAULT_NRI_SOCKET: Final = "/var/run/nri/nri.sock"
+# Runtime defaults when Configure carries none (NRI <= v0.6 has no timeout fields).
+DEFAULT_REGISTRATION_TIMEOUT: Final = 5.0
+DEFAULT_REQUEST_TIMEOUT: Final = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeInfo:
+    """What the runtime said about itself in Configure."""
+
+    name: str
+    version: str
+    nri_version: str  # "" before NRI v0.12
+    registration_timeout: float
+    request_timeout: float
+
+    @classmethod
+    def from_configure(cls, req: api_pb2.ConfigureRequest) -> RuntimeInfo:
+        return cls(
+            name=req.runtime_name,
+            version=req.runtime_version,
+            nri_version=req.NRI_version,
+            registration_timeout=(req.registration_timeout / 1000.0)
+            or DEFAULT_REGISTRATION_TIMEOUT,
+            request_timeout=(req.request_timeout / 1000.0) or DEFAULT_REQUEST_TIMEOUT,
+        )
+
+
+class PluginHandlers(Protocol):
+    """The events a plugin reacts to. Raising DracpuError refuses the request with its code."""
+
+    def configure(self, runtime: RuntimeInfo) -> int:
+        """Remember the runtime; return the event subscription mask."""
+        ...
+
+    async def synchronize(
+        self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
+    ) -> list[api_pb2.ContainerUpdate]: ...
+
+    async def create_container(
+        self, pod: api_pb2.PodSandbox, container: api_pb2.Container
+    ) -> api_pb2.CreateContainerResponse: ...
+
+    async def stop_container(
+        self, pod: api_pb2.PodSandbox, container: api_pb2.Container
+    ) -> list[api_pb2.ContainerUpdate]: ...
+
+    async def remove_container(
+        self, pod: api_pb2.PodSandbox, container: api_pb2.Container
+    ) -> None: ...
+
+    def disconnected(self, reason: str) -> None: ...
+
+
+@dataclass
+class StubStatus:
+    connected: bool = False  # registered with the runtime
+    synchronized_at: float = 0.0
+    runtime: RuntimeInfo | None = None
+    last_error: str = ""
+    connects: int = 0
+
+
+@dataclass
+class Backoff:
+    """Exponential reconnect delay; reset once a connection got as far as Configure."""
+
+    initial: float = 0.2
+    maximum: float = 5.0
+    _next: float = field(default=0.0, init=False)
+
+    def reset(self) -> None:
+        self._next = 0.0
+
+    def next_delay(self) -> float:
+        self._next = self.initial if self._next == 0.0 else min(self._next * 2, self.maximum)
+        return self._next
+
+
+class PluginStub:
+    """Keeps one registered NRI connection alive for `handlers`."""
+
+    def __init__(
+        self,
+        socket_path: str,
+        handlers: PluginHandlers,
+        *,
+        name: str = "dra.cpu",
+        index: str = "00",
+        backoff: Backoff | None = None,
+    ) -> None:
+        if not valid_plugin_name(name):
+            raise InvalidInputError(f"NRI plugin name {name!r} must be [a-zA-Z0-9_.+-]+")
+        if not valid_plugin_index(index):
+            raise InvalidInputError(f"NRI plugin index {index!r} must be two digits")
+        self.socket_path = socket_path
+        self.name = name
+        self.index = index
+        self.status = StubStatus()
+        self._handlers = handlers
+        self._backoff = backoff or Backoff()
+        self._mux: Mux | None = None
+        self._runtime_channel: Channel | None = None
+        self._sync_pods: list[api_pb2.PodSandbox] = []
+        self._sync_containers: list[api_pb2.Container] = []
+        self._ready = asyncio.Event()
+        self._stopping = False
+
+    # -- public -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect with backoff until cancelled or `stop()`."""
+        while not self._stopping:
+            reason = await self._serve_once()
+            self._mark_disconnected(reason)
+            if self._stopping:
+                return
+            delay = self._backoff.next_delay()
+            log.info(2, "reconnecting to NRI", socket=self.socket_path, delay_s=delay)
+            await asyncio.sleep(delay)
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until the runtime has configured and synchronized this plugin."""
+        await asyncio.wait_for(self._ready.wait(), timeout)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._mux is not None:
+            self._mux.close(ConnectionAbortedError("plugin stopping"))
+
+    async def update_containers(
+        self, updates: Sequence[api_pb2.ContainerUpdate], timeout: float | None = None
+    ) -> list[api_pb2.ContainerUpdate]:
+        """Plugin-initiated updates; returns the ones the runtime reports as failed."""
+        channel = self._runtime_channel
+        if channel is None or not self.status.connected:
+            raise TtrpcError(14, "not connected to the runtime")
+        request = api_pb2.UpdateContainersRequest(update=list(updates))
+        runtime = self.status.runtime
+        limit = timeout or (runtime.request_timeout if runtime else DEFAULT_REQUEST_TIMEOUT)
+        payload = await channel.call(
+            RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), limit
+        )
+        response = api_pb2.UpdateContainersResponse()
+        response.ParseFromString(payload)
+        return list(response.failed)
+
+    # -- one connection -----------------------------------------------------------------------
+
+    async def _serve_once(self) -> str:
+        try:
+            reader, writer = await asyncio.open_unix_connection(self.socket_path)
+        except OSError as exc:
+            return f"cannot connect to {self.socket_path}: {exc.strerror or exc}"
+        mux = Mux(reader, writer)
+        self._mux = mux
+        Channel(mux, PLUGIN_SERVICE_CONN, {PLUGIN_SERVICE: self._plugin_service()})
+        runtime = Channel(mux, RUNTIME_SERVICE_CONN)
+        self._runtime_channel = runtime
+        self._sync_pods, self._sync_containers = [], []
+        self.status.connects += 1
+        reader_task = asyncio.create_task(mux.run())
+        try:
+            request = api_pb2.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.index)
+            await runtime.call(
+                RUNTIME_SERVICE,
+                "RegisterPlugin",
+                request.SerializeToString(),
+                DEFAULT_REGISTRATION_TIMEOUT,
+            )
+            log.info(2, "registered with the runtime", name=self.name, index=self.index)
+            self.status.connected = True
+            reason = await reader_task
+            return str(reason)
+        except TtrpcError as exc:
+            mux.close(ConnectionAbortedError(f"registration failed: {exc}"))
+            await asyncio.gather(reader_task, return_exceptions=True)
+            return f"registration failed: {exc}"
+        except asyncio.CancelledError:
+            mux.close(ConnectionAbortedError("plugin cancelled"))
+            reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader_task
+            raise
+        finally:
+            await mux.wait_closed()
+
+    def _mark_disconnected(self, reason: str) -> None:
+        was_connected = self.status.connected
+        self.status.connected = False
+        self.status.last_error = reason
+        self._ready.clear()
+        self._runtime_channel = None
+        self._mux = None
+        if was_connected or not self._stopping:
+            log.warning("NRI connection lost", socket=self.socket_path, reason=reason)
+        self._handlers.disconnected(reason)
+
+    # -- the Plugin service -------------------------------------------------------------------
+
+    def _plugin_service(self) -> dict[str, Handler]:
+        return {
+            "Configure": self._configure,
+            "Synchronize": self._synchronize,
+            "Shutdown": self._shutdown,
+            "CreateContainer": self._create_container,
+            "StopContainer": self._stop_container,
+            "RemoveContainer": self._remove_container,
+            "StateChange": self._state_change,
+        }
+
+    async def _configure(self, payload: bytes) -> bytes:
+        request = _parse(api_pb2.ConfigureRequest, payload)
+        info = RuntimeInfo.from_configure(request)
+        self.status.runtime = info
+        events = self._handlers.configure(info)
+        log.info(
+            2,
+            "configured by runtime",
+            runtime=info.name,
+            version=info.version,
+            nri=info.nri_version or "unknown",
+            events=f"{events:#x}",
+        )
+        self._backoff.reset()
+        return api_pb2.ConfigureResponse(events=events).SerializeToString()
+
+    async def _synchronize(self, payload: bytes) -> bytes:
+        request = _parse(api_pb2.SynchronizeRequest, payload)
+        self._sync_pods.extend(request.pods)
+        self._sync_containers.extend(request.containers)
+        if request.more:
+            # Chunked form (NRI >= v0.7): intermediate chunks must be answered with no
+            # updates and more=true, else the runtime drops the plugin.
+            return api_pb2.SynchronizeResponse(more=True).SerializeToString()
+        pods, containers = self._sync_pods, self._sync_containers
+        self._sync_pods, self._sync_containers = [], []
+        updates = await self._handlers.synchronize(pods, containers)
+        self.status.synchronized_at = time.time()
+        self._ready.set()
+        return api_pb2.SynchronizeResponse(update=updates, more=False).SerializeToString()
+
+    async def _shutdown(self, payload: bytes) -> bytes:
+        log.info(2, "runtime asked the plugin to shut down; will reconnect")
+        mux = self._mux
+        if mux is not None:
+            # Answer first, then drop the connection so the reconnect loop takes over.
+            asyncio.get_running_loop().call_soon(
+                mux.close, ConnectionAbortedError("runtime requested shutdown")
+            )
+        return api_pb2.Empty().SerializeToString()
+
+    async def _create_container(self, payload: bytes) -> bytes:
+        request = _parse(api_pb2.CreateContainerRequest, payload)
+        response = await self._handlers.create_container(request.pod, request.container)
+        return response.SerializeToString()
+
+    async def _stop_container(self, payload: bytes) -> bytes:
+        request = _parse(api_pb2.StopContainerRequest, payload)
+        updates = await self._handlers.stop_container(request.pod, request.container)
+        return api_pb2.StopContainerResponse(update=updates).SerializeToString()
+
+    async def _remove_container(self, payload: bytes) -> bytes:
+        request = _parse(api_pb2.RemoveContainerRequest, payload)
+        await self._handlers.remove_container(request.pod, request.container)
+        return api_pb2.RemoveContainerResponse().SerializeToString()
+
+    async def _state_change(self, payload: bytes) -> bytes:
+        # NRI <= v0.11 reports removal (and other lifecycle steps) this way; v0.12 falls
+        # back to it when RemoveContainer is unimplemented.
+        event = _parse(api_pb2.StateChangeEvent, payload)
+        if event.event == api_pb2.REMOVE_CONTAINER:
+            await self._handlers.remove_container(event.pod, event.container)
+        else:
+            log.info(6, "state change ignored", event=api_pb2.Event.Name(event.event))
+        return api_pb2.Empty().SerializeToString()
+
+
+def _parse(kind: type[M], payload: bytes) -> M:
+    message = kind()
+    try:
+        message.ParseFromString(payload)
+    except DecodeError as exc:
+        raise InvalidInputError(f"undecodable {kind.__name__}: {exc}") from None
+    return message

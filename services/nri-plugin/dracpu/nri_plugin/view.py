@@ -1,0 +1,49 @@
+"""`dracpu.nri_plugin.v1.NRIPluginView`: what the api sidecar shows of this service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dracpu.core.rpc import rpc_errors
+from dracpu.nri_plugin.cpu_plugin import CPUPlugin
+from dracpu.nri_plugin.stub import PluginStub
+from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2, nri_plugin_pb2_grpc
+
+
+class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[misc]
+    def __init__(self, plugin: CPUPlugin, stub: PluginStub) -> None:
+        self._plugin = plugin
+        self._stub = stub
+
+    @rpc_errors
+    async def ListContainers(self, request: Any, context: Any) -> nri_plugin_pb2.ContainerList:
+        return nri_plugin_pb2.ContainerList(
+            containers=[
+                nri_plugin_pb2.ContainerView(
+                    container_id=r.container_id,
+                    pod_uid=r.pod_uid,
+                    pod_namespace=r.pod_namespace,
+                    pod_name=r.pod_name,
+                    container_name=r.container_name,
+                    claim_uids=list(r.claims),
+                    cpus=r.cpus.format(),
+                    exclusive=r.exclusive,
+                    state=r.state,
+                )
+                for r in self._plugin.registry
+            ]
+        )
+
+    @rpc_errors
+    async def GetStatus(self, request: Any, context: Any) -> nri_plugin_pb2.PluginStatus:
+        status = self._stub.status
+        runtime = status.runtime
+        return nri_plugin_pb2.PluginStatus(
+            connected=status.connected,
+            runtime_name=runtime.name if runtime else "",
+            runtime_version=runtime.version if runtime else "",
+            socket=self._stub.socket_path,
+            last_error=status.last_error,
+            unsolicited_updates=self._plugin.unsolicited.enabled,
+            synchronized_at_unix=int(status.synchronized_at),
+        )

@@ -1,0 +1,193 @@
+"""Helpers of the nri-plugin test bed: the real allocator as a process (on a topology fixture), the
+runtime stand-in (dracpu.dev.runtime_sim) on a temporary NRI socket, and the plugin itself.
+
+Fixture machine `single-4c8t`: one socket, 4 cores x 2 threads, CPUs 0-7 (siblings n, n+4),
+one NUMA node, so the grouped device is `cpudevnuma000` with capacity dra.cpu/cpu = 8.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import DracpuError
+from dracpu.core.rpc import call, channel, check_health
+from dracpu.dev.runtime_sim import RuntimeSim
+from dracpu.nri_plugin.allocator_client import AllocatorClient
+from dracpu.nri_plugin.compat import UnsolicitedMode
+from dracpu.nri_plugin.cpu_plugin import CPUPlugin
+from dracpu.nri_plugin.stub import Backoff, PluginStub
+from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
+from dracpu.topology.discovery import discover
+from dracpu.topology.fixtures import write_fixture
+
+FIXTURE = "single-4c8t"
+ONLINE = CPUSet.parse("0-7")
+START_DEADLINE = 30.0
+BIN = Path(sys.executable).parent
+
+
+async def wait_until(predicate: object, timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll a condition with a deadline (never a bare sleep as synchronisation)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():  # type: ignore[operator]
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def write_topology_report(root: Path) -> Path:
+    machine = discover(write_fixture(FIXTURE, root / "sys"))
+    report = root / "topology.json"
+    report.write_text(json.dumps({"cpus": machine.to_report_cpus()}))
+    return report
+
+
+def start_process(command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def wait_serving(socket: Path, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_DEADLINE
+    while True:
+        if process.poll() is not None:
+            raise AssertionError(f"{process.args} exited: {log.read_text()[-2000:]}")
+        if socket.exists():
+            try:
+                if await check_health(socket, timeout=1.0) == "SERVING":
+                    return
+            except DracpuError:
+                pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{socket} not serving: {log.read_text()[-2000:]}")
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class Allocator:
+    """The real allocator process and a client to prepare/unprepare claims like the kubelet."""
+
+    socket: Path
+    root: Path
+    process: subprocess.Popen[bytes]
+
+    async def prepare(self, count: int, uid: str = "") -> tuple[str, CPUSet]:
+        uid = uid or str(uuid.uuid4())
+        request = allocator_pb2.PrepareRequest(
+            claim_uid=uid,
+            namespace="default",
+            name=f"claim-{uid[:8]}",
+            results=[
+                allocator_pb2.AllocationResult(
+                    request="cpus",
+                    driver="dra.cpu",
+                    pool="node",
+                    device="cpudevnuma000",
+                    consumed_capacity={"dra.cpu/cpu": str(count)},
+                )
+            ],
+        )
+        async with channel(self.socket) as chan:
+            stub = allocator_pb2_grpc.AllocatorStub(chan)
+            reply = await call(stub.Prepare(request, timeout=5), f"prepare {uid}")
+        return uid, CPUSet.parse(reply.claim.cpus)
+
+    async def unprepare(self, uid: str) -> None:
+        async with channel(self.socket) as chan:
+            stub = allocator_pb2_grpc.AllocatorStub(chan)
+            await call(
+                stub.Unprepare(allocator_pb2.UnprepareRequest(claim_uid=uid), timeout=5),
+                f"unprepare {uid}",
+            )
+
+    async def shared(self) -> CPUSet:
+        async with channel(self.socket) as chan:
+            stub = allocator_pb2_grpc.AllocatorStub(chan)
+            pool = await call(
+                stub.GetSharedPool(allocator_pb2.GetSharedPoolRequest(), timeout=5), "pool"
+            )
+        return CPUSet.parse(pool.cpus)
+
+    async def claim(self, uid: str) -> allocator_pb2.Claim:
+        async with channel(self.socket) as chan:
+            stub = allocator_pb2_grpc.AllocatorStub(chan)
+            return await call(
+                stub.GetClaim(allocator_pb2.GetClaimRequest(claim_uid=uid), timeout=5), "claim"
+            )
+
+
+def allocator_command(root: Path, socket: Path, report: Path) -> list[str]:
+    return [
+        str(BIN / "dracpu-allocator"),
+        "--socket",
+        str(socket),
+        "--topology-file",
+        str(report),
+        "--state-dir",
+        str(root / "state"),
+        "--cdi-dir",
+        str(root / "cdi"),
+        "--topology-refresh",
+        "0",
+    ]
+
+
+@dataclass
+class Bed:
+    """Runtime stand-in + plugin wired to the real allocator, all on temp sockets."""
+
+    runtime: RuntimeSim
+    plugin: CPUPlugin
+    stub: PluginStub
+    allocator: Allocator
+    client: AllocatorClient
+    tasks: list[asyncio.Task[None]]
+
+
+def new_plugin(
+    allocator: Allocator, nri_socket: Path, mode: UnsolicitedMode
+) -> tuple[CPUPlugin, PluginStub, AllocatorClient, list[asyncio.Task[None]]]:
+    client = AllocatorClient(str(allocator.socket))
+    plugin = CPUPlugin(client, unsolicited=mode, batch_size=64)
+    stub = PluginStub(str(nri_socket), plugin, backoff=Backoff(initial=0.02, maximum=0.2))
+    plugin.set_pusher(stub.update_containers)
+    tasks = [
+        asyncio.create_task(stub.run()),
+        asyncio.create_task(plugin.watch_pool(retry_delay=0.05)),
+        asyncio.create_task(plugin.push_pool_changes()),
+    ]
+    return plugin, stub, client, tasks
+
+
+async def stop_tasks(stub: PluginStub, tasks: list[asyncio.Task[None]]) -> None:
+    stub.stop()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def claim_env(*claims: tuple[str, CPUSet]) -> list[str]:
+    return ["PATH=/usr/bin", *(f"DRA_CPUSET_{uid}={cpus.format()}" for uid, cpus in claims)]
