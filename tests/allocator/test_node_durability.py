@@ -1,0 +1,241 @@
+"""The live allocator on real files: durable before acknowledged, rolled back on failure,
+recovered on start (checkpoint, CDI specs and topology cross-checked)."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from dracpu.allocator import cdi, checkpoint
+from dracpu.allocator.claims import Container, Owner, PrepareInput, ResultInput
+from dracpu.allocator.devices import DeviceOptions
+from dracpu.allocator.node import NodeAllocator
+from dracpu.core import log
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import StateError, UnavailableError
+from dracpu.core.machine import Machine
+from dracpu.core.metrics import exposition
+
+Machines = Callable[[str], Machine]
+OPTIONS = DeviceOptions(reserved=CPUSet.parse("0,20"))
+
+
+def request(uid: str, count: int = 2, device: str = "cpudevnuma000") -> PrepareInput:
+    result = ResultInput(request="r", device=device, pool="n", consumed={"dra.cpu/cpu": str(count)})
+    return PrepareInput(uid=uid, namespace="ns", name=uid, results=(result,))
+
+
+def node_in(base: Path, options: DeviceOptions = OPTIONS, **kw: object) -> NodeAllocator:
+    return NodeAllocator(state_dir=base / "state", cdi_dir=base / "cdi", options=options, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def logs() -> io.StringIO:
+    stream = io.StringIO()
+    log.setup(2, "allocator-test", stream)
+    return stream
+
+
+async def test_not_ready_until_started(tmp_path: Path, machines: Machines) -> None:
+    node = node_in(tmp_path)
+    with pytest.raises(UnavailableError):
+        node.shared_pool()
+    await node.start(machines("xeon-2s-ht"))
+    assert node.shared_pool().cpus == CPUSet.parse("1-19,21-39")
+
+
+async def test_prepare_is_durable_and_unprepare_removes_both(
+    tmp_path: Path, machines: Machines
+) -> None:
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    outcome = await node.prepare(request("u1"))
+    spec = cdi.spec_path(tmp_path / "cdi", "u1")
+    assert json.loads(spec.read_text())["devices"][0]["containerEdits"]["env"] == [
+        f"DRA_CPUSET_u1={outcome.record.cpus.format()}"
+    ]
+    saved = checkpoint.load(tmp_path / "state")
+    assert saved is not None and [r.uid for r in saved.records] == ["u1"]
+    released = await node.unprepare("u1")
+    assert released is not None and released.cpus == outcome.record.cpus
+    assert not spec.exists()
+    saved = checkpoint.load(tmp_path / "state")
+    assert saved is not None and saved.records == ()
+    assert await node.unprepare("u1") is None
+
+
+async def test_restart_restores_claims_owners_and_generations(
+    tmp_path: Path, machines: Machines
+) -> None:
+    machine = machines("xeon-2s-ht")
+    node = node_in(tmp_path)
+    await node.start(machine)
+    first = await node.prepare(request("u1"))
+    owner = Owner("pod", "app", "ns", "p")
+    await node.attach(Container("cid", owner), {"u1": first.record.cpus})
+    _, devices_generation = node.devices
+    pool_generation = node.shared_pool().generation
+    again = node_in(tmp_path)
+    await again.start(machine)
+    record = again.state.records["u1"]
+    assert record.cpus == first.record.cpus and record.owner == owner and record.allocations
+    assert again.devices[1] == devices_generation  # same devices, same generation
+    assert again.shared_pool().generation > pool_generation
+    changed = node_in(tmp_path, DeviceOptions(reserved=CPUSet.parse("0-1,20-21")))
+    await changed.start(machine)
+    assert changed.devices[1] == devices_generation + 1
+
+
+async def test_failed_cdi_write_leaves_nothing(tmp_path: Path, machines: Machines) -> None:
+    (tmp_path / "cdi").write_text("not a directory")
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    before = node.state
+    with pytest.raises(StateError, match="cannot write CDI spec"):
+        await node.prepare(request("u1"))
+    assert node.state is before and "u1" not in node.state.records
+
+
+async def test_failed_checkpoint_write_rolls_back_the_spec(
+    tmp_path: Path, machines: Machines
+) -> None:
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    before = node.state
+    state_dir = tmp_path / "state"
+    for child in state_dir.iterdir():
+        child.unlink()
+    state_dir.rmdir()
+    state_dir.write_text("now a file")
+    with pytest.raises(StateError, match="cannot write checkpoint"):
+        await node.prepare(request("u1"))
+    assert node.state is before
+    assert not cdi.spec_path(tmp_path / "cdi", "u1").exists()
+
+
+async def test_failed_checkpoint_on_unprepare_keeps_the_claim_and_its_spec(
+    tmp_path: Path, machines: Machines
+) -> None:
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    await node.prepare(request("u1"))
+    state_dir = tmp_path / "state"
+    for child in state_dir.iterdir():
+        child.unlink()
+    state_dir.rmdir()
+    state_dir.write_text("now a file")
+    with pytest.raises(StateError):
+        await node.unprepare("u1")
+    assert "u1" in node.state.records
+    assert cdi.spec_path(tmp_path / "cdi", "u1").exists()
+
+
+async def test_rebuild_from_cdi_specs_when_the_checkpoint_is_missing(
+    tmp_path: Path, machines: Machines, logs: io.StringIO
+) -> None:
+    cdi.write_spec(tmp_path / "cdi", "a", CPUSet.parse("3-4"))
+    cdi.write_spec(tmp_path / "cdi", "b", CPUSet.parse("13"))
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    records = node.state.records
+    assert {u: r.cpus.format() for u, r in records.items()} == {"a": "3-4", "b": "13"}
+    assert all(r.recovered for r in records.values())
+    assert "rebuilt claim records from CDI specs" in logs.getvalue()
+    assert checkpoint.load(tmp_path / "state") is not None
+
+
+async def test_corrupt_checkpoint_is_moved_aside_and_rebuilt(
+    tmp_path: Path, machines: Machines, logs: io.StringIO
+) -> None:
+    machine = machines("xeon-2s-ht")
+    node = node_in(tmp_path)
+    await node.start(machine)
+    prepared = await node.prepare(request("u1"))
+    path = checkpoint.path_in(tmp_path / "state")
+    path.write_text(path.read_text().replace('"u1"', '"u2"'))
+    again = node_in(tmp_path)
+    await again.start(machine)
+    assert again.state.records["u1"].cpus == prepared.record.cpus
+    assert again.state.records["u1"].recovered
+    moved = list((tmp_path / "state").glob("allocator-checkpoint.json.corrupt-*"))
+    assert len(moved) == 1
+    assert "level=error" in logs.getvalue() and "moved aside" in logs.getvalue()
+
+
+async def test_cross_check_of_checkpoint_and_specs(
+    tmp_path: Path, machines: Machines, logs: io.StringIO
+) -> None:
+    machine = machines("xeon-2s-ht")
+    node = node_in(tmp_path)
+    await node.start(machine)
+    kept = await node.prepare(request("kept"))
+    lost = await node.prepare(request("lost-spec"))
+    cdi.remove_spec(tmp_path / "cdi", "lost-spec")  # e.g. /var/run wiped
+    cdi.write_spec(tmp_path / "cdi", "kept", CPUSet.parse("30"))  # edited behind our back
+    cdi.write_spec(tmp_path / "cdi", "orphan", CPUSet.parse("35-36"))  # prepare cut short
+    cdi.write_spec(tmp_path / "cdi", "clash", kept.record.cpus)  # collides with a record
+    again = node_in(tmp_path)
+    await again.start(machine)
+    records = again.state.records
+    assert records["kept"].cpus == kept.record.cpus
+    assert records["lost-spec"].cpus == lost.record.cpus
+    assert records["orphan"].cpus == CPUSet.parse("35-36") and records["orphan"].recovered
+    assert "clash" not in records
+    specs = {
+        s.uid: s.cpus for s in cdi.read_specs(tmp_path / "cdi") if not isinstance(s, StateError)
+    }
+    assert specs["kept"] == kept.record.cpus and specs["lost-spec"] == lost.record.cpus
+    text = logs.getvalue()
+    for message in ("CDI spec missing", "CDI spec disagrees", "collides with recorded claims"):
+        assert message in text
+
+
+async def test_claims_on_cpus_gone_offline_are_kept_loudly(
+    tmp_path: Path, machines: Machines, logs: io.StringIO
+) -> None:
+    machine = machines("xeon-2s-ht")
+    node = node_in(tmp_path)
+    await node.start(machine)
+    outcome = await node.prepare(request("u1", device="cpudevnuma001"))
+    smaller = Machine.build([c for c in machine.cpus if c.cpu_id not in outcome.record.cpus])
+    again = node_in(tmp_path)
+    await again.start(smaller)
+    assert again.state.records["u1"].cpus == outcome.record.cpus
+    assert "claim holds CPUs that are not online" in logs.getvalue()
+    assert await again.update_topology(machine) is True
+    assert again.shared_pool().online == machine.online
+
+
+async def test_shared_pool_watchers_see_each_change(tmp_path: Path, machines: Machines) -> None:
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    queue = node.subscribe()
+    first = await node.prepare(request("u1"))
+    await node.attach(Container("c", Owner("p", "a")), {"u1": first.record.cpus})  # no pool change
+    await node.unprepare("u1")
+    changes = [queue.get_nowait(), queue.get_nowait()]
+    assert queue.empty()
+    assert [c.exclusive for c in changes] == [first.record.cpus, CPUSet()]
+    assert changes[0].generation < changes[1].generation
+    node.unsubscribe(queue)
+
+
+async def test_metrics_follow_the_state(tmp_path: Path, machines: Machines) -> None:
+    registry = CollectorRegistry()
+    node = node_in(tmp_path, registry=registry)
+    await node.start(machines("xeon-2s-ht"))
+    await node.prepare(request("u1", count=4))
+    text = exposition(registry)
+    for line in (
+        "dra_cpu_allocated_cpus 4.0",
+        "dra_cpu_available_cpus 34.0",
+        "dra_cpu_reserved_cpus 2.0",
+        "dra_cpu_resource_claims_active 1.0",
+        'dra_cpu_claim_allocated_cpus_bucket{le="4.0"} 1.0',
+    ):
+        assert line in text
