@@ -2,8 +2,9 @@
 
 Cases and topologies are transcribed from kubernetes pkg/kubelet/cm/cpumanager
 cpu_assignment_test.go and policy_test.go (as copied in kubernetes-sigs/dra-driver-cpu
-pkg/cpumanager/), into kubelet_cases/. Where this driver deliberately differs (a count of
-zero is rejected instead of returning nothing), the case says so below.
+pkg/cpumanager/), and from the Go reference driver's grouped-mode prepare tests
+(pkg/driver/dra_hooks_test.go), into kubelet_cases/. Where this driver deliberately differs
+(a count of zero is rejected instead of returning nothing), the test says so.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from dracpu.core.errors import InsufficientCPUsError, InvalidInputError
 from dracpu.core.machine import Machine
 
 CASES_DIR = Path(__file__).parent / "kubelet_cases"
-CASES: dict[str, Any] = json.loads((CASES_DIR / "cpu_assignment_cases.json").read_text())
+CASE_FILES = (
+    "cpu_assignment_cases.json",
+    "kubelet_policy_cases.json",
+    "reference_driver_cases.json",
+)
+DOCUMENTS = [json.loads((CASES_DIR / name).read_text()) for name in CASE_FILES]
 
 
 @cache
@@ -33,7 +39,11 @@ def topology(name: str) -> Machine:
 
 
 def table(name: str) -> list[Any]:
-    return [pytest.param(case, id=case["id"]) for case in CASES[name]]
+    return [
+        pytest.param(case, id=case["id"])
+        for document in DOCUMENTS
+        for case in document.get(name, [])
+    ]
 
 
 def policy_of(case: dict[str, Any]) -> Policy:
@@ -42,10 +52,13 @@ def policy_of(case: dict[str, Any]) -> Policy:
         align_uncore=case["alignUncore"],
         distribute_numa=case.get("distributeNUMA", False),
         group_size=case.get("groupSize", 1),
+        full_pcpus_only=case.get("fullPCPUsOnly", False),
     )
 
 
-@pytest.mark.parametrize("case", table("packed") + table("spread") + table("distributed"))
+@pytest.mark.parametrize(
+    "case", table("packed") + table("spread") + table("distributed") + table("grouped")
+)
 def test_take_matches_kubelet(case: dict[str, Any]) -> None:
     machine = topology(case["topology"])
     available = CPUSet.parse(case["available"])
@@ -59,6 +72,32 @@ def test_take_matches_kubelet(case: dict[str, Any]) -> None:
     else:
         result = take_cpus(machine, available, case["count"], policy_of(case))
         assert result == CPUSet.parse(case["expect"])
+
+
+@pytest.mark.parametrize("case", table("fullPCPUsOnly"))
+def test_full_pcpus_only_matches_kubelet(case: dict[str, Any]) -> None:
+    machine = topology(case["topology"])
+    available = CPUSet.parse(case["available"])
+    if "expect" in case:
+        assert take_cpus(machine, available, case["count"], policy_of(case)) == CPUSet.parse(
+            case["expect"]
+        )
+    elif "CausedByPhysicalCPUs" in case["goError"]:
+        with pytest.raises(InsufficientCPUsError, match="whole physical cores"):
+            take_cpus(machine, available, case["count"], policy_of(case))
+    else:
+        # The request can never be whole cores on this machine, whatever is free.
+        with pytest.raises(InvalidInputError, match="not a whole number of physical cores"):
+            take_cpus(machine, available, case["count"], policy_of(case))
+
+
+@pytest.mark.parametrize("case", table("topologyAware"))
+def test_static_policy_takes_match_kubelet(case: dict[str, Any]) -> None:
+    """The static policy first takes from the hinted socket, then the rest from elsewhere."""
+    machine = topology(case["topology"])
+    for step in case["steps"]:
+        result = take_cpus(machine, CPUSet.parse(step["available"]), step["count"], policy_of(case))
+        assert result == CPUSet.parse(step["expect"])
 
 
 def free_groups(acc: Accumulator, order: list[int], masks: dict[int, int]) -> list[int]:
