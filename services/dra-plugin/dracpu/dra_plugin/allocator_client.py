@@ -57,14 +57,14 @@ class AllocatorClient:
 
     async def prepare(self, request: allocator_pb2.PrepareRequest) -> allocator_pb2.PrepareResponse:
         return await self._retry(
-            f"allocator Prepare {request.claim_uid}",
+            "allocator",
             lambda t: self._stub.Prepare(request, timeout=t, wait_for_ready=True),
         )
 
     async def unprepare(self, claim_uid: str) -> allocator_pb2.UnprepareResponse:
         request = allocator_pb2.UnprepareRequest(claim_uid=claim_uid)
         return await self._retry(
-            f"allocator Unprepare {claim_uid}",
+            "allocator",
             lambda t: self._stub.Unprepare(request, timeout=t, wait_for_ready=True),
         )
 

@@ -156,8 +156,8 @@ class NodeService:
             for name in prepared.request_names:
                 count = counts.get((name, prepared.device_name))
                 attrs = dict(attributes)
-                if count is not None:
-                    attrs[ALLOCATED_NUM_CPUS] = {"int": count}
+                if count is not None:  # the allocator may already carry it
+                    attrs.setdefault(ALLOCATED_NUM_CPUS, {"int": count})
                 by_request.setdefault(name, []).append(
                     MetadataDevice(
                         pool=prepared.pool_name, name=prepared.device_name, attributes=attrs

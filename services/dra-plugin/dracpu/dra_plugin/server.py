@@ -83,10 +83,10 @@ def _positive(p: ArgumentParser, args: argparse.Namespace) -> None:
 
 async def serve(args: argparse.Namespace) -> int:
     cfg = driver_config.load(args)
-    driver_config.log_effective(cfg)
-    node = cfg.node_name()
     paths = KubeletPaths(Path(args.kubelet_root_dir).absolute())
     paths.check()
+    driver_config.log_effective(cfg)
+    node = cfg.node_name()
     cluster: Cluster
     if args.cluster_dir:
         cluster = ClusterFolder(args.cluster_dir)
