@@ -1,0 +1,163 @@
+"""`dracpu dev`: run the whole driver locally (up), and play scheduler, kubelet and runtime
+for one claim at a time (claim, release); `status` shows what runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+
+from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.errors import InvalidInputError
+from dracpu.dev.layout import RunLayout, default_run_dir
+
+PROG = "dracpu dev"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog=PROG, description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def run_dir(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--run-dir",
+            default=str(default_run_dir()),
+            metavar="DIR",
+            help="run folder: sockets, kubelet root, NRI socket, CDI, state, cluster folder "
+            "(default %(default)s)",
+        )
+
+    up = commands.add_parser("up", help="start every service locally until Ctrl-C")
+    run_dir(up)
+    source = up.add_mutually_exclusive_group()
+    source.add_argument("--fixture", metavar="NAME", help="a named synthetic machine")
+    source.add_argument("--sysfs-root", metavar="DIR", help="sysfs to read (default /sys)")
+    up.add_argument(
+        "--api-address",
+        default="127.0.0.1:8080",
+        metavar="HOST:PORT",
+        help="where the api listens (default %(default)s)",
+    )
+    up.add_argument("--config", metavar="FILE", help="driver configuration for every service")
+    up.add_argument(
+        "--no-kubelet-sim",
+        dest="kubelet_sim",
+        action="store_false",
+        help="do not start the kubelet simulator (an outside kubelet uses DIR/kubelet)",
+    )
+    up.add_argument(
+        "--no-runtime-sim",
+        dest="runtime_sim",
+        action="store_false",
+        help="do not start the runtime simulator (an outside runtime serves DIR/nri/nri.sock)",
+    )
+    up.add_argument(
+        "--ready-timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long each service may take to become ready (default %(default)s)",
+    )
+    up.add_argument("-v", "--v", dest="verbosity", type=_non_negative, default=0, metavar="N")
+
+    claim = commands.add_parser("claim", help="allocate, prepare and run a claim of N CPUs")
+    run_dir(claim)
+    claim.add_argument("--cpus", type=_positive, required=True, metavar="N")
+    claim.add_argument("--numa", type=_non_negative, metavar="ID", help="only this NUMA node")
+    claim.add_argument("--name", metavar="NAME", help="claim name (default cpus-<n>)")
+    claim.add_argument("--namespace", default="default", metavar="NS")
+    claim.add_argument(
+        "--cpuset",
+        metavar="CPUS",
+        help="the exact CPUs (groupBy machine only, sent as the claim's opaque config)",
+    )
+
+    release = commands.add_parser("release", help="stop the claim's container and unprepare it")
+    run_dir(release)
+    release.add_argument("name", metavar="NAME")
+    release.add_argument("--namespace", default="default", metavar="NS")
+
+    status = commands.add_parser("status", help="show the services of a running dev up")
+    run_dir(status)
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+async def _dispatch(args: argparse.Namespace) -> int:
+    layout = RunLayout.at(args.run_dir)
+    if args.command == "up":
+        from dracpu.dev.up import up
+
+        return await up(
+            layout,
+            fixture=args.fixture,
+            sysfs_root=args.sysfs_root,
+            api_address=args.api_address,
+            config=args.config,
+            verbosity=args.verbosity,
+            kubelet_sim=args.kubelet_sim,
+            runtime_sim=args.runtime_sim,
+            ready_timeout=args.ready_timeout,
+        )
+    if args.command == "status":
+        from dracpu.dev.status import collect, render
+
+        document = await collect(layout)
+        print(json.dumps(document, indent=2) if args.json else render(document))
+        return 0 if document["running"] else 1
+    from dracpu.dev.workloads import claim, release
+
+    if args.command == "claim":
+        outcome = await claim(
+            layout,
+            cpus=args.cpus,
+            numa=args.numa,
+            name=args.name,
+            namespace=args.namespace,
+            cpuset=args.cpuset,
+        )
+        print(outcome.describe())
+        return 0
+    if args.command == "release":
+        print(await release(layout, name=args.name, namespace=args.namespace))
+        return 0
+    raise InvalidInputError(f"unknown command {args.command!r}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_async(lambda: _dispatch(args), PROG)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

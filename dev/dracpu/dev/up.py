@@ -1,0 +1,193 @@
+"""`dracpu dev up`: every service as a local process on one run folder, until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import IO
+
+from dracpu.core.errors import ConflictError, InvalidInputError
+from dracpu.dev.layout import RunLayout
+from dracpu.dev.services import (
+    DevOptions,
+    api_url,
+    executable,
+    readiness,
+    service_commands,
+)
+from dracpu.dev.supervisor import ProcessSpec, StartError, Supervisor
+
+EXIT_START_FAILED = 1
+
+
+def report(line: str) -> None:
+    print(f"dracpu dev: {line}", flush=True)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise InvalidInputError(f"--api-address {text!r}: expected HOST:PORT with a port 1-65535")
+    return host or "0.0.0.0", int(port_text)
+
+
+def check_port_free(address: str) -> None:
+    host, port = parse_address(address)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            reason = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound: {exc}"
+            raise InvalidInputError(f"--api-address {address} {reason}") from None
+
+
+def lock_run_dir(layout: RunLayout) -> IO[str]:
+    """Hold the run folder for this process; a second `dev up` on it is refused."""
+    handle = layout.lock_file.open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+    else:
+        return handle
+    owner = running_pid(layout)
+    who = f" (pid {owner})" if owner and owner > 0 else ""
+    raise ConflictError(f"run dir {layout.root} is in use by another dracpu dev up{who}")
+
+
+def running_pid(layout: RunLayout) -> int | None:
+    """The pid of the `dev up` holding the folder, or None when nothing runs there."""
+    if not layout.lock_file.exists():
+        return None
+    with layout.lock_file.open("a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass
+        else:
+            return None
+    try:
+        pid = json.loads(layout.status_file.read_text(encoding="utf-8")).get("pid")
+    except (OSError, ValueError):
+        return -1
+    return int(pid) if isinstance(pid, int) else -1
+
+
+def prepare_sysfs(layout: RunLayout, fixture: str | None, sysfs_root: str | None) -> Path:
+    if fixture is None:
+        root = Path(sysfs_root or "/sys")
+        if not root.is_dir():
+            raise InvalidInputError(f"--sysfs-root {root}: not a directory")
+        return root.absolute()
+    from dracpu.topology.fixtures import FIXTURES, write_fixture
+
+    if fixture not in FIXTURES:
+        known = ", ".join(sorted(FIXTURES))
+        raise InvalidInputError(f"--fixture {fixture!r}: unknown fixture (known: {known})")
+    # A fresh tree every time: the fixture may differ from the previous run's.
+    shutil.rmtree(layout.sysfs_dir, ignore_errors=True)
+    return write_fixture(fixture, layout.sysfs_dir).absolute()
+
+
+def remove_stale_sockets(layout: RunLayout) -> list[Path]:
+    removed = []
+    for path in layout.all_sockets():
+        if path.is_socket():
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def build_specs(layout: RunLayout, options: DevOptions) -> list[ProcessSpec]:
+    return [
+        ProcessSpec(
+            name=name,
+            argv=executable(argv),
+            readiness=readiness(
+                name,
+                layout,
+                api_url(options.api_address),
+                kubelet_sim=options.kubelet_sim,
+                runtime_sim=options.runtime_sim,
+            ),
+            log_file=layout.log_file(name),
+        )
+        for name, argv in service_commands(layout, options).items()
+    ]
+
+
+async def up(
+    layout: RunLayout,
+    *,
+    fixture: str | None,
+    sysfs_root: str | None,
+    api_address: str,
+    config: str | None,
+    verbosity: int,
+    kubelet_sim: bool,
+    runtime_sim: bool,
+    ready_timeout: float,
+) -> int:
+    layout.check()
+    if config is not None and not Path(config).is_file():
+        raise InvalidInputError(f"--config {config}: no such file")
+    parse_address(api_address)
+    for directory in layout.directories():
+        directory.mkdir(parents=True, exist_ok=True)
+    lock = lock_run_dir(layout)
+    try:
+        check_port_free(api_address)
+        options = DevOptions(
+            sysfs_root=prepare_sysfs(layout, fixture, sysfs_root),
+            api_address=api_address,
+            config=Path(config).absolute() if config else None,
+            verbosity=verbosity,
+            kubelet_sim=kubelet_sim,
+            runtime_sim=runtime_sim,
+        )
+        for stale in remove_stale_sockets(layout):
+            report(f"removed stale socket {stale}")
+        return await _supervise(layout, options, ready_timeout)
+    finally:
+        lock.close()
+
+
+async def _supervise(layout: RunLayout, options: DevOptions, ready_timeout: float) -> int:
+    url = api_url(options.api_address)
+    supervisor = Supervisor(
+        build_specs(layout, options),
+        report=report,
+        ready_timeout=ready_timeout,
+        status_file=layout.status_file,
+        status_extra={"run_dir": str(layout.root), "api_url": url},
+    )
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, supervisor.request_stop)
+    report(f"run dir {layout.root}; sysfs {options.sysfs_root}; logs in {layout.logs_dir}")
+    try:
+        try:
+            started = await supervisor.start()
+        except StartError as exc:
+            print(f"dracpu dev: error: {exc}", file=sys.stderr, flush=True)
+            return EXIT_START_FAILED
+        if started:
+            report(f"ready: api {url} (pid {os.getpid()}; Ctrl-C stops everything)")
+            await supervisor.wait()
+        report("stopping")
+        await supervisor.stop()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        remove_stale_sockets(layout)
+    report("stopped")
+    return 0

@@ -1,0 +1,308 @@
+"""`dev claim` and `dev release`: one claim's whole life, played by the scheduler (a claim
+with an allocation in the cluster folder), the kubelet (NodePrepareResources through the
+kubelet simulator) and the runtime (a container with the claim's CDI env, created through the
+runtime simulator)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import (
+    ConflictError,
+    DracpuError,
+    InvalidInputError,
+    NotFoundError,
+    UnavailableError,
+)
+from dracpu.dev.cdi_specs import resolve_env
+from dracpu.dev.cluster_folder import ClusterFolder, check_name
+from dracpu.dev.layout import RunLayout
+from dracpu.dev.scheduler import (
+    CAPACITY,
+    DRIVER,
+    MACHINE_DEVICE,
+    Result,
+    allocate,
+    devices_of,
+    results_of,
+)
+from dracpu.dev.sim_clients import ContainerRef, KubeletClient, RuntimeClient
+from dracpu.dev.up import running_pid
+
+REQUEST = "cpus"
+ENV_PREFIX = "DRA_CPUSET_"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What `dev claim` made: the claim, and the container that runs on it."""
+
+    namespace: str
+    name: str
+    uid: str
+    devices: list[str]
+    cpuset: str  # "" while not prepared (no kubelet simulator in this run)
+    container: ContainerRef | None  # None without a runtime simulator
+    container_cpus: str
+
+    def describe(self) -> str:
+        line = f"claim={self.namespace}/{self.name} uid={self.uid}"
+        if not self.cpuset:
+            return f"{line} devices={','.join(self.devices)} prepared=no (no kubelet simulator)"
+        line += f" cpuset={self.cpuset} devices={','.join(self.devices)}"
+        if self.container is None:
+            return f"{line} container=none (no runtime simulator)"
+        return f"{line} container={self.container.container_id} cpus={self.container_cpus}"
+
+
+def require_running(layout: RunLayout) -> set[str]:
+    """The processes of the `dev up` running on the folder; an error when there is none."""
+    if running_pid(layout) is None:
+        raise UnavailableError(
+            f"no dracpu dev up is running on {layout.root} "
+            f"(start one: dracpu dev up --run-dir {layout.root})"
+        )
+    try:
+        status = json.loads(layout.status_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UnavailableError(f"dracpu dev up on {layout.root} is still starting") from None
+    return set(status.get("services", {}))
+
+
+@contextlib.contextmanager
+def scheduling(layout: RunLayout) -> Iterator[None]:
+    """One scheduling decision at a time, as the one scheduler would make them."""
+    with (layout.root / "scheduler.lock").open("a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def next_name(folder: ClusterFolder, namespace: str) -> str:
+    number = 1
+    while folder.claim_path(namespace, f"cpus-{number}").exists():
+        number += 1
+    return f"cpus-{number}"
+
+
+def claim_document(
+    namespace: str,
+    name: str,
+    uid: str,
+    cpus: int,
+    results: list[Result],
+    node: str,
+    *,
+    numa: int | None,
+    cpuset: CPUSet | None,
+) -> dict[str, Any]:
+    """A ResourceClaim as the API server shows it once the scheduler allocated it."""
+    grouped = results[0].consumed is not None
+    exactly: dict[str, Any] = {
+        "deviceClassName": DRIVER,
+        "allocationMode": "ExactCount",
+        "count": 1 if grouped else cpus,
+    }
+    if grouped:
+        exactly["capacity"] = {"requests": {CAPACITY: str(cpus)}}
+    if numa is not None:
+        expression = f'device.attributes["resource.kubernetes.io"].numaNode == {numa}'
+        exactly["selectors"] = [{"cel": {"expression": expression}}]
+    spec: dict[str, Any] = {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}
+    allocation: dict[str, Any] = {"devices": {"results": [r.to_document() for r in results]}}
+    if cpuset is not None:
+        opaque = {
+            "driver": DRIVER,
+            "parameters": {"apiVersion": "v1alpha1", "cpuConfig": {"cpuset": cpuset.format()}},
+        }
+        spec["devices"]["config"] = [{"requests": [REQUEST], "opaque": opaque}]
+        allocation["devices"]["config"] = [
+            {"source": "FromClaim", "requests": [REQUEST], "opaque": opaque}
+        ]
+    if node:
+        allocation["nodeSelector"] = {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+            "creationTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "spec": spec,
+        "status": {"allocation": allocation},
+    }
+
+
+def _schedule(
+    layout: RunLayout,
+    folder: ClusterFolder,
+    *,
+    cpus: int,
+    numa: int | None,
+    name: str,
+    namespace: str,
+    cpuset: CPUSet | None,
+) -> tuple[dict[str, Any], list[Result]]:
+    if folder.claim_path(namespace, name).exists():
+        raise ConflictError(f"claim {namespace}/{name} already exists")
+    devices = devices_of(folder.slices())
+    results = allocate(devices, results_of(folder.claims()), cpus, numa=numa, request=REQUEST)
+    machine = results[0].device == MACHINE_DEVICE
+    if machine and cpuset is None:
+        raise InvalidInputError(
+            "the node publishes one machine-wide device (groupBy machine): "
+            "pass --cpuset with the exact CPUs"
+        )
+    if cpuset is not None and not machine:
+        raise InvalidInputError("--cpuset applies only when the node is grouped by machine")
+    node = next((d.node for d in devices if d.pool == results[0].pool), "")
+    claim = claim_document(
+        namespace, name, str(uuid.uuid4()), cpus, results, node, numa=numa, cpuset=cpuset
+    )
+    folder.write_claim(claim)
+    return claim, results
+
+
+def _cpuset_from_env(env: list[str], uid: str) -> str:
+    key = f"{ENV_PREFIX}{uid}="
+    for entry in env:
+        if entry.startswith(key):
+            return CPUSet.parse(entry[len(key) :]).format()
+    raise NotFoundError(f"the CDI spec of claim {uid} carries no {ENV_PREFIX}{uid}")
+
+
+def _record_path(layout: RunLayout, namespace: str, name: str) -> Any:
+    return layout.workloads_dir / f"{namespace}_{name}.json"
+
+
+async def claim(
+    layout: RunLayout,
+    *,
+    cpus: int,
+    numa: int | None,
+    name: str | None,
+    namespace: str,
+    cpuset: str | None,
+    kubelet: KubeletClient | None = None,
+    runtime: RuntimeClient | None = None,
+) -> Workload:
+    check_name("namespace", namespace)
+    if name is not None:
+        check_name("claim name", name)
+    exact = CPUSet.parse(cpuset) if cpuset is not None else None
+    if exact is not None and len(exact) != cpus:
+        raise InvalidInputError(f"--cpuset {cpuset} has {len(exact)} CPUs, --cpus says {cpus}")
+    processes = require_running(layout)
+    folder = ClusterFolder(layout.cluster_dir)
+    kubelet = kubelet or KubeletClient(layout.kubelet_sim_socket)
+    runtime = runtime or RuntimeClient(layout.runtime_sim_socket)
+    with scheduling(layout):
+        name = name or next_name(folder, namespace)
+        document, results = _schedule(
+            layout, folder, cpus=cpus, numa=numa, name=name, namespace=namespace, cpuset=exact
+        )
+    uid = document["metadata"]["uid"]
+    workload = Workload(
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        devices=[result.device for result in results],
+        cpuset="",
+        container=None,
+        container_cpus="",
+    )
+    if "kubelet-sim" in processes:
+        workload = await _prepare_and_run(
+            layout, folder, workload, kubelet, runtime if "runtime-sim" in processes else None
+        )
+    path = _record_path(layout, namespace, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(workload), indent=2) + "\n", encoding="utf-8")
+    return workload
+
+
+async def _prepare_and_run(
+    layout: RunLayout,
+    folder: ClusterFolder,
+    workload: Workload,
+    kubelet: KubeletClient,
+    runtime: RuntimeClient | None,
+) -> Workload:
+    """Prepare as the kubelet, then create the container as the runtime; undo it all if a
+    step fails, so a failed `dev claim` leaves nothing behind."""
+    namespace, name, uid = workload.namespace, workload.name, workload.uid
+    try:
+        cdi_ids = await kubelet.prepare(namespace, name, uid)
+    except DracpuError:
+        folder.delete_claim(namespace, name)
+        raise
+    try:
+        # What the runtime injects from the CDI spec before it calls NRI CreateContainer.
+        env = resolve_env(layout.cdi_dir, cdi_ids)
+        workload = replace(workload, cpuset=_cpuset_from_env(env, uid))
+        if runtime is None:
+            return workload
+        container = ContainerRef(
+            container_id=uuid.uuid4().hex,
+            pod_uid=str(uuid.uuid4()),
+            pod_namespace=namespace,
+            pod_name=f"{name}-pod",
+            container_name="main",
+        )
+        cpus = await runtime.create_container(container, env)
+    except DracpuError:
+        await kubelet.unprepare(namespace, name, uid)
+        folder.delete_claim(namespace, name)
+        raise
+    return replace(workload, container=container, container_cpus=cpus)
+
+
+async def release(
+    layout: RunLayout,
+    *,
+    name: str,
+    namespace: str,
+    kubelet: KubeletClient | None = None,
+    runtime: RuntimeClient | None = None,
+) -> str:
+    check_name("namespace", namespace)
+    check_name("claim name", name)
+    processes = require_running(layout)
+    folder = ClusterFolder(layout.cluster_dir)
+    kubelet = kubelet or KubeletClient(layout.kubelet_sim_socket)
+    runtime = runtime or RuntimeClient(layout.runtime_sim_socket)
+    record_path = _record_path(layout, namespace, name)
+    record: dict[str, Any] | None = None
+    if record_path.exists():
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    uid: str | None = record["uid"] if record else None
+    if uid is None:
+        try:
+            uid = str(folder.read_claim(namespace, name)["metadata"]["uid"])
+        except NotFoundError:
+            raise NotFoundError(f"claim {namespace}/{name} not found") from None
+    if record is not None and record.get("container") and "runtime-sim" in processes:
+        container = ContainerRef(**record["container"])
+        # Already gone (e.g. the runtime simulator restarted and forgot it): nothing to undo.
+        with contextlib.suppress(NotFoundError):
+            await runtime.stop_container(container)
+            await runtime.remove_container(container)
+    if "kubelet-sim" in processes:
+        await kubelet.unprepare(namespace, name, uid)
+    folder.delete_claim(namespace, name)
+    record_path.unlink(missing_ok=True)
+    cpus = f" cpuset={record['cpuset']}" if record and record.get("cpuset") else ""
+    return f"released claim={namespace}/{name} uid={uid}{cpus}"

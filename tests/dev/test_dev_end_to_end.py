@@ -1,0 +1,207 @@
+"""`dracpu dev` end to end on a fixture, with the real services as processes: claims made and
+released through the simulated scheduler, kubelet and runtime are visible in the api and the
+CDI folder; a SIGKILLed service comes back with nothing lost; Ctrl-C leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from dracpu.core.cpuset import CPUSet
+
+FIXTURE = "xeon-2s-ht"  # 2 sockets x 10 cores x 2 threads, one NUMA node per socket
+T = TypeVar("T")
+
+
+def dracpu(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dracpu.core.cli", *args]
+
+
+def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def fields(line: str) -> dict[str, str]:
+    return dict(word.split("=", 1) for word in line.split() if "=" in word)
+
+
+@dataclass
+class Run:
+    root: Path
+    url: str
+    process: subprocess.Popen[bytes]
+    output: Path
+
+    def dev(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            dracpu("dev", *args, "--run-dir", str(self.root)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def claim(self, *args: str) -> dict[str, str]:
+        result = self.dev("claim", *args)
+        assert result.returncode == 0, result.stderr
+        return fields(result.stdout)
+
+    def status(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads((self.root / "dev-up.json").read_text())
+        return document
+
+    def get(self, path: str) -> Any:
+        reply = httpx.get(self.url + path, timeout=10)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    def log(self) -> str:
+        return self.output.read_text()
+
+
+@pytest.fixture
+def run() -> Iterator[Run]:
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="dde-"))
+    port = free_port()
+    output = root.parent / f"{root.name}.out"
+    with output.open("wb") as sink:
+        process = subprocess.Popen(
+            dracpu(
+                "dev",
+                "up",
+                "--run-dir",
+                str(root),
+                "--fixture",
+                FIXTURE,
+                "--api-address",
+                f"127.0.0.1:{port}",
+            ),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    started = Run(root, f"http://127.0.0.1:{port}", process, output)
+    try:
+        wait_for(
+            lambda: "ready: api" in started.log() or process.poll() is not None, "dev up ready"
+        )
+        assert process.poll() is None, started.log()
+        yield started
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        shutil.rmtree(root, ignore_errors=True)
+        output.unlink(missing_ok=True)
+
+
+def cdi_env(run: Run, uid: str) -> list[str]:
+    spec = json.loads((run.root / "cdi" / f"dra.k8s.io-cpu_claim-{uid}.json").read_text())
+    return [env for device in spec["devices"] for env in device["containerEdits"]["env"]]
+
+
+def test_claims_restart_and_clean_stop(run: Run) -> None:
+    first = run.claim("--cpus", "2")
+    second = run.claim("--cpus", "4", "--numa", "1", "--name", "numa-one")
+    assert first["claim"] == "default/cpus-1"
+    assert second["claim"] == "default/numa-one"
+    assert second["devices"] == "cpudevnuma001"
+    cpus = {claim["uid"]: CPUSet.parse(claim["cpuset"]) for claim in (first, second)}
+    assert [len(cpus[first["uid"]]), len(cpus[second["uid"]])] == [2, 4]
+    assert not cpus[first["uid"]] & cpus[second["uid"]]
+    for claim in (first, second):
+        # The container runs on exactly the claim's CPUs, pinned through NRI.
+        assert claim["cpus"] == claim["cpuset"]
+        assert cdi_env(run, claim["uid"]) == [f"DRA_CPUSET_{claim['uid']}={claim['cpuset']}"]
+
+    served = {c["uid"]: c for c in run.get("/v1/claims")["claims"]}
+    assert set(served) == set(cpus)
+    assert {uid: CPUSet.parse(c["cpus"]) for uid, c in served.items()} == cpus
+    assert served[second["uid"]]["owner"]["container_id"] == second["container"]
+    shared = CPUSet.parse(run.get("/v1/shared-pool")["cpus"])
+    assert not shared & (cpus[first["uid"]] | cpus[second["uid"]])
+
+    released = run.dev("release", "cpus-1")
+    assert released.returncode == 0, released.stderr
+    assert [c["uid"] for c in run.get("/v1/claims")["claims"]] == [second["uid"]]
+    assert not (run.root / "cdi" / f"dra.k8s.io-cpu_claim-{first['uid']}.json").exists()
+    assert not (run.root / "cluster/resourceclaims/default/cpus-1.yaml").exists()
+    assert cpus[first["uid"]].issubset(CPUSet.parse(run.get("/v1/shared-pool")["cpus"]))
+
+    # SIGKILL the allocator, the one writer of allocation state: it is restarted, and it
+    # comes back with the remaining claim on the same CPUs.
+    before = run.status()["services"]["allocator"]["pid"]
+    os.kill(before, signal.SIGKILL)
+    wait_for(lambda: run.status()["services"]["allocator"]["restarts"] == 1, "allocator restart")
+    after = run.status()["services"]["allocator"]["pid"]
+    assert after != before and alive(after)
+    assert f"allocator (pid {before}) stopped: killed by SIGKILL" in run.log()
+    served = {c["uid"]: c for c in run.get("/v1/claims")["claims"]}
+    assert list(served) == [second["uid"]]
+    assert CPUSet.parse(served[second["uid"]]["cpus"]) == cpus[second["uid"]]
+    third = run.claim("--cpus", "2")
+    assert not CPUSet.parse(third["cpuset"]) & cpus[second["uid"]]
+
+    pids = [entry["pid"] for entry in run.status()["services"].values()]
+    run.process.send_signal(signal.SIGINT)
+    assert run.process.wait(60) == 0, run.log()
+    assert "dracpu dev: stopped" in run.log()
+    assert [pid for pid in pids if alive(pid)] == []
+    assert [p for p in run.root.rglob("*") if p.is_socket()] == []
+    assert not (run.root / "dev-up.json").exists()
+
+
+def test_a_second_dev_up_on_the_same_run_dir_is_refused(run: Run) -> None:
+    result = subprocess.run(
+        dracpu("dev", "up", "--run-dir", str(run.root), "--api-address", "127.0.0.1:1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"dracpu dev: error: run dir {run.root} is in use by another dracpu dev up "
+        f"(pid {run.process.pid})"
+    )
+    status = run.dev("status", "--json")
+    assert status.returncode == 0
+    assert all(entry["ready"] for entry in json.loads(status.stdout)["services"].values())

@@ -1,0 +1,138 @@
+"""The supervisor starts processes in order, restarts crashed ones, and stops all of them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from dracpu.dev.readiness import Readiness, is_ready
+from dracpu.dev.supervisor import ProcessSpec, StartError, Supervisor
+
+TOY = Path(__file__).with_name("toy_service.py")
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="sv-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def toy(workdir: Path, name: str, *extra: str) -> ProcessSpec:
+    socket = workdir / f"{name}.sock"
+    return ProcessSpec(
+        name=name,
+        argv=[sys.executable, str(TOY), "--socket", str(socket), *extra],
+        readiness=Readiness(grpc_socket=socket),
+        log_file=workdir / "logs" / f"{name}.log",
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is gone for our purposes.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_starts_in_order_each_ready_before_the_next(workdir: Path) -> None:
+    started = workdir / "started"
+    specs = [toy(workdir, name, "--started-file", str(started)) for name in ("a", "b", "c")]
+    lines: list[str] = []
+    supervisor = Supervisor(specs, report=lines.append)
+    try:
+        assert await supervisor.start()
+        assert started.read_text().split() == [str(workdir / f"{n}.sock") for n in "abc"]
+        for spec in specs:
+            assert await is_ready(spec.readiness)
+        assert [line.split()[0] for line in lines if " ready " in line] == ["a", "b", "c"]
+    finally:
+        await supervisor.stop()
+
+
+async def test_a_killed_process_is_restarted_and_ready_again(workdir: Path) -> None:
+    specs = [toy(workdir, "a"), toy(workdir, "b")]
+    lines: list[str] = []
+    supervisor = Supervisor(specs, report=lines.append)
+    try:
+        assert await supervisor.start()
+        old = supervisor.pids()["b"]
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        await until(lambda: any("b restarted" in line for line in lines), "restart of b")
+        new = supervisor.pids()["b"]
+        assert new not in (None, old)
+        assert await is_ready(specs[1].readiness)
+        assert any("killed by SIGKILL" in line for line in lines)
+    finally:
+        await supervisor.stop()
+
+
+async def test_stop_leaves_no_process_even_one_ignoring_sigterm(workdir: Path) -> None:
+    specs = [toy(workdir, "a"), toy(workdir, "stubborn", "--ignore-sigterm")]
+    lines: list[str] = []
+    supervisor = Supervisor(specs, report=lines.append, stop_timeout=0.5)
+    assert await supervisor.start()
+    pids = [pid for pid in supervisor.pids().values() if pid is not None]
+    await supervisor.stop()
+    assert not [pid for pid in pids if alive(pid)]
+    assert "stubborn ignored SIGTERM; killing it" in lines
+    assert not (workdir / "a.sock").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        pytest.param(["--exit-code", "2"], "exited during start (exit code 2)", id="exits"),
+        pytest.param(["--never-ready"], "not ready after 1s", id="never-ready"),
+    ],
+)
+async def test_a_failed_start_stops_what_started_and_says_why(
+    workdir: Path, extra: list[str], problem: str
+) -> None:
+    specs = [toy(workdir, "first"), toy(workdir, "broken", *extra), toy(workdir, "never")]
+    supervisor = Supervisor(specs, report=lambda _line: None, ready_timeout=1.0)
+    with pytest.raises(StartError) as failure:
+        await supervisor.start()
+    assert f"broken {problem}" in str(failure.value)
+    assert supervisor.pids()["never"] is None
+    first = supervisor.pids()["first"]
+    assert first is not None and not alive(first)
+    if extra[0] == "--exit-code":
+        assert "toy: refusing to start: exit 2" in str(failure.value)
+
+
+async def test_a_stop_request_during_start_starts_nothing_more(workdir: Path) -> None:
+    specs = [toy(workdir, "slow", "--never-ready"), toy(workdir, "next")]
+    supervisor = Supervisor(specs, report=lambda _line: None, ready_timeout=30.0)
+    starting = asyncio.create_task(supervisor.start())
+    await until(lambda: supervisor.pids()["slow"] is not None, "first spawn")
+    supervisor.request_stop()
+    assert await asyncio.wait_for(starting, 10) is False
+    await supervisor.stop()
+    slow = supervisor.pids()["slow"]
+    assert slow is not None and not alive(slow)
+    assert supervisor.pids()["next"] is None
