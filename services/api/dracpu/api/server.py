@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
+import signal
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import uvicorn
 
@@ -57,6 +60,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after a graceful shutdown; a clean stop should exit 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.handle_exit, signum, None)
+        try:
+            yield
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+
+
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -74,19 +92,20 @@ def _listen(host: str, port: int) -> socket.socket:
 async def _serve(args: argparse.Namespace) -> int:
     if not 0 < args.backend_timeout <= 60:
         raise ConfigError(f"--backend-timeout {args.backend_timeout:g}: expected 0 < seconds <= 60")
-    config = driver_config.load(args)
-    driver_config.log_effective(config)
+    host, port = parse_bind_address(args.bind_address)
     sockets = {
         service: check_socket_path(getattr(args, f"{service.replace('-', '_')}_socket"))
         for service in DEFAULT_SOCKETS
     }
-    host, port = parse_bind_address(args.bind_address)
+    config = driver_config.load(args)
+    # Everything is checked before the first log line, so bad input yields one line.
+    driver_config.log_effective(config)
     listener = _listen(host, port)
     backends = Backends.from_sockets(sockets, timeout=args.backend_timeout)
     app = create_app(backends, config)
     bound_host, bound_port = listener.getsockname()[:2]
     log.info(0, "listening", address=f"http://{bound_host}:{bound_port}", **sockets)
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", loop="asyncio")
     )
     await server.serve(sockets=[listener])
