@@ -83,11 +83,11 @@ def test_full_pcpus_only_matches_kubelet(case: dict[str, Any]) -> None:
             case["expect"]
         )
     elif "CausedByPhysicalCPUs" in case["goError"]:
-        with pytest.raises(InsufficientCPUsError, match="whole physical cores"):
+        with pytest.raises(InsufficientCPUsError, match="not enough whole physical cores"):
             take_cpus(machine, available, case["count"], policy_of(case))
     else:
         # The request can never be whole cores on this machine, whatever is free.
-        with pytest.raises(InvalidInputError, match="not a whole number of physical cores"):
+        with pytest.raises(InsufficientCPUsError, match="each core has"):
             take_cpus(machine, available, case["count"], policy_of(case))
 
 

@@ -16,10 +16,13 @@ class Policy:
 
     strategy: `packed` fills cores before moving on; `spread` is the kubelet's
         DistributeCPUsAcrossCores (threads of different cores first).
-    align_uncore: PreferAlignByUncoreCache (packed take only, as upstream).
+    align_uncore: PreferAlignByUncoreCache; like the kubelet, only with the packed strategy
+        and without distribute_numa (the kubelet refuses those combinations; here the
+        preference is simply not applied to them).
     full_pcpus_only: FullPCPUsOnly; only whole physical cores.
     distribute_numa: DistributeCPUsAcrossNUMA, in groups of `group_size` CPUs (with
-        full_pcpus_only and the default group size, a group is one core).
+        full_pcpus_only and the default group size, a group is one core). Unlike the kubelet
+        it may be combined with spread, which its distributed take already supports.
     """
 
     strategy: Literal["packed", "spread"] = "packed"

@@ -47,23 +47,27 @@ def _take(index: TopologyIndex, free: int, count: int, policy: Policy) -> int | 
         if policy.full_pcpus_only and group_size == 1:
             group_size = index.smt_width
         return take_distributed(index, free, count, group_size, policy.strategy)
-    return take_packed(index, free, count, policy.strategy, policy.align_uncore)
+    # The kubelet only aligns by uncore cache with packed cores and the packed NUMA walk (it
+    # rejects the option with DistributeCPUsAcrossCores and DistributeCPUsAcrossNUMA).
+    align_uncore = policy.align_uncore and policy.strategy == "packed"
+    return take_packed(index, free, count, policy.strategy, align_uncore)
 
 
 def _take_whole_cores(index: TopologyIndex, free: int, count: int, policy: Policy) -> int:
     """FullPCPUsOnly: the request must be whole cores' worth of CPUs and be met with whole
     cores, like the kubelet's SMTAlignmentError checks."""
     width = index.smt_width
+    # Not a policy error but a request this machine can never meet, whatever is free.
     if count % width != 0:
-        raise InvalidInputError(
-            f"{count} CPUs is not a whole number of physical cores: each core has {width} threads"
+        raise InsufficientCPUsError(
+            f"cannot place {count} CPUs on whole physical cores: each core has {width} threads"
         )
     whole = index.whole_free_cores(free)
     if whole.bit_count() < count:
         raise InsufficientCPUsError(
             f"not enough whole physical cores available: want {count} CPUs "
-            f"({count // width} cores), {whole.bit_count()} CPUs free in whole cores "
-            f"({_describe_free(free)})"
+            f"({count // width} cores), {whole.bit_count()} CPUs are free in whole cores; "
+            f"{_describe_free(free)}"
         )
     # The kubelet walks all free CPUs and, on a symmetric machine, ends with whole cores.
     # Where that is not so (cores with offline threads), walk the whole free cores only.
