@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -115,6 +116,45 @@ def render(
     if result.returncode != 0:
         raise RenderError(result.stderr)
     return Rendered([obj for obj in yaml.safe_load_all(result.stdout) if obj])
+
+
+def notes(helm: Path, values: dict[str, Any] | None = None) -> str:
+    """NOTES.txt as `helm install` would print it. `helm template` skips NOTES.txt and
+    `helm install` needs a cluster, so a copy of the chart renders it as an ordinary value."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as scratch:
+        chart = Path(scratch) / CHART.name
+        shutil.copytree(CHART, chart)
+        (chart / "templates" / "NOTES.txt").rename(chart / "notes-under-test.txt")
+        (chart / "templates" / "notes-under-test.yaml").write_text(
+            'notes: |\n  {{- tpl (.Files.Get "notes-under-test.txt") . | nindent 2 }}\n'
+        )
+        values_file = Path(scratch) / "values.yaml"
+        values_file.write_text(json.dumps(values or {}))
+        result = subprocess.run(
+            [
+                str(helm),
+                "template",
+                "dracpu",
+                str(chart),
+                "--namespace",
+                "kube-system",
+                "--kube-version",
+                KUBE_VERSION,
+                "--values",
+                str(values_file),
+                "--show-only",
+                "templates/notes-under-test.yaml",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=_env(scratch),
+        )
+    if result.returncode != 0:
+        raise RenderError(result.stderr)
+    text: str = yaml.safe_load(result.stdout)["notes"]
+    return text
 
 
 def lint(helm: Path, values: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from helm_chart import KUBE_VERSION, SERVICES, Rendered, RenderError, lint, render
+from helm_chart import KUBE_VERSION, SERVICES, Rendered, RenderError, lint, notes, render
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +204,27 @@ def test_existing_service_account_must_be_named(helm: Path) -> None:
     rendered = render(helm, {"serviceAccount": {"create": False, "name": "dracpu-sa"}})
     assert rendered.of_kind("ServiceAccount") == []
     assert rendered.pod["serviceAccountName"] == "dracpu-sa"
+
+
+def test_notes_tell_how_to_check_the_install(helm: Path) -> None:
+    text = notes(helm)
+    assert "kubectl -n kube-system rollout status daemonset/dracpu-dra-driver-cpu" in text
+    assert "kubectl get resourceslices --field-selector spec.driver=dra.cpu" in text
+    assert "curl -s http://127.0.0.1:8080/readyz" in text
+    assert "DRAListTypeAttributes" not in text
+    assert "DEPRECATED" not in text
+
+
+def test_notes_warn_about_feature_gates_and_deprecated_values(helm: Path) -> None:
+    text = notes(
+        helm,
+        {
+            "args": {"exposePCIeRoots": True, "groupBy": "socket"},
+            "driverConfig": {"publishNodeAllocatableResourceMapping": True},
+            "api": {"port": 9000},
+        },
+    )
+    assert "DRAListTypeAttributes feature gate" in text
+    assert "DRANodeAllocatableResources feature gate" in text
+    assert "DEPRECATED: args.cpuDeviceMode/groupBy/reservedCPUs/hostnameOverride" in text
+    assert "curl -s http://127.0.0.1:9000/readyz" in text
