@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dracpu.core.cpuset import CPUSet
@@ -78,11 +78,13 @@ def discover(sysfs_root: str | os.PathLike[str]) -> Machine:
     online = _online_cpus(scan.reader)
     _read_core_types(scan)
 
+    roots = _pcie_roots(scan.reader)
     cpus: list[CPUInfo] = []
     skipped: list[str] = []
     for cpu_id in online:
         try:
-            cpus.append(_read_cpu(scan, cpu_id))
+            local_roots = tuple(name for name, local in roots.items() if cpu_id in local)
+            cpus.append(_read_cpu(scan, cpu_id, local_roots))
         except Skip as exc:
             skipped.append(f"cpu {cpu_id}: {exc}")
             log.warning("skipping CPU with incomplete topology", cpu=cpu_id, reason=str(exc))
@@ -90,12 +92,6 @@ def discover(sysfs_root: str | os.PathLike[str]) -> Machine:
         detail = f"; {skipped[0]}" if skipped else ""
         raise TopologyError(f"no CPU under {root} has a complete topology{detail}")
 
-    roots = _pcie_roots(scan.reader)
-    if roots:
-        cpus = [
-            replace(c, pcie_roots=tuple(n for n, local in roots.items() if c.cpu_id in local))
-            for c in cpus
-        ]
     smt_control = scan.reader.text(f"{CPU_DIR}/smt/control")
     machine = Machine.build(
         cpus,
@@ -160,7 +156,7 @@ def _required_int(reader: SysfsReader, relative: str) -> int:
     return value
 
 
-def _read_cpu(scan: _Scan, cpu_id: int) -> CPUInfo:
+def _read_cpu(scan: _Scan, cpu_id: int, pcie_roots: tuple[str, ...]) -> CPUInfo:
     reader = scan.reader
     base = f"{CPU_DIR}/cpu{cpu_id}"
     socket_id = _required_int(reader, f"{base}/topology/physical_package_id")
@@ -213,6 +209,7 @@ def _read_cpu(scan: _Scan, cpu_id: int) -> CPUInfo:
         uncore_cache_id=_l3_id(scan, cpu_id, entries),
         core_type=core_type,
         numa_node_cpus=scan.node_cpus.get(numa_node, CPUSet()),
+        pcie_roots=pcie_roots,
     )
 
 
