@@ -88,6 +88,11 @@ def build_parser() -> ArgumentParser:
         metavar="SECONDS",
         help="how long each service may take to become ready (default %(default)s)",
     )
+    up.add_argument(
+        "--fresh",
+        action="store_true",
+        help="forget earlier runs in DIR first: claims, allocator state, CDI specs, logs",
+    )
     up.add_argument("-v", "--v", dest="verbosity", type=_non_negative, default=0, metavar="N")
 
     claim = commands.add_parser("claim", help="allocate, prepare and run a claim of N CPUs")
@@ -128,6 +133,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             kubelet_sim=args.kubelet_sim,
             runtime_sim=args.runtime_sim,
             ready_timeout=args.ready_timeout,
+            fresh=args.fresh,
         )
     if args.command == "status":
         from dracpu.dev.status import collect, render

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import IO
 
+from dracpu.core.config import read_file
 from dracpu.core.errors import ConflictError, InvalidInputError
 from dracpu.dev.layout import RunLayout
 from dracpu.dev.services import (
@@ -107,6 +108,20 @@ def remove_stale_sockets(layout: RunLayout) -> list[Path]:
     return removed
 
 
+def forget_earlier_runs(layout: RunLayout) -> None:
+    """Empty what earlier runs left: claims, allocator state, CDI specs, workloads, logs."""
+    for directory in (
+        layout.state_dir,
+        layout.cdi_dir,
+        layout.cluster_dir,
+        layout.workloads_dir,
+        layout.logs_dir,
+    ):
+        shutil.rmtree(directory, ignore_errors=True)
+    for directory in layout.directories():
+        directory.mkdir(parents=True, exist_ok=True)
+
+
 def build_specs(layout: RunLayout, options: DevOptions) -> list[ProcessSpec]:
     return [
         ProcessSpec(
@@ -136,15 +151,18 @@ async def up(
     kubelet_sim: bool,
     runtime_sim: bool,
     ready_timeout: float,
+    fresh: bool = False,
 ) -> int:
     layout.check()
-    if config is not None and not Path(config).is_file():
-        raise InvalidInputError(f"--config {config}: no such file")
+    if config is not None:
+        read_file(config)  # a bad file is refused here, in one line, not by five services
     parse_address(api_address)
     for directory in layout.directories():
         directory.mkdir(parents=True, exist_ok=True)
     lock = lock_run_dir(layout)
     try:
+        if fresh:
+            forget_earlier_runs(layout)
         check_port_free(api_address)
         options = DevOptions(
             sysfs_root=prepare_sysfs(layout, fixture, sysfs_root),
