@@ -1,0 +1,138 @@
+"""Merging the services' metrics into the pod's one exposition."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.parser import text_string_to_metric_families
+
+from dracpu.api.exposition import merge
+from dracpu.core.metrics import SPECS, build, exposition
+
+ALLOCATOR = """# HELP dra_cpu_allocated_cpus CPUs currently allocated.
+# TYPE dra_cpu_allocated_cpus gauge
+dra_cpu_allocated_cpus 4.0
+# HELP process_open_fds Number of open file descriptors.
+# TYPE process_open_fds gauge
+process_open_fds 12.0
+"""
+PLUGIN = """# HELP dra_cpu_prepare_claims_total Per-claim results.
+# TYPE dra_cpu_prepare_claims_total counter
+dra_cpu_prepare_claims_total{result="success"} 3.0
+dra_cpu_prepare_claims_total{result="error"} 0.0
+# HELP process_open_fds Number of open file descriptors.
+# TYPE process_open_fds gauge
+process_open_fds 9.0
+"""
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        pytest.param([], "", id="nothing"),
+        pytest.param([("allocator", "")], "", id="empty-text"),
+        pytest.param(
+            [("allocator", "# HELP a x\n# TYPE a gauge\na 1.0\n")],
+            "# HELP a x\n# TYPE a gauge\na 1.0\n",
+            id="one-source-unchanged",
+        ),
+        pytest.param(
+            [("allocator", ALLOCATOR), ("dra-plugin", PLUGIN)],
+            "# HELP dra_cpu_allocated_cpus CPUs currently allocated.\n"
+            "# TYPE dra_cpu_allocated_cpus gauge\n"
+            "dra_cpu_allocated_cpus 4.0\n"
+            "# HELP process_open_fds Number of open file descriptors.\n"
+            "# TYPE process_open_fds gauge\n"
+            'process_open_fds{service="allocator"} 12.0\n'
+            'process_open_fds{service="dra-plugin"} 9.0\n'
+            "# HELP dra_cpu_prepare_claims_total Per-claim results.\n"
+            "# TYPE dra_cpu_prepare_claims_total counter\n"
+            'dra_cpu_prepare_claims_total{result="success"} 3.0\n'
+            'dra_cpu_prepare_claims_total{result="error"} 0.0\n',
+            id="shared-family-gets-service-label",
+        ),
+        pytest.param(
+            [
+                ("a", '# TYPE m gauge\nm{path="{x}",q="a\\"b"} 1\n'),
+                ("b", "# TYPE m gauge\nm{} 2\n"),
+            ],
+            '# TYPE m gauge\nm{service="a",path="{x}",q="a\\"b"} 1\nm{service="b"} 2\n',
+            id="labels-with-braces-and-quotes",
+        ),
+        pytest.param(
+            [("a", '# TYPE m gauge\nm{service="x"} 1\n'), ("b", "# TYPE m gauge\nm 2\n")],
+            '# TYPE m gauge\nm{service="x"} 1\nm{service="b"} 2\n',
+            id="existing-service-label-kept",
+        ),
+        pytest.param(
+            [("a", "untyped_metric 5\n# EOF\n")],
+            "untyped_metric 5\n",
+            id="undeclared-sample-and-eof",
+        ),
+    ],
+)
+def test_merge(sources: list[tuple[str, str]], expected: str) -> None:
+    assert merge(sources) == expected
+
+
+def _registry_text(owner: str) -> str:
+    registry = CollectorRegistry()
+    collectors = build(owner, registry)
+    for collector in collectors.values():
+        if isinstance(collector, Gauge):
+            collector.set(3)
+        elif isinstance(collector, Histogram):
+            collector.observe(2)
+        elif isinstance(collector, Counter):
+            collector.labels(result="success").inc()
+    return exposition(registry)
+
+
+def test_every_reference_metric_survives_the_merge_once() -> None:
+    text = merge(
+        [(owner, _registry_text(owner)) for owner in ("topology", "allocator", "dra-plugin")]
+    )
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for spec in SPECS:
+        assert spec.name.removesuffix("_total") in families, spec.name
+        assert text.count(f"# HELP {spec.name} ") == 1
+        assert text.count(f"# TYPE {spec.name} ") == 1
+
+
+_names = st.sampled_from(["alpha", "beta", "gamma_total", "delta_seconds"])
+_services = st.sampled_from(["topology", "allocator", "dra-plugin", "nri-plugin", "api"])
+
+
+@st.composite
+def _exposition(draw: st.DrawFn) -> str:
+    lines = []
+    for name in draw(st.lists(_names, unique=True, max_size=4)):
+        lines += [f"# HELP {name} help of {name}", f"# TYPE {name} gauge"]
+        for value in draw(st.lists(st.integers(0, 9), unique=True, max_size=3)):
+            lines.append(f'{name}{{k="{value}"}} {value}')
+    return "\n".join(lines) + "\n"
+
+
+@given(st.lists(st.tuples(_services, _exposition()), unique_by=lambda s: s[0], max_size=5))
+def test_merged_text_parses_with_one_declaration_per_family(
+    sources: list[tuple[str, str]],
+) -> None:
+    text = merge(sources)
+    declarations = [line for line in text.splitlines() if line.startswith("#")]
+    assert len(declarations) == len(set(declarations))
+    # Every sample survives, and no two series collide.
+    samples = [
+        (s.name, tuple(sorted(s.labels.items())))
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+    assert len(samples) == len(set(samples))
+    expected = sum(
+        1
+        for _, source in sources
+        for line in source.splitlines()
+        if line and not line.startswith("#")
+    )
+    assert len(samples) == expected

@@ -1,0 +1,228 @@
+"""The CPU map in a real browser: headless Chromium, driven over the DevTools protocol, loads
+/ui from the running `dracpu-api` for the xeon-2s-ht fixture with three claims.
+
+The screenshot is kept as tests/artifacts/api-cpu-map.png. Chromium comes from Debian's
+`chromium` package (tools/install-chromium.sh); without it the test skips and says why.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import UID_BATCH, UID_CACHE, UID_DB, ApiProcess, ServiceSet, start_api, stop_api
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+DEADLINE = 30.0
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="no /usr/bin/chromium: run tools/install-chromium.sh (Debian package 'chromium')",
+)
+
+
+class DevTools:
+    """A minimal Chrome DevTools Protocol client over one page's websocket."""
+
+    def __init__(self, websocket_url: str) -> None:
+        import websocket  # websocket-client, installed with the kubernetes client
+
+        self._ws = websocket.create_connection(
+            websocket_url, timeout=DEADLINE, suppress_origin=True
+        )
+        self._next_id = 0
+        self.events: list[dict[str, Any]] = []
+
+    def send(self, method: str, **params: Any) -> dict[str, Any]:
+        self._next_id += 1
+        request_id = self._next_id
+        self._ws.send(json.dumps({"id": request_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self._ws.recv())
+            if message.get("id") == request_id:
+                if "error" in message:
+                    raise AssertionError(f"{method}: {message['error']}")
+                return dict(message.get("result", {}))
+            self.events.append(message)
+
+    def wait_for(self, method: str) -> dict[str, Any]:
+        deadline = time.monotonic() + DEADLINE
+        for event in self.events:
+            if event.get("method") == method:
+                return event
+        while time.monotonic() < deadline:
+            message = json.loads(self._ws.recv())
+            self.events.append(message)
+            if message.get("method") == method:
+                return message
+        raise AssertionError(f"no {method} within {DEADLINE}s")
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in result:
+            raise AssertionError(f"{expression}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def errors(self) -> list[str]:
+        found = []
+        for event in self.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                found.append(json.dumps(params.get("exceptionDetails", {}))[:300])
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                found.append(json.dumps(params.get("args", []))[:300])
+            elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+                found.append(params["entry"].get("text", ""))
+        return found
+
+    def close(self) -> None:
+        self._ws.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[str]:
+    """Headless Chromium with a DevTools port; yields its HTTP endpoint."""
+    profile = Path(tempfile.mkdtemp(prefix="api-chromium-", dir="/tmp"))
+    process = subprocess.Popen(
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            "--window-size=1500,1000",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + DEADLINE
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"chromium did not open its DevTools port ({process.poll()})")
+            time.sleep(0.05)  # polling interval, not synchronisation
+        yield f"http://127.0.0.1:{port_file.read_text().split()[0]}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def api(services: ServiceSet) -> Iterator[ApiProcess]:
+    started = start_api(services)
+    try:
+        yield started
+    finally:
+        stop_api(started)
+
+
+def _page(endpoint: str) -> DevTools:
+    targets = httpx.get(f"{endpoint}/json/list", timeout=10).json()
+    page = next(t for t in targets if t.get("type") == "page")
+    tools = DevTools(page["webSocketDebuggerUrl"])
+    for domain in ("Page", "Runtime", "Log"):
+        tools.send(f"{domain}.enable")
+    return tools
+
+
+def _load(tools: DevTools, url: str) -> None:
+    tools.events.clear()
+    tools.send("Page.navigate", url=url)
+    tools.wait_for("Page.loadEventFired")
+
+
+PAGE_FACTS = """(() => {
+  const q = (s) => document.querySelectorAll(s);
+  const threads = [...q('#cpu-map g.thread')];
+  return {
+    sockets: q('#cpu-map g.socket').length,
+    numa: q('#cpu-map g.numa').length,
+    l3: q('#cpu-map g.l3').length,
+    cores: q('#cpu-map g.core').length,
+    threads: threads.length,
+    cpus: threads.map((t) => Number(t.dataset.cpu)).sort((a, b) => a - b),
+    titled: threads.filter((t) => t.querySelector(':scope > title')).length,
+    roles: threads.reduce((acc, t) => {
+      const key = t.dataset.claim || t.dataset.role;
+      acc[key] = (acc[key] || 0) + 1;
+      return acc;
+    }, {}),
+    legendClaims: [...q('#legend li[data-claim]')].map((li) => li.dataset.claim).sort(),
+    legendRoles: [...q('#legend li[data-role]')].map((li) => li.dataset.role),
+    svgWidth: document.querySelector('#cpu-map').getBoundingClientRect().width,
+    cpu22Title: document.querySelector('g.thread[data-cpu="22"] > title').textContent,
+  };
+})()"""
+
+
+def test_cpu_map_renders_in_chromium(browser: str, api: ApiProcess) -> None:
+    tools = _page(browser)
+    try:
+        _load(tools, f"{api.url}/")
+        assert tools.evaluate("document.querySelector('a#cpu-map-link').getAttribute('href')") == (
+            "/ui"
+        )
+        _load(tools, f"{api.url}/ui")
+        facts = tools.evaluate(PAGE_FACTS)
+        metrics = tools.send("Page.getLayoutMetrics")["cssContentSize"]
+        shot = tools.send(
+            "Page.captureScreenshot",
+            format="png",
+            captureBeyondViewport=True,
+            clip={
+                "x": 0,
+                "y": 0,
+                "width": metrics["width"],
+                "height": metrics["height"],
+                "scale": 1,
+            },
+        )
+        errors = tools.errors()
+    finally:
+        tools.close()
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    png = base64.b64decode(shot["data"])
+    (ARTIFACTS / "api-cpu-map.png").write_bytes(png)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+
+    assert errors == []
+    assert (facts["sockets"], facts["numa"], facts["l3"], facts["cores"]) == (2, 2, 2, 20)
+    assert facts["cpus"] == list(range(40))
+    assert facts["titled"] == 40
+    assert facts["roles"] == {
+        "reserved": 2,
+        UID_DB: 4,
+        UID_BATCH: 8,
+        UID_CACHE: 1,
+        "shared": 25,
+    }
+    assert facts["legendClaims"] == sorted([UID_DB, UID_BATCH, UID_CACHE])
+    assert facts["legendRoles"] == ["reserved", "shared"]
+    assert facts["svgWidth"] > 0
+    assert facts["cpu22Title"].startswith("CPU 22 — socket 0, NUMA node 0")
+    assert "claim team-a/db" in facts["cpu22Title"]
