@@ -6,6 +6,7 @@ computed by the fixture generator, so a wrong generator and a wrong discovery bo
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,3 +259,27 @@ def test_fixture_directory_must_be_empty(tmp_path: Path) -> None:
 def test_unknown_fixture_name_lists_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="xeon-2s-ht"):
         write_fixture("no-such-machine", tmp_path)
+
+
+def test_files_use_the_kernel_formats(tmp_path: Path) -> None:
+    root = write_fixture("big-1024", tmp_path)
+    cpu0 = root / "devices/system/cpu/cpu0"
+    assert (cpu0 / "topology/thread_siblings_list").read_text() == "0,512\n"
+    # Bitmaps are 32-bit hex words, most significant first.
+    mask = (cpu0 / "topology/thread_siblings").read_text().strip().split(",")
+    assert len(mask) == 17
+    assert mask[0] == "00000001"
+    assert mask[-1] == "00000001"
+    assert (root / "devices/system/cpu/online").read_text() == "0-1023\n"
+    assert (root / "devices/pci0003:00/pci_bus/0003:00/cpulistaffinity").read_text() == (
+        "192-255,704-767\n"
+    )
+    assert os.readlink(cpu0 / "node0") == "../../node/node0"
+
+
+def test_offline_cpus_keep_only_their_online_file(tmp_path: Path) -> None:
+    root = write_fixture("offline-middle", tmp_path)
+    cpu4 = root / "devices/system/cpu/cpu4"
+    assert (cpu4 / "online").read_text() == "0\n"
+    assert not (cpu4 / "topology").exists()
+    assert (root / "devices/system/cpu/offline").read_text() == "4-5,9\n"

@@ -11,7 +11,6 @@ ARM and Intel hybrid client parts number the threads of a core adjacently.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from dracpu.core.cli import ArgumentParser
 from dracpu.core.cpuset import CPUSet
 
 Numbering = Literal["split", "adjacent"]
@@ -423,7 +423,7 @@ def write_fixture(name_or_spec: str | MachineSpec, root: Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m dracpu.topology.fixtures NAME DIR`: write a fixture, print its sysfs root."""
-    parser = argparse.ArgumentParser(prog="python -m dracpu.topology.fixtures")
+    parser = ArgumentParser(prog="python -m dracpu.topology.fixtures")
     parser.add_argument("name", nargs="?", choices=sorted(FIXTURES), metavar="NAME")
     parser.add_argument("directory", nargs="?", metavar="DIR")
     parser.add_argument("--list", action="store_true", help="list the fixtures")
@@ -434,7 +434,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.directory is None:
         parser.error("DIR is required")
-    print(write_fixture(args.name, Path(os.path.abspath(args.directory))))
+    try:
+        print(write_fixture(args.name, Path(os.path.abspath(args.directory))))
+    except OSError as exc:
+        parser.error(str(exc))
     return 0
 
 
