@@ -95,12 +95,14 @@ def take_partial_uncore_cache(acc: Accumulator, uncore: int) -> None:
 
 
 def take_uncore_caches(acc: Accumulator) -> None:
-    for uncore in acc.sorted_uncore_caches():
-        # Upstream gates this on the average cache size; whole caches are checked one by one
-        # against their real size instead, which is the same on a symmetric machine.
-        take_full_uncore_caches(acc)
-        if acc.satisfied:
-            return
+    # Upstream retries whole caches before each partial one, gated on the average cache size;
+    # only the first try can take anything (the need only shrinks), and each cache is checked
+    # against its real size, which is the same on a symmetric machine.
+    order = acc.sorted_uncore_caches()
+    take_full_uncore_caches(acc)
+    if acc.satisfied:
+        return
+    for uncore in order:
         take_partial_uncore_cache(acc, uncore)
         if acc.satisfied:
             return

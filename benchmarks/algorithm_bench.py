@@ -1,0 +1,100 @@
+"""Time `take_cpus` on a synthetic 1024-CPU machine: 2 sockets, 8 NUMA nodes, 512 two-thread
+cores (sibling = cpu + 512), 4 uncore caches per NUMA node.
+
+For each strategy (packed, spread, NUMA-distributed) and count (1, 4, 16, 64, 256) it runs the
+take on an idle machine and on fragmented ones (a random ~40% of CPUs busy, a fresh pattern per
+run) and prints the median and p99. Target: median under 1 ms for 64 CPUs out of 1024.
+
+.venv/bin/python benchmarks/algorithm_bench.py [--runs N] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from dracpu.allocator.algorithm import Policy, take_cpus
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import InsufficientCPUsError
+from dracpu.core.machine import CPUInfo, Machine
+
+COUNTS = (1, 4, 16, 64, 256)
+POLICIES = {
+    "packed": Policy(),
+    "spread": Policy(strategy="spread"),
+    "distributed": Policy(distribute_numa=True, group_size=2),
+}
+TARGET_MS = 1.0  # median, 64 CPUs, packed
+
+
+def synthetic_machine() -> Machine:
+    cores, numa_nodes, sockets = 512, 8, 2
+    per_numa = cores // numa_nodes
+    cpus = []
+    for core in range(cores):
+        numa = core // per_numa
+        for thread in range(2):
+            cpus.append(
+                CPUInfo(
+                    cpu_id=core + thread * cores,
+                    core_id=core % (cores // sockets),  # sysfs numbering: per socket
+                    socket_id=numa // (numa_nodes // sockets),
+                    numa_node_id=numa,
+                    uncore_cache_id=core // (per_numa // 4),
+                )
+            )
+    return Machine.build(cpus)
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def measure(
+    machine: Machine, states: list[CPUSet], count: int, policy: Policy
+) -> tuple[float, float, int]:
+    samples: list[float] = []
+    unmet = 0
+    for available in states:
+        started = time.perf_counter()
+        try:
+            take_cpus(machine, available, count, policy)
+        except InsufficientCPUsError:
+            unmet += 1
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples), percentile(samples, 0.99), unmet
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    machine = synthetic_machine()
+    ids = machine.cpu_set.sorted()
+    idle = [machine.cpu_set] * args.runs
+    fragmented = [CPUSet(cpu for cpu in ids if rng.random() >= 0.4) for _ in range(args.runs)]
+    take_cpus(machine, machine.cpu_set, 1)  # build the per-machine index once
+    print(f"take_cpus on {len(ids)} CPUs, {len(machine.numa_nodes)} NUMA nodes, {args.runs} runs")
+    print(f"{'policy':<12} {'state':<11} {'count':>5} {'median ms':>10} {'p99 ms':>8}")
+    verdict = ""
+    for name, policy in POLICIES.items():
+        for state, states in (("idle", idle), ("fragmented", fragmented)):
+            for count in COUNTS:
+                median, p99, unmet = measure(machine, states, count, policy)
+                note = f"  ({unmet} unmet)" if unmet else ""
+                print(f"{name:<12} {state:<11} {count:>5} {median:>10.3f} {p99:>8.3f}{note}")
+                if name == "packed" and count == 64 and state == "fragmented":
+                    ok = median < TARGET_MS
+                    verdict = f"target median < {TARGET_MS} ms for 64 CPUs (packed, fragmented): "
+                    verdict += f"{median:.3f} ms, {'met' if ok else 'MISSED'}"
+    print(verdict)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
