@@ -240,7 +240,7 @@ def _l3_id(scan: _Scan, cpu_id: int, cpu_entries: list[str]) -> int:
         shared = reader.cpuset(f"{index_dir}/shared_cpu_list")
         cache_id = reader.integer(f"{index_dir}/id")
         if isinstance(cache_id, Missing) or cache_id < 0:
-            if cache_id != Missing(f"{index_dir}/id", "missing"):
+            if not (isinstance(cache_id, Missing) and cache_id.reason == "missing"):
                 log.info(
                     2, "L3 id unusable; using its lowest CPU", cpu=cpu_id, reason=str(cache_id)
                 )
