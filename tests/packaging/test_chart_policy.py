@@ -34,6 +34,10 @@ def test_validator_rejects_a_broken_object(default: Rendered) -> None:
     broken: dict[str, Any] = {**daemonset, "spec": {**daemonset["spec"], "updateStrategyy": {}}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, KUBE_VERSION, strict=True)
+    device_class = default.one("DeviceClass")
+    no_cel = {**device_class, "spec": {"selectors": [{"cel": {"expr": "true"}}]}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(no_cel, KUBE_VERSION, strict=True)
 
 
 def test_rbac_is_what_the_dra_plugin_needs(default: Rendered) -> None:
