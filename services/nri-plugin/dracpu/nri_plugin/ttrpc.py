@@ -37,6 +37,7 @@ OK: Final = 0
 UNKNOWN: Final = grpc.StatusCode.UNKNOWN.value[0]
 INVALID_ARGUMENT: Final = grpc.StatusCode.INVALID_ARGUMENT.value[0]
 DEADLINE_EXCEEDED: Final = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+NOT_FOUND: Final = grpc.StatusCode.NOT_FOUND.value[0]
 RESOURCE_EXHAUSTED: Final = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
 UNIMPLEMENTED: Final = grpc.StatusCode.UNIMPLEMENTED.value[0]
 INTERNAL: Final = grpc.StatusCode.INTERNAL.value[0]
