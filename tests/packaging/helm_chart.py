@@ -42,6 +42,27 @@ def ensure_helm() -> tuple[Path | None, str]:
     return HELM, ""
 
 
+COMPOSE_LOADER_SRC = ROOT / "tests" / "packaging" / "compose_loader"
+COMPOSE_LOADER = ROOT / ".tools" / "bin" / "compose-loader"
+
+
+def ensure_compose_loader() -> tuple[Path | None, str]:
+    """The compose-go loader (tests/packaging/compose_loader) built into .tools/bin, or None
+    and why not. `go build` is incremental, so this is quick once the modules are cached."""
+    result = subprocess.run(
+        ["go", "build", "-o", str(COMPOSE_LOADER), "."],
+        cwd=COMPOSE_LOADER_SRC,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if result.returncode != 0:
+        tail = " ".join(result.stderr.strip().splitlines()[-3:])
+        return None, f"the compose-go loader could not be built: {tail}"
+    return COMPOSE_LOADER, ""
+
+
 class RenderError(Exception):
     """helm refused the values; the message is helm's stderr."""
 

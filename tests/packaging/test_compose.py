@@ -1,12 +1,15 @@
 """compose/docker-compose.yaml runs what `dracpu dev up` runs: the same command lines, sockets,
 readiness checks and fixture, on volumes that hold every path a service is given.
 
-No Docker engine runs here, so the file is checked, not started."""
+No Docker engine runs here, so the file is checked, not started: read as YAML with compose's
+variable substitution, and loaded by compose-go, the loader docker compose itself uses."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +241,35 @@ def test_services_run_unprivileged(name: str) -> None:
 def test_config_file_is_accepted_by_the_services_loader() -> None:
     document = read_file(str(COMPOSE / "config.yaml"))
     assert document["apiVersion"] == "v1alpha1"
+
+
+def test_docker_composes_own_loader_resolves_the_same_project(compose_loader: Path) -> None:
+    result = subprocess.run(
+        [str(compose_loader), str(COMPOSE / "docker-compose.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # The loader validates against the compose specification's schema and refuses on error.
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert loaded["name"] == "dracpu"
+    assert set(loaded["services"]) == set(COMPOSED)
+    assert set(loaded["volumes"]) == set(PROJECT["volumes"])
+    for name, service in loaded["services"].items():
+        assert [*service["entrypoint"], *service["command"]] == argv(name), name
+        if "healthcheck" in COMPOSED[name]:
+            assert service["healthcheck"]["test"] == COMPOSED[name]["healthcheck"]["test"]
+        volumes = {
+            volume["target"]: (
+                volume["source"]
+                if volume["type"] == "volume"
+                else "./" + Path(volume["source"]).name,
+                bool(volume.get("read_only", False)),
+            )
+            for volume in service["volumes"]
+        }
+        assert volumes == mounts(name), name
+        assert set(service.get("depends_on", {})) == set(COMPOSED[name].get("depends_on", {}))
+        assert service["user"] == COMPOSED[name]["user"]
