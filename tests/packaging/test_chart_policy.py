@@ -3,17 +3,42 @@ where a service needs them, and bad values stopped by the schema with its messag
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-from helm_chart import KUBE_VERSION, SERVICES, Rendered, RenderError, lint, notes, render
+from helm_chart import (
+    INSTALL_HELM,
+    KUBE_VERSION,
+    SERVICES,
+    Rendered,
+    RenderError,
+    lint,
+    notes,
+    pinned_helm_version,
+    render,
+)
 
 
 @pytest.fixture(scope="module")
 def default(helm: Path) -> Rendered:
     return render(helm)
+
+
+def test_helm_is_the_pinned_release_and_reinstalling_is_a_no_op(helm: Path) -> None:
+    version = subprocess.run(
+        [str(helm), "version", "--template", "{{ .Version }}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert version == pinned_helm_version()
+    built = helm.stat().st_mtime_ns
+    again = subprocess.run(["bash", str(INSTALL_HELM)], capture_output=True, text=True, check=False)
+    assert (again.returncode, again.stderr) == (0, "")
+    assert helm.stat().st_mtime_ns == built
 
 
 def test_lint_passes_strict(helm: Path) -> None:
