@@ -50,7 +50,7 @@ async def wait_for(
         last = await health_of(socket)
         if last == status:
             return
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.02)
     raise AssertionError(f"{socket}: health {last}, wanted {status}")
 
 

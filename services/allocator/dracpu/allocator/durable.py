@@ -45,3 +45,15 @@ def remove_durable(path: Path) -> bool:
         return False
     fsync_dir(path.parent)
     return True
+
+
+def remove_stale_temps(directory: Path, name_prefix: str, temp_suffix: str = ".tmp") -> list[str]:
+    """Temp files left by writes a crash cut short (only ours: `.<name_prefix>*<suffix>`)."""
+    removed: list[str] = []
+    if not directory.is_dir():
+        return removed
+    for path in directory.glob(f".{name_prefix}*{temp_suffix}"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path.name)
+    return removed

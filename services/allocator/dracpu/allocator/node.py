@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from dracpu.allocator import cdi, checkpoint, claims, recovery
 from dracpu.allocator.devices import DeviceModel, DeviceOptions, build_devices
+from dracpu.allocator.durable import remove_stale_temps
 from dracpu.core import metrics
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import StateError, UnavailableError
@@ -101,6 +102,17 @@ class NodeAllocator:
 
     def _recover(self, machine: Machine) -> None:
         devices = build_devices(machine, self.options)
+        try:
+            # Runtimes watch the CDI directory; it should exist before the first spec.
+            self.cdi_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"cannot create {exc.filename}: {exc.strerror or exc}") from None
+        stale = remove_stale_temps(self.cdi_dir, cdi.FILE_PREFIX) + remove_stale_temps(
+            self.state_dir, checkpoint.FILE_NAME
+        )
+        if stale:
+            log.info(2, "removed temp files of writes cut short", files=",".join(sorted(stale)))
         loaded: checkpoint.Checkpoint | None
         try:
             loaded = checkpoint.load(self.state_dir)

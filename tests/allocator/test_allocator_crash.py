@@ -1,0 +1,154 @@
+"""Kill -9 the allocator at random points of a prepare/unprepare loop, restart it, and check
+that every acknowledged operation survived and that no CPU is in two claims (on the wire and
+in the CDI specs the runtime would read)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from allocator_process import spawn, stop, wait_for
+
+from dracpu.allocator import cdi
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import StateError
+from dracpu.core.machine import Machine
+from dracpu.core.rpc import channel
+from dracpu.pb.allocator.v1 import allocator_pb2 as pb
+from dracpu.pb.allocator.v1 import allocator_pb2_grpc
+
+Machines = Callable[[str], Machine]
+ITERATIONS = int(os.environ.get("DRACPU_CRASH_ITERATIONS", "100"))
+RESERVED = CPUSet.parse("0,20")
+
+
+def prepare_request(uid: str, device: str, count: int) -> Any:
+    return pb.PrepareRequest(
+        claim_uid=uid,
+        namespace="crash",
+        name=uid,
+        results=[
+            pb.AllocationResult(
+                request="cpus",
+                driver="dra.cpu",
+                pool="node",
+                device=device,
+                consumed_capacity={"dra.cpu/cpu": str(count)},
+            )
+        ],
+    )
+
+
+class Model:
+    """What the client was told: acknowledged claims, and the one operation in doubt."""
+
+    def __init__(self) -> None:
+        self.claims: dict[str, CPUSet] = {}
+        self.released: set[str] = set()
+        self.in_doubt: tuple[str, Any] | None = None  # (kind, request)
+
+
+async def run_op(stub: Any, model: Model, kind: str, request: Any) -> None:
+    if kind == "prepare":
+        try:
+            reply = await stub.Prepare(request, timeout=10)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                return  # acknowledged refusal: nothing recorded
+            raise
+        model.claims[request.claim_uid] = CPUSet.parse(reply.claim.cpus)
+        model.released.discard(request.claim_uid)
+    else:
+        await stub.Unprepare(request, timeout=10)
+        model.claims.pop(request.claim_uid, None)
+        model.released.add(request.claim_uid)
+
+
+def next_op(rng: random.Random, model: Model, counter: list[int]) -> tuple[str, Any]:
+    if model.claims and (len(model.claims) > 6 or rng.random() < 0.45):
+        uid = rng.choice(sorted(model.claims))
+        return "unprepare", pb.UnprepareRequest(claim_uid=uid)
+    counter[0] += 1
+    device = rng.choice(["cpudevnuma000", "cpudevnuma001"])
+    return "prepare", prepare_request(f"c{counter[0]:04d}", device, rng.randint(1, 5))
+
+
+async def check_after_restart(stub: Any, model: Model, cdi_dir: Path) -> None:
+    # The operation cut short is retried, as the kubelet would; then it is acknowledged.
+    if model.in_doubt is not None:
+        kind, request = model.in_doubt
+        await run_op(stub, model, kind, request)
+        model.in_doubt = None
+    listed = {
+        c.uid: CPUSet.parse(c.cpus) for c in (await stub.ListClaims(pb.ListClaimsRequest())).claims
+    }
+    assert listed == model.claims, "acknowledged state differs after restart"
+    seen = CPUSet()
+    for cpus in listed.values():
+        assert cpus.isdisjoint(seen) and cpus.isdisjoint(RESERVED)
+        seen = seen | cpus
+    specs = {}
+    for spec in cdi.read_specs(cdi_dir):
+        assert not isinstance(spec, StateError), spec
+        specs[spec.uid] = spec.cpus
+    assert specs == listed, "CDI specs on disk differ from the claims"
+    # Temp files of writes cut short are cleaned up at start.
+    assert [p.name for p in cdi_dir.iterdir() if not p.name.endswith(".json")] == []
+
+
+@pytest.mark.slow
+async def test_kill_9_loses_nothing_acknowledged(short_tmp: Path, machines: Machines) -> None:
+    rng = random.Random(int(os.environ.get("DRACPU_CRASH_SEED", "20261129")))
+    report = short_tmp / "topo.json"
+    report.write_text(json.dumps({"cpus": machines("xeon-2s-ht").to_report_cpus()}))
+    socket = short_tmp / "a.sock"
+    args = [
+        "--socket", str(socket),
+        "--state-dir", str(short_tmp / "state"),
+        "--cdi-dir", str(short_tmp / "cdi"),
+        "--topology-file", str(report),
+        "--reserved-cpus", "0,20",
+    ]  # fmt: skip
+    model = Model()
+    counter = [0]
+    kills_in_flight = 0
+    for _ in range(ITERATIONS):
+        process = spawn("dracpu.allocator.server", args, short_tmp / "allocator.log")
+        try:
+            await wait_for(socket, "SERVING", process)
+            async with channel(socket) as chan:
+                stub = allocator_pb2_grpc.AllocatorStub(chan)
+                await check_after_restart(stub, model, short_tmp / "cdi")
+                for _ in range(rng.randint(0, 4)):
+                    await run_op(stub, model, *next_op(rng, model, counter))
+                kind, request = next_op(rng, model, counter)
+                task = asyncio.ensure_future(run_op(stub, model, kind, request))
+                # The kill lands anywhere: before, during or after the operation's file I/O.
+                await asyncio.sleep(rng.uniform(0, 0.008))
+                process.send_signal(signal.SIGKILL)
+                try:
+                    await task
+                except grpc.aio.AioRpcError:
+                    model.in_doubt = (kind, request)
+                    kills_in_flight += 1
+        finally:
+            stop(process, signal.SIGKILL)
+    process = spawn("dracpu.allocator.server", args, short_tmp / "allocator.log")
+    try:
+        await wait_for(socket, "SERVING", process)
+        async with channel(socket) as chan:
+            await check_after_restart(
+                allocator_pb2_grpc.AllocatorStub(chan), model, short_tmp / "cdi"
+            )
+    finally:
+        stop(process)
+    # The loop must really have cut operations short, or it proves nothing.
+    assert kills_in_flight >= ITERATIONS // 10
