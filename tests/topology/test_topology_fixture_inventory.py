@@ -262,19 +262,15 @@ def test_unknown_fixture_name_lists_the_known_ones(tmp_path: Path) -> None:
 
 
 def test_files_use_the_kernel_formats(tmp_path: Path) -> None:
-    root = write_fixture("big-1024", tmp_path)
-    cpu0 = root / "devices/system/cpu/cpu0"
-    assert (cpu0 / "topology/thread_siblings_list").read_text() == "0,512\n"
+    root = write_fixture("xeon-2s-ht", tmp_path)
+    cpu12 = root / "devices/system/cpu/cpu12"
+    assert (cpu12 / "topology/thread_siblings_list").read_text() == "12,32\n"
     # Bitmaps are 32-bit hex words, most significant first.
-    mask = (cpu0 / "topology/thread_siblings").read_text().strip().split(",")
-    assert len(mask) == 17
-    assert mask[0] == "00000001"
-    assert mask[-1] == "00000001"
-    assert (root / "devices/system/cpu/online").read_text() == "0-1023\n"
-    assert (root / "devices/pci0003:00/pci_bus/0003:00/cpulistaffinity").read_text() == (
-        "192-255,704-767\n"
-    )
-    assert os.readlink(cpu0 / "node0") == "../../node/node0"
+    assert (cpu12 / "topology/thread_siblings").read_text() == "00000001,00001000\n"
+    assert (root / "devices/system/cpu/online").read_text() == "0-39\n"
+    affinity = root / "devices/pci0000:80/pci_bus/0000:80/cpulistaffinity"
+    assert affinity.read_text() == "10-19,30-39\n"
+    assert os.readlink(cpu12 / "node1") == "../../node/node1"
 
 
 def test_offline_cpus_keep_only_their_online_file(tmp_path: Path) -> None:
