@@ -134,7 +134,8 @@ seccompProfile:
 {{- define "dracpu.grpcProbes" -}}
 # The kubelet's grpc probe dials TCP only; the services listen on unix sockets, so the probe
 # runs `dracpu health` in the container. Liveness accepts NOT_SERVING (the process answers
-# while it waits for a restarting peer); readiness wants SERVING.
+# while it waits for a restarting peer); readiness wants SERVING. Each run starts Python
+# (about 0.15 CPU-seconds), hence the long periods once started.
 startupProbe:
   exec:
     command: ["dracpu", "health", "--live", "--socket", {{ .socket | quote }}]
@@ -144,13 +145,13 @@ startupProbe:
 livenessProbe:
   exec:
     command: ["dracpu", "health", "--live", "--socket", {{ .socket | quote }}]
-  periodSeconds: 30
+  periodSeconds: 60
   timeoutSeconds: 5
   failureThreshold: 3
 readinessProbe:
   exec:
     command: ["dracpu", "health", "--socket", {{ .socket | quote }}]
-  periodSeconds: 15
+  periodSeconds: 30
   timeoutSeconds: 5
   failureThreshold: 2
 {{- end }}
