@@ -20,6 +20,7 @@ from helm_chart import (
     SERVICES,
     Rendered,
     flags,
+    lint,
     mount_for,
     render,
 )
@@ -185,6 +186,12 @@ CASES: dict[str, Case] = {
 def case(request: pytest.FixtureRequest, helm: Path) -> tuple[Case, Rendered]:
     chosen = CASES[request.param]
     return chosen, render(helm, chosen.values, set_args=chosen.set_args)
+
+
+def test_lint_is_clean(case: tuple[Case, Rendered], helm: Path) -> None:
+    chosen, _ = case
+    result = lint(helm, chosen.values)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_case_specific_expectations(case: tuple[Case, Rendered]) -> None:
