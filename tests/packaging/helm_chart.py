@@ -50,7 +50,7 @@ def ensure_compose_loader() -> tuple[Path | None, str]:
     """The compose-go loader (tests/packaging/compose_loader) built into .tools/bin, or None
     and why not. `go build` is incremental, so this is quick once the modules are cached."""
     result = subprocess.run(
-        ["go", "build", "-o", str(COMPOSE_LOADER), "."],
+        ["go", "build", "-mod=readonly", "-o", str(COMPOSE_LOADER), "."],
         cwd=COMPOSE_LOADER_SRC,
         capture_output=True,
         text=True,
