@@ -41,6 +41,12 @@ def logs() -> io.StringIO:
     return stream
 
 
+async def test_unusable_directories_fail_the_start(tmp_path: Path, machines: Machines) -> None:
+    (tmp_path / "cdi").write_text("not a directory")
+    with pytest.raises(StateError, match="cannot create"):
+        await node_in(tmp_path).start(machines("xeon-2s-ht"))
+
+
 async def test_not_ready_until_started(tmp_path: Path, machines: Machines) -> None:
     node = node_in(tmp_path)
     with pytest.raises(UnavailableError):
@@ -92,10 +98,11 @@ async def test_restart_restores_claims_owners_and_generations(
 
 
 async def test_failed_cdi_write_leaves_nothing(tmp_path: Path, machines: Machines) -> None:
-    (tmp_path / "cdi").write_text("not a directory")
     node = node_in(tmp_path)
     await node.start(machines("xeon-2s-ht"))
     before = node.state
+    (tmp_path / "cdi").rmdir()
+    (tmp_path / "cdi").write_text("not a directory")
     with pytest.raises(StateError, match="cannot write CDI spec"):
         await node.prepare(request("u1"))
     assert node.state is before and "u1" not in node.state.records
