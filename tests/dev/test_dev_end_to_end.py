@@ -4,6 +4,7 @@ CDI folder; a SIGKILLed service comes back with nothing lost; Ctrl-C leaves noth
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -95,11 +96,17 @@ class Run:
         return self.output.read_text()
 
 
-@pytest.fixture
-def run() -> Iterator[Run]:
+@contextlib.contextmanager
+def dev_up(fixture: str, config: str | None = None) -> Iterator[Run]:
+    """`dracpu dev up` as a subprocess on a fresh run folder and a free port, until ready;
+    Ctrl-C'd afterwards if the test did not stop it."""
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="dde-"))
     port = free_port()
     output = root.parent / f"{root.name}.out"
+    extra = []
+    if config is not None:
+        (root / "config.yaml").write_text(config)
+        extra = ["--config", str(root / "config.yaml")]
     with output.open("wb") as sink:
         process = subprocess.Popen(
             dracpu(
@@ -108,9 +115,10 @@ def run() -> Iterator[Run]:
                 "--run-dir",
                 str(root),
                 "--fixture",
-                FIXTURE,
+                fixture,
                 "--api-address",
                 f"127.0.0.1:{port}",
+                *extra,
             ),
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -131,6 +139,12 @@ def run() -> Iterator[Run]:
                 process.kill()
         shutil.rmtree(root, ignore_errors=True)
         output.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def run() -> Iterator[Run]:
+    with dev_up(FIXTURE) as started:
+        yield started
 
 
 def cdi_env(run: Run, uid: str) -> list[str]:
@@ -177,8 +191,15 @@ def test_claims_restart_and_clean_stop(run: Run) -> None:
     served = {c["uid"]: c for c in run.get("/v1/claims")["claims"]}
     assert list(served) == [second["uid"]]
     assert CPUSet.parse(served[second["uid"]]["cpus"]) == cpus[second["uid"]]
+
+    # SIGKILL the dra-plugin: it comes back, the kubelet simulator registers it again, and
+    # the next claim goes through the new process.
+    plugin = run.status()["services"]["dra-plugin"]["pid"]
+    os.kill(plugin, signal.SIGKILL)
+    wait_for(lambda: run.status()["services"]["dra-plugin"]["restarts"] == 1, "dra-plugin restart")
     third = run.claim("--cpus", "2")
     assert not CPUSet.parse(third["cpuset"]) & cpus[second["uid"]]
+    assert third["uid"] in {c["uid"] for c in run.get("/v1/claims")["claims"]}
 
     pids = [entry["pid"] for entry in run.status()["services"].values()]
     run.process.send_signal(signal.SIGINT)
@@ -205,3 +226,35 @@ def test_a_second_dev_up_on_the_same_run_dir_is_refused(run: Run) -> None:
     status = run.dev("status", "--json")
     assert status.returncode == 0
     assert all(entry["ready"] for entry in json.loads(status.stdout)["services"].values())
+
+
+def test_individual_mode_hands_out_cpu_devices() -> None:
+    with dev_up("single-4c8t", "cpuDeviceMode: individual\n") as run:
+        first = run.claim("--cpus", "3")
+        assert len(first["devices"].split(",")) == 3
+        assert len(CPUSet.parse(first["cpuset"])) == 3
+        assert first["cpus"] == first["cpuset"]
+        too_many = run.dev("claim", "--cpus", "6")
+        assert too_many.returncode == 1
+        assert too_many.stderr == "dracpu dev: 6 CPUs requested, 5 CPU devices are free\n"
+        assert [c["uid"] for c in run.get("/v1/claims")["claims"]] == [first["uid"]]
+        claims = run.root / "cluster/resourceclaims/default"
+        assert sorted(p.name for p in claims.iterdir()) == ["cpus-1.yaml"]
+
+
+def test_machine_mode_takes_the_cpuset_from_the_claim_and_rolls_back_a_refusal() -> None:
+    with dev_up("single-4c8t", "groupBy: machine\n") as run:
+        missing = run.dev("claim", "--cpus", "2")
+        assert missing.returncode == 2
+        assert "pass --cpuset with the exact CPUs" in missing.stderr
+        first = run.claim("--cpus", "2", "--cpuset", "1,5")
+        assert (first["devices"], first["cpuset"], first["cpus"]) == ("cpudevmachine", "1,5", "1,5")
+        taken = run.dev("claim", "--cpus", "1", "--cpuset", "5", "--name", "taken")
+        assert taken.returncode == 2
+        assert taken.stderr.count("\n") == 1 and "NodePrepareResources" in taken.stderr
+        # The refused claim was undone: no claim file, no allocation, no CDI spec.
+        assert not (run.root / "cluster/resourceclaims/default/taken.yaml").exists()
+        assert [c["uid"] for c in run.get("/v1/claims")["claims"]] == [first["uid"]]
+        assert [p.name for p in (run.root / "cdi").glob("dra.k8s.io-cpu_*")] == [
+            f"dra.k8s.io-cpu_claim-{first['uid']}.json"
+        ]

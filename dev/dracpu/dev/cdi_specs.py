@@ -29,7 +29,9 @@ def _env_edits(edits: object) -> list[str]:
 
 def resolve_env(cdi_dir: Path, device_ids: list[str]) -> list[str]:
     """The `K=V` env entries the runtime would inject for these qualified CDI device ids."""
-    specs = [spec for path in sorted(cdi_dir.glob("*")) if (spec := _load(path)) is not None]
+    # Runtimes read only *.json and *.yaml, so a spec being written (a temp file) is unseen.
+    paths = sorted(p for p in cdi_dir.glob("*") if p.suffix in (".json", ".yaml"))
+    specs = [spec for path in paths if (spec := _load(path)) is not None]
     env: list[str] = []
     for device_id in device_ids:
         kind, _, name = device_id.partition("=")
