@@ -197,6 +197,10 @@ BAD_VALUES = {
         {"args": {"exposePCIeRoots": "yes"}},
         "at '/args/exposePCIeRoots': got string, want boolean",
     ),
+    "max-surge-refused": (
+        {"updateStrategy": {"rollingUpdate": {"maxSurge": 1}}},
+        "at '/updateStrategy/rollingUpdate': additional properties 'maxSurge' not allowed",
+    ),
     "bad-pull-policy": (
         {"imagePullPolicy": "Sometimes"},
         "at '/imagePullPolicy': value must be one of",
