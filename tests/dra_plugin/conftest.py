@@ -50,9 +50,9 @@ async def eventually(
 class Node:
     """One node's services in a temp dir: topology, allocator, dra-plugin."""
 
-    def __init__(self, fixture: str = "xeon-2s-ht") -> None:
+    def __init__(self, fixture: str = "xeon-2s-ht", sysfs: Path | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="dp", dir="/tmp"))
-        self.sysfs = write_fixture(fixture, self.root / "sys")
+        self.sysfs = sysfs or write_fixture(fixture, self.root / "sys")
         self.kubelet_root = self.root / "k"
         self.cluster = self.root / "c"
         self.cdi = self.root / "cdi"
@@ -159,7 +159,8 @@ class Node:
         directory = self.cluster / "resourceslices"
         if not directory.is_dir():
             return []
-        return [yaml.safe_load(p.read_text()) for p in sorted(directory.glob("*.yaml"))]
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        return [yaml.load(p.read_text(), Loader=loader) for p in sorted(directory.glob("*.yaml"))]
 
 
 def claim(
@@ -203,6 +204,16 @@ def result(
         entry["consumedCapacity"] = {"dra.cpu/cpu": str(cpus)}
     entry.update(kw)
     return entry
+
+
+@pytest.fixture(scope="session")
+def big_sysfs() -> Iterator[Path]:
+    """The 1024-CPU fixture, written once: it is large, and the services only read it."""
+    root = Path(tempfile.mkdtemp(prefix="dpbig", dir="/tmp"))
+    try:
+        yield write_fixture("big-1024", root / "sys")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -26,6 +26,9 @@ from dracpu.core.errors import ConflictError, InvalidInputError, NotFoundError, 
 from dracpu.dra_plugin.cluster import Object
 
 _SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+# libyaml when present: slices of 128 devices are slow to parse in pure Python.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def _read_yaml(path: Path, what: str) -> Object:
@@ -36,7 +39,7 @@ def _read_yaml(path: Path, what: str) -> Object:
     except OSError as exc:
         raise UnavailableError(f"read {path}: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError:
         raise InvalidInputError(f"{path}: not valid YAML") from None
     if not isinstance(data, dict):
@@ -49,7 +52,7 @@ def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            yaml.safe_dump(dict(data), handle, sort_keys=False)
+            yaml.dump(dict(data), handle, Dumper=_Dumper, sort_keys=False)
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
