@@ -50,7 +50,6 @@ class KubeletProcess:
         self._health = health
         self._plugin: RegisteredPlugin | None = None
         self._identity: tuple[int, int] | None = None
-        self._changed = asyncio.Event()
 
     def attach(self, health: Health) -> None:
         self._health = health

@@ -79,14 +79,6 @@ class RunLayout:
         return self.root / "cluster"
 
     @property
-    def claims_dir(self) -> Path:
-        return self.cluster_dir / "resourceclaims"
-
-    @property
-    def slices_dir(self) -> Path:
-        return self.cluster_dir / "resourceslices"
-
-    @property
     def sysfs_dir(self) -> Path:
         """Where a named fixture's sysfs tree is written."""
         return self.root / "sysfs"
@@ -140,8 +132,8 @@ class RunLayout:
             self.nri_socket.parent,
             self.cdi_dir,
             self.state_dir,
-            self.claims_dir,
-            self.slices_dir,
+            self.cluster_dir / "resourceclaims",
+            self.cluster_dir / "resourceslices",
             self.logs_dir,
             self.workloads_dir,
         ]

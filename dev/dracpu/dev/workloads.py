@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from dracpu.core.cpuset import CPUSet
@@ -147,7 +148,6 @@ def claim_document(
 
 
 def _schedule(
-    layout: RunLayout,
     folder: ClusterFolder,
     *,
     cpus: int,
@@ -184,7 +184,7 @@ def _cpuset_from_env(env: list[str], uid: str) -> str:
     raise NotFoundError(f"the CDI spec of claim {uid} carries no {ENV_PREFIX}{uid}")
 
 
-def _record_path(layout: RunLayout, namespace: str, name: str) -> Any:
+def _record_path(layout: RunLayout, namespace: str, name: str) -> Path:
     return layout.workloads_dir / f"{namespace}_{name}.json"
 
 
@@ -196,8 +196,6 @@ async def claim(
     name: str | None,
     namespace: str,
     cpuset: str | None,
-    kubelet: KubeletClient | None = None,
-    runtime: RuntimeClient | None = None,
 ) -> Workload:
     check_name("namespace", namespace)
     if name is not None:
@@ -207,12 +205,12 @@ async def claim(
         raise InvalidInputError(f"--cpuset {cpuset} has {len(exact)} CPUs, --cpus says {cpus}")
     processes = require_running(layout)
     folder = ClusterFolder(layout.cluster_dir)
-    kubelet = kubelet or KubeletClient(layout.kubelet_sim_socket)
-    runtime = runtime or RuntimeClient(layout.runtime_sim_socket)
+    kubelet = KubeletClient(layout.kubelet_sim_socket)
+    runtime = RuntimeClient(layout.runtime_sim_socket)
     with scheduling(layout):
         name = name or next_name(folder, namespace)
         document, results = _schedule(
-            layout, folder, cpus=cpus, numa=numa, name=name, namespace=namespace, cpuset=exact
+            folder, cpus=cpus, numa=numa, name=name, namespace=namespace, cpuset=exact
         )
     uid = document["metadata"]["uid"]
     workload = Workload(
@@ -275,15 +273,13 @@ async def release(
     *,
     name: str,
     namespace: str,
-    kubelet: KubeletClient | None = None,
-    runtime: RuntimeClient | None = None,
 ) -> str:
     check_name("namespace", namespace)
     check_name("claim name", name)
     processes = require_running(layout)
     folder = ClusterFolder(layout.cluster_dir)
-    kubelet = kubelet or KubeletClient(layout.kubelet_sim_socket)
-    runtime = runtime or RuntimeClient(layout.runtime_sim_socket)
+    kubelet = KubeletClient(layout.kubelet_sim_socket)
+    runtime = RuntimeClient(layout.runtime_sim_socket)
     record_path = _record_path(layout, namespace, name)
     record: dict[str, Any] | None = None
     if record_path.exists():
