@@ -188,11 +188,14 @@ def machines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Machine]:
     return {name: discover(write_fixture(name, base / name)) for name in FIXTURES}
 
 
-def owner(groups: dict[int, str], cpu: int) -> int:
-    """The key of the group holding `cpu`, -1 if none."""
-    found = [key for key, members in groups.items() if cpu in CPUSet.parse(members)]
-    assert len(found) <= 1, f"cpu {cpu} in several groups {found}"
-    return found[0] if found else -1
+def owners(groups: dict[int, str]) -> dict[int, int]:
+    """CPU -> the key of the group holding it (CPUs in no group are absent)."""
+    result: dict[int, int] = {}
+    for key, members in groups.items():
+        for cpu in CPUSet.parse(members):
+            assert cpu not in result, f"cpu {cpu} in groups {result[cpu]} and {key}"
+            result[cpu] = key
+    return result
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -211,18 +214,24 @@ def test_full_inventory(name: str, machines: dict[str, Machine]) -> None:
 
     core_of = {cpu: CPUSet.parse(core) for core in want.cores for cpu in CPUSet.parse(core)}
     types = want.core_types or {"standard": want.online}
+    type_of = {cpu: kind for kind, members in types.items() for cpu in CPUSet.parse(members)}
+    socket_of, node_of = owners(want.sockets), owners(want.numa)
+    l3_of, cluster_of = owners(want.l3), owners(want.clusters)
+    roots_of: dict[int, list[str]] = {}
+    for root in sorted(want.pcie):
+        for cpu_id in CPUSet.parse(want.pcie[root]):
+            roots_of.setdefault(cpu_id, []).append(root)
     for cpu in machine.cpus:
         where = f"cpu {cpu.cpu_id}"
-        assert cpu.socket_id == owner(want.sockets, cpu.cpu_id), where
-        assert cpu.numa_node_id == owner(want.numa, cpu.cpu_id), where
+        assert cpu.socket_id == socket_of[cpu.cpu_id], where
+        assert cpu.numa_node_id == node_of[cpu.cpu_id], where
         assert cpu.numa_node_cpus.format() == want.numa[cpu.numa_node_id], where
-        assert cpu.uncore_cache_id == owner(want.l3, cpu.cpu_id), where
-        assert cpu.cluster_id == owner(want.clusters, cpu.cpu_id), where
+        assert cpu.uncore_cache_id == l3_of.get(cpu.cpu_id, -1), where
+        assert cpu.cluster_id == cluster_of.get(cpu.cpu_id, -1), where
         assert cpu.core_id == want.core_id(cpu.cpu_id), where
         assert cpu.siblings == core_of[cpu.cpu_id], where
-        assert cpu.core_type == next(t for t, m in types.items() if cpu.cpu_id in CPUSet.parse(m))
-        local = [root for root, members in want.pcie.items() if cpu.cpu_id in CPUSet.parse(members)]
-        assert list(cpu.pcie_roots) == sorted(local), where
+        assert cpu.core_type == type_of[cpu.cpu_id], where
+        assert list(cpu.pcie_roots) == roots_of.get(cpu.cpu_id, []), where
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))

@@ -197,7 +197,6 @@ def _write_cpu(
     tree: _Tree,
     spec: MachineSpec,
     cpu: FixtureCPU,
-    package_cpus: CPUSet,
     cluster_cpus: CPUSet,
     l3_cpus: CPUSet,
     l3_id: int,
@@ -212,8 +211,9 @@ def _write_cpu(
         return
     siblings = CPUSet(cpu.siblings)
     topo = f"{base}/topology"
+    # Only the files discovery reads, plus the thread mask: a big machine is tens of
+    # thousands of files already.
     tree.write(f"{topo}/physical_package_id", str(cpu.socket))
-    tree.write(f"{topo}/die_id", "0")
     tree.write(f"{topo}/core_id", str(cpu.core_id))
     if spec.cores_per_cluster:
         tree.write(f"{topo}/cluster_id", str(cpu.cluster_id))
@@ -222,19 +222,15 @@ def _write_cpu(
         tree.write(f"{topo}/cluster_id", "65535")
     tree.write(f"{topo}/thread_siblings_list", siblings.format())
     tree.write(f"{topo}/thread_siblings", _hexmask(siblings))
-    tree.write(f"{topo}/core_cpus_list", siblings.format())
-    tree.write(f"{topo}/core_siblings_list", package_cpus.format())
-    tree.write(f"{topo}/package_cpus_list", package_cpus.format())
-    caches = [(1, "Data", siblings, cpu.core_index), (1, "Instruction", siblings, cpu.core_index)]
-    caches.append((2, "Unified", cluster_cpus or siblings, cpu.core_index))
+    # index0-2: L1 data, L1 instruction, L2 (per cluster when there are clusters).
+    caches = [(1, siblings, cpu.core_index), (1, siblings, cpu.core_index)]
+    caches.append((2, cluster_cpus or siblings, cpu.core_index))
     if cpu.l3_index >= 0:
-        caches.append((3, "Unified", l3_cpus, l3_id))
-    for index, (level, kind, shared, cache_id) in enumerate(caches):
+        caches.append((3, l3_cpus, l3_id))
+    for index, (level, shared, cache_id) in enumerate(caches):
         cache = f"{base}/cache/index{index}"
         tree.write(f"{cache}/level", str(level))
-        tree.write(f"{cache}/type", kind)
         tree.write(f"{cache}/shared_cpu_list", shared.format())
-        tree.write(f"{cache}/shared_cpu_map", _hexmask(shared))
         if level < 3 or spec.l3_has_id:
             tree.write(f"{cache}/id", str(cache_id))
 
@@ -254,12 +250,7 @@ def write_spec(spec: MachineSpec, root: Path) -> Path:
             members.setdefault(getattr(cpu, key), []).append(cpu.cpu_id)
         return {k: CPUSet(v) for k, v in members.items()}
 
-    packages, nodes, l3s, clusters = (
-        group("socket"),
-        group("numa_node"),
-        group("l3_index"),
-        group("cluster_id"),
-    )
+    nodes, l3s, clusters = group("numa_node"), group("l3_index"), group("cluster_id")
     # L3 ids: x86 numbers them system-wide; without an id file discovery falls back to the
     # lowest CPU sharing the cache.
     for cpu in cpus:
@@ -267,7 +258,6 @@ def write_spec(spec: MachineSpec, root: Path) -> Path:
             tree,
             spec,
             cpu,
-            packages.get(cpu.socket, CPUSet()),
             clusters.get(cpu.cluster_id, CPUSet()) if spec.cores_per_cluster else CPUSet(),
             l3s.get(cpu.l3_index, CPUSet()),
             cpu.l3_index,
