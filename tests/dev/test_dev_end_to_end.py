@@ -201,6 +201,25 @@ def test_claims_restart_and_clean_stop(run: Run) -> None:
     assert not CPUSet.parse(third["cpuset"]) & cpus[second["uid"]]
     assert third["uid"] in {c["uid"] for c in run.get("/v1/claims")["claims"]}
 
+    # SIGKILL the runtime simulator: like a real runtime it keeps its containers, and the
+    # nri-plugin, reconnected, sees them again with the same CPUs.
+    runtime = run.status()["services"]["runtime-sim"]["pid"]
+    os.kill(runtime, signal.SIGKILL)
+    wait_for(
+        lambda: run.status()["services"]["runtime-sim"]["restarts"] == 1, "runtime-sim restart"
+    )
+
+    def containers() -> dict[str, str] | None:
+        seen = {c["container_id"]: c["cpus"] for c in run.get("/v1/containers")["containers"]}
+        return seen if second["container"] in seen else None
+
+    seen = wait_for(containers, "containers seen again by the nri-plugin")
+    assert CPUSet.parse(seen[second["container"]]) == cpus[second["uid"]]
+    released = run.dev("release", "numa-one")
+    assert released.returncode == 0, released.stderr
+    listed = {c["container_id"] for c in run.get("/v1/containers")["containers"]}
+    assert second["container"] not in listed
+
     pids = [entry["pid"] for entry in run.status()["services"].values()]
     run.process.send_signal(signal.SIGINT)
     assert run.process.wait(60) == 0, run.log()

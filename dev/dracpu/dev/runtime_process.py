@@ -2,17 +2,24 @@
 control socket on which `dev claim` / `dev release` create, stop and remove containers.
 
     python -m dracpu.dev.runtime_process --nri-socket PATH --control-socket PATH
+
+Like a real runtime, it keeps its pods and containers across its own restarts (in a state
+file, by default next to the NRI socket), so a restarted simulator synchronizes the NRI plugin
+with the containers that were running.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import signal
 from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
+from google.protobuf import json_format
 
 from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.errors import InvalidInputError, NotFoundError, UnavailableError
@@ -21,6 +28,7 @@ from dracpu.core.rpc import rpc_errors, start_server
 from dracpu.dev.layout import DRIVER_NAME
 from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.dev.sim_control import RUNTIME_SERVICE, Body, control_handler
+from dracpu.pb.nri import api_pb2
 
 log = get_logger("runtime-sim")
 
@@ -39,18 +47,54 @@ def _container(body: Body) -> dict[str, str]:
     return {key: str(value) for key, value in container.items()}
 
 
+def default_state_file(nri_socket: str) -> Path:
+    return Path(nri_socket).parent / "runtime-sim-state.json"
+
+
 class RuntimeProcess:
-    def __init__(self, runtime: RuntimeSim) -> None:
+    def __init__(self, runtime: RuntimeSim, state_file: Path) -> None:
         self._runtime = runtime
-        self._pods: dict[str, str] = {}  # pod UID -> the simulator's pod sandbox id
+        self._state_file = state_file
+
+    def load(self) -> int:
+        """Take back the pods and containers of an earlier life; how many containers."""
+        try:
+            document = json.loads(self._state_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError) as exc:
+            log.warning(
+                "state file unreadable; starting empty", file=str(self._state_file), error=str(exc)
+            )
+            return 0
+        for pod in document.get("pods", []):
+            sandbox = json_format.ParseDict(pod, api_pb2.PodSandbox())
+            self._runtime.pods[sandbox.id] = sandbox
+        for container in document.get("containers", []):
+            ctr = json_format.ParseDict(container, api_pb2.Container())
+            self._runtime.containers[ctr.id] = ctr
+        return len(self._runtime.containers)
+
+    def save(self) -> None:
+        document = {
+            "pods": [json_format.MessageToDict(p) for p in self._runtime.pods.values()],
+            "containers": [json_format.MessageToDict(c) for c in self._runtime.containers.values()],
+        }
+        temporary = self._state_file.with_name(f".{self._state_file.name}.tmp")
+        with temporary.open("w", encoding="utf-8") as handle:
+            json.dump(document, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.replace(self._state_file)
 
     def _pod(self, container: dict[str, str]) -> str:
+        # The pod UID is the sandbox id too: stable across restarts of the simulator.
         uid = container["pod_uid"]
-        if uid not in self._pods:
-            self._pods[uid] = self._runtime.add_pod(
-                container["pod_name"], container["pod_namespace"], uid
+        if uid not in self._runtime.pods:
+            self._runtime.pods[uid] = api_pb2.PodSandbox(
+                id=uid, name=container["pod_name"], namespace=container["pod_namespace"], uid=uid
             )
-        return self._pods[uid]
+        return uid
 
     def _known(self, container_id: str) -> None:
         if container_id not in self._runtime.containers:
@@ -72,6 +116,7 @@ class RuntimeProcess:
             env,
             container_id=container["container_id"],
         )
+        self.save()
         cpus = self._runtime.cpus(cid)
         log.info(2, "container created", container=cid, cpus=cpus)
         return {"container_id": cid, "cpus": cpus}
@@ -81,6 +126,7 @@ class RuntimeProcess:
         cid = _container(body)["container_id"]
         self._known(cid)
         await self._runtime.stop_container(cid)
+        self.save()
         log.info(2, "container stopped", container=cid)
         return {}
 
@@ -89,6 +135,7 @@ class RuntimeProcess:
         cid = _container(body)["container_id"]
         self._known(cid)
         await self._runtime.remove_container(cid)
+        self.save()
         log.info(2, "container removed", container=cid)
         return {}
 
@@ -101,13 +148,19 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python -m dracpu.dev.runtime_process", description=__doc__)
     parser.add_argument("--nri-socket", required=True, metavar="PATH")
     parser.add_argument("--control-socket", required=True, metavar="PATH")
+    parser.add_argument(
+        "--state-file",
+        metavar="PATH",
+        help="pods and containers kept across restarts (default: next to the NRI socket)",
+    )
     parser.add_argument("-v", "--v", dest="verbosity", type=int, default=0, metavar="N")
     return parser
 
 
-async def serve(nri_socket: str, control_socket: str) -> int:
+async def serve(nri_socket: str, control_socket: str, state_file: Path) -> int:
     runtime = RuntimeSim(nri_socket)
-    process = RuntimeProcess(runtime)
+    process = RuntimeProcess(runtime, state_file)
+    restored = process.load()
 
     def register(server: grpc.aio.Server) -> None:
         methods = {
@@ -123,7 +176,7 @@ async def serve(nri_socket: str, control_socket: str) -> int:
         control_socket, register, service="runtime-sim", api_version="v1"
     )
     await health.set(True)
-    log.info(0, "runtime simulator listening", nri_socket=nri_socket)
+    log.info(0, "runtime simulator listening", nri_socket=nri_socket, containers=restored)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -140,7 +193,8 @@ async def serve(nri_socket: str, control_socket: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup(args.verbosity, "runtime-sim")
-    return run_async(lambda: serve(args.nri_socket, args.control_socket), "runtime-sim")
+    state_file = Path(args.state_file) if args.state_file else default_state_file(args.nri_socket)
+    return run_async(lambda: serve(args.nri_socket, args.control_socket, state_file), "runtime-sim")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import IO
 from dracpu.core.config import read_file
 from dracpu.core.errors import ConflictError, InvalidInputError
 from dracpu.dev.layout import RunLayout
+from dracpu.dev.runtime_process import default_state_file
 from dracpu.dev.services import (
     DevOptions,
     api_url,
@@ -109,7 +110,8 @@ def remove_stale_sockets(layout: RunLayout) -> list[Path]:
 
 
 def forget_earlier_runs(layout: RunLayout) -> None:
-    """Empty what earlier runs left: claims, allocator state, CDI specs, workloads, logs."""
+    """Empty what earlier runs left: claims, allocator state, CDI specs, the simulated
+    runtime's containers, workloads, logs."""
     for directory in (
         layout.state_dir,
         layout.cdi_dir,
@@ -118,6 +120,7 @@ def forget_earlier_runs(layout: RunLayout) -> None:
         layout.logs_dir,
     ):
         shutil.rmtree(directory, ignore_errors=True)
+    default_state_file(str(layout.nri_socket)).unlink(missing_ok=True)
     for directory in layout.directories():
         directory.mkdir(parents=True, exist_ok=True)
 
