@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -37,16 +39,15 @@ async def health_of(socket: Path) -> str:
 
 
 async def wait_for(
-    socket: Path, status: str, process: subprocess.Popen[bytes], timeout: float = 20.0
+    socket: Path, status: str, process: subprocess.Popen[bytes] | int, timeout: float = 20.0
 ) -> None:
     """Poll the health service until it reports `status` (or the process dies)."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(
-                f"process exited with {process.returncode} while waiting for {status}"
-            )
+        gone = not alive(process) if isinstance(process, int) else process.poll() is not None
+        if gone:
+            raise AssertionError(f"process exited while waiting for {status}")
         last = await health_of(socket)
         if last == status:
             return
@@ -58,3 +59,73 @@ def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: f
     if process.poll() is None:
         process.send_signal(sig)
     return process.wait(timeout=timeout)
+
+
+_LAUNCHER = r"""
+import json, os, signal, sys
+import dracpu.allocator.server as server
+
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+for line in sys.stdin:
+    argv, log = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        code = 1
+        try:
+            code = server.main(argv)
+        finally:
+            os._exit(code)
+    print(pid, flush=True)
+"""
+
+
+class Launcher:
+    """Starts allocator processes by forking a process that has already imported the server
+    module: each one is a real, separate process running `dracpu.allocator.server.main`, minus
+    the interpreter start-up, which would otherwise dominate a loop of a hundred restarts."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _LAUNCHER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=REPO,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+
+    def start(self, argv: Sequence[str], log: Path) -> int:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write((json.dumps([list(argv), str(log)]) + "\n").encode())
+        self._process.stdin.flush()
+        return int(self._process.stdout.readline())
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._process.wait(timeout=10)
+
+
+def kill_and_wait(pid: int, timeout: float = 10.0) -> None:
+    """SIGKILL a launched process and wait until it is gone."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} still alive after SIGKILL")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -8,14 +8,13 @@ import asyncio
 import json
 import os
 import random
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from allocator_process import spawn, stop, wait_for
+from allocator_process import Launcher, kill_and_wait, spawn, stop, wait_for
 
 from dracpu.allocator import cdi
 from dracpu.core.cpuset import CPUSet
@@ -120,27 +119,19 @@ async def test_kill_9_loses_nothing_acknowledged(short_tmp: Path, machines: Mach
     model = Model()
     counter = [0]
     kills_in_flight = 0
-    for _ in range(ITERATIONS):
-        process = spawn("dracpu.allocator.server", args, short_tmp / "allocator.log")
-        try:
-            await wait_for(socket, "SERVING", process)
-            async with channel(socket) as chan:
-                stub = allocator_pb2_grpc.AllocatorStub(chan)
-                await check_after_restart(stub, model, short_tmp / "cdi")
-                for _ in range(rng.randint(0, 4)):
-                    await run_op(stub, model, *next_op(rng, model, counter))
-                kind, request = next_op(rng, model, counter)
-                task = asyncio.ensure_future(run_op(stub, model, kind, request))
-                # The kill lands anywhere: before, during or after the operation's file I/O.
-                await asyncio.sleep(rng.uniform(0, 0.008))
-                process.send_signal(signal.SIGKILL)
-                try:
-                    await task
-                except grpc.aio.AioRpcError:
-                    model.in_doubt = (kind, request)
-                    kills_in_flight += 1
-        finally:
-            stop(process, signal.SIGKILL)
+    launcher = Launcher()
+    try:
+        for _ in range(ITERATIONS):
+            pid = launcher.start(args, short_tmp / "allocator.log")
+            try:
+                await crash_once(rng, pid, socket, short_tmp / "cdi", model, counter)
+            except InDoubtError:
+                kills_in_flight += 1
+            finally:
+                kill_and_wait(pid)
+    finally:
+        launcher.close()
+    # The final restart runs the real entry point in a fresh interpreter.
     process = spawn("dracpu.allocator.server", args, short_tmp / "allocator.log")
     try:
         await wait_for(socket, "SERVING", process)
@@ -152,3 +143,29 @@ async def test_kill_9_loses_nothing_acknowledged(short_tmp: Path, machines: Mach
         stop(process)
     # The loop must really have cut operations short, or it proves nothing.
     assert kills_in_flight >= ITERATIONS // 10
+
+
+class InDoubtError(Exception):
+    """The kill landed while an operation was in flight."""
+
+
+async def crash_once(
+    rng: random.Random, pid: int, socket: Path, cdi_dir: Path, model: Model, counter: list[int]
+) -> None:
+    """Restart check, a few operations, then SIGKILL at a random moment of one more."""
+    await wait_for(socket, "SERVING", pid)
+    async with channel(socket) as chan:
+        stub = allocator_pb2_grpc.AllocatorStub(chan)
+        await check_after_restart(stub, model, cdi_dir)
+        for _ in range(rng.randint(0, 4)):
+            await run_op(stub, model, *next_op(rng, model, counter))
+        kind, request = next_op(rng, model, counter)
+        task = asyncio.ensure_future(run_op(stub, model, kind, request))
+        # The kill lands anywhere: before, during or after the operation's file I/O.
+        await asyncio.sleep(rng.uniform(0, 0.008))
+        kill_and_wait(pid)
+        try:
+            await task
+        except grpc.aio.AioRpcError:
+            model.in_doubt = (kind, request)
+            raise InDoubtError from None
