@@ -136,3 +136,17 @@ async def test_a_stop_request_during_start_starts_nothing_more(workdir: Path) ->
     slow = supervisor.pids()["slow"]
     assert slow is not None and not alive(slow)
     assert supervisor.pids()["next"] is None
+
+
+async def test_a_missing_program_is_a_start_error(workdir: Path) -> None:
+    missing = ProcessSpec(
+        name="ghost",
+        argv=[str(workdir / "no-such-program")],
+        readiness=Readiness(grpc_socket=workdir / "ghost.sock"),
+        log_file=workdir / "logs" / "ghost.log",
+    )
+    supervisor = Supervisor([toy(workdir, "a"), missing], report=lambda _line: None)
+    with pytest.raises(StartError, match=r"ghost: cannot run .*no-such-program: No such file"):
+        await supervisor.start()
+    first = supervisor.pids()["a"]
+    assert first is not None and not alive(first)

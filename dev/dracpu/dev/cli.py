@@ -97,10 +97,12 @@ def build_parser() -> ArgumentParser:
 
     claim = commands.add_parser("claim", help="allocate, prepare and run a claim of N CPUs")
     run_dir(claim)
-    claim.add_argument("--cpus", type=_positive, required=True, metavar="N")
+    claim.add_argument(
+        "--cpus", type=_positive, required=True, metavar="N", help="how many CPUs to claim"
+    )
     claim.add_argument("--numa", type=_non_negative, metavar="ID", help="only this NUMA node")
     claim.add_argument("--name", metavar="NAME", help="claim name (default cpus-<n>)")
-    claim.add_argument("--namespace", default="default", metavar="NS")
+    claim.add_argument("--namespace", default="default", metavar="NS", help="default: default")
     claim.add_argument(
         "--cpuset",
         metavar="CPUS",

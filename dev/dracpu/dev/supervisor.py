@@ -120,7 +120,11 @@ class Supervisor:
                 return False
             self._report(f"starting {name}: waiting for {running.spec.readiness.describe()}")
             began = time.monotonic()
-            await self._spawn(running)
+            try:
+                await self._spawn(running)
+            except StartError as exc:
+                await self.stop()
+                raise StartError(f"{name}: {exc}") from None
             problem = await self._wait_ready(running)
             if self._stopping.is_set():
                 return False
@@ -143,17 +147,20 @@ class Supervisor:
             log = self._logs[spec.name] = spec.log_file.open("a", encoding="utf-8")
         log.write(f"--- dracpu dev: starting {' '.join(spec.argv)}\n")
         log.flush()
-        running.process = await asyncio.create_subprocess_exec(
-            *spec.argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            env=self._env,
-            # Own session: a Ctrl-C on the terminal reaches only the supervisor, which then
-            # stops the services in order.
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        try:
+            running.process = await asyncio.create_subprocess_exec(
+                *spec.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=self._env,
+                # Own session: a Ctrl-C on the terminal reaches only the supervisor, which
+                # then stops the services in order.
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            raise StartError(f"cannot run {spec.argv[0]}: {exc.strerror or exc}") from None
         running.started_at = time.monotonic()
 
     async def _wait_ready(self, running: _Running) -> str | None:
@@ -195,7 +202,12 @@ class Supervisor:
                 return
             running.backoff = min(running.backoff * 2, MAX_BACKOFF)
             running.restarts += 1
-            await self._spawn(running)
+            try:
+                await self._spawn(running)
+            except StartError as exc:
+                # The old, exited process stays in place: the loop reports it and backs off.
+                self._report(f"{name}: {exc}")
+                continue
             problem = await self._wait_ready(running)
             if problem is None:
                 self._report(f"{name} restarted (pid {running.pid}, restart {running.restarts})")
