@@ -21,6 +21,8 @@ from conftest import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from dracpu.api.models import ClaimList
+
 PROBLEM = "application/problem+json"
 
 
@@ -100,6 +102,7 @@ async def test_devices_show_what_claims_consume(client: httpx.AsyncClient) -> No
 
 async def test_claims_carry_cpus_devices_owner_and_time(client: httpx.AsyncClient) -> None:
     body = (await client.get("/v1/claims")).json()
+    ClaimList.model_validate(body)  # the body is built without the model; it must still fit it
     by_uid = {claim["uid"]: claim for claim in body["claims"]}
     assert set(by_uid) == {UID_DB, UID_BATCH, UID_CACHE}
     db = by_uid[UID_DB]

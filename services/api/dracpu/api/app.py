@@ -16,7 +16,9 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 from fastapi import FastAPI, Path, Query
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+from pydantic import BaseModel
+from pydantic_core import to_json
 
 from dracpu.api import models, page, problems, translate
 from dracpu.api.backends import Backend, Backends, BackendUnavailable
@@ -37,6 +39,14 @@ BACKEND_ERRORS = problems.responses(502, 503)
 
 class MetricsResponse(PlainTextResponse):
     media_type = METRICS_MEDIA_TYPE
+
+
+def _json(model: BaseModel, status_code: int = 200) -> Response:
+    """Serialise a response model in one pass (pydantic-core), skipping FastAPI's re-validation
+    of what was just built and validated: it doubles the cost of a 1,000-claim answer."""
+    return Response(
+        model.model_dump_json(by_alias=True), status_code=status_code, media_type="application/json"
+    )
 
 
 async def _part(service: str, awaitable: Awaitable[T]) -> T | models.Unavailable:
@@ -86,7 +96,7 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
     # ---- node and topology -------------------------------------------------------------
 
     @app.get("/v1/node", response_model=models.NodeView, tags=["node"])
-    async def get_node() -> models.NodeView:
+    async def get_node() -> Response:
         """Node name, topology summary, effective configuration and every service's version."""
 
         async def summary() -> models.TopologySummary:
@@ -97,19 +107,21 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
             _part("topology", summary()),
             asyncio.gather(*(_part(b.service, version_of(b)) for b in backends)),
         )
-        return models.NodeView(
-            node_name=node_name,
-            topology=topology,
-            config=config,
-            versions=[own_version(), *versions],
+        return _json(
+            models.NodeView(
+                node_name=node_name,
+                topology=topology,
+                config=config,
+                versions=[own_version(), *versions],
+            )
         )
 
     @app.get(
         "/v1/topology", response_model=models.TopologyView, tags=["node"], responses=BACKEND_ERRORS
     )
-    async def get_topology() -> models.TopologyView:
+    async def get_topology() -> Response:
         """The full CPU inventory as the topology service discovered it."""
-        return translate.topology(await backends.topology.inventory())
+        return _json(translate.topology(await backends.topology.inventory()))
 
     # ---- allocation state --------------------------------------------------------------
 
@@ -119,7 +131,7 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
         tags=["allocation"],
         responses=BACKEND_ERRORS,
     )
-    async def get_devices() -> models.DevicesView:
+    async def get_devices() -> Response:
         """Published devices with attributes and capacity, and what prepared claims consume."""
         devices, claims, status = await asyncio.gather(
             backends.allocator.devices(),
@@ -131,7 +143,7 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
             if isinstance(status, models.Unavailable)
             else translate.publication(status, devices.generation)
         )
-        return translate.devices(devices, claims, publication)
+        return _json(translate.devices(devices, claims, publication))
 
     @app.get(
         "/v1/claims",
@@ -143,9 +155,10 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
         namespace: Annotated[
             str | None, Query(max_length=253, description="only claims of this namespace")
         ] = None,
-    ) -> models.ClaimList:
+    ) -> Response:
         """Prepared claims: CPUs, devices, owner container, prepared time."""
-        return translate.claim_list(await backends.allocator.claims(namespace or ""))
+        reply = await backends.allocator.claims(namespace or "")
+        return Response(to_json(translate.claim_list_fields(reply)), media_type="application/json")
 
     @app.get(
         "/v1/claims/{uid}",
@@ -155,13 +168,13 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
     )
     async def get_claim(
         uid: Annotated[str, Path(min_length=1, max_length=253, description="claim UID")],
-    ) -> models.ClaimView:
+    ) -> Response:
         """One prepared claim; 404 when no claim with this UID is prepared on the node."""
         try:
             reply = await backends.allocator.claim(uid)
         except NotFoundError:
             raise NotFoundError(f"claim {uid} is not prepared on this node") from None
-        return translate.claim(reply)
+        return _json(translate.claim(reply))
 
     @app.get(
         "/v1/shared-pool",
@@ -169,9 +182,9 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
         tags=["allocation"],
         responses=BACKEND_ERRORS,
     )
-    async def get_shared_pool() -> models.SharedPoolView:
+    async def get_shared_pool() -> Response:
         """The shared cpuset every container without a claim runs on, and the reserved CPUs."""
-        return translate.shared_pool(await backends.allocator.shared_pool())
+        return _json(translate.shared_pool(await backends.allocator.shared_pool()))
 
     @app.get(
         "/v1/containers",
@@ -179,16 +192,16 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
         tags=["runtime"],
         responses=BACKEND_ERRORS,
     )
-    async def list_containers() -> models.ContainerList:
+    async def list_containers() -> Response:
         """Containers as the NRI plugin knows them, with their cpusets."""
-        return translate.containers(await backends.nri_plugin.containers())
+        return _json(translate.containers(await backends.nri_plugin.containers()))
 
     # ---- health ------------------------------------------------------------------------
 
     @app.get("/healthz", response_model=models.Liveness, tags=["health"])
-    async def healthz() -> models.Liveness:
+    async def healthz() -> Response:
         """The api process itself answers."""
-        return models.Liveness()
+        return _json(models.Liveness())
 
     @app.get(
         "/readyz",
@@ -196,16 +209,16 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
         tags=["health"],
         responses={503: {"model": models.Readiness, "description": "some service is not ready"}},
     )
-    async def readyz() -> JSONResponse:
+    async def readyz() -> Response:
         """Ready when every service answers SERVING on its gRPC health service."""
         statuses = await asyncio.gather(*(_health(b) for b in backends))
         services = {b.service: status for b, status in zip(backends, statuses, strict=True)}
         ready = all(status == "SERVING" for status in statuses)
         body = models.Readiness(ready=ready, services=services)
-        return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+        return _json(body, status_code=200 if ready else 503)
 
     @app.get("/v1/health", response_model=models.HealthView, tags=["health"])
-    async def get_health() -> models.HealthView:
+    async def get_health() -> Response:
         """Per service: gRPC health, version, socket, last error; kubelet and runtime links."""
         listed = list(backends)
         statuses, versions, registration, runtime = await asyncio.gather(
@@ -214,29 +227,31 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
             _part("dra-plugin", backends.dra_plugin.status()),
             _part("nri-plugin", backends.nri_plugin.status()),
         )
-        return models.HealthView(
-            api=own_version(),
-            services=[
-                models.ServiceHealth(
-                    service=b.service,
-                    socket=b.socket,
-                    status=status,
-                    version=version,
-                    last_error=b.last_error,
-                    last_error_at=translate.timestamp(b.last_error_at or 0),
-                )
-                for b, status, version in zip(listed, statuses, versions, strict=True)
-            ],
-            kubelet_registration=(
-                registration
-                if isinstance(registration, models.Unavailable)
-                else translate.kubelet_registration(registration)
-            ),
-            runtime=(
-                runtime
-                if isinstance(runtime, models.Unavailable)
-                else translate.runtime_connection(runtime)
-            ),
+        return _json(
+            models.HealthView(
+                api=own_version(),
+                services=[
+                    models.ServiceHealth(
+                        service=b.service,
+                        socket=b.socket,
+                        status=status,
+                        version=version,
+                        last_error=b.last_error,
+                        last_error_at=translate.timestamp(b.last_error_at or 0),
+                    )
+                    for b, status, version in zip(listed, statuses, versions, strict=True)
+                ],
+                kubelet_registration=(
+                    registration
+                    if isinstance(registration, models.Unavailable)
+                    else translate.kubelet_registration(registration)
+                ),
+                runtime=(
+                    runtime
+                    if isinstance(runtime, models.Unavailable)
+                    else translate.runtime_connection(runtime)
+                ),
+            )
         )
 
     # ---- metrics -----------------------------------------------------------------------
