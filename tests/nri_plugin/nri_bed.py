@@ -191,3 +191,12 @@ async def stop_tasks(stub: PluginStub, tasks: list[asyncio.Task[None]]) -> None:
 
 def claim_env(*claims: tuple[str, CPUSet]) -> list[str]:
     return ["PATH=/usr/bin", *(f"DRA_CPUSET_{uid}={cpus.format()}" for uid, cpus in claims)]
+
+
+async def prepare_seen(bed: Bed, count: int) -> tuple[str, CPUSet]:
+    """Prepare a claim and wait until the plugin's watched pool reflects it (the pool watch
+    is asynchronous; a test that creates shared containers right after wants it settled)."""
+    uid, cpus = await bed.allocator.prepare(count)
+    pool = await bed.allocator.shared()
+    await wait_until(lambda: bed.plugin.shared_pool == pool, what="plugin to see the pool")
+    return uid, cpus

@@ -4,7 +4,7 @@ transport, with the real allocator deciding the CPUs."""
 from __future__ import annotations
 
 import pytest
-from nri_bed import ONLINE, Bed, claim_env, wait_until
+from nri_bed import ONLINE, Bed, claim_env, prepare_seen, wait_until
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev.runtime_sim import CONTAINERD_2_0, CreateContainerError, RuntimeProfile
@@ -25,7 +25,7 @@ async def test_claimed_container_is_pinned_and_shared_ones_shrink_in_the_same_re
 ) -> None:
     web = bed.runtime.add_pod("web")
     shared_ids = [await bed.runtime.create_container(web, f"c{i}") for i in range(3)]
-    uid, cpus = await bed.allocator.prepare(2)
+    uid, cpus = await prepare_seen(bed, 2)
     pod = bed.runtime.add_pod("db")
     cid = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
     assert CPUSet.parse(bed.runtime.cpus(cid)) == cpus
@@ -36,8 +36,8 @@ async def test_claimed_container_is_pinned_and_shared_ones_shrink_in_the_same_re
 
 
 async def test_several_claims_pin_to_the_union(bed: Bed) -> None:
-    first = await bed.allocator.prepare(2)
-    second = await bed.allocator.prepare(2)
+    first = await prepare_seen(bed, 2)
+    second = await prepare_seen(bed, 2)
     pod = bed.runtime.add_pod("multi")
     cid = await bed.runtime.create_container(pod, "app", claim_env(first, second))
     assert CPUSet.parse(bed.runtime.cpus(cid)) == first[1] | second[1]
@@ -66,7 +66,7 @@ REFUSALS = [
 async def test_bad_claim_env_refuses_the_container_and_changes_nothing(
     bed: Bed, env: object, needle: str
 ) -> None:
-    uid, cpus = await bed.allocator.prepare(2)
+    uid, cpus = await prepare_seen(bed, 2)
     web = bed.runtime.add_pod("web")
     shared = await bed.runtime.create_container(web, "nginx")
     before_pool = await bed.allocator.shared()
@@ -82,7 +82,7 @@ async def test_bad_claim_env_refuses_the_container_and_changes_nothing(
 
 
 async def test_claim_owned_by_another_container_is_refused(bed: Bed) -> None:
-    uid, cpus = await bed.allocator.prepare(2)
+    uid, cpus = await prepare_seen(bed, 2)
     first = bed.runtime.add_pod("one")
     await bed.runtime.create_container(first, "app", claim_env((uid, cpus)))
     second = bed.runtime.add_pod("two")
@@ -94,7 +94,7 @@ async def test_claim_owned_by_another_container_is_refused(bed: Bed) -> None:
 async def test_stop_and_remove_forget_the_container_but_the_claim_keeps_its_cpus(
     bed: Bed,
 ) -> None:
-    uid, cpus = await bed.allocator.prepare(2)
+    uid, cpus = await prepare_seen(bed, 2)
     pod = bed.runtime.add_pod("db")
     cid = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
     await bed.runtime.stop_container(cid)
@@ -122,7 +122,7 @@ async def test_removal_arrives_either_way(bed: Bed) -> None:
 
 
 async def test_empty_shared_pool_refuses_shared_containers(bed: Bed) -> None:
-    uid, cpus = await bed.allocator.prepare(len(ONLINE))
+    uid, cpus = await prepare_seen(bed, len(ONLINE))
     assert await bed.allocator.shared() == CPUSet()
     pod = bed.runtime.add_pod("web")
     await wait_until(lambda: bed.plugin.shared_pool == CPUSet(), what="pool to empty")
@@ -136,7 +136,7 @@ async def test_empty_shared_pool_refuses_shared_containers(bed: Bed) -> None:
 
 @pytest.mark.parametrize("unsolicited_mode", [UnsolicitedMode.AUTO])
 async def test_pool_growth_is_pushed_in_batches_where_the_runtime_is_safe(bed: Bed) -> None:
-    uid, cpus = await bed.allocator.prepare(2)
+    uid, cpus = await prepare_seen(bed, 2)
     web = bed.runtime.add_pod("web")
     ids = [await bed.runtime.create_container(web, f"c{i:03d}") for i in range(100)]
     assert {bed.runtime.cpus(i) for i in ids} == {(ONLINE - cpus).format()}
@@ -156,7 +156,8 @@ async def test_pool_growth_is_pushed_in_batches_where_the_runtime_is_safe(bed: B
 )
 async def test_pool_growth_waits_for_the_next_create_on_unsafe_runtimes(bed: Bed) -> None:
     assert not bed.plugin.unsolicited.enabled
-    uid, cpus = await bed.allocator.prepare(2)
+    uid, cpus = await prepare_seen(bed, 2)
+    await wait_until(lambda: bed.plugin.shared_pool == ONLINE - cpus, what="pool watch")
     web = bed.runtime.add_pod("web")
     old = await bed.runtime.create_container(web, "old")
     await bed.allocator.unprepare(uid)
@@ -174,7 +175,7 @@ async def test_flag_off_overrides_a_safe_runtime(bed: Bed) -> None:
 
 
 async def test_synchronize_rebuilds_and_reapplies_after_a_runtime_restart(bed: Bed) -> None:
-    uid, cpus = await bed.allocator.prepare(2)
+    uid, cpus = await prepare_seen(bed, 2)
     db = bed.runtime.add_pod("db")
     web = bed.runtime.add_pod("web")
     pinned = await bed.runtime.create_container(db, "postgres", claim_env((uid, cpus)))

@@ -168,6 +168,9 @@ async def test_real_runtime_drives_the_plugin(
                 pushed = (await go.ok("unsolicited")).get("unsolicited") or []
                 assert sum(len(batch) for batch in pushed) >= len(shared_ids)
             else:
+                await poll(
+                    lambda: _plugin_pool_is(view, pool), what="plugin to see the larger pool"
+                )
                 await go.ok("create", pod="p-web", id="web2", name="late", env=["A=1"])
                 assert await shared_on(pool)
                 assert not (await go.ok("unsolicited")).get("unsolicited")
@@ -202,6 +205,10 @@ async def test_runtime_restart_resynchronizes(
             assert (await view_status(view)).connected
     finally:
         await go.close()
+
+
+async def _plugin_pool_is(view: Path, pool: CPUSet) -> bool:
+    return (await view_status(view)).shared_pool == pool.format()
 
 
 async def _disconnected(view: Path) -> bool:

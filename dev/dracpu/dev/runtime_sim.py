@@ -16,8 +16,9 @@ import asyncio
 import contextlib
 import itertools
 import os
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dracpu.core.errors import DracpuError
@@ -97,6 +98,7 @@ class RuntimeSim:
         self.unsolicited: list[UnsolicitedBatch] = []
         self.plugins: list[PluginConn] = []
         self.rejections: list[str] = []
+        self.sync_seconds: list[float] = []  # duration of each plugin's whole Synchronize
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Condition()
@@ -225,6 +227,7 @@ class RuntimeSim:
         plugin.events = events
 
     async def _synchronize(self, plugin: PluginConn) -> None:
+        started = time.perf_counter()
         pods = list(self.pods.values())
         ctrs = list(self.containers.values())
         chunk = self.profile.sync_chunk or max(len(ctrs), 1)
@@ -244,6 +247,7 @@ class RuntimeSim:
                 raise DracpuError("plugin does not handle split sync requests")
             start += chunk
         failed = self._apply_updates(reply.update, creating="")
+        self.sync_seconds.append(time.perf_counter() - started)
         if failed:
             log.warning("synchronize updates failed", containers=",".join(failed))
 
@@ -275,6 +279,11 @@ class RuntimeSim:
         found = find()
         assert found is not None
         return found
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Until `predicate()` holds; re-checked whenever plugins or cpusets change."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
 
     async def wait_unsolicited(self, count: int, timeout: float = 10.0) -> None:
         """Until at least `count` UpdateContainers calls arrived."""

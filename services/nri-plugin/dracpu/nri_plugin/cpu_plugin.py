@@ -95,6 +95,7 @@ class CPUPlugin:
         self._lock = asyncio.Lock()
         self._pool_changed = asyncio.Event()
         self._push: PushUpdates | None = None
+        self._watching = False  # the WatchSharedPool stream is delivering
 
     def set_pusher(self, push: PushUpdates | None) -> None:
         self._push = push
@@ -210,9 +211,11 @@ class CPUPlugin:
                     cpus=cpus,
                 )
             else:
-                # Asked each time rather than cached: a claim prepared a moment ago has already
-                # left the pool, and the watch may not have told us yet.
-                cpus = await self._fetch_pool()
+                # The watched pool may lag a Prepare by a moment; a shared container that gets
+                # the older, larger pool is moved when the claim's own container is created
+                # (its response updates every shared container off the pool).
+                cached = self.shared_pool
+                cpus = cached if self._watching and cached is not None else await self._fetch_pool()
                 if not cpus:
                     raise InsufficientCPUsError(
                         f"shared pool is empty; refusing container {ctr.name} of pod "
@@ -290,8 +293,11 @@ class CPUPlugin:
                     delay = retry_delay
                     async with self._lock:
                         self._note_pool(pool)
+                        self._watching = True
             except DracpuError as exc:
                 log.info(2, "shared pool watch ended; retrying", error=str(exc), delay_s=delay)
+            finally:
+                self._watching = False
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 

@@ -28,7 +28,12 @@ class Registry:
     """Container id -> record. Mutated only under the plugin's lock."""
 
     def __init__(self, records: Iterable[ContainerRecord] = ()) -> None:
-        self._records: dict[str, ContainerRecord] = {r.container_id: r for r in records}
+        self._records: dict[str, ContainerRecord] = {}
+        # Shared containers grouped by their cpuset: finding the ones off the pool costs
+        # O(stale), not O(all), on every CreateContainer.
+        self._shared_by_cpus: dict[CPUSet, set[str]] = {}
+        for record in records:
+            self.put(record)
 
     def __len__(self) -> int:
         return len(self._records)
@@ -40,13 +45,26 @@ class Registry:
         return self._records.get(container_id)
 
     def put(self, record: ContainerRecord) -> None:
+        self._unindex(self._records.get(record.container_id))
         self._records[record.container_id] = record
+        if not record.claims:
+            self._shared_by_cpus.setdefault(record.cpus, set()).add(record.container_id)
+
+    def _unindex(self, record: ContainerRecord | None) -> None:
+        if record is None or record.claims:
+            return
+        ids = self._shared_by_cpus.get(record.cpus)
+        if ids is not None:
+            ids.discard(record.container_id)
+            if not ids:
+                del self._shared_by_cpus[record.cpus]
 
     def remove(self, container_id: str, pod_uid: str = "") -> ContainerRecord | None:
         """Forget a container; a pod UID that does not match leaves it (stale event)."""
         record = self._records.get(container_id)
         if record is None or (pod_uid and record.pod_uid and record.pod_uid != pod_uid):
             return None
+        self._unindex(record)
         return self._records.pop(container_id)
 
     def shared(self) -> list[ContainerRecord]:
@@ -55,9 +73,11 @@ class Registry:
     def stale_shared(self, pool: CPUSet, exclude: str = "") -> list[ContainerRecord]:
         """Shared containers whose cpuset is not `pool` (they need an update)."""
         return [
-            r
-            for r in self._records.values()
-            if not r.claims and r.cpus != pool and r.container_id != exclude
+            self._records[cid]
+            for cpus, ids in self._shared_by_cpus.items()
+            if cpus != pool
+            for cid in ids
+            if cid != exclude
         ]
 
     def set_cpus(self, container_id: str, cpus: CPUSet, expected: CPUSet | None = None) -> bool:
@@ -65,7 +85,7 @@ class Registry:
         record = self._records.get(container_id)
         if record is None or (expected is not None and record.cpus != expected):
             return False
-        self._records[container_id] = replace(record, cpus=cpus)
+        self.put(replace(record, cpus=cpus))
         return True
 
     def claim_owners(self) -> dict[str, str]:

@@ -46,4 +46,6 @@ class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[
             last_error=status.last_error,
             unsolicited_updates=self._plugin.unsolicited.enabled,
             synchronized_at_unix=int(status.synchronized_at),
+            shared_pool=pool.format() if (pool := self._plugin.shared_pool) is not None else "",
+            shared_pool_generation=max(self._plugin.pool_generation, 0),
         )
