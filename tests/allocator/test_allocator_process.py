@@ -295,6 +295,53 @@ async def test_waits_for_the_topology_service(short_tmp: Path) -> None:
             stop(topology)
 
 
+async def test_follows_cpus_going_offline(short_tmp: Path) -> None:
+    sysfs = write_fixture("xeon-2s-ht", short_tmp / "sys")
+    topology_socket = short_tmp / "t.sock"
+    topology = spawn(
+        "dracpu.topology.server",
+        ["--socket", str(topology_socket), "--sysfs-root", str(sysfs)],
+        short_tmp / "topology.log",
+    )
+    allocator = spawn(
+        "dracpu.allocator.server",
+        allocator_args(
+            short_tmp, "--topology-socket", str(topology_socket), "--topology-refresh", "0.2"
+        ),
+        short_tmp / "allocator.log",
+    )
+    try:
+        await wait_for(short_tmp / "a.sock", "SERVING", allocator, timeout=30)
+        async with channel(short_tmp / "a.sock") as chan:
+            stub = allocator_pb2_grpc.AllocatorStub(chan)
+            before = await stub.ListDevices(pb.ListDevicesRequest())
+            claim = (await stub.Prepare(grouped("u", "20", device="cpudevnuma001"))).claim
+            assert claim.cpus == "10-19,30-39"
+            # CPU 39 goes offline: the kernel's online list shrinks (replaced in one step, so
+            # the topology service never reads a half-written file).
+            online = sysfs / "devices/system/cpu/online"
+            (sysfs / "online.new").write_text("0-38\n")
+            (sysfs / "online.new").replace(online)
+            deadline = asyncio.get_running_loop().time() + 20
+            while True:
+                devices = await stub.ListDevices(pb.ListDevicesRequest())
+                capacities = {d.name: d.capacity["dra.cpu/cpu"] for d in devices.devices}
+                if capacities["cpudevnuma001"] == "19":
+                    break
+                assert asyncio.get_running_loop().time() < deadline, "devices never changed"
+                await asyncio.sleep(0.1)
+            assert devices.generation > before.generation
+            assert capacities["cpudevnuma000"] == "20"
+            pool = await stub.GetSharedPool(pb.GetSharedPoolRequest())
+            assert pool.online == "0-38" and pool.cpus == "0-9,20-29"
+            # The claim keeps its CPUs, the offline one included, and says so in the log.
+            assert (await stub.GetClaim(pb.GetClaimRequest(claim_uid="u"))).cpus == claim.cpus
+        assert "claim holds CPUs that went offline" in (short_tmp / "allocator.log").read_text()
+    finally:
+        stop(allocator)
+        stop(topology)
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

@@ -53,7 +53,7 @@ def build_parser() -> ArgumentParser:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="how often to ask the topology service for changes (0: never)",
+        help="how often to have the topology service re-read sysfs for changes (0: never)",
     )
     driver_config.add_config_flags(parser)
     return parser
@@ -63,7 +63,7 @@ async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> No
     while True:
         await asyncio.sleep(interval)
         try:
-            machine = await topology_client.fetch(socket)
+            machine = await topology_client.fetch(socket, rediscover=True)
             await node.update_topology(machine)
         except DracpuError as exc:
             log.info(2, "topology refresh failed; keeping the current inventory", error=str(exc))

@@ -29,13 +29,16 @@ def load_file(path: str) -> Machine:
     return Machine.from_report(document, f"topology file {path}")
 
 
-async def fetch(socket: str, timeout: float = 5.0) -> Machine:
+async def fetch(socket: str, timeout: float = 5.0, *, rediscover: bool = False) -> Machine:
+    """The inventory; with `rediscover`, after the topology service re-read sysfs (CPUs may
+    have gone offline or come back since it started)."""
     async with channel(socket) as chan:
         stub = topology_pb2_grpc.TopologyStub(chan)
-        inventory = await call(
-            stub.GetInventory(topology_pb2.GetInventoryRequest(), timeout=timeout),
-            f"topology service at {socket}",
-        )
+        if rediscover:
+            pending = stub.Rediscover(topology_pb2.RediscoverRequest(), timeout=timeout)
+        else:
+            pending = stub.GetInventory(topology_pb2.GetInventoryRequest(), timeout=timeout)
+        inventory = await call(pending, f"topology service at {socket}")
     if not inventory.cpus:
         raise UnavailableError(f"topology service at {socket} reports no CPUs")
     return Machine.from_proto(inventory)
