@@ -220,6 +220,21 @@ GROUPED = [
         size=3,
     ),
     Case(
+        "spread-with-full-pcpus",
+        claim(
+            "c",
+            result("cpudevnuma001", "4"),
+            configs=(config(cpu_config(strategy="spread", fullPCPUsOnly=True)),),
+        ),
+        InvalidInputError,
+        "cannot be combined",
+    ),
+    Case(
+        "full-pcpus-whole-cores",
+        claim("c", result("cpudevnuma001", "4"), configs=(config(cpu_config(fullPCPUsOnly=True)),)),
+        cpus="10-11,30-31",
+    ),
+    Case(
         "cpuset-needs-machine-grouping",
         claim("c", result("cpudevnuma000", "2"), configs=(config(cpu_config(cpuset="2-3")),)),
         InvalidInputError,
