@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,15 +46,18 @@ def attribute_json(value: allocator_pb2.AttributeValue) -> dict[str, Any]:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """Readers (the runtime's CDI cache) never see a partial file: write aside, then rename.
+    One writer per claim at a time (the caller holds the claim's lock), so the temp name can be
+    fixed; its .tmp suffix keeps CDI from loading it."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tmp")
+    temp = path.with_name(f".{path.name}.tmp")
     try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.chmod(temp, 0o644)
         os.replace(temp, path)
     except BaseException:
-        Path(temp).unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)
         raise
 
 
