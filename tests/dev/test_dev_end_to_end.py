@@ -242,6 +242,11 @@ def test_a_second_dev_up_on_the_same_run_dir_is_refused(run: Run) -> None:
         f"dracpu dev: error: run dir {run.root} is in use by another dracpu dev up "
         f"(pid {run.process.pid})"
     )
+    unknown = run.dev("release", "no-such-claim")
+    assert (unknown.returncode, unknown.stderr) == (
+        2,
+        "dracpu dev: error: claim default/no-such-claim not found\n",
+    )
     status = run.dev("status", "--json")
     assert status.returncode == 0
     assert all(entry["ready"] for entry in json.loads(status.stdout)["services"].values())

@@ -86,7 +86,6 @@ class Supervisor:
         specs: list[ProcessSpec],
         *,
         report: Callable[[str], None],
-        env: dict[str, str] | None = None,
         ready_timeout: float = 30.0,
         stop_timeout: float = 5.0,
         status_file: Path | None = None,
@@ -94,7 +93,8 @@ class Supervisor:
     ) -> None:
         self._running = [_Running(spec) for spec in specs]
         self._report = report
-        self._env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        # Unbuffered: a service's last words reach its log even when it is killed.
+        self._env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self._ready_timeout = ready_timeout
         self._stop_timeout = stop_timeout
         self._status_file = status_file

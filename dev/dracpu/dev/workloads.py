@@ -292,7 +292,7 @@ async def release(
             raise NotFoundError(f"claim {namespace}/{name} not found") from None
     if record is not None and record.get("container") and "runtime-sim" in processes:
         container = ContainerRef(**record["container"])
-        # Already gone (e.g. the runtime simulator restarted and forgot it): nothing to undo.
+        # Already gone from the runtime (its state was wiped): nothing to undo there.
         with contextlib.suppress(NotFoundError):
             await runtime.stop_container(container)
             await runtime.remove_container(container)
