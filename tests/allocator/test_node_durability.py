@@ -3,6 +3,7 @@ recovered on start (checkpoint, CDI specs and topology cross-checked)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from collections.abc import Callable
@@ -246,3 +247,21 @@ async def test_metrics_follow_the_state(tmp_path: Path, machines: Machines) -> N
         'dra_cpu_claim_allocated_cpus_bucket{le="4.0"} 1.0',
     ):
         assert line in text
+
+
+async def test_a_caller_going_away_does_not_cut_a_prepare_short(
+    tmp_path: Path, machines: Machines
+) -> None:
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    task = asyncio.ensure_future(node.prepare(request("u1")))
+    await asyncio.sleep(0)  # let it take the lock and start its file I/O
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The next mutation queues behind the first one on the lock, so it sees it finished.
+    await node.unprepare("unrelated")
+    record = node.state.records["u1"]
+    assert cdi.spec_path(tmp_path / "cdi", "u1").exists()
+    saved = checkpoint.load(tmp_path / "state")
+    assert saved is not None and [r.cpus for r in saved.records] == [record.cpus]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +53,13 @@ def pool_view(state: claims.NodeState) -> SharedPoolView:
         exclusive=state.exclusive,
         generation=state.pool_generation,
     )
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    # A mutation whose caller left still ends with a result or an error: consume it, so an
+    # error is not reported as "never retrieved" (the handler already mapped it if it waited).
+    if not task.cancelled():
+        task.exception()
 
 
 class NodeAllocator:
@@ -98,9 +105,20 @@ class NodeAllocator:
 
     async def start(self, machine: Machine) -> None:
         async with self._lock:
-            await asyncio.to_thread(self._recover, machine)
+            state = await asyncio.to_thread(self._recover, machine)
+            self._publish(state)
+        log.info(
+            0,
+            "allocator state loaded",
+            claims=len(state.records),
+            exclusive=state.exclusive.format(),
+            shared=state.shared.format(),
+            devices=len(state.devices.devices),
+            devices_generation=self._devices_generation,
+        )
 
-    def _recover(self, machine: Machine) -> None:
+    def _recover(self, machine: Machine) -> claims.NodeState:
+        """Load, cross-check and rewrite the durable state (blocking I/O, in a thread)."""
         devices = build_devices(machine, self.options)
         try:
             # Runtimes watch the CDI directory; it should exist before the first spec.
@@ -117,7 +135,10 @@ class NodeAllocator:
         try:
             loaded = checkpoint.load(self.state_dir)
         except checkpoint.CorruptCheckpointError as exc:
-            aside = checkpoint.move_aside(self.state_dir)
+            try:
+                aside = checkpoint.move_aside(self.state_dir)
+            except OSError as move_error:
+                raise StateError(f"{exc}; cannot move it aside: {move_error}") from None
             log.error(
                 "checkpoint cannot be trusted; moved aside, rebuilding from CDI specs",
                 error=str(exc),
@@ -159,16 +180,7 @@ class NodeAllocator:
         for uid in result.rewrite_specs:
             cdi.write_spec(self.cdi_dir, uid, result.records[uid].cpus)
         self._write_checkpoint(state)
-        self._publish(state)
-        log.info(
-            0,
-            "allocator state loaded",
-            claims=len(state.records),
-            exclusive=state.exclusive.format(),
-            shared=state.shared.format(),
-            devices=len(devices.devices),
-            devices_generation=self._devices_generation,
-        )
+        return state
 
     # ---- mutations ---------------------------------------------------------------------------
 
@@ -203,10 +215,20 @@ class NodeAllocator:
             for queue in self._watchers:
                 queue.put_nowait(view)
 
+    async def _serialized(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run a mutation to its end even when the caller goes away (a client timeout cancels
+        the handler): files written must be published, and the lock held until then."""
+        task = asyncio.ensure_future(work)
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
     async def _io(self, func: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(func, *args)
 
     async def prepare(self, request: claims.PrepareInput) -> claims.PrepareOutcome:
+        return await self._serialized(self._prepare(request))
+
+    async def _prepare(self, request: claims.PrepareInput) -> claims.PrepareOutcome:
         cdi.check_uid(request.uid)
         async with self._lock:
             state = self.state
@@ -223,7 +245,7 @@ class NodeAllocator:
             try:
                 await self._io(cdi.write_spec, self.cdi_dir, record.uid, record.cpus)
                 await self._io(self._write_checkpoint, outcome.state)
-            except BaseException:
+            except Exception:
                 await self._undo_spec(record.uid)
                 raise
             self._publish(outcome.state)
@@ -242,11 +264,14 @@ class NodeAllocator:
 
     async def _undo_spec(self, uid: str) -> None:
         try:
-            await asyncio.shield(self._io(cdi.remove_spec, self.cdi_dir, uid))
-        except (StateError, asyncio.CancelledError) as exc:
+            await self._io(cdi.remove_spec, self.cdi_dir, uid)
+        except StateError as exc:
             log.error("cannot roll back CDI spec", claim=uid, error=str(exc))
 
     async def unprepare(self, uid: str) -> claims.ClaimRecord | None:
+        return await self._serialized(self._unprepare(uid))
+
+    async def _unprepare(self, uid: str) -> claims.ClaimRecord | None:
         async with self._lock:
             state = self.state
             new_state, record = claims.unprepare(state, uid)
@@ -258,11 +283,11 @@ class NodeAllocator:
             await self._io(cdi.remove_spec, self.cdi_dir, uid)
             try:
                 await self._io(self._write_checkpoint, new_state)
-            except BaseException:
+            except Exception:
                 # Keep the claim: put its spec back so disk and memory agree again.
                 try:
-                    await asyncio.shield(self._io(cdi.write_spec, self.cdi_dir, uid, record.cpus))
-                except (StateError, asyncio.CancelledError) as exc:
+                    await self._io(cdi.write_spec, self.cdi_dir, uid, record.cpus)
+                except StateError as exc:
                     log.error("cannot restore CDI spec", claim=uid, error=str(exc))
                 raise
             self._publish(new_state)
@@ -270,6 +295,11 @@ class NodeAllocator:
             return record
 
     async def attach(
+        self, container: claims.Container, presented: Mapping[str, CPUSet]
+    ) -> claims.AttachOutcome:
+        return await self._serialized(self._attach(container, presented))
+
+    async def _attach(
         self, container: claims.Container, presented: Mapping[str, CPUSet]
     ) -> claims.AttachOutcome:
         async with self._lock:
@@ -288,6 +318,9 @@ class NodeAllocator:
             return outcome
 
     async def detach(self, container_id: str) -> list[str]:
+        return await self._serialized(self._detach(container_id))
+
+    async def _detach(self, container_id: str) -> list[str]:
         async with self._lock:
             new_state, uids = claims.detach(self.state, container_id)
             if uids:
@@ -297,6 +330,11 @@ class NodeAllocator:
             return uids
 
     async def adopt(
+        self, container: claims.Container, presented: Mapping[str, CPUSet]
+    ) -> claims.AdoptOutcome:
+        return await self._serialized(self._adopt(container, presented))
+
+    async def _adopt(
         self, container: claims.Container, presented: Mapping[str, CPUSet]
     ) -> claims.AdoptOutcome:
         async with self._lock:
@@ -310,7 +348,7 @@ class NodeAllocator:
                         )
                         written.append(uid)
                     await self._io(self._write_checkpoint, outcome.state)
-                except BaseException:
+                except Exception:
                     for uid in written:
                         await self._undo_spec(uid)
                     raise
@@ -329,6 +367,9 @@ class NodeAllocator:
             return outcome
 
     async def update_topology(self, machine: Machine) -> bool:
+        return await self._serialized(self._update_topology(machine))
+
+    async def _update_topology(self, machine: Machine) -> bool:
         """A new inventory: rebuild the devices; True if they changed."""
         async with self._lock:
             state = self.state
