@@ -57,7 +57,12 @@ def policy_of(case: dict[str, Any]) -> Policy:
 
 
 @pytest.mark.parametrize(
-    "case", table("packed") + table("spread") + table("distributed") + table("grouped")
+    "case",
+    table("packed")
+    + table("spread")
+    + table("distributed")
+    + table("grouped")
+    + table("staticPolicy"),
 )
 def test_take_matches_kubelet(case: dict[str, Any]) -> None:
     machine = topology(case["topology"])
