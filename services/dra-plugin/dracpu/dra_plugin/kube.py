@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -65,7 +66,7 @@ class KubernetesAPI:
             return await asyncio.to_thread(call)
         except ApiException as exc:
             raise _error(exc, what) from None
-        except (OSError, ValueError) as exc:  # connection refused, TLS, urllib3 errors
+        except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:  # refused, TLS, ...
             raise UnavailableError(f"{what}: {exc}") from None
 
     async def get_claim(self, namespace: str, name: str) -> Object:
