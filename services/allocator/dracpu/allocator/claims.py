@@ -9,7 +9,7 @@ the shared pool at prepare time, not when its container starts).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -25,12 +25,6 @@ from dracpu.core.errors import (
     NotFoundError,
 )
 from dracpu.core.machine import Machine
-
-CDI_KIND = "dra.k8s.io/cpu"
-
-
-def cdi_device_id(uid: str) -> str:
-    return f"{CDI_KIND}=claim-{uid}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -595,10 +589,6 @@ def list_claims(state: NodeState, namespace: str = "") -> list[ClaimRecord]:
         (r for r in state.records.values() if not namespace or r.namespace == namespace),
         key=lambda r: (r.namespace, r.name, r.uid),
     )
-
-
-def records_from(items: Iterable[ClaimRecord]) -> dict[str, ClaimRecord]:
-    return {r.uid: r for r in items}
 
 
 def offline_claims(state: NodeState) -> Sequence[tuple[ClaimRecord, CPUSet]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from dracpu.allocator import claims
+from dracpu.allocator import cdi, claims
 from dracpu.allocator.devices import (
     ATTR_ALLOCATED_NUM_CPUS,
     DRIVER,
@@ -83,7 +83,7 @@ def claim_to_proto(record: claims.ClaimRecord) -> Any:
         owner=owner_to_proto(record),
         prepared_at_unix_nano=record.prepared_at_ns,
         policy=record.policy or ("recovered" if record.recovered else ""),
-        cdi_device_id=claims.cdi_device_id(record.uid),
+        cdi_device_id=cdi.qualified_name(record.uid),
         owner_running=bool(record.container_id),
     )
 
@@ -172,7 +172,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
                     request_names=[allocation.request] if allocation.request else [],
                     pool_name=allocation.pool,
                     device_name=allocation.device,
-                    cdi_device_ids=[claims.cdi_device_id(record.uid)],
+                    cdi_device_ids=[cdi.qualified_name(record.uid)],
                     cpus=allocation.cpus.format(),
                     attributes=attributes_to_proto(attributes),
                 )
