@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import FastAPI, Path, Query
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+from google.protobuf.message import DecodeError
 from pydantic import BaseModel
 from pydantic_core import to_json
 
@@ -25,9 +26,11 @@ from dracpu.api.backends import Backend, Backends, BackendUnavailable
 from dracpu.api.cpumap import ClaimCPUs, Pool, build
 from dracpu.api.exposition import merge
 from dracpu.api.metrics import ApiMetrics, MetricsMiddleware
+from dracpu.api.reply_cache import ReplyCache
 from dracpu.core import __version__
 from dracpu.core.config import DriverConfig
 from dracpu.core.errors import NotFoundError, ProtocolError
+from dracpu.pb.allocator.v1 import allocator_pb2
 
 T = TypeVar("T")
 
@@ -61,6 +64,7 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
     config = config or DriverConfig()
     node_name = config.node_name()
     api_metrics = ApiMetrics()
+    claim_lists = ReplyCache()
     started = time.time()
 
     @asynccontextmanager
@@ -157,8 +161,9 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
         ] = None,
     ) -> Response:
         """Prepared claims: CPUs, devices, owner container, prepared time."""
-        reply = await backends.allocator.claims(namespace or "")
-        return Response(to_json(translate.claim_list_fields(reply)), media_type="application/json")
+        reply = await backends.allocator.claims_bytes(namespace or "")
+        body = claim_lists.render(namespace or "", reply, _render_claim_list)
+        return Response(body, media_type="application/json")
 
     @app.get(
         "/v1/claims/{uid}",
@@ -317,6 +322,14 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
 
     _document_problems(app)
     return app
+
+
+def _render_claim_list(reply: bytes) -> bytes:
+    try:
+        message = allocator_pb2.ClaimList.FromString(reply)
+    except DecodeError as exc:
+        raise ProtocolError(f"allocator sent an unreadable ClaimList: {exc}") from None
+    return to_json(translate.claim_list_fields(message))
 
 
 async def _health(backend: Backend) -> str:

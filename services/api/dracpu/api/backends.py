@@ -149,6 +149,19 @@ class AllocatorBackend(Backend):
             ),
         )
 
+    async def claims_bytes(self, namespace: str = "") -> bytes:
+        """ListClaims with the reply left serialised, so an unchanged reply can be recognised."""
+
+        def invoke(chan: grpc.aio.Channel, timeout: float) -> Awaitable[bytes]:
+            method = chan.unary_unary(
+                "/dracpu.allocator.v1.Allocator/ListClaims",
+                request_serializer=allocator_pb2.ListClaimsRequest.SerializeToString,
+                response_deserializer=None,
+            )
+            return method(allocator_pb2.ListClaimsRequest(namespace=namespace), timeout=timeout)  # type: ignore[no-any-return]
+
+        return bytes(await self.request("Allocator.ListClaims", invoke))
+
     async def claim(self, uid: str) -> allocator_pb2.Claim:
         return await self.request(
             "Allocator.GetClaim",
