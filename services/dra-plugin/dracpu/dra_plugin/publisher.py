@@ -61,7 +61,6 @@ class SlicePublisher:
         self._owner: Owner | None = None
         self._fingerprint = b""
         self._next_resync = 0.0
-        self.published = asyncio.Event()  # set after every successful sync
 
     async def run(self) -> None:
         backoff = 1.0
@@ -132,4 +131,3 @@ class SlicePublisher:
         state.last_published_at = time.time()
         state.syncs += 1
         self.on_devices([d.name for d in devices.devices])
-        self.published.set()
