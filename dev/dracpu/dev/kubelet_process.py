@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import grpc
 
@@ -27,6 +28,9 @@ from dracpu.dev.sim_control import KUBELET_SERVICE, Body, control_handler
 log = get_logger("kubelet-sim")
 
 WATCH_INTERVAL = 0.2
+PLUGIN_WAIT = 10.0
+
+T = TypeVar("T")
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -92,15 +96,33 @@ class KubeletProcess:
         if plugin is not None:
             await plugin.close()
 
-    def _registered(self) -> RegisteredPlugin:
-        if self._plugin is None:
-            raise UnavailableError(f"plugin {DRIVER_NAME} is not registered with the kubelet")
-        return self._plugin
+    async def _with_plugin(self, call: Callable[[RegisteredPlugin], Awaitable[T]], what: str) -> T:
+        """Run a DRA call on the registered plugin. While the plugin restarts (not registered
+        yet, or its socket briefly unreachable) retry until PLUGIN_WAIT is spent, as the
+        kubelet retries a pod's prepare; the calls are idempotent per claim."""
+        deadline = time.monotonic() + PLUGIN_WAIT
+        while True:
+            plugin = self._plugin
+            if plugin is not None:
+                try:
+                    return await call(plugin)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                        raise UnavailableError(
+                            f"{what}: {exc.details() or exc.code().name}"
+                        ) from None
+            elif time.monotonic() > deadline:
+                raise UnavailableError(
+                    f"plugin {DRIVER_NAME} is not registered with the kubelet simulator"
+                )
+            await asyncio.sleep(WATCH_INTERVAL)
 
     @rpc_errors
     async def Prepare(self, body: Body, context: grpc.aio.ServicerContext) -> Body:
         claim = _claim(body)
-        results = await self._call(self._registered().prepare([claim]), "NodePrepareResources")
+        results = await self._with_plugin(
+            lambda plugin: plugin.prepare([claim]), "NodePrepareResources"
+        )
         result = results[claim.uid]
         if result.error:
             raise ConflictError(
@@ -122,7 +144,9 @@ class KubeletProcess:
     @rpc_errors
     async def Unprepare(self, body: Body, context: grpc.aio.ServicerContext) -> Body:
         claim = _claim(body)
-        errors = await self._call(self._registered().unprepare([claim]), "NodeUnprepareResources")
+        errors = await self._with_plugin(
+            lambda plugin: plugin.unprepare([claim]), "NodeUnprepareResources"
+        )
         if errors[claim.uid]:
             raise ConflictError(
                 f"NodeUnprepareResources of {claim.namespace}/{claim.name}: {errors[claim.uid]}"
@@ -138,12 +162,6 @@ class KubeletProcess:
             "endpoint": plugin.endpoint if plugin else "",
             "dra_version": plugin.dra_version if plugin else "",
         }
-
-    async def _call(self, awaitable: Any, what: str) -> Any:
-        try:
-            return await awaitable
-        except grpc.aio.AioRpcError as exc:
-            raise UnavailableError(f"{what}: {exc.details() or exc.code().name}") from None
 
 
 def build_parser() -> ArgumentParser:
