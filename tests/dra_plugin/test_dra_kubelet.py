@@ -460,3 +460,16 @@ def test_introspect_metrics_describes_every_metric() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+async def test_kubelet_without_a_common_version_rejects_and_the_plugin_records_it(
+    started: Node,
+) -> None:
+    old_kubelet = KubeletSim(started.kubelet_root, dra_services=("v1alpha4.Node",))
+    with pytest.raises(PluginRejected, match="none of services supported by the plugin"):
+        await old_kubelet.register("dra.cpu", timeout=10)
+    view = await status(started)
+    assert not view.registered
+    assert view.registration_error.startswith(
+        'none of services supported by the plugin (["v1.DRAPlugin", "v1beta1.DRAPlugin"'
+    )

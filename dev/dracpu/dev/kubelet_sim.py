@@ -259,14 +259,18 @@ class KubeletSim:
         )
 
     def _validate(self, info: Any) -> str:
+        """The kubelet's checks, with its messages (pkg/kubelet/cm/dra/plugin,
+        validateSupportedServices)."""
         if info.type != DRA_PLUGIN_TYPE:
             return f"no handler registered for plugin type: {info.type}"
         if not info.supported_versions:
-            return "empty list for supported versions"
+            return "empty list of supported gRPC services (aka supported versions)"
         if not any(v in self.dra_services for v in info.supported_versions):
+            ours = ", ".join(f'"{v}"' for v in info.supported_versions)
+            theirs = ", ".join(f'"{v}"' for v in self.dra_services)
             return (
-                f"none of the services supported by the plugin ({list(info.supported_versions)})"
-                f" are supported by the kubelet ({list(self.dra_services)})"
+                f"none of services supported by the plugin ([{ours}]) are supported by the "
+                f"kubelet ([{theirs}])"
             )
         return ""
 
