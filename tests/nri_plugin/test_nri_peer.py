@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -205,6 +206,41 @@ async def test_runtime_restart_resynchronizes(
             assert (await view_status(view)).connected
     finally:
         await go.close()
+
+
+@pytest.mark.parametrize("peer", peer_params())
+async def test_a_synchronize_over_4_mib_arrives_in_chunks(
+    peer: PeerVersion, allocator: Allocator, short_tmp: Path
+) -> None:
+    """The runtime's first Synchronize is refused by its own ttrpc client as oversized, so it
+    resends in chunks with more=true (NRI >= v0.7); the plugin must answer those with no
+    updates and more=true, and the real answer to the last one."""
+    require(peer)
+    nri_socket = short_tmp / "nri.sock"
+    go = await GoRuntime.start(peer, nri_socket, short_tmp / "go.log", listen=False)
+    try:
+        padding = "P=" + "p" * 8000
+        count = 600  # 600 x 8 kB of env: ~4.8 MB, over ttrpc's 4 MiB limit
+        # One pod per container: upstream shrinks pods and containers per chunk by the same
+        # factor, and with a single pod its share truncates to 0 and the split never ends.
+        for i in range(count):
+            pod = f"p-big{i:03d}"
+            await go.ok("add_pod", pod=pod, name=pod, namespace="default", uid=f"uid-{pod}")
+            await go.ok("add_existing", pod=pod, id=f"big{i:03d}", name="c", env=[padding])
+        await go.ok("start")
+        async with plugin_process(short_tmp, allocator, nri_socket) as view:
+            sync = await go.ok("wait_plugin", timeout_ms=60000)
+            assert len(sync["sync_updates"]) == count
+            assert {u["cpus"] for u in sync["sync_updates"]} == {ONLINE.format()}
+            assert len(await view_containers(view)) == count
+        chunks = re.findall(r'msg="synchronize request" .* chunks=(\d+)', _plugin_log(short_tmp))
+        assert chunks and int(chunks[-1]) > 1
+    finally:
+        await go.close()
+
+
+def _plugin_log(root: Path) -> str:
+    return (root / "nri-plugin.log").read_text(errors="replace")
 
 
 async def _plugin_pool_is(view: Path, pool: CPUSet) -> bool:

@@ -95,7 +95,7 @@ class StubStatus:
 
 @dataclass
 class Backoff:
-    """Exponential reconnect delay; reset once a connection got as far as Configure."""
+    """Exponential reconnect delay; reset once a connection is synchronized."""
 
     initial: float = 0.2
     maximum: float = 5.0
@@ -135,6 +135,7 @@ class PluginStub:
         self._runtime_channel: Channel | None = None
         self._sync_pods: list[api_pb2.PodSandbox] = []
         self._sync_containers: list[api_pb2.Container] = []
+        self._sync_chunks = 0
         self._ready = asyncio.Event()
         self._stopping = False
 
@@ -193,7 +194,7 @@ class PluginStub:
         Channel(mux, PLUGIN_SERVICE_CONN, {PLUGIN_SERVICE: self._plugin_service()})
         runtime = Channel(mux, RUNTIME_SERVICE_CONN)
         self._runtime_channel = runtime
-        self._sync_pods, self._sync_containers = [], []
+        self._sync_pods, self._sync_containers, self._sync_chunks = [], [], 0
         self.status.connects += 1
         reader_task = asyncio.create_task(mux.run())
         try:
@@ -228,8 +229,10 @@ class PluginStub:
         self._ready.clear()
         self._runtime_channel = None
         self._mux = None
-        if was_connected or not self._stopping:
+        if was_connected:
             log.warning("NRI connection lost", socket=self.socket_path, reason=reason)
+        else:
+            log.info(2, "no NRI connection", socket=self.socket_path, reason=reason)
         self._handlers.disconnected(reason)
 
     # -- the Plugin service -------------------------------------------------------------------
@@ -258,22 +261,32 @@ class PluginStub:
             nri=info.nri_version or "unknown",
             events=f"{events:#x}",
         )
-        self._backoff.reset()
         return api_pb2.ConfigureResponse(events=events).SerializeToString()
 
     async def _synchronize(self, payload: bytes) -> bytes:
         request = _parse(api_pb2.SynchronizeRequest, payload)
         self._sync_pods.extend(request.pods)
         self._sync_containers.extend(request.containers)
+        self._sync_chunks += 1
         if request.more:
             # Chunked form (NRI >= v0.7): intermediate chunks must be answered with no
             # updates and more=true, else the runtime drops the plugin.
             return api_pb2.SynchronizeResponse(more=True).SerializeToString()
         pods, containers = self._sync_pods, self._sync_containers
-        self._sync_pods, self._sync_containers = [], []
+        log.info(
+            2,
+            "synchronize request",
+            pods=len(pods),
+            containers=len(containers),
+            chunks=self._sync_chunks,
+        )
+        self._sync_pods, self._sync_containers, self._sync_chunks = [], [], 0
         updates = await self._handlers.synchronize(pods, containers)
         self.status.synchronized_at = time.time()
         self._ready.set()
+        # Only a connection that got this far resets the delay: a runtime that keeps
+        # rejecting us (say, the allocator is down during Synchronize) is retried slowly.
+        self._backoff.reset()
         return api_pb2.SynchronizeResponse(update=updates, more=False).SerializeToString()
 
     async def _shutdown(self, payload: bytes) -> bytes:
