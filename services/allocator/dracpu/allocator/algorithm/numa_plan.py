@@ -163,7 +163,7 @@ def _ranked_subsets(
     # it (the deviation grows with the sum of squares when the total is fixed).
     first = _first_reaching(most[best_length], values, best_length, best_relief, relief)
     target, spread = _balance_of(candidates, first, left, groups, size)
-    limit = least + len(left) * ((target + 0.0005) ** 2 - spread**2) + 2
+    limit = _tie_limit(least, target, spread, len(left))
     for length in range(count, 0, -1):
         table = most[length]
         if base - table[0][length] > limit:
@@ -238,7 +238,12 @@ def _deviation(values: list[int]) -> float:
 def _walk_subsets(
     problem: Problem, combo: tuple[int, ...], left: dict[int, int], ceiling: float
 ) -> tuple[float, float, tuple[int, ...]]:
-    """Upstream's walk over every subset (larger first, each size in order)."""
+    """Upstream's walk over every subset (larger first, each size in order).
+
+    Unless `literal`, a branch of the walk is skipped when even the best dealing of the
+    remainder over its nodes (each group from the fullest node) cannot bring the sum of
+    squares below the best subset's, or below `ceiling`: such subsets cannot score better.
+    """
     size = problem.group_size
     groups = problem.remainder // size
     candidates = [n for n in combo if left[n] >= size]
@@ -254,10 +259,40 @@ def _walk_subsets(
     # No subset can leave fewer squares than taking every group from the fullest node.
     floor = base - members + _least_squares([left[n] for n in combo], groups, size)
     best: tuple[float, float, tuple[int, ...]] = (math.inf, math.inf, ())
+    count = len(values)
+    suffixes = [sorted(values[start:], reverse=True) for start in range(count + 1)]
+    if not problem.literal:
+        ceiling = min(ceiling, _subset_seed(problem, candidates, left, base))
+
+    def most_relief(chosen: list[int], start: int, missing: int) -> float:
+        pool = [values[i] for i in chosen] + suffixes[start][:missing]
+        return sum(v * v for v in pool) - _least_squares(pool, groups, size)
+
+    def subsets(length: int) -> Iterator[tuple[int, ...]]:
+        chosen: list[int] = []
+
+        def visit(start: int) -> Iterator[tuple[int, ...]]:
+            missing = length - len(chosen)
+            if missing == 0:
+                yield tuple(chosen)
+                return
+            for i in range(start, count - missing + 1):
+                chosen.append(i)
+                # Bounding the last level costs about as much as scoring it.
+                if (
+                    problem.literal
+                    or missing == 1
+                    or base - most_relief(chosen, i + 1, missing - 1) < min(best[1], ceiling)
+                ):
+                    yield from visit(i + 1)
+                chosen.pop()
+
+        yield from visit(0)
+
     for length in range(len(candidates), 0, -1):
         if best[1] <= floor:
             break  # later subsets can at best tie, and ties keep the first
-        for picks in combinations(range(len(candidates)), length):
+        for picks in subsets(length):
             held = [caps[i] for i in picks]
             # Whole groups, not CPUs: upstream checks CPUs here and then loops forever.
             if sum(held) < groups:
@@ -304,10 +339,37 @@ class _Pruned:
         self.squares_all = sum(v * v for v in problem.free.values())
         self.best: Plan | None = None
         self.best_squares: float = math.inf
+        # No sum of squares at or past this can round to a balance as low as a plan already
+        # known (see `_seed`), so nothing there can be the answer.
+        self.hopeless: float = math.inf
+        self.seeded: tuple[tuple[int, ...], tuple[float, float, tuple[int, ...]]] | None = None
 
     def run(self) -> Plan | None:
+        self._seed()
         self._visit([], 0)
         return self.best
+
+    def _seed(self) -> None:
+        """Score the combination of the NUMA nodes with the most free CPUs first: the best
+        plan is among such combinations, and knowing its balance early lets the walk in
+        upstream's order skip every combination that cannot match it."""
+        problem = self.problem
+        ranked = sorted(
+            (n for n in self.order if problem.free[n] >= problem.share),
+            key=lambda n: -problem.free[n],
+        )
+        combo = tuple(n for n in self.order if n in set(ranked[: problem.k]))
+        if len(combo) < problem.k or not problem.acceptable(combo):
+            return
+        left = problem.left_after_share(combo)
+        scored = _best_subset(problem, combo, left, math.inf)
+        balance, squares, subset = scored
+        if balance == math.inf:
+            return
+        self.seeded = (combo, scored)
+        final = _dealt(problem, left, subset)
+        values = [final[n] for n in sorted(final)]
+        self.hopeless = _tie_limit(squares, balance, _deviation(values), len(values))
 
     def _visit(self, chosen: list[int], start: int) -> None:
         problem = self.problem
@@ -320,7 +382,7 @@ class _Pruned:
             if problem.free[numa] < problem.share:
                 continue  # every combination holding it fails the even-share check
             chosen.append(numa)
-            if self._bound(chosen, position + 1) < self.best_squares:
+            if self._bound(chosen, position + 1) < min(self.best_squares, self.hopeless):
                 self._visit(chosen, position + 1)
             chosen.pop()
 
@@ -352,10 +414,55 @@ class _Pruned:
         if not problem.acceptable(combo):
             return
         left = problem.left_after_share(combo)
-        balance, squares, subset = _best_subset(problem, combo, left, self.best_squares)
+        if self.seeded is not None and self.seeded[0] == combo:
+            # Scored without a ceiling: the same best subset, so the same decision.
+            balance, squares, subset = self.seeded[1]
+        else:
+            ceiling = min(self.best_squares, self.hopeless)
+            balance, squares, subset = _best_subset(problem, combo, left, ceiling)
         if self.best is None or balance < self.best.balance:
             self.best = Plan(combo, subset, problem.share, balance)
             self.best_squares = squares
+
+
+def _subset_seed(problem: Problem, candidates: list[int], left: dict[int, int], base: int) -> float:
+    """A sum of squares past which no remainder subset can tie the best one: scores, for each
+    size, the subset of the fullest candidates (in upstream's order) and returns the tie limit
+    of the best of them. The walk in upstream's order then skips what cannot reach it."""
+    size = problem.group_size
+    groups = problem.remainder // size
+    fullest = sorted(range(len(candidates)), key=lambda i: -left[candidates[i]])
+    best_squares, best_balance, best_deviation = math.inf, math.inf, 0.0
+    for length in range(1, len(candidates) + 1):
+        subset = tuple(candidates[i] for i in sorted(fullest[:length]))
+        if sum(left[n] // size for n in subset) < groups:
+            continue
+        final = _dealt(problem, left, subset)
+        squares = sum(v * v for v in final.values())
+        if squares < best_squares:
+            values = [final[n] for n in sorted(final)]
+            best_squares = squares
+            best_balance, best_deviation = standard_deviation(values), _deviation(values)
+    if best_squares == math.inf:
+        return math.inf
+    return _tie_limit(best_squares, best_balance, best_deviation, len(left))
+
+
+def _dealt(problem: Problem, left: dict[int, int], subset: tuple[int, ...]) -> dict[int, int]:
+    """Free CPUs of every NUMA node after the remainder is dealt round-robin over `subset`."""
+    size = problem.group_size
+    final = dict(left)
+    taken = _deal([left[n] // size for n in subset], problem.remainder // size)
+    for numa, groups in zip(subset, taken, strict=True):
+        final[numa] -= groups * size
+    return final
+
+
+def _tie_limit(squares: float, balance: float, deviation: float, nodes: int) -> float:
+    """A sum of squares at or past which no outcome (with the same total of free CPUs) rounds
+    to `balance` or lower: the squared deviation grows one for one with the sum of squares
+    over the number of nodes, and rounding reaches at most half a thousandth up."""
+    return squares + nodes * ((balance + 0.0005) ** 2 - deviation**2) + 2
 
 
 def _least_squares(values: list[int], groups: int, size: int) -> float:
