@@ -269,10 +269,13 @@ async def test_one_big_frame_is_what_the_go_reader_cannot_take(
     stub = PluginStub(str(nri_socket), plugin, backoff=Backoff(initial=5.0, maximum=5.0))
     task = asyncio.create_task(stub.run())
     try:
-        answer = await go.call("wait_plugin", timeout_ms=4000)
-        assert not answer["ok"]
         # The Go mux conn refuses the frame (ENOMEM); ttrpc then reports the plugin closed.
-        assert "failed to synchronize plugin" in go.log_text()
+        async def refused() -> bool:
+            return "failed to synchronize plugin" in go.log_text()
+
+        await poll(refused, what="the runtime to drop the plugin")
+        answer = await go.call("wait_plugin", timeout_ms=1)
+        assert not answer["ok"]
     finally:
         stub.stop()
         task.cancel()
