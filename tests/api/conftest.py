@@ -365,3 +365,80 @@ def api_process(services: ServiceSet) -> Iterator[ApiProcess]:
         yield api
     finally:
         stop_api(api)
+
+
+# ---- the whole pod, for real: `dracpu dev up` -------------------------------------------------
+
+_READY = re.compile(r"ready: api (http://\S+)")
+_CLAIMED = re.compile(r"claim=(\S+)/(\S+) uid=(\S+) cpuset=(\S+) devices=(\S+) container=(\S+)")
+
+
+class Stack:
+    """All five real services, the kubelet and runtime simulators, on one run folder."""
+
+    def __init__(self, run_dir: Path, process: subprocess.Popen[bytes], url: str) -> None:
+        self.run_dir = run_dir
+        self.process = process
+        self.url = url
+        self.claims: dict[str, dict[str, str]] = {}  # name -> uid, namespace, cpuset, ...
+
+    def claim(self, name: str, namespace: str, cpus: int, numa: int | None = None) -> None:
+        """Schedule, prepare and start a container for a claim, as `dracpu dev claim` does."""
+        command = [sys.executable, "-m", "dracpu.core.cli", "dev", "claim"]
+        command += ["--run-dir", str(self.run_dir), "--cpus", str(cpus)]
+        command += ["--name", name, "--namespace", namespace]
+        command += ["--numa", str(numa)] if numa is not None else []
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        match = _CLAIMED.search(result.stdout)
+        assert result.returncode == 0 and match, result.stdout + result.stderr
+        ns, claim, uid, cpuset, device, container = match.groups()
+        self.claims[name] = {
+            "namespace": ns,
+            "name": claim,
+            "uid": uid,
+            "cpus": cpuset,
+            "device": device,
+            "container": container,
+        }
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    """`dracpu dev up` on xeon-2s-ht with three claims: two on NUMA node 1, one on node 0."""
+    run_dir = Path(tempfile.mkdtemp(prefix="api-dev-", dir="/tmp"))
+    log_path = run_dir.parent / f"{run_dir.name}.log"
+    command = [sys.executable, "-m", "dracpu.core.cli", "dev", "up", "--run-dir", str(run_dir)]
+    command += ["--fixture", FIXTURE, "--api-address", f"127.0.0.1:{_free_port()}"]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        url = None
+        while url is None:
+            match = _READY.search(log_path.read_text(errors="replace"))
+            url = match.group(1) if match else None
+            if url is None and (process.poll() is not None or time.monotonic() > deadline):
+                raise AssertionError(f"dracpu dev up: {log_path.read_text(errors='replace')}")
+            time.sleep(0.1)  # polling interval, not synchronisation
+        started = Stack(run_dir, process, url)
+        started.claim("db", "team-a", 4)
+        started.claim("batch", "team-b", 2, numa=1)
+        started.claim("cache", "team-a", 1, numa=1)
+        yield started
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        log_path.unlink(missing_ok=True)

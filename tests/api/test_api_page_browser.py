@@ -1,5 +1,5 @@
 """The CPU map in a real browser: headless Chromium, driven over the DevTools protocol, loads
-/ui from the running `dracpu-api` for the xeon-2s-ht fixture with three claims.
+/ui from the real pod (`dracpu dev up` on the xeon-2s-ht fixture) with three claims prepared.
 
 The screenshot is kept as tests/artifacts/api-cpu-map.png. Chromium comes from Debian's
 `chromium` package (tools/install-chromium.sh); without it the test skips and says why.
@@ -19,7 +19,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import UID_BATCH, UID_CACHE, UID_DB, ApiProcess, ServiceSet, start_api, stop_api
+from conftest import Stack
+
+from dracpu.core.cpuset import CPUSet
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -131,15 +133,6 @@ def browser() -> Iterator[str]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-@pytest.fixture
-def api(services: ServiceSet) -> Iterator[ApiProcess]:
-    started = start_api(services)
-    try:
-        yield started
-    finally:
-        stop_api(started)
-
-
 def _page(endpoint: str) -> DevTools:
     targets = httpx.get(f"{endpoint}/json/list", timeout=10).json()
     page = next(t for t in targets if t.get("type") == "page")
@@ -174,19 +167,19 @@ PAGE_FACTS = """(() => {
     legendClaims: [...q('#legend li[data-claim]')].map((li) => li.dataset.claim).sort(),
     legendRoles: [...q('#legend li[data-role]')].map((li) => li.dataset.role),
     svgWidth: document.querySelector('#cpu-map').getBoundingClientRect().width,
-    cpu22Title: document.querySelector('g.thread[data-cpu="22"] > title').textContent,
+    cpu20Title: document.querySelector('g.thread[data-cpu="20"] > title').textContent,
   };
 })()"""
 
 
-def test_cpu_map_renders_in_chromium(browser: str, api: ApiProcess) -> None:
+def test_cpu_map_renders_in_chromium(browser: str, stack: Stack) -> None:
     tools = _page(browser)
     try:
-        _load(tools, f"{api.url}/")
+        _load(tools, f"{stack.url}/")
         assert tools.evaluate("document.querySelector('a#cpu-map-link').getAttribute('href')") == (
             "/ui"
         )
-        _load(tools, f"{api.url}/ui")
+        _load(tools, f"{stack.url}/ui")
         facts = tools.evaluate(PAGE_FACTS)
         metrics = tools.send("Page.getLayoutMetrics")["cssContentSize"]
         shot = tools.send(
@@ -214,15 +207,15 @@ def test_cpu_map_renders_in_chromium(browser: str, api: ApiProcess) -> None:
     assert (facts["sockets"], facts["numa"], facts["l3"], facts["cores"]) == (2, 2, 2, 20)
     assert facts["cpus"] == list(range(40))
     assert facts["titled"] == 40
+    claims = stack.claims
+    claimed = sum(len(CPUSet.parse(c["cpus"])) for c in claims.values())
     assert facts["roles"] == {
-        "reserved": 2,
-        UID_DB: 4,
-        UID_BATCH: 8,
-        UID_CACHE: 1,
-        "shared": 25,
+        "shared": 40 - claimed,
+        **{c["uid"]: len(CPUSet.parse(c["cpus"])) for c in claims.values()},
     }
-    assert facts["legendClaims"] == sorted([UID_DB, UID_BATCH, UID_CACHE])
+    assert facts["legendClaims"] == sorted(c["uid"] for c in claims.values())
     assert facts["legendRoles"] == ["reserved", "shared"]
     assert facts["svgWidth"] > 0
-    assert facts["cpu22Title"].startswith("CPU 22 — socket 0, NUMA node 0")
-    assert "claim team-a/db" in facts["cpu22Title"]
+    # CPU 20 is core 0's second thread, in the db claim (0-1,20-21).
+    assert facts["cpu20Title"].startswith("CPU 20 — socket 0, NUMA node 0, ")
+    assert facts["cpu20Title"].endswith(f"claim team-a/db (uid {claims['db']['uid']})")
