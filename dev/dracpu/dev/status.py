@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from dracpu.dev.layout import RunLayout
 from dracpu.dev.readiness import is_ready
 from dracpu.dev.services import readiness
-from dracpu.dev.up import running_pid
+from dracpu.dev.up import run_status
 
 
 def _alive(pid: object) -> bool:
@@ -25,17 +24,15 @@ def _alive(pid: object) -> bool:
 
 
 async def collect(layout: RunLayout) -> dict[str, Any]:
-    pid = running_pid(layout)
-    document: dict[str, Any] = {"run_dir": str(layout.root), "running": pid is not None}
-    if pid is None:
+    recorded = run_status(layout)
+    document: dict[str, Any] = {"run_dir": str(layout.root), "running": recorded is not None}
+    if recorded is None:
         return document
-    try:
-        recorded = json.loads(layout.status_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    if not recorded:
         document["starting"] = True
         return document
     api_url = str(recorded.get("api_url", ""))
-    document.update(pid=pid, api_url=api_url, services={})
+    document.update(pid=recorded.get("pid"), api_url=api_url, services={})
     for name, entry in recorded.get("services", {}).items():
         document["services"][name] = {
             "pid": entry.get("pid"),
@@ -51,7 +48,7 @@ def render(document: dict[str, Any]) -> str:
     if not document["running"]:
         return f"no dracpu dev up is running on {document['run_dir']}"
     if document.get("starting"):
-        return f"dracpu dev up (pid {document.get('pid')}) is starting on {document['run_dir']}"
+        return f"dracpu dev up is starting on {document['run_dir']}"
     lines = [
         f"dracpu dev up pid {document['pid']} on {document['run_dir']}; api {document['api_url']}"
     ]

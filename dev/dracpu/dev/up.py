@@ -12,7 +12,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from dracpu.core.config import read_file
 from dracpu.core.errors import ConflictError, InvalidInputError
@@ -61,27 +61,28 @@ def lock_run_dir(layout: RunLayout) -> IO[str]:
         handle.close()
     else:
         return handle
-    owner = running_pid(layout)
-    who = f" (pid {owner})" if owner and owner > 0 else ""
+    owner = (run_status(layout) or {}).get("pid")
+    who = f" (pid {owner})" if owner else ""
     raise ConflictError(f"run dir {layout.root} is in use by another dracpu dev up{who}")
 
 
-def running_pid(layout: RunLayout) -> int | None:
-    """The pid of the `dev up` holding the folder, or None when nothing runs there."""
+def run_status(layout: RunLayout) -> dict[str, Any] | None:
+    """None when no `dev up` holds the folder; else what it recorded of itself (pid, api URL,
+    processes), which is {} until every process has started."""
     if not layout.lock_file.exists():
         return None
     with layout.lock_file.open("a+", encoding="utf-8") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            pass
+            pass  # held: a dev up runs here
         else:
             return None
     try:
-        pid = json.loads(layout.status_file.read_text(encoding="utf-8")).get("pid")
+        recorded = json.loads(layout.status_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return -1
-    return int(pid) if isinstance(pid, int) else -1
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
 
 
 def prepare_sysfs(layout: RunLayout, fixture: str | None, sysfs_root: str | None) -> Path:

@@ -36,7 +36,7 @@ from dracpu.dev.scheduler import (
     results_of,
 )
 from dracpu.dev.sim_clients import ContainerRef, KubeletClient, RuntimeClient
-from dracpu.dev.up import running_pid
+from dracpu.dev.up import run_status
 
 REQUEST = "cpus"
 ENV_PREFIX = "DRA_CPUSET_"
@@ -66,15 +66,14 @@ class Workload:
 
 def require_running(layout: RunLayout) -> set[str]:
     """The processes of the `dev up` running on the folder; an error when there is none."""
-    if running_pid(layout) is None:
+    status = run_status(layout)
+    if status is None:
         raise UnavailableError(
             f"no dracpu dev up is running on {layout.root} "
             f"(start one: dracpu dev up --run-dir {layout.root})"
         )
-    try:
-        status = json.loads(layout.status_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise UnavailableError(f"dracpu dev up on {layout.root} is still starting") from None
+    if not status:
+        raise UnavailableError(f"dracpu dev up on {layout.root} is still starting")
     return set(status.get("services", {}))
 
 
