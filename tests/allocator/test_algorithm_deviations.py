@@ -59,6 +59,12 @@ SMT2 = machine([(0, 0, c, (c, c + 4)) for c in range(4)])
             "cannot be combined",
             id="spread-with-full-pcpus",
         ),
+        pytest.param(
+            6,
+            Policy(full_pcpus_only=True, distribute_numa=True, group_size=3),
+            "group size 3 splits physical cores of 2 threads",
+            id="full-pcpus-group-splits-cores",
+        ),
     ],
 )
 def test_malformed_requests_are_rejected(count: Any, policy: Policy, message: str) -> None:

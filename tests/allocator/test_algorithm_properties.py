@@ -165,7 +165,8 @@ def test_full_pcpus_only_succeeds_when_whole_cores_suffice(
     policy = Policy(
         align_uncore=policy.align_uncore,
         distribute_numa=policy.distribute_numa,
-        group_size=policy.group_size,
+        # Groups must be whole cores (1 means one core).
+        group_size=data.draw(st.sampled_from([1, width, 2 * width])),
         full_pcpus_only=True,
     )
     result = take_cpus(machine, available, count, policy)
