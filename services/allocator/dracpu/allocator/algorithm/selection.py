@@ -57,17 +57,17 @@ def _take_whole_cores(index: TopologyIndex, free: int, count: int, policy: Polic
     """FullPCPUsOnly: the request must be whole cores' worth of CPUs and be met with whole
     cores, like the kubelet's SMTAlignmentError checks."""
     width = index.smt_width
-    # Not a policy error but a request this machine can never meet, whatever is free.
-    if count % width != 0:
-        raise InsufficientCPUsError(
-            f"cannot place {count} CPUs on whole physical cores: each core has {width} threads"
-        )
     if policy.distribute_numa and policy.group_size != 1 and policy.group_size % width != 0:
         # Groups that split cores cannot be handed out as whole cores; the kubelet has no such
         # knob (its group is always one core).
         raise InvalidInputError(
             f"CPU group size {policy.group_size} splits physical cores of {width} threads; "
             "with full physical cores only it must be a multiple of that"
+        )
+    # Not a policy error but a request this machine can never meet, whatever is free.
+    if count % width != 0:
+        raise InsufficientCPUsError(
+            f"cannot place {count} CPUs on whole physical cores: each core has {width} threads"
         )
     whole = index.whole_free_cores(free)
     if whole.bit_count() < count:
