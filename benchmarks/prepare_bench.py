@@ -10,6 +10,7 @@ fsynced) and writes the device metadata files. Claims are unprepared between the
 For comparison it first times the allocator's Prepare alone (same socket, no dra-plugin).
 Prints median (p50) and p99 in milliseconds. Target: p99 under 10 ms.
 Usage: python benchmarks/prepare_bench.py [--claims N] [--callers N] [--fixture NAME]
+                                          [--base-dir DIR]
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ async def timed_prepare(plugin: RegisteredPlugin, claim: Claim, samples: list[fl
 
 
 async def run(args: argparse.Namespace) -> None:
-    root = Path(tempfile.mkdtemp(prefix="pb", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="pb", dir=args.base_dir))
     procs: list[subprocess.Popen[bytes]] = []
     try:
         sysfs = write_fixture(args.fixture, root / "sys")
@@ -138,7 +139,10 @@ async def run(args: argparse.Namespace) -> None:
         plugin = await KubeletSim(root / "k").register("dra.cpu", timeout=30)
         numa = len(list((sysfs / "devices/system/node").glob("node[0-9]*")))
 
-        print(f"fixture={args.fixture} claims={args.claims} callers={args.callers} numa={numa}")
+        print(
+            f"fixture={args.fixture} claims={args.claims} callers={args.callers} numa={numa} "
+            f"base-dir={args.base_dir}"
+        )
         warm = write_claims(cluster, "warm", 20, numa)
         for c in warm:
             await timed_prepare(plugin, c, [])
@@ -204,6 +208,11 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=1000)
     parser.add_argument("--callers", type=int, default=8)
     parser.add_argument("--fixture", default="big-1024")
+    parser.add_argument(
+        "--base-dir",
+        default="/tmp",
+        help="where state, CDI specs and sockets live (/dev/shm takes the disk's fsync out)",
+    )
     asyncio.run(run(parser.parse_args()))
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN, NODE, Node, claim, eventually, result
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dracpu.core import rpc
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, PluginRejected, RegisteredPlugin
@@ -47,6 +48,13 @@ async def metrics_text(node: Node) -> str:
         return str(reply.text)
 
 
+async def registration_health(node: Node) -> str:
+    async with rpc.channel(node.sock("plugin")) as chan:
+        stub = health_pb2_grpc.HealthStub(chan)
+        reply = await stub.Check(health_pb2.HealthCheckRequest(service="kubelet-registration"))
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+
 def cdi_env(node: Node, claim_uid: str) -> str:
     spec = json.loads((node.cdi / f"dra.k8s.io-cpu_claim-{claim_uid}.json").read_text())
     (env,) = spec["devices"][0]["containerEdits"]["env"]
@@ -74,6 +82,7 @@ async def test_registration_advertises_both_dra_versions_and_health(started: Nod
         return (await status(started)).registered
 
     await eventually(registered, what="status shows the registration")
+    assert await registration_health(started) == "SERVING"
     view = await status(started)
     assert (view.node_name, view.registration_error) == (NODE, "")
     assert view.claim_source == f"cluster-dir:{started.cluster}"
@@ -393,6 +402,7 @@ async def test_rejected_plugin_keeps_serving_and_says_why(node: Node) -> None:
     assert f"registrar_dir={node.kubelet_root}/plugins_registry" in line
     view = await status(node)
     assert (view.registered, view.registration_error) == (False, "version skew test")
+    assert await registration_health(node) == "NOT_SERVING"
     assert await rpc.check_health(node.sock("plugin")) == "SERVING"
     # The kubelet retries later and succeeds; the plugin was never down.
     plugin = await register(node)
