@@ -4,11 +4,12 @@ transport, with the real allocator deciding the CPUs."""
 from __future__ import annotations
 
 import pytest
-from nri_bed import ONLINE, Bed, claim_env, prepare_seen, wait_until
+from nri_bed import ONLINE, Bed, claim_env, prepare_seen, stop_process, wait_until
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev.runtime_sim import CONTAINERD_2_0, CreateContainerError, RuntimeProfile
 from dracpu.nri_plugin.compat import UnsolicitedMode
+from dracpu.nri_plugin.stub import PLUGIN_SERVICE
 from dracpu.pb.nri import api_pb2
 
 
@@ -216,3 +217,30 @@ async def test_stopped_containers_are_not_tracked_after_synchronize(bed: Bed) ->
     await bed.runtime.restart()
     await bed.runtime.wait_plugin()
     assert bed.plugin.registry.get(cid) is None
+
+
+async def test_allocator_down_shared_containers_still_start_claimed_ones_are_refused(
+    bed: Bed,
+) -> None:
+    uid, cpus = await prepare_seen(bed, 2)
+    stop_process(bed.allocator.process)
+    web = bed.runtime.add_pod("web")
+    shared = await bed.runtime.create_container(web, "nginx")
+    assert CPUSet.parse(bed.runtime.cpus(shared)) == ONLINE - cpus
+    pod = bed.runtime.add_pod("db")
+    with pytest.raises(CreateContainerError, match="attach container"):
+        await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    assert bed.plugin.registry.get(shared) is not None
+    assert len(bed.plugin.registry) == 1
+
+
+async def test_shutdown_from_the_runtime_is_answered_then_the_plugin_reconnects(bed: Bed) -> None:
+    plugin = await bed.runtime.wait_plugin()
+    connects = bed.stub.status.connects
+    reply = await plugin.client.call(
+        PLUGIN_SERVICE, "Shutdown", api_pb2.Empty().SerializeToString(), timeout=5
+    )
+    assert reply == b""
+    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await bed.runtime.wait_plugin()
+    await wait_until(lambda: bed.stub.ready, what="synchronized again")

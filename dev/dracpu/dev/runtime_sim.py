@@ -258,7 +258,7 @@ class RuntimeSim:
                 PLUGIN_SERVICE, method, payload, self.profile.request_timeout
             )
         except TtrpcError as exc:
-            if exc.code in (4, 14):  # timed out or gone: the runtime drops the plugin
+            if not exc.remote:  # timed out or gone: the runtime drops the plugin
                 plugin.mux.close(ConnectionAbortedError(f"{method}: {exc}"))
             raise
 
@@ -327,8 +327,8 @@ class RuntimeSim:
                 try:
                     raw = await self._call(plugin, "CreateContainer", request)
                 except TtrpcError as exc:
-                    if exc.code in (4, 14):
-                        continue  # plugin dropped; creation goes on without it
+                    if not exc.remote:
+                        continue  # plugin dropped; creation goes on without it (as upstream)
                     raise CreateContainerError(
                         f"plugin {plugin.key} refused container {name}: {exc.message}"
                     ) from None

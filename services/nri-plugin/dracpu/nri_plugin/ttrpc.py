@@ -53,10 +53,13 @@ def code_name(code: int) -> str:
 class TtrpcError(Exception):
     """A call that ended with a non-OK status (from the peer or from this side)."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, *, remote: bool = False) -> None:
         super().__init__(f"{code_name(code)}: {message}")
         self.code = code
         self.message = message
+        # True: the peer answered with this status. False: raised here (timeout, closed
+        # connection, oversized message), which a runtime treats as the plugin failing.
+        self.remote = remote
 
 
 Handler = Callable[[bytes], Awaitable[bytes]]
@@ -188,7 +191,9 @@ class Channel:
             future.set_exception(TtrpcError(INTERNAL, f"undecodable ttrpc response: {exc}"))
             return
         if response.HasField("status") and response.status.code != OK:
-            future.set_exception(TtrpcError(response.status.code, response.status.message))
+            future.set_exception(
+                TtrpcError(response.status.code, response.status.message, remote=True)
+            )
         else:
             future.set_result(response.payload)
 
