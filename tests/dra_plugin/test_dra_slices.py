@@ -214,3 +214,26 @@ def test_any_sequence_of_device_sets_converges(steps: list[tuple[int, bool, int]
         assert {s["spec"]["pool"]["generation"] for s in stored} == {todo.generation}
         assert {s["spec"]["pool"]["resourceSliceCount"] for s in stored} == {len(stored)}
         assert server.sync(desired).empty
+
+
+async def test_folder_names_slices_like_the_api_server_even_for_long_node_names(
+    tmp_path: Any,
+) -> None:
+    from dracpu.dra_plugin.folder import ClusterFolder
+
+    node = "n" * 80
+    folder = ClusterFolder(tmp_path)
+    owner = Owner(node, "uid")
+    todo = plan(
+        [], chunk_devices(devices(300)), driver="dra.cpu", node=node, pool=node, owner=owner
+    )
+    for obj in todo.create:
+        await folder.create_slice(obj)
+    stored = await folder.list_slices("dra.cpu", node)
+    names = sorted(s["metadata"]["name"] for s in stored)
+    assert [len(n) for n in names] == [63, 63, 63]
+    assert [n[:6] for n in names] == ["00000-", "00001-", "00002-"]
+    # Truncated names still match their positions: nothing to do on the next pass.
+    again = plan(stored, chunk_devices(devices(300)), driver="dra.cpu", node=node, pool=node,
+                 owner=owner)  # fmt: skip
+    assert again.empty

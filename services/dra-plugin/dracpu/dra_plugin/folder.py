@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import string
 import tempfile
 import uuid
 from collections.abc import Mapping
@@ -25,7 +24,10 @@ import yaml
 from dracpu.core.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
 from dracpu.dra_plugin.cluster import Object
 
-_SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+# The API server's name generator (k8s.io/apiserver pkg/storage/names): the prefix is cut to
+# 58 characters, then 5 characters from this alphabet (no vowels) are appended.
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_MAX_PREFIX = 58
 # libyaml when present: slices of 128 devices are slow to parse in pure Python.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -112,9 +114,8 @@ class ClusterFolder:
             name = metadata.get("name")
             if not name:
                 prefix = str(metadata.pop("generateName", ""))
-                # As the API server does for generateName: five random characters.
                 suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
-                name = prefix + suffix
+                name = prefix[:_MAX_PREFIX] + suffix
             path = self._path(name)
             if path.exists():
                 raise ConflictError(f"resourceslice {name} already exists")
