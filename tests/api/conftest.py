@@ -28,8 +28,8 @@ from dracpu.api.app import create_app
 from dracpu.api.backends import Backends
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError
-from dracpu.core.rpc import check_health
-from dracpu.pb.allocator.v1 import allocator_pb2
+from dracpu.core.rpc import channel, check_health
+from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2
 from dracpu.topology.fixtures import write_fixture
@@ -262,6 +262,74 @@ class ServiceSet:
         return path.read_text(errors="replace")[-2000:] if path.exists() else ""
 
 
+class PodServices(ServiceSet):
+    """The real services (and the kubelet and runtime simulators they talk to), started one by
+    one from the dev runner's command lines, without its supervisor: a stopped one stays down."""
+
+    ORDER = ("topology", "allocator", "runtime-sim", "nri-plugin", "dra-plugin", "kubelet-sim")
+
+    def __init__(self, workdir: Path, fixture: str = FIXTURE) -> None:
+        from dracpu.dev.layout import RunLayout
+        from dracpu.dev.services import DevOptions, executable, service_commands
+
+        self.workdir = workdir
+        self.layout = RunLayout.at(workdir / "run")
+        for directory in self.layout.directories():
+            directory.mkdir(parents=True, exist_ok=True)
+        self.sysfs = write_fixture(fixture, workdir / "sys")
+        commands = service_commands(self.layout, DevOptions(sysfs_root=self.sysfs))
+        self.commands = {name: executable(commands[name]) for name in self.ORDER}
+        self.sockets = {name: str(self.layout.socket(name)) for name in SERVICES}
+        self.sockets["runtime-sim"] = str(self.layout.runtime_sim_socket)
+        self.sockets["kubelet-sim"] = str(self.layout.kubelet_sim_socket)
+        self.processes = {}
+
+    def command(self, service: str) -> list[str]:
+        return self.commands[service]
+
+    def start_all(self) -> None:
+        for service in self.ORDER:
+            self.start(service)
+            self.wait_serving(service)
+
+    def prepare(self, uid: str, name: str, cpus: int) -> None:
+        """Prepare a claim on NUMA node 0 through the allocator, as the dra-plugin does."""
+
+        async def prepare() -> None:
+            async with channel(self.sockets["allocator"]) as chan:
+                await allocator_pb2_grpc.AllocatorStub(chan).Prepare(
+                    allocator_pb2.PrepareRequest(
+                        claim_uid=uid,
+                        namespace="team-a",
+                        name=name,
+                        results=[
+                            allocator_pb2.AllocationResult(
+                                request="cpus",
+                                driver="dra.cpu",
+                                pool="node-a",
+                                device="cpudevnuma000",
+                                consumed_capacity={"dra.cpu/cpu": str(cpus)},
+                            )
+                        ],
+                    ),
+                    timeout=10,
+                )
+
+        asyncio.run(prepare())
+
+
+@contextmanager
+def running_pod() -> Iterator[PodServices]:
+    workdir = Path(tempfile.mkdtemp(prefix="api-pod-", dir="/tmp"))
+    started = PodServices(workdir)
+    try:
+        started.start_all()
+        yield started
+    finally:
+        started.stop_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 @contextmanager
 def running_services() -> Iterator[ServiceSet]:
     # Short paths: unix socket names are limited to 107 bytes.
@@ -283,9 +351,10 @@ def services() -> Iterator[ServiceSet]:
 
 
 @pytest.fixture
-def own_services() -> Iterator[ServiceSet]:
-    """For a test that stops services."""
-    with running_services() as started:
+def own_pod() -> Iterator[PodServices]:
+    """The real services, for a test that stops them."""
+    with running_pod() as started:
+        started.prepare(UID_DB, "db", 4)
         yield started
 
 

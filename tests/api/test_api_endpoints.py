@@ -16,6 +16,7 @@ from conftest import (
     UID_BATCH,
     UID_CACHE,
     UID_DB,
+    PodServices,
     ServiceSet,
     app_client,
 )
@@ -288,7 +289,7 @@ DOWN = {
         "html_503": True,
     },
     "allocator": {
-        "503": ["/v1/devices", "/v1/claims", f"/v1/claims/{UID_DB}", "/v1/shared-pool"],
+        "503": ["/v1/devices", "/v1/claims", "/v1/claims/{uid}", "/v1/shared-pool"],
         "partial": [("/v1/node", ("versions", 2))],
         "html_503": False,
     },
@@ -310,15 +311,19 @@ DOWN = {
 
 
 @pytest.mark.parametrize("down", list(DOWN))
-async def test_a_service_down_is_explicit_and_fast(own_services: ServiceSet, down: str) -> None:
-    own_services.stop(down)
-    async with app_client(own_services) as client:
-        await _check_down(client, down)
+async def test_a_service_down_is_explicit_and_fast(own_pod: PodServices, down: str) -> None:
+    """On the real services with one claim prepared and its container running."""
+    async with app_client(own_pod) as client:
+        assert (await client.get("/readyz")).status_code == 200
+        claims = (await client.get("/v1/claims")).json()["claims"]
+        assert [c["name"] for c in claims] == ["db"]
+        own_pod.stop(down)
+        await _check_down(client, down, claims[0]["uid"])
 
 
-async def _check_down(client: httpx.AsyncClient, down: str) -> None:
+async def _check_down(client: httpx.AsyncClient, down: str, uid: str) -> None:
     expected = DOWN[down]
-    for path in expected["503"]:
+    for path in (p.format(uid=uid) for p in expected["503"]):
         started = time.monotonic()
         reply = await client.get(path)
         assert time.monotonic() - started < 3, f"{path} took too long"
