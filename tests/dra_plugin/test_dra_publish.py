@@ -184,3 +184,32 @@ async def test_resync_repairs_deleted_and_edited_slices_and_keeps_other_drivers(
     path.write_text(yaml.safe_dump(edited))
     await published(node, lambda s: device_count(ours(s)) == 40, "edited slice repaired")
     assert (directory / "gpu-slice.yaml").exists()
+
+
+async def test_plugin_started_before_the_allocator_publishes_once_it_is_up(node: Node) -> None:
+    from dracpu.core import rpc
+    from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
+
+    await node.start_topology()
+    await node.start_plugin()
+
+    async def view() -> dra_plugin_pb2.PluginStatus:
+        async with rpc.channel(node.sock("plugin")) as chan:
+            stub = dra_plugin_pb2_grpc.DRAPluginViewStub(chan)
+            return await stub.GetStatus(dra_plugin_pb2.GetStatusRequest(), timeout=5)
+
+    async def failing() -> bool:
+        return "allocator" in (await view()).last_publish_error
+
+    await eventually(failing, timeout=30, what="the publish error naming the allocator")
+    assert node.slices() == []
+    await node.start_allocator()
+    slices = await published(node, lambda s: device_count(s) == 2, "slices after the allocator")
+    check_pool(slices, 128)
+
+    async def recovered() -> bool:
+        status = await view()
+        return status.last_publish_error == "" and status.slice_count == 1
+
+    await eventually(recovered, timeout=30, what="status without the error")
+    assert (await view()).published_generation >= 1
