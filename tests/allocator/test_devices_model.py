@@ -7,7 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-from dracpu.allocator.devices import DeviceOptions, NodeAllocatableMapping, build_devices
+from dracpu.allocator.devices import (
+    DeviceOptions,
+    GroupBy,
+    Mode,
+    NodeAllocatableMapping,
+    build_devices,
+)
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.machine import Machine
 
@@ -161,13 +167,13 @@ def test_individual_core_types_on_hybrid(machines: Machines) -> None:
     ids=["numa0", "numa1", "socket1", "machine", "individual"],
 )
 def test_pcie_roots_only_when_exposed(
-    machines: Machines, mode: str, group_by: str, device: str, roots: tuple[str, ...]
+    machines: Machines, mode: Mode, group_by: GroupBy, device: str, roots: tuple[str, ...]
 ) -> None:
     machine = machines("xeon-2s-ht")
     shown = build_devices(
         machine, DeviceOptions(mode=mode, group_by=group_by, expose_pcie_roots=True)
-    )  # type: ignore[arg-type]
-    hidden = build_devices(machine, DeviceOptions(mode=mode, group_by=group_by))  # type: ignore[arg-type]
+    )
+    hidden = build_devices(machine, DeviceOptions(mode=mode, group_by=group_by))
     assert shown.by_name[device].attributes[PCIE] == roots
     assert shown.uses_list_attributes
     assert PCIE not in hidden.by_name[device].attributes
@@ -187,11 +193,10 @@ def test_no_pcie_attribute_when_the_machine_has_no_roots(machines: Machines) -> 
     ],
 )
 def test_node_allocatable_mapping(
-    machines: Machines, mode: str, expected: NodeAllocatableMapping
+    machines: Machines, mode: Mode, expected: NodeAllocatableMapping
 ) -> None:
     model = build_devices(
-        machines("single-4c8t"),
-        DeviceOptions(mode=mode, node_allocatable_mapping=True),  # type: ignore[arg-type]
+        machines("single-4c8t"), DeviceOptions(mode=mode, node_allocatable_mapping=True)
     )
     assert all(dict(d.node_allocatable) == {"cpu": expected} for d in model.devices)
 
