@@ -1,0 +1,7 @@
+"""The allocator service: the only writer of the node's CPU allocation state.
+
+Pure core: `algorithm` (placement), `devices` (the published device model), `opaque` and
+`quantity` (claim inputs), `claims` (state and the prepare/attach/adopt rules), `recovery`
+(start-up reconciliation). Edges: `cdi` and `checkpoint` (durable files, via `durable`),
+`node` (the serialized live state), `service` (gRPC), `topology_client`, `server` (main).
+"""
