@@ -5,6 +5,7 @@ steps reported."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -123,6 +124,20 @@ def test_devices_show_consumption_and_publication(stack: Stack, http: httpx.Clie
     assert devices["cpudevnuma000"]["attributes"]["dra.cpu/numaNodeID"] == {"int": 0}
     assert body["publication"]["status"] == "available"
     assert body["publication"]["up_to_date"] is True
+
+
+def test_runtime_side_follows_the_shared_pool(http: httpx.Client) -> None:
+    pool = http.get("/v1/shared-pool").json()
+    deadline = time.monotonic() + 10
+    while True:
+        runtime = http.get("/v1/health").json()["runtime"]
+        if runtime["shared_pool_generation"] == pool["generation"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)  # polling interval: the plugin learns of changes by watching
+    assert (runtime["shared_pool"], runtime["shared_pool_generation"]) == (
+        pool["cpus"],
+        pool["generation"],
+    )
 
 
 def test_health_readiness_and_versions(http: httpx.Client) -> None:

@@ -90,6 +90,8 @@ class RuntimeConnection(Model):
     last_error: str
     unsolicited_updates: bool
     synchronized_at: datetime | None
+    shared_pool: str = Field(description="the allocator's shared pool as the plugin last saw it")
+    shared_pool_generation: int
 
 
 class HealthView(Model):

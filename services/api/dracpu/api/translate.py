@@ -73,6 +73,8 @@ def runtime_connection(reply: Any) -> models.RuntimeConnection:
         last_error=reply.last_error,
         unsolicited_updates=reply.unsolicited_updates,
         synchronized_at=timestamp(reply.synchronized_at_unix),
+        shared_pool=reply.shared_pool,
+        shared_pool_generation=reply.shared_pool_generation,
     )
 
 
