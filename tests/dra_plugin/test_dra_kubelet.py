@@ -483,3 +483,16 @@ async def test_kubelet_without_a_common_version_rejects_and_the_plugin_records_i
     assert view.registration_error.startswith(
         'none of services supported by the plugin (["v1.DRAPlugin", "v1beta1.DRAPlugin"'
     )
+
+
+async def test_watchdog_when_no_kubelet_ever_calls(node: Node) -> None:
+    await node.start_plugin("--registration-timeout", "0.3")
+
+    async def warned() -> str:
+        lines = node.log("plugin").read_text().splitlines()
+        return next((x for x in lines if "has not registered the plugin within 0.3s" in x), "")
+
+    line = await eventually(warned, what="the watchdog warning")
+    assert "the kubelet never contacted the plugin" in line
+    assert f"registrar_dir={node.kubelet_root}/plugins_registry" in line
+    assert await rpc.check_health(node.sock("plugin")) == "SERVING"
