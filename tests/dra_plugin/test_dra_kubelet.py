@@ -107,11 +107,13 @@ async def test_kubelet_that_only_knows_v1beta1_uses_it(started: Node) -> None:
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
 async def test_prepare_and_unprepare_one_claim(started: Node, version: str) -> None:
     plugin = await register(started)
-    c = uid()
-    started.write_claim(claim("one", c, [result("cpudevnuma000", cpus=4)]))
+    c, share = uid(), uid()
+    started.write_claim(claim("one", c, [result("cpudevnuma000", cpus=4, shareID=share)]))
     answer = await plugin.prepare([Claim("default", "one", c)], version=version)
     (device,) = answer[c].devices
     assert answer[c].error == ""
+    # The scheduler's shareID for a device allocated many times goes back in v1 only.
+    assert device.share_id == (share if version == "v1" else None)
     assert (device.request_names, device.pool_name, device.device_name) == (
         ["cpus"],
         NODE,

@@ -59,6 +59,7 @@ class Device:
     pool_name: str
     device_name: str
     cdi_device_ids: list[str]
+    share_id: str | None = None  # v1 only
 
 
 @dataclass
@@ -126,6 +127,9 @@ class RegisteredPlugin:
                         pool_name=d.pool_name,
                         device_name=d.device_name,
                         cdi_device_ids=list(d.cdi_device_ids),
+                        share_id=d.share_id
+                        if "share_id" in d.DESCRIPTOR.fields_by_name and d.HasField("share_id")
+                        else None,
                     )
                     for d in entry.devices
                 ],

@@ -127,6 +127,25 @@ def prepare_request(
     return request
 
 
+def share_ids(claim: Mapping[str, Any], driver: str) -> dict[tuple[str, str, str], str]:
+    """(request, pool, device) -> shareID of this driver's results on devices that allow
+    multiple allocations; the kubelet's v1 Device carries it back."""
+    status = claim.get("status")
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
+    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    out: dict[tuple[str, str, str], str] = {}
+    for result in results if isinstance(results, list) else []:
+        if isinstance(result, Mapping) and result.get("driver") == driver and result.get("shareID"):
+            key = (
+                _text(result.get("request")),
+                _text(result.get("pool")),
+                _text(result.get("device")),
+            )
+            out[key] = _text(result.get("shareID"))
+    return out
+
+
 def quantity_as_int(text: str) -> int | None:
     """A whole-number Kubernetes quantity ("4", "4000m") as int; None for anything else."""
     text = text.strip()

@@ -34,14 +34,15 @@ def _build_prepare(module: Any, outcomes: dict[str, Any]) -> Any:
         entry = response.claims[uid]
         entry.error = outcome.error
         for device in outcome.devices:
-            entry.devices.append(
-                module.Device(
-                    request_names=device.request_names,
-                    pool_name=device.pool_name,
-                    device_name=device.device_name,
-                    cdi_device_ids=device.cdi_device_ids,
-                )
+            out = module.Device(
+                request_names=device.request_names,
+                pool_name=device.pool_name,
+                device_name=device.device_name,
+                cdi_device_ids=device.cdi_device_ids,
             )
+            if device.share_id and module is v1:
+                out.share_id = device.share_id
+            entry.devices.append(out)
     return response
 
 

@@ -25,6 +25,7 @@ from dracpu.dra_plugin.claims import (
     base_request,
     pod_claim_name,
     prepare_request,
+    share_ids,
 )
 from dracpu.dra_plugin.cluster import Cluster
 from dracpu.dra_plugin.keyed_lock import KeyedLock
@@ -43,6 +44,7 @@ class PreparedDevice:
     pool_name: str
     device_name: str
     cdi_device_ids: list[str] = field(default_factory=list)
+    share_id: str | None = None  # only the v1 API can carry it
 
 
 @dataclass
@@ -118,12 +120,21 @@ class NodeService:
             configs=len(request.configs),
         )
         response = await self.allocator.prepare(request)
+        shares = share_ids(claim, self.driver)
         devices = [
             PreparedDevice(
                 request_names=[base_request(n) for n in d.request_names],
                 pool_name=d.pool_name,
                 device_name=d.device_name,
                 cdi_device_ids=list(d.cdi_device_ids),
+                share_id=next(
+                    (
+                        shares[(n, d.pool_name, d.device_name)]
+                        for n in d.request_names
+                        if (n, d.pool_name, d.device_name) in shares
+                    ),
+                    None,
+                ),
             )
             for d in response.devices
         ]
