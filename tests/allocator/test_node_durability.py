@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,15 @@ def node_in(base: Path, options: DeviceOptions = OPTIONS, **kw: object) -> NodeA
 
 
 @pytest.fixture
-def logs() -> io.StringIO:
+def logs() -> Iterator[io.StringIO]:
+    """The allocator's log lines, captured; logging is put back as it was afterwards."""
+    root = logging.getLogger("dracpu")
+    handlers, verbosity = list(root.handlers), log.verbosity()
     stream = io.StringIO()
     log.setup(2, "allocator-test", stream)
-    return stream
+    yield stream
+    log.setup(verbosity, "dracpu", io.StringIO())
+    root.handlers[:] = handlers
 
 
 async def test_unusable_directories_fail_the_start(tmp_path: Path, machines: Machines) -> None:
