@@ -75,13 +75,15 @@ class Backend:
         """Run one unary call with the deadline; map every failure but NotFound to unavailable."""
         try:
             async with asyncio.timeout(self.timeout + _BACKSTOP):
-                return await call(invoke(self.channel(), self.timeout), f"{what}")
+                return await call(invoke(self.channel(), self.timeout), what)
         except NotFoundError:
             raise
         except DracpuError as exc:
             raise self._failed(str(exc)) from None
         except TimeoutError:
             raise self._failed(f"{what}: no answer within {self.timeout:g}s") from None
+        except Exception as exc:  # a broken channel must not turn into a 500
+            raise self._failed(f"{what}: {type(exc).__name__}: {exc}") from None
 
     def _failed(self, reason: str) -> BackendUnavailable:
         self.last_error = reason
