@@ -18,7 +18,7 @@ import pytest
 from dracpu.api.app import create_app
 from dracpu.api.backends import Backends
 from dracpu.core.rpc import start_server
-from dracpu.pb.allocator.v1 import allocator_pb2_grpc
+from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.pb.topology.v1 import topology_pb2_grpc
 
 TIMEOUT = 0.3
@@ -87,3 +87,48 @@ async def test_a_stuck_service_is_unavailable_after_the_deadline(
         assert entry["status"] == "SERVING"
         assert entry["last_error"] == reply.json()["detail"].split(" unavailable: ", 1)[1]
     await backends.close()
+
+
+class GarbledAllocator(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[misc]
+    """Answers, but with cpusets that break the contract."""
+
+    async def ListClaims(self, request: Any, context: Any) -> Any:
+        claim = allocator_pb2.Claim(uid="uid-1", namespace="ns", name="c", cpus="3-1")
+        return allocator_pb2.ClaimList(claims=[claim], generation=1)
+
+    async def GetSharedPool(self, request: Any, context: Any) -> Any:
+        return allocator_pb2.SharedPool(cpus="0-3", reserved="x", online="0-3")
+
+
+@pytest.mark.parametrize(
+    ("path", "detail"),
+    [
+        pytest.param("/v1/claims", "allocator sent an invalid cpuset for claim uid-1", id="claims"),
+        pytest.param(
+            "/v1/shared-pool", "allocator sent an invalid cpuset for the reserved CPUs", id="pool"
+        ),
+    ],
+)
+async def test_a_garbled_reply_is_a_502_naming_the_service(path: str, detail: str) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="api-bad-", dir="/tmp"))
+    socket = str(workdir / "allocator.sock")
+
+    def register(server: grpc.aio.Server) -> None:
+        allocator_pb2_grpc.add_AllocatorServicer_to_server(GarbledAllocator(), server)
+
+    server, health = await start_server(
+        socket, register, service="allocator", api_version="dracpu.allocator.v1"
+    )
+    await health.set(True)
+    backends = Backends.from_sockets({"allocator": socket}, timeout=TIMEOUT)
+    try:
+        transport = httpx.ASGITransport(app=create_app(backends))
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            reply = await client.get(path)
+        assert reply.status_code == 502
+        assert reply.headers["content-type"] == "application/problem+json"
+        assert reply.json()["detail"].startswith(detail)
+    finally:
+        await backends.close()
+        await server.stop(grace=0)
+        shutil.rmtree(workdir, ignore_errors=True)
