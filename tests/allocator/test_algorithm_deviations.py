@@ -118,7 +118,14 @@ def test_unmet_requests_say_what_was_wanted_and_what_is_free(
         # CPU 1 free looks whole and both its threads are taken, CPU 0 included.
         pytest.param(OFFLINE_SIBLING, "1-2", 2, Policy(), "1-2", id="offline-sibling"),
         # A core whose other thread is offline is a whole core on its own.
-        pytest.param(OFFLINE_SIBLING, "0-2", 1, Policy(), "2", id="offline-sibling-core-is-whole"),
+        pytest.param(
+            OFFLINE_SIBLING,
+            "0-2",
+            1,
+            Policy(align_uncore=False),
+            "2",
+            id="offline-sibling-core-is-whole",
+        ),
         # CPUs the machine does not have (offline) are never handed out.
         pytest.param(SMT2, "0-1,4,9-12", 3, Policy(), "0-1,4", id="unknown-cpus-ignored"),
     ],
@@ -149,8 +156,34 @@ def test_distributed_take_counts_whole_groups() -> None:
     assert per_node == [14, 14, 14, 12]
 
 
-def test_unknown_uncore_caches_change_nothing() -> None:
-    """Without cache ids (-1) there is nothing to align to: the same answer either way."""
-    available = CPUSet.parse("1-3,5,7")
-    aligned = take_cpus(SMT2, available, 3, Policy(align_uncore=True))
-    assert aligned == take_cpus(SMT2, available, 3, Policy(align_uncore=False))
+@pytest.mark.parametrize(
+    ("available", "count", "expect"),
+    [
+        # Without any cache grouping these would be 7,12,15 / 1,3,9,11 / 4,8,12.
+        pytest.param("1-3,5,7-9,11-12,15", 3, "1,8-9", id="three-cpus"),
+        pytest.param("1,3-7,9-13,15", 4, "4-5,12-13", id="four-cpus"),
+        pytest.param("4,7-9,11-12,14-15", 3, "4,12,14", id="odd-count-trims-a-thread"),
+    ],
+)
+def test_unknown_uncore_caches_count_as_one_per_socket(
+    available: str, count: int, expect: str
+) -> None:
+    """Like the kubelet when cadvisor reports no L3 cache, CPUs of unknown cache (-1) share
+    one per socket (2 sockets x 4 cores, sibling = cpu + 8): the same answers as with the
+    socket id given as cache id."""
+    cores = [(s, s, c, (s * 4 + c, 8 + s * 4 + c)) for s in range(2) for c in range(4)]
+    unknown = machine(cores)
+    per_socket = Machine.build(
+        CPUInfo(
+            cpu_id=cpu,
+            core_id=core_id,
+            socket_id=socket,
+            numa_node_id=numa,
+            uncore_cache_id=socket,
+        )
+        for socket, numa, core_id, threads in cores
+        for cpu in threads
+    )
+    cpus = CPUSet.parse(available)
+    assert take_cpus(unknown, cpus, count) == CPUSet.parse(expect)
+    assert take_cpus(per_socket, cpus, count) == CPUSet.parse(expect)

@@ -45,7 +45,7 @@ def _steps(index: TopologyIndex, strategy: Strategy, align_uncore: bool) -> list
         if index.numa_first
         else [take_full_sockets, take_full_numa_nodes]
     )
-    if align_uncore and index.uncore_masks:
+    if align_uncore:
         steps.append(take_uncore_caches)
     # DistributeCPUsAcrossCores skips whole cores so that threads spread over cores.
     if strategy != "spread":

@@ -80,12 +80,13 @@ def build_index(machine: Machine) -> TopologyIndex:
         socket_numa[key] = socket_numa.get(key, 0) | bit
         socket_cores.setdefault(cpu.socket_id, set()).add(core)
         numa_cores.setdefault(cpu.numa_node_id, set()).add(core)
-        # A negative id means the cache is unknown: such CPUs belong to no uncore group.
-        if cpu.uncore_cache_id >= 0:
-            uncores[cpu.uncore_cache_id] = uncores.get(cpu.uncore_cache_id, 0) | bit
-            pair = (cpu.numa_node_id, cpu.uncore_cache_id)
-            numa_uncore[pair] = numa_uncore.get(pair, 0) | bit
-            uncore_cores.setdefault(cpu.uncore_cache_id, set()).add(core)
+        # An unknown cache (negative id) counts as one per socket, as the kubelet does when
+        # cadvisor reports none (topology.getUncoreCacheID falls back to the socket id).
+        uncore = cpu.uncore_cache_id if cpu.uncore_cache_id >= 0 else cpu.socket_id
+        uncores[uncore] = uncores.get(uncore, 0) | bit
+        pair = (cpu.numa_node_id, uncore)
+        numa_uncore[pair] = numa_uncore.get(pair, 0) | bit
+        uncore_cores.setdefault(uncore, set()).add(core)
     core_masks = tuple(cores[i] for i in range(len(cores)))
     return TopologyIndex(
         all_cpus=_union(cores.values()),
