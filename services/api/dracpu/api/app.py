@@ -296,7 +296,9 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
         "/ui",
         response_class=HTMLResponse,
         tags=["pages"],
-        responses={503: {"description": "topology unavailable", "content": {"text/html": {}}}},
+        responses={
+            503: {"description": "no usable topology", "content": {"text/html": {}}},
+        },
     )
     async def get_ui() -> HTMLResponse:
         """The CPU map: sockets, NUMA nodes, L3 groups, cores and threads, coloured by owner."""
@@ -307,17 +309,22 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
         )
         if isinstance(inventory, models.Unavailable):
             return HTMLResponse(page.unavailable(node_name, inventory.reason), status_code=503)
+        try:
+            node = translate.machine(inventory)
+        except ProtocolError as exc:
+            return HTMLResponse(page.unavailable(node_name, str(exc)), status_code=503)
         notices = []
         state: tuple[Pool, list[ClaimCPUs]] | None = None
-        if isinstance(pool, models.Unavailable):
-            notices.append(f"Allocation state unknown: {pool.reason}")
-        elif isinstance(claims, models.Unavailable):
-            notices.append(f"Allocation state unknown: {claims.reason}")
-        else:
-            state = _allocation_state(pool, claims)
-        cpu_map = build(
-            translate.machine(inventory), state[0] if state else None, state[1] if state else []
-        )
+        try:
+            if isinstance(pool, models.Unavailable):
+                notices.append(f"Allocation state unknown: {pool.reason}")
+            elif isinstance(claims, models.Unavailable):
+                notices.append(f"Allocation state unknown: {claims.reason}")
+            else:
+                state = _allocation_state(pool, claims)
+        except ProtocolError as exc:
+            notices.append(f"Allocation state unknown: {exc}")
+        cpu_map = build(node, state[0] if state else None, state[1] if state else [])
         return HTMLResponse(page.cpu_map_page(node_name, cpu_map, notices))
 
     _document_problems(app)
