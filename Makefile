@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TOOLS := .tools
 PROTO_STAMP := services/core/dracpu/pb/.generated
 PROTO_SRC := $(shell find proto -name '*.proto')
-PYTEST_ARGS ?= -rs
+PYTEST_ARGS ?= -rfEs
 
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH)
 
