@@ -1,12 +1,11 @@
 """Latency of the api sidecar under a loopback load generator.
 
-Starts the real topology service on the 1024-CPU fixture and the real allocator, prepares
-1,000 one-CPU claims through the allocator's Prepare RPC, starts `dracpu-api`, then for each of
+Starts the real services (topology on the 1024-CPU fixture, allocator, nri-plugin and
+dra-plugin with the dev runner's runtime and kubelet simulators), prepares 1,000 one-CPU
+claims through the allocator's Prepare RPC, starts `dracpu-api`, then for each of
 GET /v1/claims and GET /metrics runs closed-loop HTTP clients (1, then 4 by default) for DURATION
 seconds each and prints the median and p99 latency, after the latency of the allocator's
-ListClaims alone, which every /v1/claims request includes. dra-plugin and nri-plugin are the
-test stand-ins (tests/api/standin_services.py): they serve their view RPCs and metrics from a
-scenario.
+ListClaims alone, which every /v1/claims request includes.
 
     .venv/bin/python benchmarks/api_bench.py [--duration 10] [--concurrency 1,4] [--claims 1000]
 """
@@ -15,12 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,35 +26,14 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "api"))
 
-from conftest import scenario  # noqa: E402  (the stand-ins' scenario)
+from conftest import PodServices, start_api, stop_api  # noqa: E402  (the api tests' harness)
 
-from dracpu.core.errors import DracpuError  # noqa: E402
-from dracpu.core.rpc import channel, check_health  # noqa: E402
+from dracpu.core.rpc import channel  # noqa: E402
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc  # noqa: E402
-from dracpu.topology.fixtures import write_fixture  # noqa: E402
 
 TARGET_P99_MS = 50.0
 PATHS = ("/v1/claims", "/metrics")
 NUMA_NODES = 8  # big-1024: 8 NUMA nodes of 128 CPUs
-
-
-def _start(command: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as handle:
-        return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
-
-
-async def _wait_serving(socket: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{socket}: process exited: {log.read_text()[-1500:]}")
-        try:
-            if await check_health(socket, timeout=0.5) == "SERVING":
-                return
-        except DracpuError:
-            pass
-        await asyncio.sleep(0.05)
-    raise SystemExit(f"{socket}: not serving within 60s")
 
 
 async def _prepare(socket: str, claims: int) -> float:
@@ -131,7 +105,7 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-async def main() -> int:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument(
@@ -143,86 +117,48 @@ async def main() -> int:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="apib-", dir="/tmp"))
-    sockets = {name: str(work / f"{name}.sock") for name in ("t", "a", "d", "n")}
-    processes: list[subprocess.Popen[bytes]] = []
+    pod = PodServices(work, fixture="big-1024")
+    api = None
     try:
-        sysfs = write_fixture("big-1024", work / "sys")
-        (work / "scenario.json").write_text(json.dumps(scenario()))
-        python = sys.executable
-        standin = str(ROOT / "tests" / "api" / "standin_services.py")
-        commands = {
-            "t": [python, "-m", "dracpu.topology.server", "--socket", sockets["t"],
-                  "--sysfs-root", str(sysfs)],
-            "a": [python, "-m", "dracpu.allocator.server", "--socket", sockets["a"],
-                  "--topology-socket", sockets["t"], "--state-dir", str(work / "state"),
-                  "--cdi-dir", str(work / "cdi"), "--topology-refresh", "0"],
-            "d": [python, standin, "dra-plugin", sockets["d"], str(work / "scenario.json")],
-            "n": [python, standin, "nri-plugin", sockets["n"], str(work / "scenario.json")],
-        }  # fmt: skip
-        for key, command in commands.items():
-            log = work / f"{key}.log"
-            processes.append(_start(command, log))
-            await _wait_serving(sockets[key], processes[-1], log)
-        took = await _prepare(sockets["a"], args.claims)
+        pod.start_all()
+        took = asyncio.run(_prepare(pod.sockets["allocator"], args.claims))
         print(f"prepared {args.claims} claims through the real allocator in {took:.1f}s")
-
-        api_log = work / "api.log"
-        processes.append(
-            _start(
-                [
-                    python, "-m", "dracpu.api.server", "--bind-address", "127.0.0.1:0",
-                    "--topology-socket", sockets["t"], "--allocator-socket", sockets["a"],
-                    "--dra-plugin-socket", sockets["d"], "--nri-plugin-socket", sockets["n"],
-                ],
-                api_log,
-            )
-        )  # fmt: skip
-        deadline = time.monotonic() + 30
-        url = None
-        while url is None and time.monotonic() < deadline:
-            match = re.search(r"msg=listening address=(http://\S+)", api_log.read_text())
-            url = match.group(1) if match else None
-            await asyncio.sleep(0.05)
-        if url is None:
-            raise SystemExit(f"dracpu-api did not start: {api_log.read_text()[-1500:]}")
-
-        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            claims = (await http.get("/v1/claims")).json()["claims"]
-            sizes = {path: len((await http.get(path)).content) for path in PATHS}
-        assert len(claims) == args.claims, len(claims)
-        baseline = await _list_claims_latency(sockets["a"], args.duration)
-        print(
-            f"allocator ListClaims alone (gRPC, 1 client, {len(baseline)} calls): "
-            f"median={statistics.median(baseline) * 1000:6.2f} ms "
-            f"p99={_percentile(baseline, 0.99) * 1000:6.2f} ms"
-        )
-        print(
-            f"HTTP load on loopback, {args.duration:g}s per line; target p99 < {TARGET_P99_MS:g} ms"
-        )
-        missed = False
-        for concurrency in (int(c) for c in args.concurrency.split(",")):
-            for path in PATHS:
-                latencies, failures = await _load(url, path, args.duration, concurrency)
-                p50 = statistics.median(latencies) * 1000
-                p99 = _percentile(latencies, 0.99) * 1000
-                missed |= p99 >= TARGET_P99_MS
-                print(
-                    f"GET {path:<11} clients={concurrency} requests={len(latencies):>6} "
-                    f"rps={len(latencies) / args.duration:7.1f} median={p50:6.2f} ms "
-                    f"p99={p99:6.2f} ms body={sizes[path]} bytes failures={failures}"
-                )
-        print("p99 target " + ("MISSED" if missed else "met"))
-        return 0
+        api = start_api(pod)
+        return asyncio.run(_measure(api.url, pod.sockets["allocator"], args))
     finally:
-        for process in reversed(processes):
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        if api is not None:
+            stop_api(api)
+        pod.stop_all()
         shutil.rmtree(work, ignore_errors=True)
 
 
+async def _measure(url: str, allocator_socket: str, args: argparse.Namespace) -> int:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        claims = (await http.get("/v1/claims")).json()["claims"]
+        sizes = {path: len((await http.get(path)).content) for path in PATHS}
+    assert len(claims) == args.claims, len(claims)
+    baseline = await _list_claims_latency(allocator_socket, args.duration)
+    print(
+        f"allocator ListClaims alone (gRPC, 1 client, {len(baseline)} calls): "
+        f"median={statistics.median(baseline) * 1000:6.2f} ms "
+        f"p99={_percentile(baseline, 0.99) * 1000:6.2f} ms"
+    )
+    print(f"HTTP load on loopback, {args.duration:g}s per line; target p99 < {TARGET_P99_MS:g} ms")
+    missed = False
+    for concurrency in (int(c) for c in args.concurrency.split(",")):
+        for path in PATHS:
+            latencies, failures = await _load(url, path, args.duration, concurrency)
+            p50 = statistics.median(latencies) * 1000
+            p99 = _percentile(latencies, 0.99) * 1000
+            missed |= p99 >= TARGET_P99_MS
+            print(
+                f"GET {path:<11} clients={concurrency} requests={len(latencies):>6} "
+                f"rps={len(latencies) / args.duration:7.1f} median={p50:6.2f} ms "
+                f"p99={p99:6.2f} ms body={sizes[path]} bytes failures={failures}"
+            )
+    print("p99 target " + ("MISSED" if missed else "met"))
+    return 0
+
+
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main()))
+    raise SystemExit(main())
