@@ -116,10 +116,8 @@ async def serve(argv: Sequence[str] | None) -> int:
     async def follow_health() -> None:
         serving = False
         while True:
-            if stub.ready != serving:
-                serving = stub.ready
-                await health.set(serving)
-            await asyncio.sleep(0.2)
+            serving = await stub.wait_ready_change(serving)
+            await health.set(serving)
 
     tasks = [
         asyncio.create_task(stub.run(), name="nri-connection"),

@@ -137,6 +137,8 @@ class PluginStub:
         self._sync_containers: list[api_pb2.Container] = []
         self._sync_chunks = 0
         self._ready = asyncio.Event()
+        self._ready_changed = asyncio.Condition()
+        self._notifications: set[asyncio.Task[None]] = set()
         self._stopping = False
 
     # -- public -------------------------------------------------------------------------------
@@ -159,6 +161,26 @@ class PluginStub:
     @property
     def ready(self) -> bool:
         return self._ready.is_set()
+
+    async def wait_ready_change(self, current: bool) -> bool:
+        """Wait until `ready` differs from `current`; return the new value."""
+        async with self._ready_changed:
+            await self._ready_changed.wait_for(lambda: self.ready != current)
+        return self.ready
+
+    def _set_ready(self, ready: bool) -> None:
+        if ready:
+            self._ready.set()
+        else:
+            self._ready.clear()
+
+        async def notify() -> None:
+            async with self._ready_changed:
+                self._ready_changed.notify_all()
+
+        task = asyncio.get_running_loop().create_task(notify())
+        self._notifications.add(task)
+        task.add_done_callback(self._notifications.discard)
 
     def stop(self) -> None:
         self._stopping = True
@@ -226,7 +248,7 @@ class PluginStub:
         was_connected = self.status.connected
         self.status.connected = False
         self.status.last_error = reason
-        self._ready.clear()
+        self._set_ready(False)
         self._runtime_channel = None
         self._mux = None
         if was_connected:
@@ -283,7 +305,7 @@ class PluginStub:
         self._sync_pods, self._sync_containers, self._sync_chunks = [], [], 0
         updates = await self._handlers.synchronize(pods, containers)
         self.status.synchronized_at = time.time()
-        self._ready.set()
+        self._set_ready(True)
         # Only a connection that got this far resets the delay: a runtime that keeps
         # rejecting us (say, the allocator is down during Synchronize) is retried slowly.
         self._backoff.reset()
