@@ -1,6 +1,6 @@
 """`dracpu-api` as a process: its flags, and its OpenAPI document checked by schemathesis
 against the running server (no 500s; every response matches its documented schema, status
-code, content type and headers)."""
+code, content type and headers): in the real pod, and with two services down."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import schemathesis
-from conftest import SERVICES, ServiceSet, running_services, start_api, stop_api
+from conftest import SERVICES, ServiceSet, Stack, running_services, start_api, stop_api
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -96,12 +96,9 @@ def test_server_answers_on_its_bind_address(services: ServiceSet) -> None:
 
 
 @pytest.fixture(scope="module")
-def api_schema(services: ServiceSet) -> Iterator[object]:
-    api = start_api(services)
-    try:
-        yield schemathesis.from_uri(f"{api.url}/openapi.json", base_url=api.url)
-    finally:
-        stop_api(api)
+def api_schema(stack: Stack) -> object:
+    """The real pod (`dracpu dev up`) with three claims."""
+    return schemathesis.from_uri(f"{stack.url}/openapi.json", base_url=stack.url)
 
 
 # FastAPI writes OpenAPI 3.1, which schemathesis 3.x checks behind this switch.

@@ -23,6 +23,7 @@ from pydantic_core import to_json
 
 from dracpu.api import models, page, problems, translate
 from dracpu.api.backends import Backend, Backends, BackendUnavailable
+from dracpu.api.coalesce import Coalescer
 from dracpu.api.cpumap import ClaimCPUs, Pool, build
 from dracpu.api.exposition import merge
 from dracpu.api.metrics import ApiMetrics, MetricsMiddleware
@@ -65,6 +66,7 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
     node_name = config.node_name()
     api_metrics = ApiMetrics()
     claim_lists = ReplyCache()
+    claim_reads: Coalescer[bytes] = Coalescer()
     started = time.time()
 
     @asynccontextmanager
@@ -161,8 +163,10 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
         ] = None,
     ) -> Response:
         """Prepared claims: CPUs, devices, owner container, prepared time."""
-        reply = await backends.allocator.claims_bytes(namespace or "")
-        body = claim_lists.render(namespace or "", reply, _render_claim_list)
+        key = namespace or ""
+        # Concurrent pollers share allocator calls (each started after the request arrived).
+        reply = await claim_reads.fetch(key, lambda: backends.allocator.claims_bytes(key))
+        body = claim_lists.render(key, reply, _render_claim_list)
         return Response(body, media_type="application/json")
 
     @app.get(
