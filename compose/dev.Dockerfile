@@ -7,7 +7,7 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-RUN pip install "grpcio-tools>=1.66,<2" "setuptools>=68" wheel
+RUN pip install "grpcio-tools>=1.66,<2" "setuptools>=77" wheel
 COPY pyproject.toml setup.py README.md ./
 COPY tools/genproto.py tools/genproto.py
 COPY proto/ proto/

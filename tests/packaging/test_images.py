@@ -32,9 +32,13 @@ DISTRIBUTION = {
     "grpc_health": "grpcio-health-checking",
     "google": "protobuf",
     "pydantic": "pydantic",
+    # pydantic pins its compiled core exactly; importing it directly needs nothing more.
+    "pydantic_core": "pydantic",
     "yaml": "pyyaml",
     "prometheus_client": "prometheus-client",
     "kubernetes": "kubernetes",
+    # The kubernetes client's HTTP transport: its exceptions surface through the client.
+    "urllib3": "kubernetes",
     "fastapi": "fastapi",
     "starlette": "fastapi",
     "uvicorn": "uvicorn",
