@@ -5,11 +5,13 @@ For each machine (2-socket HT Xeon, EPYC NPS4, 1024-CPU 8-NUMA) and count (1, 4,
 - take:    the placement algorithm over the node's whole free set (what the kubelet does);
 - prepare: the allocator's pure prepare path in the default numanode grouping (device lookup,
            opaque policy, placement inside the NUMA device with the most free CPUs, new state);
-- durable: one prepare + unprepare through the live allocator with real CDI/checkpoint files
-           (fsync included), on a temp dir.
+- durable: one prepare, and one unprepare, of a 1-CPU claim through the live allocator with
+           real files (fsync included) on a temp dir, on the 1024-CPU machine with 0, 200 and
+           1,000 other claims active (their cost must not grow with that number).
 
 Prints median and p99 in microseconds. Target: take of 64 CPUs out of 1024 under 1 ms median.
 Usage: python benchmarks/allocator_bench.py [--steps N] [--repeat N] [--seed N]
+                                            [--active N,N,...] [--durable-only] [--base-dir DIR]
 """
 
 from __future__ import annotations
@@ -96,21 +98,28 @@ def row(machine: str, count: int, what: str, samples: list[float] | None, note: 
     print(f"{machine:<14} {count:>5} {what:<8} {median:>10.1f} {p99(samples):>10.1f}  {note}")
 
 
-async def durable(machine: Machine, repeat: int) -> list[float]:
-    base = Path(tempfile.mkdtemp(dir="/tmp", prefix="bench-"))
+async def durable(
+    machine: Machine, repeat: int, active: int, base_dir: str
+) -> tuple[list[float], list[float]]:
+    """Prepare and unprepare samples (µs) with `active` other 1-CPU claims prepared first."""
+    base = Path(tempfile.mkdtemp(dir=base_dir, prefix="bench-"))
     try:
         node = NodeAllocator(
             state_dir=base / "state", cdi_dir=base / "cdi", options=DeviceOptions()
         )
         await node.start(machine)
-        device = node.state.devices.devices[0].name
-        samples = []
+        devices = [d.name for d in node.state.devices.devices]
+        for i in range(active):
+            await node.prepare(request(f"a{i}", devices[i % len(devices)], 1))
+        prepares, unprepares = [], []
         for i in range(repeat):
             start = time.perf_counter_ns()
-            await node.prepare(request(f"d{i}", device, 4))
+            await node.prepare(request(f"d{i}", devices[i % len(devices)], 1))
+            middle = time.perf_counter_ns()
             await node.unprepare(f"d{i}")
-            samples.append((time.perf_counter_ns() - start) / 1000)
-        return samples
+            prepares.append((middle - start) / 1000)
+            unprepares.append((time.perf_counter_ns() - middle) / 1000)
+        return prepares, unprepares
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -120,9 +129,21 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--active", default="0,200,1000", help="active claims for durable")
+    parser.add_argument("--durable-only", action="store_true", help="skip take and prepare")
+    parser.add_argument(
+        "--base-dir", default="/tmp", help="where the durable files live (/dev/shm: no disk)"
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     print(f"{'machine':<14} {'count':>5} {'op':<8} {'median µs':>10} {'p99 µs':>10}  state")
+    big = load("big-1024")
+    for active in (int(n) for n in args.active.split(",") if n):
+        prepares, unprepares = asyncio.run(durable(big, args.repeat, active, args.base_dir))
+        row("big-1024", 1, "durable", prepares, f"prepare, {active} other claims active")
+        row("big-1024", 1, "durable", unprepares, f"unprepare, {active} other claims active")
+    if args.durable_only:
+        return 0
     for name in FIXTURES:
         machine = load(name)
         started = time.perf_counter()
@@ -159,8 +180,6 @@ def main() -> int:
                 timed(partial(claims.prepare, state, probe, 0), args.repeat),
                 device.name,
             )
-        samples = asyncio.run(durable(machine, max(20, args.repeat // 4)))
-        row(name, 4, "durable", samples, "prepare+unprepare with fsync'd CDI spec and checkpoint")
     return 0
 
 
