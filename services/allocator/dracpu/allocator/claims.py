@@ -119,6 +119,10 @@ class NodeState:
     records: Mapping[str, ClaimRecord] = field(default_factory=dict)
     pool_generation: int = 1
     claims_generation: int = 1
+    # The union of the records' CPUs when the rule that made this state already knows it
+    # (records never share a CPU: prepare adds a claim's CPUs, unprepare takes them away), so
+    # a mutation costs the same however many claims the node holds.
+    known_exclusive: CPUSet | None = field(default=None, compare=False, repr=False)
 
     @property
     def reserved(self) -> CPUSet:
@@ -130,6 +134,8 @@ class NodeState:
 
     @cached_property
     def exclusive(self) -> CPUSet:
+        if self.known_exclusive is not None:
+            return self.known_exclusive
         mask = 0
         for record in self.records.values():
             mask |= record.cpus.mask
@@ -145,12 +151,23 @@ class NodeState:
                 return record
         return None
 
-    def with_records(self, records: Mapping[str, ClaimRecord], *, pool_changed: bool) -> NodeState:
+    def with_records(
+        self,
+        records: Mapping[str, ClaimRecord],
+        *,
+        pool_changed: bool,
+        exclusive: CPUSet | None = None,
+    ) -> NodeState:
+        """A state with other records. Without `exclusive`, a change that moves no CPU keeps
+        this state's union; one that does has it computed again when first asked."""
+        if exclusive is None and not pool_changed:
+            exclusive = self.exclusive
         return replace(
             self,
             records=records,
             pool_generation=self.pool_generation + (1 if pool_changed else 0),
             claims_generation=self.claims_generation + 1,
+            known_exclusive=exclusive,
         )
 
 
@@ -379,15 +396,20 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
     )
     records = dict(state.records)
     records[request.uid] = record
-    return PrepareOutcome(state.with_records(records, pool_changed=True), record, False)
+    new_state = state.with_records(records, pool_changed=True, exclusive=state.exclusive | cpus)
+    return PrepareOutcome(new_state, record, False)
 
 
 def unprepare(state: NodeState, uid: str) -> tuple[NodeState, ClaimRecord | None]:
     record = state.records.get(uid)
     if record is None:
         return state, None
-    records = {k: v for k, v in state.records.items() if k != uid}
-    return state.with_records(records, pool_changed=True), record
+    records = dict(state.records)
+    del records[uid]
+    new_state = state.with_records(
+        records, pool_changed=True, exclusive=state.exclusive - record.cpus
+    )
+    return new_state, record
 
 
 def parse_claim_cpus(claims: Mapping[str, str]) -> dict[str, CPUSet]:
@@ -549,7 +571,14 @@ def adopt(
             changed = True
         union = union | cpus
         results.append(AdoptResult(uid, True, False))
-    new_state = state.with_records(records, pool_changed=pool_changed) if changed else state
+    new_state = state
+    if changed:
+        taken = CPUSet()
+        for uid in recovered:
+            taken = taken | records[uid].cpus
+        new_state = state.with_records(
+            records, pool_changed=pool_changed, exclusive=state.exclusive | taken
+        )
     return AdoptOutcome(new_state, tuple(results), union, tuple(recovered), changed)
 
 
