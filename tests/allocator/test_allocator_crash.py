@@ -16,7 +16,7 @@ import grpc
 import pytest
 from allocator_process import Launcher, kill_and_wait, spawn, stop, wait_for
 
-from dracpu.allocator import cdi
+from dracpu.allocator import cdi, records
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import StateError
 from dracpu.core.machine import Machine
@@ -80,7 +80,7 @@ def next_op(rng: random.Random, model: Model, counter: list[int]) -> tuple[str, 
     return "prepare", prepare_request(f"c{counter[0]:04d}", device, rng.randint(1, 5))
 
 
-async def check_after_restart(stub: Any, model: Model, cdi_dir: Path) -> None:
+async def check_after_restart(stub: Any, model: Model, cdi_dir: Path, state_dir: Path) -> None:
     # The operation cut short is retried, as the kubelet would; then it is acknowledged.
     if model.in_doubt is not None:
         kind, request = model.in_doubt
@@ -99,8 +99,11 @@ async def check_after_restart(stub: Any, model: Model, cdi_dir: Path) -> None:
         assert not isinstance(spec, StateError), spec
         specs[spec.uid] = spec.cpus
     assert specs == listed, "CDI specs on disk differ from the claims"
-    # Temp files of writes cut short are cleaned up at start.
+    # Temp files of writes cut short are cleaned up at start, and every claim record is
+    # trusted (none set aside as corrupt).
     assert [p.name for p in cdi_dir.iterdir() if not p.name.endswith(".json")] == []
+    claims_dir = records.claims_dir(state_dir)
+    assert sorted(p.name for p in claims_dir.iterdir()) == sorted(f"{u}.json" for u in listed)
 
 
 @pytest.mark.slow
@@ -124,7 +127,7 @@ async def test_kill_9_loses_nothing_acknowledged(short_tmp: Path, machines: Mach
         for _ in range(ITERATIONS):
             pid = launcher.start(args, short_tmp / "allocator.log")
             try:
-                await crash_once(rng, pid, socket, short_tmp / "cdi", model, counter)
+                await crash_once(rng, pid, socket, short_tmp, model, counter)
             except InDoubtError:
                 kills_in_flight += 1
             finally:
@@ -137,7 +140,10 @@ async def test_kill_9_loses_nothing_acknowledged(short_tmp: Path, machines: Mach
         await wait_for(socket, "SERVING", process)
         async with channel(socket) as chan:
             await check_after_restart(
-                allocator_pb2_grpc.AllocatorStub(chan), model, short_tmp / "cdi"
+                allocator_pb2_grpc.AllocatorStub(chan),
+                model,
+                short_tmp / "cdi",
+                short_tmp / "state",
             )
     finally:
         stop(process)
@@ -151,13 +157,13 @@ class InDoubtError(Exception):
 
 
 async def crash_once(
-    rng: random.Random, pid: int, socket: Path, cdi_dir: Path, model: Model, counter: list[int]
+    rng: random.Random, pid: int, socket: Path, base: Path, model: Model, counter: list[int]
 ) -> None:
     """Restart check, a few operations, then SIGKILL at a random moment of one more."""
     await wait_for(socket, "SERVING", pid)
     async with channel(socket) as chan:
         stub = allocator_pb2_grpc.AllocatorStub(chan)
-        await check_after_restart(stub, model, cdi_dir)
+        await check_after_restart(stub, model, base / "cdi", base / "state")
         for _ in range(rng.randint(0, 4)):
             await run_op(stub, model, *next_op(rng, model, counter))
         kind, request = next_op(rng, model, counter)

@@ -1,4 +1,5 @@
-"""The durable files: CDI specs as runtimes read them, and the checksummed checkpoint."""
+"""The durable files: CDI specs as runtimes read them, the checksummed claim record files, the
+node file, the generations line, and the old single-file checkpoint read for migration."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dracpu.allocator import cdi, checkpoint
+from dracpu.allocator import cdi, checkpoint, records
 from dracpu.allocator.claims import Allocation, ClaimRecord, Owner
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError, StateError
@@ -111,7 +112,15 @@ RECORD = ClaimRecord(
 )
 
 
-def test_checkpoint_round_trip(tmp_path: Path) -> None:
+def write_legacy(state_dir: Path, saved: checkpoint.Checkpoint) -> Path:
+    """A checkpoint as builds before the per-claim records wrote it."""
+    path = checkpoint.path_in(state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(checkpoint.encode(saved))
+    return path
+
+
+def test_legacy_checkpoint_round_trip(tmp_path: Path) -> None:
     written = checkpoint.Checkpoint(
         records=(RECORD,),
         pool_generation=3,
@@ -120,7 +129,7 @@ def test_checkpoint_round_trip(tmp_path: Path) -> None:
         devices_fingerprint="abc",
         written_at_ns=9,
     )
-    checkpoint.write(tmp_path, written)
+    write_legacy(tmp_path, written)
     loaded = checkpoint.load(tmp_path)
     assert loaded == written
     assert checkpoint.load(tmp_path / "missing") is None
@@ -142,20 +151,91 @@ def _rewrite(path: Path, change: object) -> None:
     ],
     ids=["edited-content", "unknown-version", "no-checksum"],
 )
-def test_checkpoint_damage_is_detected(tmp_path: Path, damage: object, message: str) -> None:
-    checkpoint.write(tmp_path, checkpoint.Checkpoint(records=(RECORD,)))
-    _rewrite(checkpoint.path_in(tmp_path), damage)
+def test_legacy_checkpoint_damage_is_detected(tmp_path: Path, damage: object, message: str) -> None:
+    _rewrite(write_legacy(tmp_path, checkpoint.Checkpoint(records=(RECORD,))), damage)
     with pytest.raises(checkpoint.CorruptCheckpointError, match=message):
         checkpoint.load(tmp_path)
 
 
-def test_truncated_checkpoint_is_corrupt_and_moved_aside(tmp_path: Path) -> None:
-    checkpoint.write(tmp_path, checkpoint.Checkpoint(records=(RECORD,)))
-    path = checkpoint.path_in(tmp_path)
+def test_truncated_legacy_checkpoint_is_corrupt(tmp_path: Path) -> None:
+    path = write_legacy(tmp_path, checkpoint.Checkpoint(records=(RECORD,)))
     path.write_bytes(path.read_bytes()[:40])
     with pytest.raises(checkpoint.CorruptCheckpointError, match="not valid JSON"):
         checkpoint.load(tmp_path)
-    aside = checkpoint.move_aside(tmp_path)
-    assert aside.name.startswith("allocator-checkpoint.json.corrupt-")
-    assert not path.exists() and aside.exists()
-    assert checkpoint.load(tmp_path) is None
+
+
+def test_claim_record_file_round_trip(tmp_path: Path) -> None:
+    records.write_record(tmp_path, RECORD)
+    path = records.record_path(tmp_path, "u1")
+    assert path == tmp_path / "claims" / "u1.json"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    loaded = records.load_records(tmp_path)
+    assert loaded is not None and loaded.records == {"u1": RECORD} and loaded.bad == []
+    assert records.remove_record(tmp_path, "u1") is True
+    assert records.remove_record(tmp_path, "u1") is False
+    assert records.load_records(tmp_path) == records.LoadedRecords()
+    assert records.load_records(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: d["body"].update(cpus="1-3"), "checksum mismatch"),
+        (lambda d: d.update(formatVersion=99), "unknown format version 99"),
+        (lambda d: d.pop("checksum"), "checksum mismatch"),
+        (lambda d: d.update(body=[], checksum=records.digest([])), "malformed content"),
+        (
+            lambda d: (d["body"].update(uid="u2"), d.update(checksum=records.digest(d["body"]))),
+            "holds claim 'u2', not 'u1'",
+        ),
+    ],
+    ids=["edited-content", "unknown-version", "no-checksum", "not-a-record", "other-claim"],
+)
+def test_claim_record_damage_is_detected(tmp_path: Path, damage: object, message: str) -> None:
+    records.write_record(tmp_path, RECORD)
+    _rewrite(records.record_path(tmp_path, "u1"), damage)
+    loaded = records.load_records(tmp_path)
+    assert loaded is not None and loaded.records == {}
+    assert [(b.uid, b.path.name) for b in loaded.bad] == [("u1", "u1.json")]
+    assert message in loaded.bad[0].error
+
+
+def test_loading_claim_records_reads_only_record_files(tmp_path: Path) -> None:
+    records.write_record(tmp_path, RECORD)
+    directory = records.claims_dir(tmp_path)
+    (directory / ".u9.json.abc123.tmp").write_text("{half a wr")  # a write cut short
+    (directory / "u8.json.corrupt-20260101T000000Z-000001").write_text("set aside earlier")
+    torn = directory / "u7.json"
+    torn.write_bytes(records.encode_record(RECORD)[:30])
+    loaded = records.load_records(tmp_path)
+    assert loaded is not None and list(loaded.records) == ["u1"]
+    assert [b.uid for b in loaded.bad] == ["u7"] and "not valid JSON" in loaded.bad[0].error
+    aside = records.move_aside(torn)
+    assert aside.name.startswith("u7.json.corrupt-") and not torn.exists()
+    again = records.load_records(tmp_path)
+    assert again is not None and again.bad == []
+
+
+def test_node_file_round_trip_and_damage(tmp_path: Path) -> None:
+    assert records.load_node(tmp_path) is None
+    written = records.NodeFile(3, 4, 2, "abc", {"mode": "grouped"})
+    records.write_node(tmp_path, written)
+    assert records.load_node(tmp_path) == written
+    _rewrite(records.node_path(tmp_path), lambda d: d["body"].update(devicesGeneration=7))
+    with pytest.raises(records.CorruptRecordError, match="checksum mismatch"):
+        records.load_node(tmp_path)
+
+
+@pytest.mark.parametrize("durable", [True, False], ids=["atomic", "in-place"])
+def test_generations_line(tmp_path: Path, durable: bool) -> None:
+    assert records.read_generations(tmp_path) is None
+    records.save_generations(tmp_path, 12, 3456, durable=durable)
+    assert records.read_generations(tmp_path) == (12, 3456)
+    records.save_generations(tmp_path, 13, 3457)  # overwritten in place
+    assert records.read_generations(tmp_path) == (13, 3457)
+    path = tmp_path / records.GENERATIONS_FILE
+    line = path.read_bytes()
+    path.write_bytes(line.replace(b"pool=0", b"pool=9", 1))  # a torn or edited line
+    assert records.read_generations(tmp_path) is None
+    path.write_bytes(line[:20])
+    assert records.read_generations(tmp_path) is None

@@ -1,5 +1,6 @@
 """The live allocator on real files: durable before acknowledged, rolled back on failure,
-recovered on start (checkpoint, CDI specs and topology cross-checked)."""
+recovered on start (claim records, CDI specs and topology cross-checked), migrated from the
+single-file checkpoint of older builds."""
 
 from __future__ import annotations
 
@@ -7,14 +8,22 @@ import asyncio
 import io
 import json
 import logging
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dracpu.allocator import cdi, checkpoint
-from dracpu.allocator.claims import Container, Owner, PrepareInput, ResultInput
+from dracpu.allocator import cdi, checkpoint, records
+from dracpu.allocator.claims import (
+    Allocation,
+    ClaimRecord,
+    Container,
+    Owner,
+    PrepareInput,
+    ResultInput,
+)
 from dracpu.allocator.devices import DeviceOptions
 from dracpu.allocator.node import NodeAllocator
 from dracpu.core import log
@@ -30,6 +39,13 @@ OPTIONS = DeviceOptions(reserved=CPUSet.parse("0,20"))
 def request(uid: str, count: int = 2, device: str = "cpudevnuma000") -> PrepareInput:
     result = ResultInput(request="r", device=device, pool="n", consumed={"dra.cpu/cpu": str(count)})
     return PrepareInput(uid=uid, namespace="ns", name=uid, results=(result,))
+
+
+def saved(base: Path) -> dict[str, ClaimRecord]:
+    """The claim records on disk, all of which must be trusted."""
+    loaded = records.load_records(base / "state")
+    assert loaded is not None and loaded.bad == []
+    return loaded.records
 
 
 def node_in(base: Path, options: DeviceOptions = OPTIONS, **kw: object) -> NodeAllocator:
@@ -72,13 +88,11 @@ async def test_prepare_is_durable_and_unprepare_removes_both(
     assert json.loads(spec.read_text())["devices"][0]["containerEdits"]["env"] == [
         f"DRA_CPUSET_u1={outcome.record.cpus.format()}"
     ]
-    saved = checkpoint.load(tmp_path / "state")
-    assert saved is not None and [r.uid for r in saved.records] == ["u1"]
+    assert saved(tmp_path) == {"u1": outcome.record}
     released = await node.unprepare("u1")
     assert released is not None and released.cpus == outcome.record.cpus
     assert not spec.exists()
-    saved = checkpoint.load(tmp_path / "state")
-    assert saved is not None and saved.records == ()
+    assert saved(tmp_path) == {}
     assert await node.unprepare("u1") is None
 
 
@@ -115,33 +129,27 @@ async def test_failed_cdi_write_leaves_nothing(tmp_path: Path, machines: Machine
     assert node.state is before and "u1" not in node.state.records
 
 
-async def test_failed_checkpoint_write_rolls_back_the_spec(
-    tmp_path: Path, machines: Machines
-) -> None:
+async def test_failed_record_write_rolls_back_the_spec(tmp_path: Path, machines: Machines) -> None:
     node = node_in(tmp_path)
     await node.start(machines("xeon-2s-ht"))
     before = node.state
     state_dir = tmp_path / "state"
-    for child in state_dir.iterdir():
-        child.unlink()
-    state_dir.rmdir()
+    shutil.rmtree(state_dir)
     state_dir.write_text("now a file")
-    with pytest.raises(StateError, match="cannot write checkpoint"):
+    with pytest.raises(StateError, match="cannot write claim record"):
         await node.prepare(request("u1"))
     assert node.state is before
     assert not cdi.spec_path(tmp_path / "cdi", "u1").exists()
 
 
-async def test_failed_checkpoint_on_unprepare_keeps_the_claim_and_its_spec(
+async def test_failed_record_removal_on_unprepare_keeps_the_claim_and_its_spec(
     tmp_path: Path, machines: Machines
 ) -> None:
     node = node_in(tmp_path)
     await node.start(machines("xeon-2s-ht"))
     await node.prepare(request("u1"))
     state_dir = tmp_path / "state"
-    for child in state_dir.iterdir():
-        child.unlink()
-    state_dir.rmdir()
+    shutil.rmtree(state_dir)
     state_dir.write_text("now a file")
     with pytest.raises(StateError):
         await node.unprepare("u1")
@@ -149,7 +157,7 @@ async def test_failed_checkpoint_on_unprepare_keeps_the_claim_and_its_spec(
     assert cdi.spec_path(tmp_path / "cdi", "u1").exists()
 
 
-async def test_rebuild_from_cdi_specs_when_the_checkpoint_is_missing(
+async def test_rebuild_from_cdi_specs_when_nothing_is_saved(
     tmp_path: Path, machines: Machines, logs: io.StringIO
 ) -> None:
     cdi.write_spec(tmp_path / "cdi", "a", CPUSet.parse("3-4"))
@@ -160,25 +168,173 @@ async def test_rebuild_from_cdi_specs_when_the_checkpoint_is_missing(
     assert {u: r.cpus.format() for u, r in records.items()} == {"a": "3-4", "b": "13"}
     assert all(r.recovered for r in records.values())
     assert "rebuilt claim records from CDI specs" in logs.getvalue()
-    assert checkpoint.load(tmp_path / "state") is not None
+    assert saved(tmp_path) == dict(records)
 
 
-async def test_corrupt_checkpoint_is_moved_aside_and_rebuilt(
+async def test_a_corrupt_record_is_moved_aside_and_its_claim_rebuilt(
     tmp_path: Path, machines: Machines, logs: io.StringIO
 ) -> None:
     machine = machines("xeon-2s-ht")
     node = node_in(tmp_path)
     await node.start(machine)
     prepared = await node.prepare(request("u1"))
-    path = checkpoint.path_in(tmp_path / "state")
-    path.write_text(path.read_text().replace('"u1"', '"u2"'))
+    other = await node.prepare(request("u2"))
+    path = records.record_path(tmp_path / "state", "u1")
+    path.write_text(path.read_text().replace('"namespace": "ns"', '"namespace": "edited"'))
     again = node_in(tmp_path)
     await again.start(machine)
     assert again.state.records["u1"].cpus == prepared.record.cpus
     assert again.state.records["u1"].recovered
-    moved = list((tmp_path / "state").glob("allocator-checkpoint.json.corrupt-*"))
+    assert again.state.records["u2"] == other.record  # the others are untouched
+    moved = list(records.claims_dir(tmp_path / "state").glob("u1.json.corrupt-*"))
     assert len(moved) == 1
+    text = logs.getvalue()
+    assert "level=error" in text and "claim record cannot be trusted" in text
+    assert "claim rebuilt from its CDI spec" in text
+    assert saved(tmp_path)["u1"] == again.state.records["u1"]  # rewritten, trusted again
+
+
+async def test_a_missing_record_is_rebuilt_from_its_cdi_spec_loudly(
+    tmp_path: Path, machines: Machines, logs: io.StringIO
+) -> None:
+    machine = machines("xeon-2s-ht")
+    node = node_in(tmp_path)
+    await node.start(machine)
+    prepared = await node.prepare(request("u1"))
+    records.record_path(tmp_path / "state", "u1").unlink()
+    again = node_in(tmp_path)
+    await again.start(machine)
+    record = again.state.records["u1"]
+    assert record.cpus == prepared.record.cpus and record.recovered
+    warnings = [line for line in logs.getvalue().splitlines() if "level=warning" in line]
+    assert any("claim rebuilt from its CDI spec" in line for line in warnings)
+    assert saved(tmp_path) == {"u1": record}
+    # The kubelet prepares it again: the allocation results come back, same CPUs.
+    completed = await again.prepare(request("u1"))
+    assert completed.already_prepared and completed.record.cpus == prepared.record.cpus
+    assert not completed.record.recovered and saved(tmp_path)["u1"] == completed.record
+
+
+async def test_leftover_temp_files_are_removed_at_start(tmp_path: Path, machines: Machines) -> None:
+    machine = machines("xeon-2s-ht")
+    node = node_in(tmp_path)
+    await node.start(machine)
+    await node.prepare(request("u1"))
+    state = tmp_path / "state"
+    leftovers = [
+        records.claims_dir(state) / ".u2.json.k3j4h5.tmp",
+        state / ".node.json.a1b2c3.tmp",
+        state / ".generations.d4e5f6.tmp",
+        tmp_path / "cdi" / f".{cdi.FILE_PREFIX}u2.json.x9y8z7.tmp",
+    ]
+    for path in leftovers:
+        path.write_text("{half a wr")
+    again = node_in(tmp_path)
+    await again.start(machine)
+    assert [p for p in leftovers if p.exists()] == []
+    assert list(again.state.records) == ["u1"] and list(saved(tmp_path)) == ["u1"]
+
+
+def legacy_record(uid: str, cpus: str) -> ClaimRecord:
+    return ClaimRecord(
+        uid=uid,
+        namespace="ns",
+        name=uid,
+        cpus=CPUSet.parse(cpus),
+        allocations=(Allocation("r", "n", "cpudevnuma000", CPUSet.parse(cpus), 2, "packed"),),
+        prepared_at_ns=5,
+        owner=Owner("pod", "app", "ns", "p"),
+    )
+
+
+async def test_the_single_file_checkpoint_is_migrated_to_record_files(
+    tmp_path: Path, machines: Machines, logs: io.StringIO
+) -> None:
+    machine = machines("xeon-2s-ht")
+    old = (legacy_record("u1", "1-2"), legacy_record("u2", "3-4"))
+    for record in old:
+        cdi.write_spec(tmp_path / "cdi", record.uid, record.cpus)
+    legacy = checkpoint.path_in(tmp_path / "state")
+    legacy.parent.mkdir()
+    legacy.write_bytes(
+        checkpoint.encode(
+            checkpoint.Checkpoint(records=old, pool_generation=40, claims_generation=50)
+        )
+    )
+    node = node_in(tmp_path)
+    await node.start(machine)
+    assert dict(node.state.records) == {r.uid: r for r in old}
+    assert saved(tmp_path) == {r.uid: r for r in old}
+    assert not legacy.exists() and list((tmp_path / "state").glob("allocator-checkpoint*")) == []
+    assert node.shared_pool().generation == 41 and node.state.claims_generation == 51
+    assert "migrated the single-file checkpoint" in logs.getvalue()
+    # Nothing left to migrate: the next start reads the record files alone.
+    again = node_in(tmp_path)
+    await again.start(machine)
+    assert dict(again.state.records) == {r.uid: r for r in old}
+
+
+async def test_a_migration_cut_short_is_finished_on_the_next_start(
+    tmp_path: Path, machines: Machines
+) -> None:
+    old = (legacy_record("u1", "1-2"), legacy_record("u2", "3-4"))
+    state = tmp_path / "state"
+    state.mkdir()
+    checkpoint.path_in(state).write_bytes(checkpoint.encode(checkpoint.Checkpoint(records=old)))
+    records.write_record(state, old[0])  # killed after the first record file
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    assert saved(tmp_path) == {r.uid: r for r in old}
+    assert not checkpoint.path_in(state).exists()
+
+
+async def test_a_corrupt_legacy_checkpoint_is_moved_aside_and_claims_rebuilt(
+    tmp_path: Path, machines: Machines, logs: io.StringIO
+) -> None:
+    cdi.write_spec(tmp_path / "cdi", "u1", CPUSet.parse("3-4"))
+    legacy = checkpoint.path_in(tmp_path / "state")
+    legacy.parent.mkdir()
+    legacy.write_text('{"formatVersion": 1, "checksum": "sha256:00", "state": {}}')
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    assert node.state.records["u1"].cpus == CPUSet.parse("3-4")
+    assert len(list((tmp_path / "state").glob("allocator-checkpoint.json.corrupt-*"))) == 1
     assert "level=error" in logs.getvalue() and "moved aside" in logs.getvalue()
+
+
+async def test_records_sharing_a_cpu_keep_the_first_prepared(
+    tmp_path: Path, machines: Machines, logs: io.StringIO
+) -> None:
+    first = legacy_record("late-name", "1-2")
+    second = ClaimRecord(
+        uid="early-name", namespace="ns", name="x", cpus=CPUSet.parse("2-3"),
+        allocations=(), prepared_at_ns=9,
+    )  # fmt: skip
+    for record in (first, second):
+        records.write_record(tmp_path / "state", record)
+        cdi.write_spec(tmp_path / "cdi", record.uid, record.cpus)
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    assert list(node.state.records) == ["late-name"]
+    assert node.state.exclusive == CPUSet.parse("1-2")
+    assert len(list(records.claims_dir(tmp_path / "state").glob("early-name.json.corrupt-*"))) == 1
+    assert "shares CPUs with an earlier claim" in logs.getvalue()
+
+
+async def test_generations_never_go_back_across_a_restart(
+    tmp_path: Path, machines: Machines
+) -> None:
+    machine = machines("xeon-2s-ht")
+    node = node_in(tmp_path)
+    await node.start(machine)
+    for uid in ("u1", "u2", "u3"):
+        await node.prepare(request(uid))
+        await node.unprepare(uid)  # leaves no record behind to remember it by
+    seen = node.shared_pool().generation, node.state.claims_generation
+    again = node_in(tmp_path)
+    await again.start(machine)
+    assert again.shared_pool().generation > seen[0]
+    assert again.state.claims_generation > seen[1]
 
 
 async def test_cross_check_of_checkpoint_and_specs(
@@ -269,5 +425,4 @@ async def test_a_caller_going_away_does_not_cut_a_prepare_short(
     await node.unprepare("unrelated")
     record = node.state.records["u1"]
     assert cdi.spec_path(tmp_path / "cdi", "u1").exists()
-    saved = checkpoint.load(tmp_path / "state")
-    assert saved is not None and [r.cpus for r in saved.records] == [record.cpus]
+    assert saved(tmp_path) == {"u1": record}

@@ -1,6 +1,7 @@
 """Random prepare / unprepare / attach sequences on the live allocator with real files,
 restarted at random points: a restart always comes back to exactly the state it left, and the
-CDI specs and the checkpoint on disk always match the published state."""
+CDI specs and the claim record files on disk always match the published state, and the
+incrementally kept union of claimed CPUs always equals the one computed from the records."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from dracpu.allocator import cdi, checkpoint
+from dracpu.allocator import cdi, records
 from dracpu.allocator.claims import Container, Owner, PrepareInput, ResultInput
 from dracpu.allocator.devices import DeviceOptions
 from dracpu.allocator.node import NodeAllocator
@@ -97,15 +98,19 @@ class Restarts(RuleBasedStateMachine):
 
     @invariant()
     def disk_matches_the_published_state(self) -> None:
-        records = self.node.state.records
+        published = self.node.state.records
         specs = {}
         for spec in cdi.read_specs(self.base / "cdi"):
             assert not isinstance(spec, StateError)
             specs[spec.uid] = spec.cpus
-        assert specs == {uid: r.cpus for uid, r in records.items()}
-        saved = checkpoint.load(self.base / "state")
-        assert saved is not None
-        assert {r.uid: r for r in saved.records} == dict(records)
+        assert specs == {uid: r.cpus for uid, r in published.items()}
+        loaded = records.load_records(self.base / "state")
+        assert loaded is not None and loaded.bad == []
+        assert loaded.records == dict(published)
+        union = CPUSet()
+        for record in published.values():
+            union = union | record.cpus
+        assert self.node.state.exclusive == union
 
 
 TestRestarts = Restarts.TestCase

@@ -2,6 +2,7 @@
 
 Pure core: `algorithm` (placement), `devices` (the published device model), `opaque` and
 `quantity` (claim inputs), `claims` (state and the prepare/attach/adopt rules), `recovery`
-(start-up reconciliation). Edges: `cdi` and `checkpoint` (durable files, via `durable`),
-`node` (the serialized live state), `service` (gRPC), `topology_client`, `server` (main).
+(start-up reconciliation). Edges: `cdi` and `records` (durable files, via `durable`; the old
+single-file `checkpoint` is only read, to migrate), `node` (the serialized live state),
+`service` (gRPC), `topology_client`, `server` (main).
 """

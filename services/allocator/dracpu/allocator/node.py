@@ -1,30 +1,31 @@
 """The allocator's live state: one serialized writer around the pure claim rules, making every
-change durable (CDI spec, checkpoint) before it is published or acknowledged.
+change durable (CDI spec, claim record) before it is published or acknowledged.
 
-Order of operations, so that a kill -9 at any point loses nothing acknowledged and never puts
-a CPU in two claims:
+Each claim has its own record file (`records`), so a mutation writes only the claims it
+changes. Order of operations, so that a kill -9 at any point loses nothing acknowledged and
+never puts a CPU in two claims:
 
 - prepare: choose CPUs in a pending state (the lock keeps anyone else from choosing them) →
-  write the CDI spec → write the checkpoint → publish → acknowledge. A failure drops the
+  write the CDI spec → write the claim's record → publish → acknowledge. A failure drops the
   pending state and removes a spec already written.
-- unprepare: remove the CDI spec → write the checkpoint without the record → publish. The CPUs
-  stay exclusive until both are durable.
+- unprepare: remove the CDI spec → remove the claim's record → publish. The CPUs stay
+  exclusive until both are durable.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from dracpu.allocator import cdi, checkpoint, claims, recovery
+from dracpu.allocator import cdi, checkpoint, claims, records, recovery
 from dracpu.allocator.devices import DeviceModel, DeviceOptions, build_devices
-from dracpu.allocator.durable import remove_stale_temps
+from dracpu.allocator.durable import remove_durable, remove_stale_temps
 from dracpu.core import metrics
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import StateError, UnavailableError
@@ -120,42 +121,55 @@ class NodeAllocator:
     def _recover(self, machine: Machine) -> claims.NodeState:
         """Load, cross-check and rewrite the durable state (blocking I/O, in a thread)."""
         devices = build_devices(machine, self.options)
+        claims_dir = records.claims_dir(self.state_dir)
         try:
             # Runtimes watch the CDI directory; it should exist before the first spec.
             self.cdi_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
             self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StateError(f"cannot create {exc.filename}: {exc.strerror or exc}") from None
-        stale = remove_stale_temps(self.cdi_dir, cdi.FILE_PREFIX) + remove_stale_temps(
-            self.state_dir, checkpoint.FILE_NAME
+        stale = (
+            remove_stale_temps(self.cdi_dir, cdi.FILE_PREFIX)
+            + remove_stale_temps(self.state_dir, checkpoint.FILE_NAME)
+            + remove_stale_temps(self.state_dir, records.NODE_FILE)
+            + remove_stale_temps(self.state_dir, records.GENERATIONS_FILE)
+            + remove_stale_temps(claims_dir, "")
         )
         if stale:
             log.info(2, "removed temp files of writes cut short", files=",".join(sorted(stale)))
-        loaded: checkpoint.Checkpoint | None
-        try:
-            loaded = checkpoint.load(self.state_dir)
-        except checkpoint.CorruptCheckpointError as exc:
+        node_file = self._load_trusted(records.load_node, records.node_path(self.state_dir))
+        legacy = self._load_trusted(checkpoint.load, checkpoint.path_in(self.state_dir))
+        loaded = records.load_records(self.state_dir)
+        on_disk = dict(loaded.records) if loaded is not None else {}
+        for bad in loaded.bad if loaded is not None else []:
             try:
-                aside = checkpoint.move_aside(self.state_dir)
+                aside = records.move_aside(bad.path)
             except OSError as move_error:
-                raise StateError(f"{exc}; cannot move it aside: {move_error}") from None
+                raise StateError(f"{bad.error}; cannot move it aside: {move_error}") from None
             log.error(
-                "checkpoint cannot be trusted; moved aside, rebuilding from CDI specs",
-                error=str(exc),
+                "claim record cannot be trusted; moved aside, rebuilding the claim from its "
+                "CDI spec",
+                claim=bad.uid,
+                error=bad.error,
                 moved_to=str(aside),
             )
-            loaded = None
+        saved: dict[str, claims.ClaimRecord] | None = None
+        if loaded is not None or legacy is not None:
+            # A migration cut short left both: the record files were written from the old
+            # checkpoint, so either copy will do.
+            saved = {r.uid: r for r in legacy.records} if legacy is not None else {}
+            saved.update(on_disk)
         specs = list(cdi.read_specs(self.cdi_dir))
-        if loaded is None:
+        if saved is None:
             # Silent only on a first start: nothing recorded and nothing on disk.
             log.info(
                 0 if specs else 2,
-                "no usable checkpoint; rebuilding claim records from CDI specs",
+                "no saved claim records; rebuilding them from CDI specs",
                 cdi_dir=str(self.cdi_dir),
                 specs=len(specs),
             )
         result = recovery.reconcile(
-            loaded,
+            saved,
             specs,
             machine.online,
             self.options.reserved,
@@ -166,27 +180,79 @@ class NodeAllocator:
                 log.warning(finding.message, **finding.fields)
             else:
                 log.info(finding.level, finding.message, **finding.fields)
-        previous = loaded or checkpoint.Checkpoint(records=(), devices_generation=0)
-        self._devices_generation = previous.devices_generation + (
-            0 if previous.devices_fingerprint == devices.fingerprint else 1
+        previous = [p for p in (node_file, legacy) if p is not None]
+        counted = records.read_generations(self.state_dir)
+        pool_generation = max(
+            [p.pool_generation for p in previous] + [counted[0] if counted else 0]
+        )
+        claims_generation = max(
+            [p.claims_generation for p in previous] + [counted[1] if counted else 0]
+        )
+        last = previous[0] if previous else None
+        self._devices_generation = (last.devices_generation if last else 0) + (
+            0 if last is not None and last.devices_fingerprint == devices.fingerprint else 1
         )
         state = claims.NodeState(
             machine=machine,
             devices=devices,
             records=result.records,
-            pool_generation=previous.pool_generation + 1,
-            claims_generation=previous.claims_generation + 1,
+            pool_generation=pool_generation + 1,
+            claims_generation=claims_generation + 1,
         )
         for uid in result.rewrite_specs:
             cdi.write_spec(self.cdi_dir, uid, result.records[uid].cpus)
-        self._write_checkpoint(state)
+        try:
+            claims_dir.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"cannot create {claims_dir}: {exc.strerror or exc}") from None
+        for uid, record in sorted(result.records.items()):
+            if on_disk.get(uid) != record:  # migrated, or rebuilt from a spec or adopted
+                records.write_record(self.state_dir, record)
+        kept_legacy = False
+        for uid in result.set_aside:
+            if uid in on_disk:
+                aside = records.move_aside(records.record_path(self.state_dir, uid))
+                log.error("claim record set aside", claim=uid, moved_to=str(aside))
+            else:
+                kept_legacy = True
+        # Also makes the claims directory's own entry durable (one fsync of the state dir).
+        records.write_node(self.state_dir, self._node_file(state))
+        records.save_generations(
+            self.state_dir, state.pool_generation, state.claims_generation, durable=True
+        )
+        if legacy is not None:
+            # Only now that every record file is durable may the old checkpoint go.
+            legacy_path = checkpoint.path_in(self.state_dir)
+            if kept_legacy:
+                aside = records.move_aside(legacy_path)
+                log.error("old checkpoint kept: it held a claim set aside", moved_to=str(aside))
+            else:
+                remove_durable(legacy_path)
+            log.info(
+                0,
+                "migrated the single-file checkpoint to one record file per claim",
+                claims=len(legacy.records),
+                claims_dir=str(claims_dir),
+            )
         return state
+
+    def _load_trusted(self, load: Callable[[Path], T], path: Path) -> T | None:
+        """A saved file, None when absent; one that cannot be trusted is moved aside."""
+        try:
+            return load(self.state_dir)
+        except (records.CorruptRecordError, checkpoint.CorruptCheckpointError) as exc:
+            error = str(exc)
+        try:
+            aside = records.move_aside(path)
+        except OSError as move_error:
+            raise StateError(f"{error}; cannot move it aside: {move_error}") from None
+        log.error("saved state cannot be trusted; moved aside", error=error, moved_to=str(aside))
+        return None
 
     # ---- mutations ---------------------------------------------------------------------------
 
-    def _checkpoint_of(self, state: claims.NodeState) -> checkpoint.Checkpoint:
-        return checkpoint.Checkpoint(
-            records=tuple(state.records.values()),
+    def _node_file(self, state: claims.NodeState) -> records.NodeFile:
+        return records.NodeFile(
             pool_generation=state.pool_generation,
             claims_generation=state.claims_generation,
             devices_generation=self._devices_generation,
@@ -198,12 +264,60 @@ class NodeAllocator:
             },
         )
 
-    def _write_checkpoint(self, state: claims.NodeState) -> None:
-        checkpoint.write(self.state_dir, self._checkpoint_of(state))
+    def _write_records(
+        self, old: claims.NodeState, new: claims.NodeState, uids: Iterable[str]
+    ) -> None:
+        """Make the record files of `uids` match `new` (blocking I/O, in a thread). A failure
+        puts back the files already changed, so disk and the published state agree again."""
+        done: list[str] = []
+        try:
+            for uid in uids:
+                record = new.records.get(uid)
+                if record is old.records.get(uid):
+                    continue
+                if record is None:
+                    records.remove_record(self.state_dir, uid)
+                else:
+                    records.write_record(self.state_dir, record)
+                done.append(uid)
+        except Exception:
+            for uid in done:
+                previous = old.records.get(uid)
+                try:
+                    if previous is None:
+                        records.remove_record(self.state_dir, uid)
+                    else:
+                        records.write_record(self.state_dir, previous)
+                except StateError as exc:
+                    log.error("cannot roll back claim record", claim=uid, error=str(exc))
+            raise
+
+    def _write_claim(self, record: claims.ClaimRecord) -> None:
+        """A prepared claim's two files, spec first (blocking I/O, in a thread: one hop)."""
+        cdi.write_spec(self.cdi_dir, record.uid, record.cpus)
+        try:
+            records.write_record(self.state_dir, record)
+        except Exception:
+            try:
+                cdi.remove_spec(self.cdi_dir, record.uid)
+            except StateError as exc:
+                log.error("cannot roll back CDI spec", claim=record.uid, error=str(exc))
+            raise
 
     def _publish(self, state: claims.NodeState) -> None:
         previous = self._state
         self._state = state
+        if previous is not None and (
+            previous.pool_generation,
+            previous.claims_generation,
+        ) != (state.pool_generation, state.claims_generation):
+            try:
+                records.save_generations(
+                    self.state_dir, state.pool_generation, state.claims_generation
+                )
+            except StateError as exc:
+                # The claims themselves are durable; only a restart's generations may repeat.
+                log.error("cannot save generations", error=str(exc))
         if self._metrics:
             summary = claims.summary(state)
             self._metrics["dra_cpu_allocated_cpus"].set(summary.allocated)
@@ -238,16 +352,11 @@ class NodeAllocator:
                 # The spec may have been lost (e.g. /var/run wiped); writing it again is harmless.
                 await self._io(cdi.write_spec, self.cdi_dir, record.uid, record.cpus)
                 if outcome.state is not state:
-                    await self._io(self._write_checkpoint, outcome.state)
+                    await self._io(self._write_records, state, outcome.state, [record.uid])
                     self._publish(outcome.state)
                 log.info(2, "claim already prepared", claim=record.uid, cpus=record.cpus.format())
                 return outcome
-            try:
-                await self._io(cdi.write_spec, self.cdi_dir, record.uid, record.cpus)
-                await self._io(self._write_checkpoint, outcome.state)
-            except Exception:
-                await self._undo_spec(record.uid)
-                raise
+            await self._io(self._write_claim, record)
             self._publish(outcome.state)
             if self._metrics:
                 self._metrics["dra_cpu_claim_allocated_cpus"].observe(len(record.cpus))
@@ -282,7 +391,7 @@ class NodeAllocator:
                 return None
             await self._io(cdi.remove_spec, self.cdi_dir, uid)
             try:
-                await self._io(self._write_checkpoint, new_state)
+                await self._io(records.remove_record, self.state_dir, uid)
             except Exception:
                 # Keep the claim: put its spec back so disk and memory agree again.
                 try:
@@ -303,9 +412,10 @@ class NodeAllocator:
         self, container: claims.Container, presented: Mapping[str, CPUSet]
     ) -> claims.AttachOutcome:
         async with self._lock:
-            outcome = claims.attach(self.state, container, presented)
+            state = self.state
+            outcome = claims.attach(state, container, presented)
             if outcome.changed:
-                await self._io(self._write_checkpoint, outcome.state)
+                await self._io(self._write_records, state, outcome.state, sorted(presented))
                 self._publish(outcome.state)
             log.info(
                 2,
@@ -322,9 +432,10 @@ class NodeAllocator:
 
     async def _detach(self, container_id: str) -> list[str]:
         async with self._lock:
-            new_state, uids = claims.detach(self.state, container_id)
+            state = self.state
+            new_state, uids = claims.detach(state, container_id)
             if uids:
-                await self._io(self._write_checkpoint, new_state)
+                await self._io(self._write_records, state, new_state, uids)
                 self._publish(new_state)
                 log.info(2, "container detached", container=container_id, claims=",".join(uids))
             return uids
@@ -338,7 +449,8 @@ class NodeAllocator:
         self, container: claims.Container, presented: Mapping[str, CPUSet]
     ) -> claims.AdoptOutcome:
         async with self._lock:
-            outcome = claims.adopt(self.state, container, presented, self._clock())
+            state = self.state
+            outcome = claims.adopt(state, container, presented, self._clock())
             if outcome.changed:
                 written: list[str] = []
                 try:
@@ -347,7 +459,7 @@ class NodeAllocator:
                             cdi.write_spec, self.cdi_dir, uid, outcome.state.records[uid].cpus
                         )
                         written.append(uid)
-                    await self._io(self._write_checkpoint, outcome.state)
+                    await self._io(self._write_records, state, outcome.state, sorted(presented))
                 except Exception:
                     for uid in written:
                         await self._undo_spec(uid)
@@ -386,7 +498,7 @@ class NodeAllocator:
                     claim=record.uid,
                     offline=offline.format(),
                 )
-            await self._io(self._write_checkpoint, new_state)
+            await self._io(records.write_node, self.state_dir, self._node_file(new_state))
             self._publish(new_state)
             log.info(
                 0,

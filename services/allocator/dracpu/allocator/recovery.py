@@ -1,13 +1,17 @@
-"""Start-up reconciliation of the checkpoint, the CDI specs on disk and the current topology.
+"""Start-up reconciliation of the saved claim records, the CDI specs on disk and the current
+topology.
 
 Pure: it decides, the caller logs the findings and writes what must be rewritten. Rules:
 
 - record and spec agree: keep.
 - record, spec missing or different: keep the record and rewrite the spec. The record is the
   acknowledged truth; only an acknowledged unprepare removes it.
-- spec without record: a prepare was interrupted after writing the spec; rebuild the record
-  from the spec, unless its CPUs collide with a record (then leave the file and say so).
-- checkpoint missing or corrupt: rebuild every record from the specs.
+- records sharing a CPU (never written so; only a hand-made or damaged state has them): keep
+  the first prepared, set the others aside, say so loudly.
+- spec without record: a prepare was interrupted after writing the spec, or the record was
+  lost or set aside as corrupt; rebuild the record from the spec, unless its CPUs collide
+  with a record (then leave the file and say so).
+- no saved state at all: rebuild every record from the specs.
 - record holding CPUs now offline or reserved: keep it, say so loudly.
 """
 
@@ -18,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dracpu.allocator.cdi import SpecOnDisk
-from dracpu.allocator.checkpoint import Checkpoint
 from dracpu.allocator.claims import ClaimRecord
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import StateError
@@ -36,17 +39,36 @@ class Recovery:
     records: dict[str, ClaimRecord]
     rewrite_specs: list[str]  # uids whose CDI spec must be (re)written from the record
     findings: list[Finding]
+    set_aside: list[str] = field(default_factory=list)  # saved records not kept
 
 
 def reconcile(
-    checkpoint: Checkpoint | None,
+    saved: Mapping[str, ClaimRecord] | None,
     specs: Iterable[SpecOnDisk | StateError],
     online: CPUSet,
     reserved: CPUSet,
     now_ns: int,
 ) -> Recovery:
+    """`saved`: the records on disk, None when nothing was saved at all (a first start or a
+    wiped state dir: claims found only as specs are then expected, not alarming)."""
     findings: list[Finding] = []
-    records = {r.uid: r for r in checkpoint.records} if checkpoint is not None else {}
+    records: dict[str, ClaimRecord] = {}
+    set_aside: list[str] = []
+    taken = CPUSet()
+    for record in sorted((saved or {}).values(), key=lambda r: (r.prepared_at_ns, r.uid)):
+        clash = record.cpus & taken
+        if clash:
+            findings.append(
+                Finding(
+                    0,
+                    "claim record shares CPUs with an earlier claim; setting it aside",
+                    {"claim": record.uid, "cpus": record.cpus.format(), "shared": clash.format()},
+                )
+            )
+            set_aside.append(record.uid)
+            continue
+        records[record.uid] = record
+        taken = taken | record.cpus
     on_disk: dict[str, SpecOnDisk] = {}
     for item in specs:
         if isinstance(item, StateError):
@@ -74,9 +96,6 @@ def reconcile(
                 )
             )
             rewrite.append(uid)
-    taken = CPUSet()
-    for record in records.values():
-        taken = taken | record.cpus
     rebuilt = 0
     for uid, spec in sorted(on_disk.items()):
         if uid in records:
@@ -107,13 +126,13 @@ def reconcile(
         )
         taken = taken | spec.cpus
         rebuilt += 1
-        level = 0 if checkpoint is not None else 2
+        level = 0 if saved is not None else 2
         findings.append(
             Finding(
                 level, "claim rebuilt from its CDI spec", {"claim": uid, "cpus": spec.cpus.format()}
             )
         )
-    if checkpoint is None and rebuilt:
+    if saved is None and rebuilt:
         findings.append(Finding(0, "rebuilt claim records from CDI specs", {"claims": rebuilt}))
     for uid, record in sorted(records.items()):
         offline = record.cpus - online
@@ -134,4 +153,4 @@ def reconcile(
                     {"claim": uid, "reserved": clash.format()},
                 )
             )
-    return Recovery(records=records, rewrite_specs=rewrite, findings=findings)
+    return Recovery(records=records, rewrite_specs=rewrite, findings=findings, set_aside=set_aside)
