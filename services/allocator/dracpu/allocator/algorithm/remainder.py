@@ -1,0 +1,234 @@
+"""Which NUMA nodes of a chosen combination take the remainder groups of a distributed take.
+
+Upstream tries every subset of the combination's nodes that still hold a whole group, larger
+subsets first and each size in combination order, deals the remainder round-robin over the
+subset (one group per node per round, skipping nodes that ran out) and keeps the first subset
+with the strictly lowest balance. `best_remainder` gives the same subset without scoring all
+2^k of them, from two facts about the round-robin deal of G groups over a subset of L nodes:
+
+- every node gets at least one group when L <= G, and when L >= G only the first G nodes of
+  the subset get one (each exactly one), whatever they hold;
+- a node holding fewer than ceil(G / L) groups is emptied of whole groups, and when no node of
+  the subset is that short, the node at rank r gets G // L groups plus one if r < G % L.
+
+When no node is short for a size (always so when L >= G) what a node gives depends only on its
+rank, and a small table over (position, rank) bounds every branch of the walk exactly. For the
+other sizes the walk is bounded by a relaxation of the deal (each node gives at least its
+share, the rest goes to the fullest nodes). Subsets are only scored where the bound says the
+sum of squares of the free counts can still drop below the best one's: with the total of free
+CPUs fixed, the balance can only be lower when that sum is strictly lower.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+# Scores one outcome: the positions of the subset and the groups each gives, in subset order.
+Scorer = Callable[[tuple[int, ...], list[int]], float]
+Best = tuple[float, float, tuple[int, ...]]  # balance, sum of squares, positions
+
+
+def deal(caps: list[int], groups: int) -> list[int]:
+    """Groups each member gets from upstream's round-robin: one per member per round, in
+    order, skipping members without a whole group left (enough whole groups exist)."""
+    active = [i for i, cap in enumerate(caps) if cap > 0]
+    rounds = 0
+    while active and groups >= len(active):
+        groups -= len(active)
+        rounds += 1
+        active = [i for i in active if caps[i] > rounds]
+    dealt = [min(cap, rounds) for cap in caps]
+    for i in active[:groups]:
+        dealt[i] += 1
+    return dealt
+
+
+def least_squares(values: list[int], groups: int, size: int) -> float:
+    """The least sum of squares of `values` after removing `groups` groups of `size`, each
+    from any value that still holds a whole group: always from the largest (the sum of
+    squares is convex in each value, so this greedy choice is optimal)."""
+    heap = [-v for v in values]
+    heapq.heapify(heap)
+    for _ in range(groups):
+        largest = -heap[0]
+        if largest < size:
+            return math.inf
+        heapq.heapreplace(heap, size - largest)
+    return float(sum(v * v for v in heap))
+
+
+def best_remainder(
+    values: list[int], groups: int, size: int, base: int, ceiling: float, score: Scorer
+) -> Best:
+    """The first subset of positions of `values` (each holding a whole group) in upstream's
+    order with the lowest balance, as (balance, sum of squares, positions).
+
+    `base` is the sum of squares of every NUMA node's free CPUs before the remainder is dealt.
+    Subsets whose sum of squares is not below `ceiling` are not scored: the caller knows they
+    cannot win. Returns infinite scores when nothing below `ceiling` exists.
+    """
+    return _Search(values, groups, size, base, ceiling, score).run()
+
+
+class _Search:
+    def __init__(
+        self,
+        values: list[int],
+        groups: int,
+        size: int,
+        base: int,
+        ceiling: float,
+        score: Scorer,
+    ) -> None:
+        self.values = values
+        self.caps = [v // size for v in values]
+        self.groups = groups
+        self.size = size
+        self.base = base
+        self.ceiling = ceiling
+        self.score = score
+        self.best: Best = (math.inf, math.inf, ())
+        count = len(values)
+        # Free counts from each position on, largest first (the relaxation's candidates).
+        self.suffixes = [sorted(values[start:], reverse=True) for start in range(count + 1)]
+
+    @property
+    def limit(self) -> float:
+        """Sums of squares at or past this cannot be the answer."""
+        return min(self.best[1], self.ceiling)
+
+    def run(self) -> Best:
+        values, groups, size = self.values, self.groups, self.size
+        squares = sum(v * v for v in values)
+        # No subset can leave fewer squares than taking every group from the fullest node.
+        floor = self.base - squares + least_squares(values, groups, size)
+        smallest_cap = min(self.caps, default=0)
+        for length in range(len(values), 0, -1):
+            if self.best[1] <= floor:
+                break  # later subsets can at best tie, and ties keep the first
+            if length >= groups or smallest_cap >= -(-groups // length):
+                self._ranked(length)
+            else:
+                self._relaxed(length)
+        return self.best
+
+    def _offer(self, picks: tuple[int, ...], dealt: list[int], squares: int) -> None:
+        if squares >= self.limit:
+            return
+        balance = self.score(picks, dealt)
+        if balance < self.best[0]:
+            self.best = (balance, float(squares), picks)
+        elif balance == self.best[0]:
+            # Still the first subset with this balance, but a lower balance now needs fewer
+            # squares than this one has.
+            self.best = (balance, float(squares), self.best[2])
+
+    # ---- sizes where a node's share depends only on its rank -----------------------------
+
+    def _ranked(self, length: int) -> None:
+        values, size, count = self.values, self.size, len(self.values)
+        groups = self.groups
+        amounts = [
+            groups // length + (1 if rank < groups % length else 0) for rank in range(length)
+        ]
+        # relief[j][rank]: how much position j lowers the sum of squares at that rank.
+        relief = [[v * v - (v - a * size) ** 2 for a in amounts] for v in values]
+        # most[j][r]: the largest relief of r more picks from positions j.., the first of them
+        # at rank length - r.
+        most = [[-math.inf] * (length + 1) for _ in range(count + 1)]
+        most[count][0] = 0
+        for j in range(count - 1, -1, -1):
+            row, below = most[j], most[j + 1]
+            row[0] = 0
+            rel = relief[j]
+            for r in range(1, min(length, count - j) + 1):
+                take = rel[length - r] + below[r - 1]
+                row[r] = take if take > below[r] else below[r]
+        if self.base - most[0][length] >= self.limit:
+            return
+        chosen: list[int] = []
+
+        def visit(start: int, gained: float) -> None:
+            rank = len(chosen)
+            missing = length - rank
+            if missing == 0:
+                dealt = [amounts[r] for r in range(length)]
+                self._offer(tuple(chosen), dealt, self.base - int(gained))
+                return
+            for j in range(start, count - missing + 1):
+                step = relief[j][rank]
+                if self.base - (gained + step + most[j + 1][missing - 1]) >= self.limit:
+                    continue
+                chosen.append(j)
+                visit(j + 1, gained + step)
+                chosen.pop()
+
+        visit(0, 0)
+
+    # ---- sizes where some node may run out of groups -------------------------------------
+
+    def _relaxed(self, length: int) -> None:
+        values, caps, groups, count = self.values, self.caps, self.groups, len(self.values)
+        share, short = groups // length, -(-groups // length)
+        # A node short of ceil(G / L) groups always gives all it holds; any other node gives at
+        # least G // L (the round-robin only ever deals more once short nodes run out).
+        lowest = [cap if cap < short else share for cap in caps]
+        chosen: list[int] = []
+
+        def visit(start: int) -> None:
+            missing = length - len(chosen)
+            if missing == 0:
+                held = [caps[i] for i in chosen]
+                if sum(held) < groups:
+                    return  # whole groups, not CPUs: upstream checks CPUs, then loops forever
+                dealt = deal(held, groups)
+                squares = self.base - sum(
+                    values[i] ** 2 - (values[i] - t * self.size) ** 2
+                    for i, t in zip(chosen, dealt, strict=True)
+                )
+                self._offer(tuple(chosen), dealt, squares)
+                return
+            for j in range(start, count - missing + 1):
+                chosen.append(j)
+                # Bounding the last level costs about as much as scoring it.
+                if missing == 1 or self._bound(chosen, lowest, j + 1, missing - 1) < self.limit:
+                    visit(j + 1)
+                chosen.pop()
+
+        if self._bound([], lowest, 0, length) < self.limit:
+            visit(0)
+
+    def _bound(self, chosen: list[int], lowest: list[int], start: int, missing: int) -> float:
+        """A lower bound of the sum of squares of every subset that adds `missing` positions
+        from `start` on to `chosen`: chosen nodes give at least their lowest share, the others
+        (taken as the fullest left, which only helps) at least one group, and the rest of the
+        groups come from whichever node is fullest at the time."""
+        size, groups, values = self.size, self.groups, self.values
+        members = [(values[i], lowest[i], self.caps[i]) for i in chosen]
+        members += [(v, 1, v // size) for v in self.suffixes[start][:missing]]
+        spare = groups
+        relief = 0
+        heap: list[tuple[int, int]] = []
+        for value, least, cap in members:
+            spare -= least
+            rest = value - least * size
+            relief += value * value - rest * rest
+            if cap > least:
+                heap.append((-rest, cap - least))
+        if spare < 0:
+            return math.inf
+        heapq.heapify(heap)
+        while spare > 0:
+            if not heap:
+                return math.inf
+            negative, room = heap[0]
+            rest = -negative
+            relief += rest * rest - (rest - size) ** 2
+            spare -= 1
+            if room > 1:
+                heapq.heapreplace(heap, (size - rest, room - 1))
+            else:
+                heapq.heappop(heap)
+        return self.base - relief
