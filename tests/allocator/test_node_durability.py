@@ -127,6 +127,7 @@ async def test_failed_cdi_write_leaves_nothing(tmp_path: Path, machines: Machine
     with pytest.raises(StateError, match="cannot write CDI spec"):
         await node.prepare(request("u1"))
     assert node.state is before and "u1" not in node.state.records
+    assert saved(tmp_path) == {}  # the record written alongside the spec is removed again
 
 
 async def test_failed_record_write_rolls_back_the_spec(tmp_path: Path, machines: Machines) -> None:

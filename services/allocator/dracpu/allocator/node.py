@@ -6,8 +6,10 @@ changes. Order of operations, so that a kill -9 at any point loses nothing ackno
 never puts a CPU in two claims:
 
 - prepare: choose CPUs in a pending state (the lock keeps anyone else from choosing them) →
-  write the CDI spec → write the claim's record → publish → acknowledge. A failure drops the
-  pending state and removes a spec already written.
+  write the CDI spec and the claim's record, both at once → publish → acknowledge. A failure
+  drops the pending state and removes whichever of the two was written. A kill between the
+  two leaves one alone, which start-up recovery completes (a spec becomes a record, a record
+  gets its spec back); the claim was not acknowledged, and the kubelet retries or unprepares.
 - unprepare: remove the CDI spec → remove the claim's record → publish. The CPUs stay
   exclusive until both are durable.
 """
@@ -292,17 +294,25 @@ class NodeAllocator:
                     log.error("cannot roll back claim record", claim=uid, error=str(exc))
             raise
 
-    def _write_claim(self, record: claims.ClaimRecord) -> None:
-        """A prepared claim's two files, spec first (blocking I/O, in a thread: one hop)."""
-        cdi.write_spec(self.cdi_dir, record.uid, record.cpus)
-        try:
-            records.write_record(self.state_dir, record)
-        except Exception:
+    async def _write_claim(self, record: claims.ClaimRecord) -> None:
+        """A new claim's spec and record, written at the same time: their fsyncs overlap, and
+        start-up recovery completes either one found alone. A failure removes the other."""
+        written = await asyncio.gather(
+            self._io(cdi.write_spec, self.cdi_dir, record.uid, record.cpus),
+            self._io(records.write_record, self.state_dir, record),
+            return_exceptions=True,
+        )
+        errors = [r for r in written if isinstance(r, BaseException)]
+        if not errors:
+            return
+        if not isinstance(written[0], BaseException):
+            await self._undo_spec(record.uid)
+        if not isinstance(written[1], BaseException):
             try:
-                cdi.remove_spec(self.cdi_dir, record.uid)
+                await self._io(records.remove_record, self.state_dir, record.uid)
             except StateError as exc:
-                log.error("cannot roll back CDI spec", claim=record.uid, error=str(exc))
-            raise
+                log.error("cannot roll back claim record", claim=record.uid, error=str(exc))
+        raise errors[0]
 
     def _publish(self, state: claims.NodeState) -> None:
         previous = self._state
@@ -356,7 +366,7 @@ class NodeAllocator:
                     self._publish(outcome.state)
                 log.info(2, "claim already prepared", claim=record.uid, cpus=record.cpus.format())
                 return outcome
-            await self._io(self._write_claim, record)
+            await self._write_claim(record)
             self._publish(outcome.state)
             if self._metrics:
                 self._metrics["dra_cpu_claim_allocated_cpus"].observe(len(record.cpus))
