@@ -132,6 +132,12 @@ class _Pruned:
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
         self.order = problem.numas
+        # A node with as many free CPUs as the one before it in the order: a combination
+        # that takes it but not that one scores exactly as the earlier one that swaps them.
+        self.twin = [
+            p > 0 and problem.free[n] == problem.free[self.order[p - 1]]
+            for p, n in enumerate(self.order)
+        ]
         self.squares_all = sum(v * v for v in problem.free.values())
         self.best: Plan | None = None
         self.best_squares: float = math.inf
@@ -177,6 +183,8 @@ class _Pruned:
             numa = self.order[position]
             if problem.free[numa] < problem.share:
                 continue  # every combination holding it fails the even-share check
+            if position > start and self.twin[position]:
+                continue  # ties the combination that takes the node before it instead
             chosen.append(numa)
             if self._bound(chosen, position + 1) < min(self.best_squares, self.hopeless):
                 self._visit(chosen, position + 1)

@@ -91,8 +91,14 @@ class _Search:
         self.score = score
         self.best: Best = (math.inf, math.inf, ())
         count = len(values)
+        # A position holding as many free CPUs as the one before it: a subset that takes it
+        # but not that one leaves the same free counts as the earlier subset that swaps them,
+        # so it can only tie (ties keep the first) and the walk skips it.
+        self.twin = [j > 0 and values[j] == values[j - 1] for j in range(count)]
         # Free counts from each position on, largest first (the relaxation's candidates).
         self.suffixes = [sorted(values[start:], reverse=True) for start in range(count + 1)]
+        # The fewest groups any node from each position on holds.
+        self.least_caps = [min(self.caps[start:], default=0) for start in range(count + 1)]
 
     @property
     def limit(self) -> float:
@@ -149,6 +155,7 @@ class _Search:
         if self.base - most[0][length] >= self.limit:
             return
         chosen: list[int] = []
+        twin = self.twin
 
         def visit(start: int, gained: float) -> None:
             rank = len(chosen)
@@ -158,6 +165,8 @@ class _Search:
                 self._offer(tuple(chosen), dealt, self.base - int(gained))
                 return
             for j in range(start, count - missing + 1):
+                if j > start and twin[j]:
+                    continue
                 step = relief[j][rank]
                 if self.base - (gained + step + most[j + 1][missing - 1]) >= self.limit:
                     continue
@@ -176,6 +185,7 @@ class _Search:
         # least G // L (the round-robin only ever deals more once short nodes run out).
         lowest = [cap if cap < short else share for cap in caps]
         chosen: list[int] = []
+        twin = self.twin
 
         def visit(start: int) -> None:
             missing = length - len(chosen)
@@ -191,6 +201,8 @@ class _Search:
                 self._offer(tuple(chosen), dealt, squares)
                 return
             for j in range(start, count - missing + 1):
+                if j > start and twin[j]:
+                    continue
                 chosen.append(j)
                 # Bounding the last level costs about as much as scoring it.
                 if missing == 1 or self._bound(chosen, lowest, j + 1, missing - 1) < self.limit:
@@ -203,15 +215,30 @@ class _Search:
     def _bound(self, chosen: list[int], lowest: list[int], start: int, missing: int) -> float:
         """A lower bound of the sum of squares of every subset that adds `missing` positions
         from `start` on to `chosen`: chosen nodes give at least their lowest share, the others
-        (taken as the fullest left, which only helps) at least one group, and the rest of the
-        groups come from whichever node is fullest at the time."""
-        size, groups, values = self.size, self.groups, self.values
-        members = [(values[i], lowest[i], self.caps[i]) for i in chosen]
-        members += [(v, 1, v // size) for v in self.suffixes[start][:missing]]
+        (taken as the fullest left, which only helps) at least one group, no node more than
+        the round-robin can give one node, and the rest of the groups come from whichever node
+        is fullest at the time."""
+        size, groups, values, caps = self.size, self.groups, self.values, self.caps
+        # A node gives D groups only after every other node gave min(its groups, D - 1).
+        held = [caps[i] for i in chosen]
+        fewest = self.least_caps[start]
+        most = 1
+        while True:
+            trial = most + 1
+            least_others = sum(min(c, most) for c in held) + missing * min(fewest, most)
+            if 1 + least_others > groups:
+                break
+            most = trial
+            if most >= groups:
+                break
+        members = [(values[i], lowest[i], min(caps[i], most)) for i in chosen]
+        members += [(v, 1, min(v // size, most)) for v in self.suffixes[start][:missing]]
         spare = groups
         relief = 0
         heap: list[tuple[int, int]] = []
         for value, least, cap in members:
+            if least > cap:
+                return math.inf
             spare -= least
             rest = value - least * size
             relief += value * value - rest * rest
