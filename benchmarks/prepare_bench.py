@@ -4,7 +4,7 @@ Starts the topology service (on the 1024-CPU fixture), the allocator and the dra
 separate processes on temporary unix sockets, with a local cluster folder as the claim source,
 and registers through the kubelet stand-in. Then times one NodePrepareResources call per claim
 (each asks for 1 CPU of a NUMA device): 1,000 claims one after another, and 1,000 claims from
-8 concurrent callers. Every prepare is durable (the allocator's CDI spec and checkpoint are
+8 concurrent callers. Every prepare is durable (the allocator's CDI spec and claim record are
 fsynced) and writes the device metadata files. Claims are unprepared between the two runs.
 
 For comparison it first times the allocator's Prepare alone (same socket, no dra-plugin).
