@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dracpu.allocator.algorithm.balance import standard_deviation
 from dracpu.allocator.algorithm.numa_plan import Plan, Problem, exhaustive_plan, pruned_plan
+from dracpu.allocator.algorithm.remainder import best_remainder, deal
 
 
 def upstream_walk(problem: Problem) -> Plan | None:
@@ -119,6 +120,42 @@ def test_pruned_search_chooses_what_the_literal_walk_chooses(problem: Problem) -
 @given(problem=fragmented_16())
 def test_sixteen_fragmented_nodes_choose_what_the_literal_walk_chooses(problem: Problem) -> None:
     assert pruned_plan(problem) == upstream_walk(problem)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.integers(1, 24), min_size=1, max_size=12),
+    others=st.lists(st.integers(0, 24), max_size=4),
+    size=st.sampled_from([1, 1, 2, 3, 4]),
+    data=st.data(),
+)
+def test_remainder_subset_is_the_first_best_of_all_subsets(
+    values: list[int], others: list[int], size: int, data: st.DataObject
+) -> None:
+    """Up to 12 nodes, some short of groups: the search picks the subset upstream's walk over
+    all of them (larger first, each size in order) picks."""
+    values = [v for v in values if v >= size] or [size]
+    groups = data.draw(st.integers(1, max(1, sum(v // size for v in values))))
+    everything = values + others
+    base = sum(v * v for v in everything)
+
+    def score(picks: tuple[int, ...], dealt: list[int]) -> float:
+        final = list(everything)
+        for i, taken in zip(picks, dealt, strict=True):
+            final[i] -= taken * size
+        return standard_deviation(final)
+
+    expected: tuple[float, tuple[int, ...]] = (math.inf, ())
+    for length in range(len(values), 0, -1):
+        for picks in combinations(range(len(values)), length):
+            held = [values[i] // size for i in picks]
+            if sum(held) < groups:
+                continue
+            balance = score(picks, deal(held, groups))
+            if balance < expected[0]:
+                expected = (balance, picks)
+    balance, _, picks = best_remainder(values, groups, size, base, math.inf, score)
+    assert (balance, picks) == expected
 
 
 def test_remainder_goes_where_it_balances_best() -> None:

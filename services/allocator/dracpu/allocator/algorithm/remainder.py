@@ -219,18 +219,19 @@ class _Search:
         the round-robin can give one node, and the rest of the groups come from whichever node
         is fullest at the time."""
         size, groups, values, caps = self.size, self.groups, self.values, self.caps
-        # A node gives D groups only after every other node gave min(its groups, D - 1).
-        held = [caps[i] for i in chosen]
+        # A node gives D groups only after every other node gave min(its groups, D - 1), so
+        # only while 1 + (the sum of min(groups, D - 1) over all nodes) <= G. That sum grows
+        # by the number of nodes holding D or more groups from D to D + 1.
+        held = sorted(caps[i] for i in chosen)
         fewest = self.least_caps[start]
-        most = 1
-        while True:
-            trial = most + 1
-            least_others = sum(min(c, most) for c in held) + missing * min(fewest, most)
-            if 1 + least_others > groups:
+        most, needed, below = 1, 1, 0
+        while most < groups:
+            while below < len(held) and held[below] < most:
+                below += 1
+            needed += len(held) - below + (missing if fewest >= most else 0)
+            if needed > groups:
                 break
-            most = trial
-            if most >= groups:
-                break
+            most += 1
         members = [(values[i], lowest[i], min(caps[i], most)) for i in chosen]
         members += [(v, 1, min(v // size, most)) for v in self.suffixes[start][:missing]]
         spare = groups
