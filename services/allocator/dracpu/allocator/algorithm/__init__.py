@@ -6,7 +6,8 @@ Public surface: `Policy` and `take_cpus`. The claim store and `dracpu simulate` 
 Module map: `selection` (take_cpus and the FullPCPUsOnly checks), `policy` (the options),
 `topology_index` (per-machine masks, cached), `accumulator` (free-CPU state and the kubelet's
 orderings), `packed` (takeByTopologyNUMAPacked), `distributed` (takeByTopologyNUMADistributed),
-`numa_plan` (its NUMA combination search) and `balance` (the kubelet's balance score).
+`numa_plan` (its NUMA combination search), `remainder` (which nodes of a combination take the
+remainder groups) and `balance` (the kubelet's balance score).
 """
 
 from __future__ import annotations
