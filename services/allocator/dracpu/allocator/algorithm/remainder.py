@@ -14,9 +14,11 @@ with the strictly lowest balance. `best_remainder` gives the same subset without
 When no node is short for a size (always so when L >= G) what a node gives depends only on its
 rank, and a small table over (position, rank) bounds every branch of the walk exactly. For the
 other sizes the walk is bounded by a relaxation of the deal (each node gives at least its
-share, the rest goes to the fullest nodes). Subsets are only scored where the bound says the
-sum of squares of the free counts can still drop below the best one's: with the total of free
-CPUs fixed, the balance can only be lower when that sum is strictly lower.
+share and at most what the round-robin can give one node, the rest goes to the fullest nodes).
+Subsets are only scored where the bound says the sum of squares of the free counts can still
+drop below the best one's: with the total of free CPUs fixed, the balance can only be lower
+when that sum is strictly lower. Subsets that only swap a node for an earlier one with the
+same free count are skipped: they leave the same counts, so they can only tie.
 """
 
 from __future__ import annotations
