@@ -427,3 +427,29 @@ async def test_a_caller_going_away_does_not_cut_a_prepare_short(
     record = node.state.records["u1"]
     assert cdi.spec_path(tmp_path / "cdi", "u1").exists()
     assert saved(tmp_path) == {"u1": record}
+
+
+async def test_concurrent_prepares_go_together_and_fail_alone(
+    tmp_path: Path, machines: Machines
+) -> None:
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    blocker = records.claims_dir(tmp_path / "state") / "bad-disk.json"
+    blocker.mkdir()  # a directory: the record file cannot be renamed over it
+    uids = [f"u{i}" for i in range(6)]
+    asked = [request(uid, count=1) for uid in uids]
+    asked.append(request("bad-device", count=1, device="cpudevnuma999"))
+    asked.append(request("bad-disk", count=1))
+    answers = await asyncio.gather(*(node.prepare(r) for r in asked), return_exceptions=True)
+    by_uid = dict(zip([r.uid for r in asked], answers, strict=True))
+    assert "no such device" in str(by_uid["bad-device"])
+    assert "cannot write claim record" in str(by_uid["bad-disk"])
+    prepared = {uid: by_uid[uid].record.cpus for uid in uids}  # type: ignore[union-attr]
+    union = CPUSet(c for cpus in prepared.values() for c in cpus)
+    assert sum(len(c) for c in prepared.values()) == len(union)  # no CPU in two claims
+    assert {u: r.cpus for u, r in node.state.records.items()} == prepared
+    blocker.rmdir()
+    assert {u: r.cpus for u, r in saved(tmp_path).items()} == prepared
+    specs = {s.uid for s in cdi.read_specs(tmp_path / "cdi") if not isinstance(s, StateError)}
+    assert specs == set(uids)  # the failed claim's spec was removed again
+    assert node.state.exclusive == union

@@ -10,6 +10,9 @@ never puts a CPU in two claims:
   drops the pending state and removes whichever of the two was written. A kill between the
   two leaves one alone, which start-up recovery completes (a spec becomes a record, a record
   gets its spec back); the claim was not acknowledged, and the kubelet retries or unprepares.
+  Prepares that arrive while one is being written are taken together next (group commit):
+  their files are written at once and published once, each acknowledged only when its own
+  files are durable.
 - unprepare: remove the CDI spec → remove the claim's record → publish. The CPUs stay
   exclusive until both are durable.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,6 +86,8 @@ class NodeAllocator:
         self._state: claims.NodeState | None = None
         self._devices_generation = 0
         self._watchers: set[asyncio.Queue[SharedPoolView]] = set()
+        self._waiting: list[tuple[claims.PrepareInput, asyncio.Future[claims.PrepareOutcome]]] = []
+        self._batches: asyncio.Task[None] | None = None
         self._metrics: dict[str, Any] = metrics.build("allocator", registry) if registry else {}
 
     # ---- reads: snapshots of the published state ------------------------------------------
@@ -294,22 +299,30 @@ class NodeAllocator:
                     log.error("cannot roll back claim record", claim=uid, error=str(exc))
             raise
 
-    async def _write_claim(self, record: claims.ClaimRecord) -> None:
-        """A new claim's spec and record, written at the same time: their fsyncs overlap, and
-        start-up recovery completes either one found alone. A failure removes the other."""
-        written = await asyncio.gather(
-            self._io(cdi.write_spec, self.cdi_dir, record.uid, record.cpus),
-            self._io(records.write_record, self.state_dir, record),
-            return_exceptions=True,
-        )
+    async def _write_prepared(
+        self, record: claims.ClaimRecord, before: claims.ClaimRecord | None
+    ) -> None:
+        """A prepared claim's spec and record, written at the same time: their fsyncs overlap,
+        and start-up recovery completes either one found alone. The spec is written again even
+        for a claim already prepared (it may have been lost, e.g. /var/run wiped); the record
+        only when it changed. A failure puts back what this wrote."""
+        jobs: list[Awaitable[object]] = [
+            self._io(cdi.write_spec, self.cdi_dir, record.uid, record.cpus)
+        ]
+        if record is not before:
+            jobs.append(self._io(records.write_record, self.state_dir, record))
+        written = await asyncio.gather(*jobs, return_exceptions=True)
         errors = [r for r in written if isinstance(r, BaseException)]
         if not errors:
             return
-        if not isinstance(written[0], BaseException):
+        if before is None and not isinstance(written[0], BaseException):
             await self._undo_spec(record.uid)
-        if not isinstance(written[1], BaseException):
+        if len(written) > 1 and not isinstance(written[1], BaseException):
             try:
-                await self._io(records.remove_record, self.state_dir, record.uid)
+                if before is None:
+                    await self._io(records.remove_record, self.state_dir, record.uid)
+                else:
+                    await self._io(records.write_record, self.state_dir, before)
             except StateError as exc:
                 log.error("cannot roll back claim record", claim=record.uid, error=str(exc))
         raise errors[0]
@@ -350,36 +363,87 @@ class NodeAllocator:
         return await asyncio.to_thread(func, *args)
 
     async def prepare(self, request: claims.PrepareInput) -> claims.PrepareOutcome:
-        return await self._serialized(self._prepare(request))
-
-    async def _prepare(self, request: claims.PrepareInput) -> claims.PrepareOutcome:
+        """Prepares that arrive while others are being written wait and then go together: CPUs
+        chosen one after another in memory, all their files written at once, one publish. Each
+        is acknowledged only once its own files are durable, and a failed one is taken out of
+        the batch without touching the others."""
         cdi.check_uid(request.uid)
-        async with self._lock:
-            state = self.state
-            outcome = claims.prepare(state, request, self._clock())
+        answer: asyncio.Future[claims.PrepareOutcome] = asyncio.get_running_loop().create_future()
+        answer.add_done_callback(_retrieve)
+        self._waiting.append((request, answer))
+        if self._batches is None or self._batches.done():
+            # Runs to its end even when every caller goes away (a client timeout cancels the
+            # handler): files written must be published, and the lock held until then.
+            self._batches = asyncio.ensure_future(self._prepare_batches())
+            self._batches.add_done_callback(_retrieve)
+        return await asyncio.shield(answer)
+
+    async def _prepare_batches(self) -> None:
+        while self._waiting:
+            async with self._lock:
+                batch, self._waiting = self._waiting, []
+                try:
+                    await self._prepare_batch(batch)
+                except BaseException as exc:
+                    for _, answer in batch:
+                        if not answer.done():
+                            answer.set_exception(exc)
+                    raise
+
+    async def _prepare_batch(
+        self, batch: list[tuple[claims.PrepareInput, asyncio.Future[claims.PrepareOutcome]]]
+    ) -> None:
+        published = self.state
+        state = published
+        accepted: list[tuple[claims.PrepareOutcome, asyncio.Future[claims.PrepareOutcome]]] = []
+        for request, answer in batch:
+            try:
+                outcome = claims.prepare(state, request, self._clock())
+            except Exception as exc:
+                answer.set_exception(exc)
+                continue
+            state = outcome.state
+            accepted.append((outcome, answer))
+        uids = sorted({outcome.record.uid for outcome, _ in accepted})
+        results = await asyncio.gather(
+            *(self._write_prepared(state.records[uid], published.records.get(uid)) for uid in uids),
+            return_exceptions=True,
+        )
+        failed: dict[str, BaseException] = {}
+        for uid, result in zip(uids, results, strict=True):
+            if isinstance(result, BaseException):
+                failed[uid] = result
+                before = published.records.get(uid)
+                if before is None:
+                    state, _ = claims.unprepare(state, uid)
+                else:
+                    restored = dict(state.records)
+                    restored[uid] = before
+                    state = state.with_records(restored, pool_changed=False)
+        if len(failed) == len(uids):
+            state = published  # nothing of this batch is on disk: nothing changes
+        if state is not published:
+            self._publish(state)
+        for outcome, answer in accepted:
             record = outcome.record
+            if record.uid in failed:
+                answer.set_exception(failed[record.uid])
+                continue
             if outcome.already_prepared:
-                # The spec may have been lost (e.g. /var/run wiped); writing it again is harmless.
-                await self._io(cdi.write_spec, self.cdi_dir, record.uid, record.cpus)
-                if outcome.state is not state:
-                    await self._io(self._write_records, state, outcome.state, [record.uid])
-                    self._publish(outcome.state)
                 log.info(2, "claim already prepared", claim=record.uid, cpus=record.cpus.format())
-                return outcome
-            await self._write_claim(record)
-            self._publish(outcome.state)
-            if self._metrics:
-                self._metrics["dra_cpu_claim_allocated_cpus"].observe(len(record.cpus))
-            log.info(
-                2,
-                "claim prepared",
-                claim=record.uid,
-                namespace=record.namespace,
-                name=record.name,
-                cpus=record.cpus.format(),
-                policy=record.policy,
-            )
-            return outcome
+            else:
+                if self._metrics:
+                    self._metrics["dra_cpu_claim_allocated_cpus"].observe(len(record.cpus))
+                log.info(
+                    2,
+                    "claim prepared",
+                    claim=record.uid,
+                    namespace=record.namespace,
+                    name=record.name,
+                    cpus=record.cpus.format(),
+                    policy=record.policy,
+                )
+            answer.set_result(outcome)
 
     async def _undo_spec(self, uid: str) -> None:
         try:
