@@ -52,7 +52,7 @@ class Model:
     def __init__(self) -> None:
         self.claims: dict[str, CPUSet] = {}
         self.released: set[str] = set()
-        self.in_doubt: tuple[str, Any] | None = None  # (kind, request)
+        self.in_doubt: list[tuple[str, Any]] = []  # (kind, request) of operations cut short
 
 
 async def run_op(stub: Any, model: Model, kind: str, request: Any) -> None:
@@ -75,17 +75,20 @@ def next_op(rng: random.Random, model: Model, counter: list[int]) -> tuple[str, 
     if model.claims and (len(model.claims) > 6 or rng.random() < 0.45):
         uid = rng.choice(sorted(model.claims))
         return "unprepare", pb.UnprepareRequest(claim_uid=uid)
+    return prepare_op(rng, counter)
+
+
+def prepare_op(rng: random.Random, counter: list[int]) -> tuple[str, Any]:
     counter[0] += 1
     device = rng.choice(["cpudevnuma000", "cpudevnuma001"])
     return "prepare", prepare_request(f"c{counter[0]:04d}", device, rng.randint(1, 5))
 
 
 async def check_after_restart(stub: Any, model: Model, cdi_dir: Path, state_dir: Path) -> None:
-    # The operation cut short is retried, as the kubelet would; then it is acknowledged.
-    if model.in_doubt is not None:
-        kind, request = model.in_doubt
+    # Operations cut short are retried, as the kubelet would; then they are acknowledged.
+    for kind, request in model.in_doubt:
         await run_op(stub, model, kind, request)
-        model.in_doubt = None
+    model.in_doubt = []
     listed = {
         c.uid: CPUSet.parse(c.cpus) for c in (await stub.ListClaims(pb.ListClaimsRequest())).claims
     }
@@ -159,21 +162,28 @@ class InDoubtError(Exception):
 async def crash_once(
     rng: random.Random, pid: int, socket: Path, base: Path, model: Model, counter: list[int]
 ) -> None:
-    """Restart check, a few operations, then SIGKILL at a random moment of one more."""
+    """Restart check, a few operations, then SIGKILL at a random moment of one more (or of
+    a few concurrent prepares)."""
     await wait_for(socket, "SERVING", pid)
     async with channel(socket) as chan:
         stub = allocator_pb2_grpc.AllocatorStub(chan)
         await check_after_restart(stub, model, base / "cdi", base / "state")
         for _ in range(rng.randint(0, 4)):
             await run_op(stub, model, *next_op(rng, model, counter))
-        kind, request = next_op(rng, model, counter)
-        task = asyncio.ensure_future(run_op(stub, model, kind, request))
+        ops = [next_op(rng, model, counter)]
+        if ops[0][0] == "prepare" and rng.random() < 0.4:
+            # Concurrent prepares are written together (group commit): cut such a batch too.
+            ops += [prepare_op(rng, counter) for _ in range(rng.randint(1, 3))]
+        tasks = [asyncio.ensure_future(run_op(stub, model, *op)) for op in ops]
         # The kill lands anywhere: before the request arrives, during the operation's file
         # I/O, or after the answer; short delays are favoured so fast disks still get hit.
         await asyncio.sleep(rng.choice((0.0, rng.uniform(0, 0.002), rng.uniform(0, 0.008))))
         kill_and_wait(pid)
-        try:
-            await task
-        except grpc.aio.AioRpcError:
-            model.in_doubt = (kind, request)
-            raise InDoubtError from None
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for op, result in zip(ops, results, strict=True):
+            if isinstance(result, grpc.aio.AioRpcError):
+                model.in_doubt.append(op)
+            elif isinstance(result, BaseException):
+                raise result
+        if model.in_doubt:
+            raise InDoubtError
