@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from dracpu.core.errors import DracpuError
 from dracpu.core.machine import Machine
 from dracpu.core.metrics import exposition
 from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, start_server
+from dracpu.core.signals import stop_event
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 
 PROG = "dracpu-allocator"
@@ -100,10 +100,7 @@ async def serve(args: argparse.Namespace) -> int:
         health_names=[SERVICE_NAME],
         metrics=lambda: exposition(registry),
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_event()
     tasks: list[asyncio.Task[None]] = []
     try:
         if machine_from_file is not None:

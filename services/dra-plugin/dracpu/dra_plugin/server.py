@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from dracpu.core import config as driver_config
 from dracpu.core import log as logging
 from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.rpc import DEFAULT_SOCKETS, start_server
+from dracpu.core.signals import stop_event
 from dracpu.dra_plugin import health as health_service
 from dracpu.dra_plugin import kubelet_api
 from dracpu.dra_plugin.allocator_client import AllocatorClient
@@ -167,10 +167,7 @@ async def serve(args: argparse.Namespace) -> int:
             await view_health.servicer.set(REGISTRATION_HEALTH, status)
             await changed.wait()
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
     tasks = [
         asyncio.create_task(registration.watchdog(paths.registrar_dir, args.registration_timeout)),
         asyncio.create_task(publisher.run()),

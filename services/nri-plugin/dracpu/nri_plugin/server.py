@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 from collections.abc import Sequence
 
 import grpc
@@ -21,6 +20,7 @@ from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.config import add_config_flags, load, log_effective
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, start_server
+from dracpu.core.signals import stop_event
 from dracpu.nri_plugin.allocator_client import AllocatorClient
 from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
@@ -126,10 +126,7 @@ async def serve(argv: Sequence[str] | None) -> int:
         asyncio.create_task(follow_health(), name="health"),
     ]
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_event()
     await stop.wait()
 
     log.info(0, "stopping", socket=args.socket)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from dracpu.core.config import add_config_flags, load, log_effective
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, rpc_errors, start_server
+from dracpu.core.signals import stop_event
 from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
 from dracpu.topology.discovery import check_root, discover
 
@@ -121,10 +121,7 @@ async def serve(argv: Sequence[str] | None) -> int:
         fingerprint=inventory.message.fingerprint,
     )
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    stop = stop_event()
     await stop.wait()
 
     log.info(0, "stopping", socket=args.socket)
