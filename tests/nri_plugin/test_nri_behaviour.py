@@ -197,6 +197,26 @@ async def test_synchronize_rebuilds_and_reapplies_after_a_runtime_restart(bed: B
     assert {r.container_id for r in bed.plugin.registry} == {pinned, shared}
 
 
+async def test_a_container_removed_while_disconnected_goes_at_the_next_synchronize(
+    bed: Bed,
+) -> None:
+    # A runtime sends StopContainer/RemoveContainer only to the plugins connected at that
+    # moment: what the plugin shows is eventually consistent with the runtime.
+    uid, cpus = await prepare_seen(bed, 2)
+    pod = bed.runtime.add_pod("db")
+    pinned = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    kept = await bed.runtime.create_container(pod, "sidecar")
+    connects = bed.stub.status.connects
+    await bed.runtime.stop()
+    await bed.runtime.stop_container(pinned)
+    await bed.runtime.remove_container(pinned)
+    assert bed.plugin.registry.get(pinned) is not None  # last known, until it hears again
+    await bed.runtime.start()
+    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await bed.runtime.wait_plugin()
+    assert [r.container_id for r in bed.plugin.registry] == [kept]
+
+
 @pytest.mark.parametrize("profile", [pytest.param(RuntimeProfile(sync_chunk=7), id="chunks-of-7")])
 async def test_chunked_synchronize(bed: Bed) -> None:
     web = bed.runtime.add_pod("web")
