@@ -8,7 +8,8 @@ PROTO_STAMP := services/core/dracpu/pb/.generated
 PROTO_SRC := $(shell find proto -name '*.proto')
 PYTEST_ARGS ?= -rfEs
 
-export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH)
+# Go lives in /usr/local/go/bin on the project machines; login shells are not assumed.
+export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 
 .PHONY: run test venv protos lint typecheck unit peers helm-bin chromium clean format bench
 
