@@ -48,17 +48,35 @@ def attribute_json(value: allocator_pb2.AttributeValue) -> dict[str, Any]:
 def _atomic_write(path: Path, data: bytes) -> None:
     """Readers (the runtime's CDI cache) never see a partial file: write aside, then rename.
     One writer per claim at a time (the caller holds the claim's lock), so the temp name can be
-    fixed; its .tmp suffix keeps CDI from loading it."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    fixed; its .tmp suffix keeps CDI from loading it. The caller makes the directory."""
     temp = path.with_name(f".{path.name}.tmp")
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
         os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+def _make_dir(path: Path, mode: int = 0o755) -> None:
+    """mkdir -p with the common case (parent already there) in one system call."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        path.mkdir(parents=True, exist_ok=True, mode=mode)
+
+
+def _dumps(obj: Any) -> str:
+    # Compact: the C encoder (indent falls back to the pure-Python one, slow for big lists).
+    return json.dumps(obj, separators=(",", ":"))
 
 
 class MetadataWriter:
@@ -124,14 +142,17 @@ class MetadataWriter:
         """Write every request's files; returns base request name -> metadata CDI device id."""
         ids: dict[str, str] = {}
         try:
+            claim_dir = self.claim_dir(claim.namespace, claim.name)
+            # Intermediate directories get the default mode, the request's own 0755.
+            _make_dir(claim_dir, 0o777)
             for request_ref, devices in by_request.items():
                 request = base_request(request_ref)
                 stream = "".join(
-                    json.dumps(self.document(claim, pod_claim, request_ref, devices, v), indent=2)
-                    + "\n"
+                    _dumps(self.document(claim, pod_claim, request_ref, devices, v)) + "\n"
                     for v in METADATA_VERSIONS
                 )
-                host_path = self.metadata_file(claim.namespace, claim.name, request)
+                host_path = claim_dir / request / "metadata.json"
+                _make_dir(host_path.parent)
                 _atomic_write(host_path, stream.encode())
                 device_name = f"{claim.uid}_{request}"
                 spec = {
@@ -154,9 +175,12 @@ class MetadataWriter:
                         }
                     ],
                 }
-                _atomic_write(
-                    self.cdi_file(claim.uid, request), json.dumps(spec, indent=2).encode()
-                )
+                cdi_file = self.cdi_file(claim.uid, request)
+                try:
+                    _atomic_write(cdi_file, _dumps(spec).encode())
+                except FileNotFoundError:  # the CDI dir is made once, on first need
+                    _make_dir(self.cdi_dir)
+                    _atomic_write(cdi_file, _dumps(spec).encode())
                 ids[request] = f"{self.driver}/metadata={device_name}"
         except OSError as exc:
             raise StateError(f"claim {claim}: write device metadata: {exc}") from None
@@ -170,8 +194,21 @@ class MetadataWriter:
             pass
         except OSError as exc:
             raise StateError(f"claim {claim}: remove device metadata: {exc}") from None
+        # A plain prefix/suffix scan: the CDI dir also holds every claim's allocator spec, and
+        # glob's pattern matching per entry was most of an unprepare's cost.
+        prefix, suffix = f"{self.driver}_metadata_{claim.uid}_", ".json"
         try:
-            for spec in self.cdi_dir.glob(f"{self.driver}_metadata_{claim.uid}_*.json"):
-                spec.unlink(missing_ok=True)
+            with os.scandir(self.cdi_dir) as entries:
+                names = [
+                    e.name
+                    for e in entries
+                    if e.name.startswith(prefix)
+                    and e.name.endswith(suffix)
+                    and len(e.name) >= len(prefix) + len(suffix)
+                ]
+            for name in names:
+                (self.cdi_dir / name).unlink(missing_ok=True)
+        except FileNotFoundError:
+            pass
         except OSError as exc:
             raise StateError(f"claim {claim}: remove metadata CDI spec: {exc}") from None

@@ -112,13 +112,14 @@ class NodeService:
         if request is None:
             log.info(2, "claim has nothing for this driver", claim=str(ref), uid=ref.uid)
             return PrepareOutcome()
-        log.info(
-            4,
-            "asking the allocator",
-            claim=str(ref),
-            results=",".join(f"{r.request}:{r.device}" for r in request.results),
-            configs=len(request.configs),
-        )
+        if log.enabled(4):  # the fields cost more than the call when the line is off
+            log.info(
+                4,
+                "asking the allocator",
+                claim=str(ref),
+                results=",".join(f"{r.request}:{r.device}" for r in request.results),
+                configs=len(request.configs),
+            )
         response = await self.allocator.prepare(request)
         shares = share_ids(claim, self.driver)
         devices = [
@@ -139,17 +140,19 @@ class NodeService:
             for d in response.devices
         ]
         self._attach_metadata(ref, claim, request, response, devices)
-        log.info(
-            2,
-            "claim prepared",
-            claim=str(ref),
-            uid=ref.uid,
-            cpus=response.claim.cpus,
-            devices=",".join(d.device_name for d in devices),
-            again=response.already_prepared,
-        )
-        for d in response.devices:
-            log.info(4, "device prepared", claim=str(ref), device=d.device_name, cpus=d.cpus)
+        if log.enabled(2):
+            log.info(
+                2,
+                "claim prepared",
+                claim=str(ref),
+                uid=ref.uid,
+                cpus=response.claim.cpus,
+                devices=",".join(d.device_name for d in devices),
+                again=response.already_prepared,
+            )
+        if log.enabled(4):
+            for d in response.devices:
+                log.info(4, "device prepared", claim=str(ref), device=d.device_name, cpus=d.cpus)
         return PrepareOutcome(devices=devices)
 
     def _attach_metadata(
