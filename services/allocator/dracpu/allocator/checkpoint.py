@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dracpu.allocator.claims import ClaimRecord
-from dracpu.allocator.records import digest, record_from_json, record_to_json
+from dracpu.allocator.records import checked_payload, digest, record_from_json, record_to_json
 from dracpu.core.errors import CPUSetError, StateError
 
 FORMAT_VERSION = 1
@@ -52,21 +52,13 @@ def encode(checkpoint: Checkpoint) -> bytes:
 
 
 def decode(data: bytes, source: str) -> Checkpoint:
-    try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptCheckpointError(f"checkpoint {source}: not valid JSON ({exc})") from None
-    if not isinstance(document, dict):
-        raise CorruptCheckpointError(f"checkpoint {source}: not a JSON object")
-    version = document.get("formatVersion")
-    if version != FORMAT_VERSION:
-        raise CorruptCheckpointError(
-            f"checkpoint {source}: unknown format version {version!r} "
-            f"(this build reads {FORMAT_VERSION})"
-        )
-    state = document.get("state")
-    if document.get("checksum") != digest(state):
-        raise CorruptCheckpointError(f"checkpoint {source}: checksum mismatch")
+    state = checked_payload(
+        data,
+        f"checkpoint {source}",
+        key="state",
+        error=CorruptCheckpointError,
+        version=FORMAT_VERSION,
+    )
     try:
         assert isinstance(state, dict)
         records = tuple(record_from_json(item) for item in state["claims"])

@@ -117,21 +117,27 @@ def _document(body: dict[str, Any]) -> bytes:
 
 def _body(data: bytes, source: str) -> Any:
     """The checked body of a document; CorruptRecordError naming `source` if untrustworthy."""
+    return checked_payload(data, source, key="body", error=CorruptRecordError)
+
+
+def checked_payload(
+    data: bytes, source: str, *, key: str, error: type[StateError], version: int = FORMAT_VERSION
+) -> Any:
+    """The payload under `key` of a versioned, checksummed JSON document; `error` naming
+    `source` when the document is not JSON, of another format version, or fails its checksum."""
     try:
         document = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptRecordError(f"{source}: not valid JSON ({exc})") from None
+        raise error(f"{source}: not valid JSON ({exc})") from None
     if not isinstance(document, dict):
-        raise CorruptRecordError(f"{source}: not a JSON object")
-    version = document.get("formatVersion")
-    if version != FORMAT_VERSION:
-        raise CorruptRecordError(
-            f"{source}: unknown format version {version!r} (this build reads {FORMAT_VERSION})"
-        )
-    body = document.get("body")
-    if document.get("checksum") != digest(body):
-        raise CorruptRecordError(f"{source}: checksum mismatch")
-    return body
+        raise error(f"{source}: not a JSON object")
+    found = document.get("formatVersion")
+    if found != version:
+        raise error(f"{source}: unknown format version {found!r} (this build reads {version})")
+    payload = document.get(key)
+    if document.get("checksum") != digest(payload):
+        raise error(f"{source}: checksum mismatch")
+    return payload
 
 
 # ---- claim records ---------------------------------------------------------------------------
