@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +20,7 @@ from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.errors import DracpuError
 from dracpu.core.machine import Machine
 from dracpu.core.metrics import exposition
-from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, start_server
+from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 
@@ -129,10 +127,7 @@ async def serve(args: argparse.Namespace) -> int:
     finally:
         for task in tasks:
             task.cancel()
-        await health.set(False)
-        await server.stop(grace=2)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(args.socket)
+        await stop_server(server, health, args.socket)
         log.info(0, "allocator stopped")
     return 0
 

@@ -3,6 +3,7 @@ and the one mapping between DracpuError and gRPC status codes."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -163,6 +164,16 @@ async def start_server(
     await health_state.set(False)
     log.info(2, "listening", socket=str(path), service=service)
     return server, health_state
+
+
+async def stop_server(
+    server: grpc.aio.Server, health: Health, socket_path: str | os.PathLike[str]
+) -> None:
+    """Undo start_server: report NOT_SERVING, finish in-flight calls, remove the socket."""
+    await health.set(False)
+    await server.stop(grace=2)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(socket_path)
 
 
 def channel(socket_path: str | os.PathLike[str]) -> grpc.aio.Channel:

@@ -8,8 +8,6 @@ view keeps answering while it reconnects.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from collections.abc import Sequence
 
 import grpc
@@ -19,7 +17,7 @@ from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.config import add_config_flags, load, log_effective
 from dracpu.core.log import get_logger
-from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, start_server
+from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
 from dracpu.nri_plugin.allocator_client import AllocatorClient
 from dracpu.nri_plugin.compat import UnsolicitedMode
@@ -134,11 +132,8 @@ async def serve(argv: Sequence[str] | None) -> int:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await health.set(False)
-    await server.stop(grace=2)
+    await stop_server(server, health, args.socket)
     await allocator.close()
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(args.socket)
     return 0
 
 

@@ -7,8 +7,6 @@ previous inventory if the new read fails.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +20,13 @@ from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.config import add_config_flags, load, log_effective
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
-from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, rpc_errors, start_server
+from dracpu.core.rpc import (
+    DEFAULT_SOCKETS,
+    check_socket_path,
+    rpc_errors,
+    start_server,
+    stop_server,
+)
 from dracpu.core.signals import stop_event
 from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
 from dracpu.topology.discovery import check_root, discover
@@ -125,10 +129,7 @@ async def serve(argv: Sequence[str] | None) -> int:
     await stop.wait()
 
     log.info(0, "stopping", socket=args.socket)
-    await health.set(False)
-    await server.stop(grace=2)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(args.socket)
+    await stop_server(server, health, args.socket)
     return 0
 
 
