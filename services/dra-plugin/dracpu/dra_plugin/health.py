@@ -77,32 +77,26 @@ class DeviceHealth:
         )
 
 
-class HealthV1Alpha1(v1alpha1_grpc.DRAResourceHealthServicer):  # type: ignore[misc]
-    def __init__(self, health: DeviceHealth) -> None:
+class HealthWatch:
+    """NodeWatchResources for one health API version; both versions stream the same snapshots,
+    spelled in their own generated messages."""
+
+    def __init__(self, health: DeviceHealth, api: Any, name: str) -> None:
         self.health = health
+        self.api = api
+        self.name = name
 
     @rpc_errors
     async def NodeWatchResources(
         self, request: Any, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Any]:
-        log.info(2, "kubelet watches device health", api="v1alpha1")
-        async for item in self.health.snapshots(v1alpha1):
-            yield item
-
-
-class HealthV1(v1_grpc.DRAResourceHealthServicer):  # type: ignore[misc]
-    def __init__(self, health: DeviceHealth) -> None:
-        self.health = health
-
-    @rpc_errors
-    async def NodeWatchResources(
-        self, request: Any, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
-        log.info(2, "kubelet watches device health", api="v1")
-        async for item in self.health.snapshots(v1):
+        log.info(2, "kubelet watches device health", api=self.name)
+        async for item in self.health.snapshots(self.api):
             yield item
 
 
 def add_to_server(server: grpc.aio.Server, health: DeviceHealth) -> None:
-    v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1Alpha1(health), server)
-    v1_grpc.add_DRAResourceHealthServicer_to_server(HealthV1(health), server)
+    v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(
+        HealthWatch(health, v1alpha1, "v1alpha1"), server
+    )
+    v1_grpc.add_DRAResourceHealthServicer_to_server(HealthWatch(health, v1, "v1"), server)
