@@ -11,12 +11,12 @@ PYTEST_ARGS ?= -rfEs
 # Go lives in /usr/local/go/bin on the project machines; login shells are not assumed.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: run test venv protos lint typecheck unit peers helm-bin chromium clean format bench
+.PHONY: run test venv protos lint typecheck unit peers real-peers helm-bin chromium clean format bench
 
 run: venv protos
 	$(BIN)/dracpu dev up $(RUN_ARGS)
 
-test: venv protos lint typecheck peers helm-bin chromium
+test: venv protos lint typecheck peers helm-bin chromium real-peers
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 venv: $(VENV)/.installed
@@ -47,6 +47,10 @@ typecheck: venv protos
 # Real peers the tests drive: the NRI runtime side (Go), helm, a browser.
 peers:
 	bash tools/bootstrap-peers.sh
+
+# The real-peer tiers (Docker engine, containerd + runc, control plane): tools/tier-*.sh.
+real-peers:
+	bash tools/real-peers.sh
 
 helm-bin:
 	bash tools/install-helm.sh
