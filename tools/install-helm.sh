@@ -11,6 +11,9 @@ HELM_VERSION="${HELM_VERSION:-v3.19.5}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin_dir="${root}/.tools/bin"
 helm="${bin_dir}/helm"
+# The build is kept in the cache outside the clone (tools/cache-lib.sh), so a fresh clone copies it.
+source "${root}/tools/cache-lib.sh"
+cached="$(cache_dir helm "${HELM_VERSION}")/bin/helm"
 
 installed_version() {
     "${helm}" version --template '{{ .Version }}' 2>/dev/null || true
@@ -20,21 +23,29 @@ if [[ -x "${helm}" && "$(installed_version)" == "${HELM_VERSION}" ]]; then
     exit 0
 fi
 
+mkdir -p "${bin_dir}"
+if cache_ready helm "${HELM_VERSION}"; then
+    install -m 755 "${cached}" "${helm}"
+    echo "install-helm: helm ${HELM_VERSION} copied from $(dirname "${cached}")" >&2
+    exit 0
+fi
 if ! command -v go >/dev/null 2>&1; then
     echo "install-helm: go is not on PATH; cannot build helm ${HELM_VERSION}" >&2
     exit 1
 fi
 
-mkdir -p "${bin_dir}"
 echo "install-helm: building helm ${HELM_VERSION} from its Go module (takes a few minutes)" >&2
 # The version is stamped the way helm's own Makefile does, so `helm version` reports it.
-GOBIN="${bin_dir}" GOFLAGS="${GOFLAGS:-} -buildvcs=false" CGO_ENABLED=0 go install \
+mkdir -p "$(dirname "${cached}")"
+GOBIN="$(dirname "${cached}")" GOFLAGS="${GOFLAGS:-} -buildvcs=false" CGO_ENABLED=0 go install \
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" \
     "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
 
+install -m 755 "${cached}" "${helm}"
 got="$(installed_version)"
 if [[ "${got}" != "${HELM_VERSION}" ]]; then
     echo "install-helm: built helm reports version '${got}', expected ${HELM_VERSION}" >&2
     exit 1
 fi
+cache_seal helm "${HELM_VERSION}"
 echo "install-helm: helm ${HELM_VERSION} installed in ${bin_dir}" >&2
