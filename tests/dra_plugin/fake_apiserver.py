@@ -3,15 +3,18 @@
 Stores ResourceClaims, Nodes and ResourceSlices in memory and implements what the real server
 does for them that matters here: generateName, uid and resourceVersion, field selectors on
 spec.driver / spec.nodeName, 409 Conflict on a stale resourceVersion or failed delete
-preconditions, 404 Status objects.
+preconditions, 404 Status objects, and watches of slices from a resourceVersion (410 Gone for
+a version older than the last `compact()`).
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import secrets
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,11 +35,40 @@ class Store:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.slices: dict[str, dict[str, Any]] = {}
         self.versions = itertools.count(1)
+        self.version = 0
         self.requests: list[tuple[str, str]] = []
+        self.events: list[tuple[int, str, dict[str, Any]]] = []  # slices only
+        self.compacted = 0
+        self.changed = threading.Condition(self.lock)
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
-        obj["metadata"]["resourceVersion"] = str(next(self.versions))
+        self.version = next(self.versions)
+        obj["metadata"]["resourceVersion"] = str(self.version)
         return obj
+
+    def record(self, kind: str, obj: dict[str, Any]) -> None:
+        """A slice event for watchers (call with the lock held, after stamp)."""
+        self.events.append((self.version, kind, copy.deepcopy(obj)))
+        self.changed.notify_all()
+
+    def put_slice(self, obj: dict[str, Any], kind: str = "MODIFIED") -> None:
+        """Store a slice as someone else would write it."""
+        with self.lock:
+            self.slices[obj["metadata"]["name"]] = self.stamp(obj)
+            self.record(kind, obj)
+
+    def remove_slice(self, name: str) -> None:
+        """Delete a slice as someone else (the garbage collector) would."""
+        with self.lock:
+            obj = self.slices.pop(name)
+            self.stamp(obj)
+            self.record("DELETED", obj)
+
+    def compact(self) -> None:
+        """Forget history: watches from older versions get 410 Gone."""
+        with self.lock:
+            self.compacted = self.version
+            self.events.clear()
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -80,20 +112,31 @@ class Handler(BaseHTTPRequestHandler):
                     return self._send(200, s.nodes[parts[3]])
                 return self._send(404, _status(404, "NotFound", "node not found"))
             if url.path == SLICES and method == "GET":
-                selector = parse_qs(url.query).get("fieldSelector", [""])[0]
+                query = parse_qs(url.query)
+                selector = query.get("fieldSelector", [""])[0]
                 wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
-                items = [
-                    obj for obj in s.slices.values()
-                    if all(obj["spec"].get(k.removeprefix("spec.")) == v for k, v in wanted.items())
-                ]  # fmt: skip
-                return self._send(200, {"kind": "ResourceSliceList", "apiVersion":
-                                        "resource.k8s.io/v1", "items": items})  # fmt: skip
+
+                def matches(obj: dict[str, Any]) -> bool:
+                    spec = obj["spec"]
+                    return all(spec.get(k.removeprefix("spec.")) == v for k, v in wanted.items())
+
+                if query.get("watch", [""])[0] == "true":
+                    return self._watch(query, matches)
+                items = [obj for obj in s.slices.values() if matches(obj)]
+                listed = {
+                    "kind": "ResourceSliceList",
+                    "apiVersion": "resource.k8s.io/v1",
+                    "items": items,
+                    "metadata": {"resourceVersion": str(s.version)},
+                }
+                return self._send(200, listed)
             if url.path == SLICES and method == "POST":
                 obj = self._body()
                 meta = obj["metadata"]
                 name = meta.get("name") or meta.pop("generateName") + secrets.token_hex(3)[:5]
                 meta.update(name=name, uid=str(uuid.uuid4()))
                 s.slices[name] = s.stamp(obj)
+                s.record("ADDED", obj)
                 return self._send(201, obj)
             if url.path.startswith(SLICES + "/"):
                 name = parts[4]
@@ -109,6 +152,7 @@ class Handler(BaseHTTPRequestHandler):
                         return self._send(409, _status(409, "Conflict", "object was modified"))
                     obj["metadata"]["uid"] = current["metadata"]["uid"]
                     s.slices[name] = s.stamp(obj)
+                    s.record("MODIFIED", obj)
                     return self._send(200, obj)
                 if method == "DELETE":
                     pre = self._body().get("preconditions") or {}
@@ -120,8 +164,38 @@ class Handler(BaseHTTPRequestHandler):
                     ):
                         return self._send(409, _status(409, "Conflict", "precondition failed"))
                     del s.slices[name]
+                    s.stamp(current)
+                    s.record("DELETED", current)
                     return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
             return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
+
+    def _watch(self, query: dict[str, list[str]], matches: Any) -> None:
+        """Stream slice events after resourceVersion until timeoutSeconds (lock held)."""
+        s = self.store
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        deadline = time.monotonic() + float(query.get("timeoutSeconds", ["5"])[0])
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+
+        def line(body: dict[str, Any]) -> None:
+            self.wfile.write(json.dumps(body).encode() + b"\n")
+            self.wfile.flush()
+
+        if since < s.compacted:
+            gone = _status(410, "Expired", f"too old resource version: {since} ({s.compacted})")
+            return line({"type": "ERROR", "object": gone})
+        try:
+            while time.monotonic() < deadline:
+                for version, kind, obj in s.events:
+                    if version > since and matches(obj):
+                        line({"type": kind, "object": obj})
+                        since = version
+                since = max(since, s.version)
+                s.changed.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+        except OSError:
+            pass  # the client went away
+        return None
 
     def do_GET(self) -> None:
         self._route("GET")
