@@ -40,6 +40,10 @@ class Store:
         self.events: list[tuple[int, str, dict[str, Any]]] = []  # slices only
         self.compacted = 0
         self.changed = threading.Condition(self.lock)
+        # Gates the real server may lack: a device field silently dropped on write, or writes
+        # using a field refused with (code, reason, message).
+        self.drop_device_fields: set[str] = set()
+        self.refuse: dict[str, tuple[int, str, str]] = {}
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.version = next(self.versions)
@@ -67,7 +71,8 @@ class Store:
     def compact(self) -> None:
         """Forget history: watches from older versions get 410 Gone."""
         with self.lock:
-            self.compacted = self.version
+            self.compacted = self.version + 1  # even the newest version seen is gone
+            self.version = next(self.versions)
             self.events.clear()
 
 
@@ -77,7 +82,9 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
 
 
 class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # chunked watch streams
     store: Store
+    _pending: dict[str, Any]  # the body of the slice write being handled
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -120,7 +127,7 @@ class Handler(BaseHTTPRequestHandler):
                     spec = obj["spec"]
                     return all(spec.get(k.removeprefix("spec.")) == v for k, v in wanted.items())
 
-                if query.get("watch", [""])[0] == "true":
+                if query.get("watch", [""])[0].lower() in ("true", "1"):
                     return self._watch(query, matches)
                 items = [obj for obj in s.slices.values() if matches(obj)]
                 listed = {
@@ -130,8 +137,14 @@ class Handler(BaseHTTPRequestHandler):
                     "metadata": {"resourceVersion": str(s.version)},
                 }
                 return self._send(200, listed)
-            if url.path == SLICES and method == "POST":
+            if url.path.startswith(SLICES) and method in ("POST", "PUT"):
                 obj = self._body()
+                refused = self._gated(obj)
+                if refused is not None:
+                    return self._send(refused[0], _status(*refused))
+                self._pending = obj
+            if url.path == SLICES and method == "POST":
+                obj = self._pending
                 meta = obj["metadata"]
                 name = meta.get("name") or meta.pop("generateName") + secrets.token_hex(3)[:5]
                 meta.update(name=name, uid=str(uuid.uuid4()))
@@ -144,7 +157,7 @@ class Handler(BaseHTTPRequestHandler):
                 if current is None:
                     return self._send(404, _status(404, "NotFound", f"{name} not found"))
                 if method == "PUT":
-                    obj = self._body()
+                    obj = self._pending
                     if (
                         obj["metadata"].get("resourceVersion")
                         != current["metadata"]["resourceVersion"]
@@ -169,6 +182,16 @@ class Handler(BaseHTTPRequestHandler):
                     return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
             return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
 
+    def _gated(self, obj: dict[str, Any]) -> tuple[int, str, str] | None:
+        """Apply the store's missing gates to a slice being written (lock held)."""
+        for device in obj.get("spec", {}).get("devices") or []:
+            for name, refusal in self.store.refuse.items():
+                if name in json.dumps(device):
+                    return refusal
+            for name in self.store.drop_device_fields:
+                device.pop(name, None)
+        return None
+
     def _watch(self, query: dict[str, list[str]], matches: Any) -> None:
         """Stream slice events after resourceVersion until timeoutSeconds (lock held)."""
         s = self.store
@@ -176,15 +199,19 @@ class Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["5"])[0])
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")  # as the real server streams a watch
         self.end_headers()
 
         def line(body: dict[str, Any]) -> None:
-            self.wfile.write(json.dumps(body).encode() + b"\n")
+            data = json.dumps(body).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
         if since < s.compacted:
             gone = _status(410, "Expired", f"too old resource version: {since} ({s.compacted})")
-            return line({"type": "ERROR", "object": gone})
+            line({"type": "ERROR", "object": gone})
+            self.wfile.write(b"0\r\n\r\n")
+            return None
         try:
             while time.monotonic() < deadline:
                 for version, kind, obj in s.events:
@@ -193,6 +220,7 @@ class Handler(BaseHTTPRequestHandler):
                         since = version
                 since = max(since, s.version)
                 s.changed.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+            self.wfile.write(b"0\r\n\r\n")
         except OSError:
             pass  # the client went away
         return None

@@ -87,7 +87,7 @@ class SlicePublisher:
         self._owner_read_at: float | None = None
         self._fingerprint = b""
         self._next_resync = 0.0
-        self._again = False  # a feature turned out missing: publish once more without it
+        self._again = False  # a feature turned out missing, or a sync failed: sync once more
 
     @property
     def mode(self) -> str:
@@ -126,6 +126,7 @@ class SlicePublisher:
                 await self._pause(self.poll_interval)
             except DracpuError as exc:
                 self.state.last_error = str(exc)
+                self._again = True  # whatever woke us was consumed: try again regardless
                 log.warning(
                     "publishing ResourceSlices failed; retrying", error=str(exc), retry_in=backoff
                 )

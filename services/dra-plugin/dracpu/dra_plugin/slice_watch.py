@@ -68,6 +68,7 @@ class SliceWatch:
         self.synced = asyncio.Event()  # the first list is in
         self.changed = asyncio.Event()  # someone else changed or deleted one of our slices
         self.deleted_by_others = False  # e.g. the garbage collector: re-check the owner
+        self._gone: dict[str, int] = {}  # deletions seen by the watch: name -> version
         self.stats = WatchStats()
 
     def snapshot(self) -> list[Object]:
@@ -76,8 +77,17 @@ class SliceWatch:
     # ---- our own writes ----------------------------------------------------------------
 
     def remember(self, stored: Object) -> None:
-        """A slice the plugin just created or updated, as the server stored it."""
-        self.slices[_name(stored)] = stored
+        """A slice the plugin just created or updated, as the server stored it. The watch may
+        have been faster: a newer version, or a deletion, already seen wins."""
+        name = _name(stored)
+        cached = self.slices.get(name)
+        if cached is not None and _older(stored, cached):
+            return
+        version = _version(stored)
+        gone = self._gone.get(name)
+        if gone is not None and (version is None or version < gone):
+            return
+        self.slices[name] = stored
 
     def forget(self, name: str) -> None:
         """A slice the plugin just deleted."""
@@ -111,6 +121,7 @@ class SliceWatch:
         if self.synced.is_set() and _differs(self.slices, fresh):
             self.changed.set()
         self.slices = fresh
+        self._gone.clear()
         self.resource_version = version
         self.synced.set()
         log.info(4, "listed ResourceSlices", count=len(items), resource_version=version)
@@ -141,6 +152,11 @@ class SliceWatch:
                 log.info(6, "slice changed by someone else", name=name, event=event.type)
                 self.changed.set()
         elif event.type == "DELETED":
+            gone = _version(obj)
+            if gone is not None:
+                if len(self._gone) > 1024:  # names are never reused (generateName)
+                    self._gone.clear()
+                self._gone[name] = gone
             if cached is None:
                 return  # deleted by us, already forgotten
             if _older(obj, cached):
