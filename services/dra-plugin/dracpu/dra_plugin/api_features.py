@@ -49,6 +49,10 @@ def _drop_lists(device: Device) -> Device:
     return out
 
 
+def _list_names(device: Device) -> list[str]:
+    return [k for k, v in (device.get("attributes") or {}).items() if _is_list(v)]
+
+
 @dataclass(frozen=True)
 class Feature:
     name: str  # the device field, as the health view reports it
@@ -56,6 +60,16 @@ class Feature:
     keywords: tuple[str, ...]  # words a refusal message names it by
     used: Callable[[Device], bool]
     drop: Callable[[Device], Device]
+    # Message fragments naming what a device sent with the feature: a server without the
+    # list-attributes gate drops the list and then refuses the attribute left empty
+    # ("spec.devices[0].attributes[<name>]: Invalid value: \"\": must specify one of ...").
+    fragments: Callable[[Device], list[str]] = lambda device: []
+
+    def named_in(self, message: str, sent: Sequence[Device]) -> bool:
+        lowered = message.lower()
+        if any(word.lower() in lowered for word in self.keywords):
+            return True
+        return any(part in message for d in sent if self.used(d) for part in self.fragments(d))
 
 
 NODE_ALLOCATABLE = Feature(
@@ -68,9 +82,10 @@ NODE_ALLOCATABLE = Feature(
 LIST_ATTRIBUTES = Feature(
     "listTypeAttributes",
     "DRAListTypeAttributes",
-    ("DRAListTypeAttributes", "list-type", "list type", ".strings", ".ints", ".bools"),
+    ("DRAListTypeAttributes", "list-type", "list type"),
     _uses_lists,
     _drop_lists,
+    lambda device: [f"attributes[{name}]" for name in _list_names(device)],
 )
 FEATURES = (NODE_ALLOCATABLE, LIST_ATTRIBUTES)
 
@@ -105,11 +120,10 @@ class FeatureSupport:
     def refused(self, message: str, sent: Sequence[Device]) -> MissingFeature | None:
         """A write of `sent` was refused with `message`: the feature it names, if any, is
         missing (recorded); None when the refusal is about something else."""
-        lowered = message.lower()
         for feature in FEATURES:
             if feature.name in self.missing or not any(feature.used(d) for d in sent):
                 continue
-            if any(word.lower() in lowered for word in feature.keywords):
+            if feature.named_in(message, sent):
                 return self._mark(feature, message)
         return None
 
