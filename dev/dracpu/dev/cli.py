@@ -70,6 +70,12 @@ def build_parser() -> ArgumentParser:
     )
     up.add_argument("--config", metavar="FILE", help="driver configuration for every service")
     up.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="publish slices to and read claims from this API server instead of the run "
+        "folder's cluster folder (the kubelet simulator still prepares: dracpu dev prepare)",
+    )
+    up.add_argument(
         "--no-kubelet-sim",
         dest="kubelet_sim",
         action="store_false",
@@ -114,6 +120,20 @@ def build_parser() -> ArgumentParser:
     release.add_argument("name", metavar="NAME")
     release.add_argument("--namespace", default="default", metavar="NS")
 
+    prepare = commands.add_parser(
+        "prepare",
+        help="have the kubelet simulator prepare a claim of the API server (--kubeconfig)",
+    )
+    run_dir(prepare)
+    prepare.add_argument("name", metavar="NAME")
+    prepare.add_argument("--namespace", default="default", metavar="NS")
+    unprepare = commands.add_parser(
+        "unprepare", help="have the kubelet simulator unprepare a claim of the API server"
+    )
+    run_dir(unprepare)
+    unprepare.add_argument("name", metavar="NAME")
+    unprepare.add_argument("--namespace", default="default", metavar="NS")
+
     status = commands.add_parser("status", help="show the services of a running dev up")
     run_dir(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -136,6 +156,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             runtime_sim=args.runtime_sim,
             ready_timeout=args.ready_timeout,
             fresh=args.fresh,
+            kubeconfig=args.kubeconfig,
         )
     if args.command == "status":
         from dracpu.dev.status import collect, render
@@ -143,6 +164,12 @@ async def _dispatch(args: argparse.Namespace) -> int:
         document = await collect(layout)
         print(json.dumps(document, indent=2) if args.json else render(document))
         return 0 if document["running"] else 1
+    if args.command in ("prepare", "unprepare"):
+        from dracpu.dev.api_claims import prepare, unprepare
+
+        act = prepare if args.command == "prepare" else unprepare
+        print(await act(layout, name=args.name, namespace=args.namespace))
+        return 0
     from dracpu.dev.workloads import claim, release
 
     if args.command == "claim":

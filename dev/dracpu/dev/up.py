@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
+
 from dracpu.core.config import read_file
 from dracpu.core.errors import ConflictError, InvalidInputError
 from dracpu.dev.layout import RunLayout
@@ -50,6 +52,18 @@ def check_port_free(address: str) -> None:
         except OSError as exc:
             reason = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound: {exc}"
             raise InvalidInputError(f"--api-address {address} {reason}") from None
+
+
+def check_kubeconfig(path: str) -> None:
+    """A kubeconfig the dra-plugin can load, refused here in one line otherwise."""
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidInputError(f"--kubeconfig {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError:
+        raise InvalidInputError(f"--kubeconfig {path}: not valid YAML") from None
+    if not isinstance(document, dict) or not document.get("clusters"):
+        raise InvalidInputError(f"--kubeconfig {path}: no clusters in it")
 
 
 def lock_run_dir(layout: RunLayout) -> IO[str]:
@@ -156,10 +170,13 @@ async def up(
     runtime_sim: bool,
     ready_timeout: float,
     fresh: bool = False,
+    kubeconfig: str | None = None,
 ) -> int:
     layout.check()
     if config is not None:
         read_file(config)  # a bad file is refused here, in one line, not by five services
+    if kubeconfig is not None:
+        check_kubeconfig(kubeconfig)
     parse_address(api_address)
     for directory in layout.directories():
         directory.mkdir(parents=True, exist_ok=True)
@@ -175,6 +192,7 @@ async def up(
             verbosity=verbosity,
             kubelet_sim=kubelet_sim,
             runtime_sim=runtime_sim,
+            kubeconfig=Path(kubeconfig).absolute() if kubeconfig else None,
         )
         for stale in remove_stale_sockets(layout):
             report(f"removed stale socket {stale}")
@@ -190,7 +208,11 @@ async def _supervise(layout: RunLayout, options: DevOptions, ready_timeout: floa
         report=report,
         ready_timeout=ready_timeout,
         status_file=layout.status_file,
-        status_extra={"run_dir": str(layout.root), "api_url": url},
+        status_extra={
+            "run_dir": str(layout.root),
+            "api_url": url,
+            "kubeconfig": str(options.kubeconfig or ""),
+        },
     )
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -74,6 +74,11 @@ def require_running(layout: RunLayout) -> set[str]:
         )
     if not status:
         raise UnavailableError(f"dracpu dev up on {layout.root} is still starting")
+    if status.get("kubeconfig"):
+        raise InvalidInputError(
+            f"the dev up on {layout.root} uses the API server of {status['kubeconfig']}: "
+            "create ResourceClaims there and use dracpu dev prepare / unprepare"
+        )
     return set(status.get("services", {}))
 
 

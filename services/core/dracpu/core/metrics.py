@@ -99,6 +99,13 @@ SPECS: tuple[MetricSpec, ...] = (
         buckets=DURATION_BUCKETS,
     ),
     MetricSpec(
+        "dra_cpu_api_feature_missing",
+        "gauge",
+        "1 for each optional ResourceSlice feature the API server lacks (published without it).",
+        "dra-plugin",
+        labels=("feature",),
+    ),
+    MetricSpec(
         "dra_cpu_claim_allocated_cpus",
         "histogram",
         "CPUs allocated for each newly successful claim allocation.",
