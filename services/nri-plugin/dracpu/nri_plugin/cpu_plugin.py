@@ -28,6 +28,7 @@ from dracpu.nri_plugin.claim_env import parse_claim_env
 from dracpu.nri_plugin.compat import Decision, UnsolicitedMode, decide
 from dracpu.nri_plugin.events import SUBSCRIBED_EVENTS
 from dracpu.nri_plugin.pacing import UpdatePacer
+from dracpu.nri_plugin.plugin_metrics import NRIMetrics
 from dracpu.nri_plugin.registry import ContainerRecord, Registry
 from dracpu.nri_plugin.stub import RuntimeInfo
 from dracpu.nri_plugin.ttrpc import DEADLINE_EXCEEDED, TtrpcError
@@ -100,6 +101,7 @@ class CPUPlugin:
         *,
         unsolicited: UnsolicitedMode = UnsolicitedMode.AUTO,
         batch_size: int = 500,
+        metrics: NRIMetrics | None = None,
     ) -> None:
         if batch_size < 1:
             raise InvalidInputError(f"update batch size must be >= 1, got {batch_size}")
@@ -111,6 +113,9 @@ class CPUPlugin:
         self._allocator = allocator
         self._mode = unsolicited
         self.pacer = UpdatePacer(max_batch=batch_size)
+        self.metrics = metrics or NRIMetrics()
+        self._synchronized = False  # a connection got as far as Synchronize
+        self._disconnected_at: float | None = None  # monotonic; None while connected
         self._lock = asyncio.Lock()
         self._pool_changed = asyncio.Event()
         self._push: PushUpdates | None = None
@@ -136,7 +141,18 @@ class CPUPlugin:
     def disconnected(self, reason: str) -> None:
         # The registry stays as last known (the view keeps showing it); the next
         # Synchronize rebuilds it from what the runtime reports.
-        log.info(2, "runtime connection gone", reason=reason)
+        if self._synchronized:
+            # From now until the next Synchronize the runtime creates containers without
+            # asking us: they start on whatever cpuset their spec has (unpinned).
+            self._synchronized = False
+            self._disconnected_at = time.monotonic()
+            self.metrics.disconnected()
+            log.warning(
+                "runtime connection lost; containers created until it is back run unpinned",
+                reason=reason,
+            )
+        else:
+            log.info(2, "runtime connection gone", reason=reason)
 
     async def synchronize(
         self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
@@ -145,6 +161,7 @@ class CPUPlugin:
         async with self._lock:
             pods_by_id = {pod.id: pod for pod in pods}
             registry = Registry()
+            running_on = {ctr.id: ctr.linux.resources.cpu.cpus for ctr in containers}
             for ctr in containers:
                 if ctr.state == api_pb2.CONTAINER_STOPPED:
                     continue
@@ -154,6 +171,7 @@ class CPUPlugin:
                     registry.put(record)
             pool = await self._fetch_pool()
             updates: list[api_pb2.ContainerUpdate] = []
+            repinned: list[ContainerRecord] = []
             for record in list(registry):
                 target = record.cpus if record.exclusive else pool
                 if not target:
@@ -163,6 +181,8 @@ class CPUPlugin:
                     )
                     continue
                 updates.append(cpuset_update(record.container_id, target))
+                if not _same_cpus(running_on.get(record.container_id, ""), target):
+                    repinned.append(record)
                 registry.set_cpus(record.container_id, target)
             self.registry = registry
         log.info(
@@ -173,7 +193,28 @@ class CPUPlugin:
             updates=len(updates),
             ms=round((time.perf_counter() - started) * 1e3, 1),
         )
+        self._report_repinned(repinned)
         return updates
+
+    def _report_repinned(self, repinned: Sequence[ContainerRecord]) -> None:
+        window = 0.0
+        if self._disconnected_at is not None:
+            window = time.monotonic() - self._disconnected_at
+        self._disconnected_at = None
+        self._synchronized = True
+        self.metrics.resynchronized(window, len(repinned))
+        if not repinned:
+            return
+        names = [f"{r.pod_namespace}/{r.pod_name}/{r.container_name}" for r in repinned]
+        shown = ",".join(names[:_NAMES_LOGGED])
+        if len(names) > _NAMES_LOGGED:
+            shown += f",... ({len(names) - _NAMES_LOGGED} more)"
+        log.warning(
+            "re-pinned containers the runtime ran on other CPUs",
+            count=len(repinned),
+            unpinned_window_s=round(window, 3),
+            containers=shown,
+        )
 
     async def _recover(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -309,6 +350,25 @@ class CPUPlugin:
             self.registry.set_cpus(record.container_id, pool)
         return [cpuset_update(r.container_id, pool) for r in stale]
 
+    async def wait_for_allocator(self, retry_delay: float = 0.1, max_delay: float = 2.0) -> None:
+        """Until the allocator answers with the shared pool. Registering with the runtime
+        before that would only fail its Synchronize (and log errors on the runtime side)."""
+        delay = retry_delay
+        waited = False
+        while True:
+            try:
+                async with self._lock:
+                    pool = self._note_pool(await self._allocator.shared_pool())
+            except DracpuError as exc:
+                if not waited:
+                    log.info(0, "waiting for the allocator before registering", error=str(exc))
+                waited = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, max_delay)
+                continue
+            log.info(2, "allocator answers", shared_pool=pool)
+            return
+
     async def watch_pool(self, retry_delay: float = 0.5) -> None:
         """Follow the allocator's shared pool forever; reconnects with backoff."""
         delay = retry_delay
@@ -394,6 +454,9 @@ class CPUPlugin:
         stats.unknown += result.unknown
         stats.last_push_seconds = elapsed
         stats.pending = result.pending
+        self.metrics.pushed(
+            result.applied, result.failed, result.unknown, result.pending, self.pacer.cost
+        )
         log.info(
             2,
             "pushed shared pool",
@@ -454,6 +517,16 @@ class CPUPlugin:
         failed_ids = {u.container_id for u in failed}
         for cid in batch:
             outcomes[cid] = Outcome.FAILED if cid in failed_ids else Outcome.APPLIED
+
+
+_NAMES_LOGGED = 20
+
+
+def _same_cpus(text: str, cpus: CPUSet) -> bool:
+    try:
+        return CPUSet.parse(text) == cpus if text else False
+    except DracpuError:
+        return False
 
 
 def _record(
