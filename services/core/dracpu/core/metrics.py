@@ -126,7 +126,7 @@ SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "dra_cpu_nri_unpinned_window_seconds",
         "gauge",
-        "Length of the last window without a runtime connection, until Synchronize re-pinned.",
+        "Seconds from noticing the lost runtime connection to re-pinning at Synchronize.",
         "nri-plugin",
     ),
     MetricSpec(
