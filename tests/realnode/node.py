@@ -350,7 +350,11 @@ state = "{b}/state"
 
     def crictl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run crictl against this node; NodeError with crictl's last stderr line on failure."""
-        return self._run([str(self.crictl_bin), *self._endpoints(), *args], check=check)
+        done = self._run([str(self.crictl_bin), *self._endpoints(), *args], check=False)
+        if check and done.returncode != 0:
+            reason = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+            raise NodeError(f"crictl {args[0] if args else ''}: {reason[0]}")
+        return done
 
     def ctr(self, *args: str) -> str:
         argv = [str(self.bin / "ctr"), "--address", str(self.socket), "-n", "k8s.io", *args]
