@@ -171,7 +171,7 @@ cmd_start() {
     mkdir -p "$STATE"
     if [[ -d "$STATE/exec" ]]; then
         # Mounts a killed engine left behind would make the new one fail to start.
-        grep -oE " $STATE/exec[^ ]*" /proc/self/mounts | sort -r | while read -r m; do
+        { grep -oE " $STATE/exec[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do
             umount -l "$m" 2>/dev/null || true
         done
         rm -rf "$STATE/exec"
