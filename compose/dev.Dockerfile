@@ -13,16 +13,17 @@ ENV PIP_NO_INDEX=1 \
     PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
 COPY .wheels/ /wheels/
-COPY constraints.txt pyproject.toml setup.py MANIFEST.in README.md ./
+COPY constraints.txt ./
+RUN python3 -m venv --without-pip /opt/tools \
+    && set -- /wheels/pip-*.whl \
+    && /opt/tools/bin/python "$1/pip" install pip setuptools wheel grpcio-tools
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY tools/genproto.py tools/genproto.py
 COPY proto/ proto/
 COPY services/ services/
 COPY dev/ dev/
-RUN python3 -m venv --without-pip /opt/tools \
-    && set -- /wheels/pip-*.whl \
-    && /opt/tools/bin/python "$1/pip" install pip setuptools wheel grpcio-tools \
-    && /opt/tools/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /dist .
-RUN python3 -m venv --without-pip /opt/dracpu \
+RUN /opt/tools/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /dist . \
+    && python3 -m venv --without-pip /opt/dracpu \
     && /opt/tools/bin/pip --python /opt/dracpu/bin/python install /dist/*.whl
 
 FROM ${BASE_IMAGE}

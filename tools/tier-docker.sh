@@ -8,7 +8,9 @@
 #                                    made by debootstrap and cached as an archive
 #   tools/tier-docker.sh start       dockerd on a private socket and data root (idempotent)
 #   tools/tier-docker.sh stop        stops that dockerd by its PID (idempotent)
-#   tools/tier-docker.sh env         prints DOCKER_HOST=... and DOCKER_CONFIG=... lines
+#   tools/tier-docker.sh env         prints DOCKER_HOST=, DOCKER_CONFIG=, PATH= and BASE_IMAGE= lines
+#   tools/tier-docker.sh base        imports the base image into the running engine, prints it
+#   tools/tier-docker.sh check       exits 0 when bootstrap is done, else prints what is missing
 #   tools/tier-docker.sh images      builds the five service images (and the compose dev image)
 #                                    on the private engine, saves the five into one archive in
 #                                    the cache, and prints its absolute path as the last line
@@ -263,12 +265,24 @@ cmd_images() {
     printf '%s\n' "$archive"
 }
 
+# Exit 0 when bootstrap has made everything ready; else one line saying what is missing.
+cmd_check() {
+    [[ "$(id -u)" == 0 ]] || { echo "not root (dockerd needs root)"; exit 1; }
+    command -v docker >/dev/null || { echo "no docker client on PATH"; exit 1; }
+    engine_dir >/dev/null || { echo "no Docker engine in $DRACPU_CACHE (run make real-peers)"; exit 1; }
+    MIRROR="$(debian_mirror)"
+    [[ -f "$(dirname "$(base_archive)")/.complete" ]] \
+        || { echo "no base image archive in $DRACPU_CACHE (run make real-peers)"; exit 1; }
+}
+
 case "${1:-}" in
     bootstrap) cmd_bootstrap ;;
+    check) cmd_check ;;
+    base) engine_env; MIRROR="$(debian_mirror)"; load_base; base_image ;;
     start) cmd_start ;;
     stop) cmd_stop ;;
     env) cmd_env ;;
     images) cmd_images ;;
     base-image) MIRROR="$(debian_mirror)"; base_image ;;
-    *) echo "usage: $0 bootstrap|start|stop|env|images" >&2; exit 2 ;;
+    *) echo "usage: $0 bootstrap|check|start|stop|env|base|images" >&2; exit 2 ;;
 esac
