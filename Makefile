@@ -11,7 +11,7 @@ PYTEST_ARGS ?= -rfEs
 # Go lives in /usr/local/go/bin on the project machines; login shells are not assumed.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: run test venv protos lint typecheck unit peers real-peers helm-bin chromium clean format bench
+.PHONY: run test venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench
 
 run: venv protos
 	$(BIN)/dracpu dev up $(RUN_ARGS)
@@ -21,17 +21,25 @@ test: venv protos lint typecheck peers helm-bin chromium real-peers
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py
+# Every version from constraints.txt, the one list the images install from too. Installing the
+# package generates dracpu.pb (setup.py's build step runs tools/genproto.py).
+$(VENV)/.installed: pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
+# Regenerates dracpu.pb after a .proto changed in an installed checkout.
 protos: $(PROTO_STAMP)
 
 $(PROTO_STAMP): $(VENV)/.installed $(PROTO_SRC) tools/genproto.py
 	$(PY) tools/genproto.py
 	touch $@
+
+# The five service images and the compose dev image, built offline from wheels prepared here
+# (BASE_IMAGE=... to build on another base; the docker tier's private engine: tools/tier-docker.sh).
+images:
+	bash tools/build-images.sh build
 
 lint: venv
 	$(BIN)/ruff check .
@@ -62,5 +70,5 @@ bench: venv protos
 	for script in benchmarks/*_bench.py; do $(PY) $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(TOOLS) $(PROTO_STAMP)
+	rm -rf $(VENV) $(TOOLS) $(PROTO_STAMP) .wheels
 	find services/core/dracpu/pb -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +

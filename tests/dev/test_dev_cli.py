@@ -112,6 +112,21 @@ def invoke(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, st
             "no dracpu dev up is running on",
             id="prepare-without-up",
         ),
+        pytest.param(
+            ["--compose", "claim", "--run-dir", RUN_DIR, "--cpus", "2"],
+            f"no compose stack serves {RUN_DIR}: {RUN_DIR}/sockets/kubelet-sim.sock is missing",
+            id="compose-claim-without-stack",
+        ),
+        pytest.param(
+            ["--compose", "release", "--run-dir", RUN_DIR, "cpus-1"],
+            "no compose stack serves",
+            id="compose-release-without-stack",
+        ),
+        pytest.param(
+            ["--compose", "up", "--run-dir", RUN_DIR],
+            "--compose: only claim and release, not up",
+            id="compose-up",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -12,6 +12,8 @@ from dracpu.core.errors import InvalidInputError
 from dracpu.dev.layout import RunLayout, default_run_dir
 
 PROG = "dracpu dev"
+# The run folder inside the containers of compose/docker-compose.yaml.
+COMPOSE_RUN_DIR = "/dracpu"
 
 
 def _positive(text: str) -> int:
@@ -46,15 +48,20 @@ def _seconds(text: str) -> float:
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROG, description=__doc__)
+    parser.add_argument(
+        "--compose",
+        action="store_true",
+        help="claim and release on a docker compose stack (its `dev` service runs this): "
+        f"the simulators are compose services, the run folder defaults to {COMPOSE_RUN_DIR}",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def run_dir(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
             "--run-dir",
-            default=str(default_run_dir()),
             metavar="DIR",
             help="run folder: sockets, kubelet root, NRI socket, CDI, state, cluster folder "
-            "(default %(default)s)",
+            f"(default {default_run_dir()})",
         )
 
     up = commands.add_parser("up", help="start every service locally until Ctrl-C")
@@ -141,7 +148,10 @@ def build_parser() -> ArgumentParser:
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
-    layout = RunLayout.at(args.run_dir)
+    if args.compose and args.command not in ("claim", "release"):
+        raise InvalidInputError(f"--compose: only claim and release, not {args.command}")
+    default = COMPOSE_RUN_DIR if args.compose else default_run_dir()
+    layout = RunLayout.at(args.run_dir or default)
     if args.command == "up":
         from dracpu.dev.up import up
 
@@ -180,11 +190,12 @@ async def _dispatch(args: argparse.Namespace) -> int:
             name=args.name,
             namespace=args.namespace,
             cpuset=args.cpuset,
+            compose=args.compose,
         )
         print(outcome.describe())
         return 0
     if args.command == "release":
-        print(await release(layout, name=args.name, namespace=args.namespace))
+        print(await release(layout, name=args.name, namespace=args.namespace, compose=args.compose))
         return 0
     raise InvalidInputError(f"unknown command {args.command!r}")
 
