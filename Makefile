@@ -11,7 +11,7 @@ PYTEST_ARGS ?= -rfEs
 # Go lives in /usr/local/go/bin on the project machines; login shells are not assumed.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: run test venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench
+.PHONY: run test venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down e2e
 
 run: venv protos
 	$(BIN)/dracpu dev up $(RUN_ARGS)
@@ -62,6 +62,20 @@ real-peers:
 
 helm-bin:
 	bash tools/install-helm.sh
+
+# A real one-node cluster (tools/cluster.sh) left running for a user; prints the kubeconfig.
+cluster-up:
+	DRACPU_TIERS=e2e bash tools/real-peers.sh
+	bash tools/cluster.sh up
+
+cluster-down:
+	bash tools/cluster.sh down
+
+# The chart on that cluster: bootstrap, helm install (pullPolicy Never), tests/e2e scenarios,
+# each step printed with its time; the cluster is stopped afterwards.
+e2e: venv protos helm-bin
+	DRACPU_TIERS=e2e bash tools/real-peers.sh
+	$(BIN)/pytest -m e2e -p no:cacheprovider -rfEs tests/e2e
 
 chromium:
 	bash tools/install-chromium.sh
