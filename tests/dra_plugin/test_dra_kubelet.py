@@ -122,7 +122,7 @@ async def test_prepare_and_unprepare_one_claim(started: Node, version: str) -> N
     assert device.cdi_device_ids == [f"dra.k8s.io/cpu=claim-{c}", f"dra.cpu/metadata={c}_cpus"]
     cpus = cdi_env(started, c)
     # xeon-2s-ht: NUMA node 0 holds CPUs 0-9 and their siblings 20-29.
-    assert cpus == "0-1,20-21"
+    assert cpus == "1-2,21-22"  # CPU 0 is kept for the shared pool
 
     metadata_file = (
         started.kubelet_root / "plugins/dra.cpu/dra-device-metadata/default_one/cpus/metadata.json"

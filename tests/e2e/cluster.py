@@ -195,7 +195,10 @@ class Cluster:
         return dict(e.decode().partition("=")[::2] for e in raw if b"=" in e)
 
     def running(self, pod: str, namespace: str = "default") -> dict[str, Any] | None:
-        found = self.get("pod", pod, namespace)
+        try:
+            found = self.get("pod", pod, namespace)
+        except CommandError:
+            return None  # not created yet, or deleted
         return found if found.get("status", {}).get("phase") == "Running" else None
 
 
