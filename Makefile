@@ -11,7 +11,7 @@ PYTEST_ARGS ?= -rfEs
 # Go lives in /usr/local/go/bin on the project machines; login shells are not assumed.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: run test venv protos lint typecheck unit peers real-peers helm-bin chromium clean format bench
+.PHONY: run test venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down e2e
 
 run: venv protos
 	$(BIN)/dracpu dev up $(RUN_ARGS)
@@ -21,17 +21,25 @@ test: venv protos lint typecheck peers helm-bin chromium real-peers
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py
+# Every version from constraints.txt, the one list the images install from too. Installing the
+# package generates dracpu.pb (setup.py's build step runs tools/genproto.py).
+$(VENV)/.installed: pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
+# Regenerates dracpu.pb after a .proto changed in an installed checkout.
 protos: $(PROTO_STAMP)
 
 $(PROTO_STAMP): $(VENV)/.installed $(PROTO_SRC) tools/genproto.py
 	$(PY) tools/genproto.py
 	touch $@
+
+# The five service images and the compose dev image, built offline from wheels prepared here
+# (BASE_IMAGE=... to build on another base; the docker tier's private engine: tools/tier-docker.sh).
+images:
+	bash tools/build-images.sh build
 
 lint: venv
 	$(BIN)/ruff check .
@@ -55,6 +63,20 @@ real-peers:
 helm-bin:
 	bash tools/install-helm.sh
 
+# A real one-node cluster (tools/cluster.sh) left running for a user; prints the kubeconfig.
+cluster-up:
+	DRACPU_TIERS=e2e bash tools/real-peers.sh
+	bash tools/cluster.sh up
+
+cluster-down:
+	bash tools/cluster.sh down
+
+# The chart on that cluster: bootstrap, helm install (pullPolicy Never), tests/e2e scenarios,
+# each step printed with its time; the cluster is stopped afterwards.
+e2e: venv protos helm-bin
+	DRACPU_TIERS=e2e bash tools/real-peers.sh
+	$(BIN)/pytest -m e2e -p no:cacheprovider -rfEs tests/e2e
+
 chromium:
 	bash tools/install-chromium.sh
 
@@ -62,5 +84,5 @@ bench: venv protos
 	for script in benchmarks/*_bench.py; do $(PY) $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(TOOLS) $(PROTO_STAMP)
+	rm -rf $(VENV) $(TOOLS) $(PROTO_STAMP) .wheels
 	find services/core/dracpu/pb -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +

@@ -1,6 +1,7 @@
 """Generates the Python protobuf and gRPC modules from proto/ into the shared core.
 
-The generated code is not committed: `make` runs this at install time. Every .proto under
+The generated code is not committed: the package build runs this (setup.py's build_py), so
+`pip install .`, `pip install -e .`, a wheel and the images all carry it. Every .proto under
 proto/ lives at the import path its Python module gets (proto/dracpu/pb/x/v1/x.proto ->
 dracpu.pb.x.v1.x_pb2), so generated imports resolve through the one `dracpu` namespace.
 """
@@ -41,6 +42,7 @@ def main() -> int:
         return 1
     for directory in [PB_DIR, *(p for p in PB_DIR.rglob("*") if p.is_dir())]:
         (directory / "__init__.py").touch()
+    (PB_DIR / ".generated").touch()
     return 0
 
 

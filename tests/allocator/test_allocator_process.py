@@ -102,7 +102,8 @@ async def test_every_rpc(allocator: Running) -> None:
     devices = await stub.ListDevices(pb.ListDevicesRequest())
     assert (devices.driver, devices.mode, devices.group_by) == ("dra.cpu", "grouped", "numanode")
     assert [d.name for d in devices.devices] == ["cpudevnuma000", "cpudevnuma001"]
-    assert devices.devices[0].capacity["dra.cpu/cpu"] == "18"
+    # 20 CPUs on node 0, less reserved CPU 0 and CPU 1 kept for the shared pool.
+    assert devices.devices[0].capacity["dra.cpu/cpu"] == "17"
     assert devices.generation >= 1
 
     watch = stub.WatchSharedPool(pb.WatchSharedPoolRequest())
@@ -331,7 +332,7 @@ async def test_follows_cpus_going_offline(short_tmp: Path) -> None:
                 assert asyncio.get_running_loop().time() < deadline, "devices never changed"
                 await asyncio.sleep(0.1)
             assert devices.generation > before.generation
-            assert capacities["cpudevnuma000"] == "20"
+            assert capacities["cpudevnuma000"] == "19"  # CPU 0 kept for the shared pool
             pool = await stub.GetSharedPool(pb.GetSharedPoolRequest())
             assert pool.online == "0-38" and pool.cpus == "0-9,20-29"
             # The claim keeps its CPUs, the offline one included, and says so in the log.

@@ -162,6 +162,15 @@ def scenario() -> dict[str, object]:
                     slice_count=1,
                     last_published_at_unix=1_780_000_100,
                     claim_source="cluster-dir:/tmp/cluster",
+                    slice_sync="resync",
+                    missing_api_features=[
+                        dra_plugin_pb2.MissingApiFeature(
+                            name="listTypeAttributes",
+                            feature_gate="DRAListTypeAttributes",
+                            reason="spec.devices[0].attributes: Forbidden: list-type attributes",
+                            detected_at_unix=1_780_000_050,
+                        )
+                    ],
                 )
             )
         },

@@ -205,6 +205,11 @@ async def test_health_reports_every_service_and_the_kubelet_link(
     assert all(s["last_error"] is None for s in body["services"])
     assert body["kubelet_registration"]["registered"] is True
     assert body["kubelet_registration"]["node_name"] == "node-a"
+    (missing,) = body["kubelet_registration"]["missing_api_features"]
+    assert missing["name"] == "listTypeAttributes"
+    assert missing["feature_gate"] == "DRAListTypeAttributes"
+    assert "Forbidden: list-type attributes" in missing["reason"]
+    assert missing["detected_at"].startswith("2026-")
     assert body["runtime"]["connected"] is True
     assert body["runtime"]["runtime_name"] == "containerd"
 

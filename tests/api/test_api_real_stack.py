@@ -24,8 +24,9 @@ def http(stack: Stack) -> Iterator[httpx.Client]:
 
 
 def test_scheduler_placed_the_claims_as_expected(stack: Stack) -> None:
-    # NUMA-packed on xeon-2s-ht (siblings n / n+20): whole cores first, lowest ids first.
-    assert stack.claims["db"]["cpus"] == "0-1,20-21"
+    # NUMA-packed on xeon-2s-ht (siblings n / n+20): whole cores first, lowest ids first;
+    # CPU 0 is kept for the shared pool.
+    assert stack.claims["db"]["cpus"] == "1-2,21-22"
     assert stack.claims["db"]["device"] == "cpudevnuma000"
     assert stack.claims["batch"]["cpus"] == "10,30"
     assert stack.claims["cache"]["device"] == "cpudevnuma001"
@@ -120,7 +121,7 @@ def test_devices_show_consumption_and_publication(stack: Stack, http: httpx.Clie
     numa1 = devices["cpudevnuma001"]["consumed"]
     assert numa1["cpus"] == (CPUSet.parse(batch["cpus"]) | CPUSet.parse(cache["cpus"])).format()
     assert numa1["claims"] == sorted([batch["uid"], cache["uid"]])
-    assert devices["cpudevnuma000"]["capacity"] == {"dra.cpu/cpu": "20"}
+    assert devices["cpudevnuma000"]["capacity"] == {"dra.cpu/cpu": "19"}  # less the floor
     assert devices["cpudevnuma000"]["attributes"]["dra.cpu/numaNodeID"] == {"int": 0}
     assert body["publication"]["status"] == "available"
     assert body["publication"]["up_to_date"] is True

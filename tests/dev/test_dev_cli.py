@@ -102,6 +102,31 @@ def invoke(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, st
             id="run-dir-too-deep",
         ),
         pytest.param(["up", "--ready-timeout", "0"], "must be positive", id="timeout"),
+        pytest.param(
+            ["up", "--run-dir", RUN_DIR, "--kubeconfig", "/no/such/kubeconfig"],
+            "--kubeconfig /no/such/kubeconfig: No such file or directory",
+            id="missing-kubeconfig",
+        ),
+        pytest.param(
+            ["prepare", "--run-dir", RUN_DIR, "c1"],
+            "no dracpu dev up is running on",
+            id="prepare-without-up",
+        ),
+        pytest.param(
+            ["--compose", "claim", "--run-dir", RUN_DIR, "--cpus", "2"],
+            f"no compose stack serves {RUN_DIR}: {RUN_DIR}/sockets/kubelet-sim.sock is missing",
+            id="compose-claim-without-stack",
+        ),
+        pytest.param(
+            ["--compose", "release", "--run-dir", RUN_DIR, "cpus-1"],
+            "no compose stack serves",
+            id="compose-release-without-stack",
+        ),
+        pytest.param(
+            ["--compose", "up", "--run-dir", RUN_DIR],
+            "--compose: only claim and release, not up",
+            id="compose-up",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -112,7 +137,7 @@ def test_bad_input_is_one_line_and_exit_2(
     assert code == 2
     assert out == ""
     assert err.count("\n") == 1
-    assert re.match(r"dracpu dev( (up|claim|release|status))?: error: ", err)
+    assert re.match(r"dracpu dev( (up|claim|release|status|prepare))?: error: ", err)
     assert message.replace(RUN_DIR, str(run_dir)) in err
 
 

@@ -75,6 +75,18 @@ def test_paths_live_in_the_run_folder(service: str, flag: str, path: str) -> Non
     assert argv[flag] == str(LAYOUT.root / path)
 
 
+def test_a_kubeconfig_replaces_the_cluster_folder_for_the_dra_plugin_only() -> None:
+    options = DevOptions(sysfs_root=Path("/sys"), kubeconfig=Path("/etc/kube/admin.conf"))
+    commands = service_commands(LAYOUT, options)
+    plugin = flags(commands["dra-plugin"])
+    assert plugin["--kubeconfig"] == "/etc/kube/admin.conf"
+    assert "--cluster-dir" not in plugin
+    assert "kubelet-sim" in commands  # it still plays prepare for the API server's claims
+    assert all(
+        "--kubeconfig" not in argv for name, argv in commands.items() if name != "dra-plugin"
+    )
+
+
 def test_api_binds_the_requested_address() -> None:
     options = DevOptions(sysfs_root=Path("/sys"), api_address="127.0.0.1:18080")
     assert flags(service_commands(LAYOUT, options)["api"])["--bind-address"] == "127.0.0.1:18080"

@@ -3,15 +3,18 @@
 Stores ResourceClaims, Nodes and ResourceSlices in memory and implements what the real server
 does for them that matters here: generateName, uid and resourceVersion, field selectors on
 spec.driver / spec.nodeName, 409 Conflict on a stale resourceVersion or failed delete
-preconditions, 404 Status objects.
+preconditions, 404 Status objects, and watches of slices from a resourceVersion (410 Gone for
+a version older than the last `compact()`).
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import secrets
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,11 +35,45 @@ class Store:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.slices: dict[str, dict[str, Any]] = {}
         self.versions = itertools.count(1)
+        self.version = 0
         self.requests: list[tuple[str, str]] = []
+        self.events: list[tuple[int, str, dict[str, Any]]] = []  # slices only
+        self.compacted = 0
+        self.changed = threading.Condition(self.lock)
+        # Gates the real server may lack: a device field silently dropped on write, or writes
+        # using a field refused with (code, reason, message).
+        self.drop_device_fields: set[str] = set()
+        self.refuse: dict[str, tuple[int, str, str]] = {}
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
-        obj["metadata"]["resourceVersion"] = str(next(self.versions))
+        self.version = next(self.versions)
+        obj["metadata"]["resourceVersion"] = str(self.version)
         return obj
+
+    def record(self, kind: str, obj: dict[str, Any]) -> None:
+        """A slice event for watchers (call with the lock held, after stamp)."""
+        self.events.append((self.version, kind, copy.deepcopy(obj)))
+        self.changed.notify_all()
+
+    def put_slice(self, obj: dict[str, Any], kind: str = "MODIFIED") -> None:
+        """Store a slice as someone else would write it."""
+        with self.lock:
+            self.slices[obj["metadata"]["name"]] = self.stamp(obj)
+            self.record(kind, obj)
+
+    def remove_slice(self, name: str) -> None:
+        """Delete a slice as someone else (the garbage collector) would."""
+        with self.lock:
+            obj = self.slices.pop(name)
+            self.stamp(obj)
+            self.record("DELETED", obj)
+
+    def compact(self) -> None:
+        """Forget history: watches from older versions get 410 Gone."""
+        with self.lock:
+            self.compacted = self.version + 1  # even the newest version seen is gone
+            self.version = next(self.versions)
+            self.events.clear()
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -45,7 +82,9 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
 
 
 class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # chunked watch streams
     store: Store
+    _pending: dict[str, Any]  # the body of the slice write being handled
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -80,20 +119,37 @@ class Handler(BaseHTTPRequestHandler):
                     return self._send(200, s.nodes[parts[3]])
                 return self._send(404, _status(404, "NotFound", "node not found"))
             if url.path == SLICES and method == "GET":
-                selector = parse_qs(url.query).get("fieldSelector", [""])[0]
+                query = parse_qs(url.query)
+                selector = query.get("fieldSelector", [""])[0]
                 wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
-                items = [
-                    obj for obj in s.slices.values()
-                    if all(obj["spec"].get(k.removeprefix("spec.")) == v for k, v in wanted.items())
-                ]  # fmt: skip
-                return self._send(200, {"kind": "ResourceSliceList", "apiVersion":
-                                        "resource.k8s.io/v1", "items": items})  # fmt: skip
-            if url.path == SLICES and method == "POST":
+
+                def matches(obj: dict[str, Any]) -> bool:
+                    spec = obj["spec"]
+                    return all(spec.get(k.removeprefix("spec.")) == v for k, v in wanted.items())
+
+                if query.get("watch", [""])[0].lower() in ("true", "1"):
+                    return self._watch(query, matches)
+                items = [obj for obj in s.slices.values() if matches(obj)]
+                listed = {
+                    "kind": "ResourceSliceList",
+                    "apiVersion": "resource.k8s.io/v1",
+                    "items": items,
+                    "metadata": {"resourceVersion": str(s.version)},
+                }
+                return self._send(200, listed)
+            if url.path.startswith(SLICES) and method in ("POST", "PUT"):
                 obj = self._body()
+                refused = self._gated(obj)
+                if refused is not None:
+                    return self._send(refused[0], _status(*refused))
+                self._pending = obj
+            if url.path == SLICES and method == "POST":
+                obj = self._pending
                 meta = obj["metadata"]
                 name = meta.get("name") or meta.pop("generateName") + secrets.token_hex(3)[:5]
                 meta.update(name=name, uid=str(uuid.uuid4()))
                 s.slices[name] = s.stamp(obj)
+                s.record("ADDED", obj)
                 return self._send(201, obj)
             if url.path.startswith(SLICES + "/"):
                 name = parts[4]
@@ -101,7 +157,7 @@ class Handler(BaseHTTPRequestHandler):
                 if current is None:
                     return self._send(404, _status(404, "NotFound", f"{name} not found"))
                 if method == "PUT":
-                    obj = self._body()
+                    obj = self._pending
                     if (
                         obj["metadata"].get("resourceVersion")
                         != current["metadata"]["resourceVersion"]
@@ -109,6 +165,7 @@ class Handler(BaseHTTPRequestHandler):
                         return self._send(409, _status(409, "Conflict", "object was modified"))
                     obj["metadata"]["uid"] = current["metadata"]["uid"]
                     s.slices[name] = s.stamp(obj)
+                    s.record("MODIFIED", obj)
                     return self._send(200, obj)
                 if method == "DELETE":
                     pre = self._body().get("preconditions") or {}
@@ -120,8 +177,53 @@ class Handler(BaseHTTPRequestHandler):
                     ):
                         return self._send(409, _status(409, "Conflict", "precondition failed"))
                     del s.slices[name]
+                    s.stamp(current)
+                    s.record("DELETED", current)
                     return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
             return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
+
+    def _gated(self, obj: dict[str, Any]) -> tuple[int, str, str] | None:
+        """Apply the store's missing gates to a slice being written (lock held)."""
+        for device in obj.get("spec", {}).get("devices") or []:
+            for name, refusal in self.store.refuse.items():
+                if name in json.dumps(device):
+                    return refusal
+            for name in self.store.drop_device_fields:
+                device.pop(name, None)
+        return None
+
+    def _watch(self, query: dict[str, list[str]], matches: Any) -> None:
+        """Stream slice events after resourceVersion until timeoutSeconds (lock held)."""
+        s = self.store
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        deadline = time.monotonic() + float(query.get("timeoutSeconds", ["5"])[0])
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")  # as the real server streams a watch
+        self.end_headers()
+
+        def line(body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        if since < s.compacted:
+            gone = _status(410, "Expired", f"too old resource version: {since} ({s.compacted})")
+            line({"type": "ERROR", "object": gone})
+            self.wfile.write(b"0\r\n\r\n")
+            return None
+        try:
+            while time.monotonic() < deadline:
+                for version, kind, obj in s.events:
+                    if version > since and matches(obj):
+                        line({"type": kind, "object": obj})
+                        since = version
+                since = max(since, s.version)
+                s.changed.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            pass  # the client went away
+        return None
 
     def do_GET(self) -> None:
         self._route("GET")

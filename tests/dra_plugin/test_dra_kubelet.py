@@ -122,7 +122,7 @@ async def test_prepare_and_unprepare_one_claim(started: Node, version: str) -> N
     assert device.cdi_device_ids == [f"dra.k8s.io/cpu=claim-{c}", f"dra.cpu/metadata={c}_cpus"]
     cpus = cdi_env(started, c)
     # xeon-2s-ht: NUMA node 0 holds CPUs 0-9 and their siblings 20-29.
-    assert cpus == "0-1,20-21"
+    assert cpus == "1-2,21-22"  # CPU 0 is kept for the shared pool
 
     metadata_file = (
         started.kubelet_root / "plugins/dra.cpu/dra-device-metadata/default_one/cpus/metadata.json"
@@ -463,6 +463,13 @@ def test_introspect_metrics_describes_every_metric() -> None:
         "dra_cpu_unprepare_claims_total",
         "dra_cpu_prepare_claim_duration_seconds",
         "dra_cpu_claim_allocated_cpus",
+        "dra_cpu_api_feature_missing",
+        "dra_cpu_nri_shared_updates_total",
+        "dra_cpu_nri_shared_pending_containers",
+        "dra_cpu_nri_update_cost_seconds",
+        "dra_cpu_nri_runtime_disconnects_total",
+        "dra_cpu_nri_unpinned_window_seconds",
+        "dra_cpu_nri_repinned_containers_total",
     }
     by_name = {m["name"]: m for m in described}
     assert by_name["dra_cpu_prepare_claims_total"]["labels"] == ["result"]

@@ -140,8 +140,13 @@ class Allocator:
 
 
 def allocator_command(root: Path, socket: Path, report: Path) -> list[str]:
+    # No shared-pool floor: these tests drive the plugin's own defences, an empty pool included.
+    config = root / "allocator-config.yaml"
+    config.write_text("minSharedCPUs: 0\n")
     return [
         str(BIN / "dracpu-allocator"),
+        "--config",
+        str(config),
         "--socket",
         str(socket),
         "--topology-file",

@@ -292,13 +292,20 @@ def test_probes_check_the_containers_own_endpoint(case: tuple[Case, Rendered]) -
     for name in GRPC_SERVICES:
         container = rendered.container(name)
         socket = _flags_of(rendered, name)["--socket"]
-        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        for probe in ("startupProbe", "livenessProbe"):
             command = container[probe]["exec"]["command"]
             assert command[:2] == ["dracpu", "health"]
             assert flags(command[2:])["--socket"] == socket
-            # Only readiness insists on SERVING; the others accept a waiting service.
-            assert ("--live" in command) == (probe != "readinessProbe")
+            # Both accept a service waiting for a peer; readiness is the api's /readyz.
+            assert "--live" in command
+        # Fast until started, then rare: an exec probe starts Python each time.
+        assert container["startupProbe"]["periodSeconds"] <= 2
+        assert container["livenessProbe"]["periodSeconds"] >= 30
+        assert "readinessProbe" not in container
     api = rendered.container("api")
+    # A kubelet started less than one period ago delays the first run by a random part of
+    # it: the period bounds how long a new pod waits to turn Ready.
+    assert api["readinessProbe"]["periodSeconds"] <= 5
     port = int(_flags_of(rendered, "api")["--bind-address"].rpartition(":")[2])
     assert api["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
     assert api["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}

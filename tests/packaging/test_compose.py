@@ -71,7 +71,13 @@ ENV = load_env()
 PROJECT: dict[str, Any] = interpolate(
     yaml.safe_load((COMPOSE / "docker-compose.yaml").read_text()), ENV
 )
-COMPOSED: dict[str, dict[str, Any]] = PROJECT["services"]
+# What `up` starts; services in a profile (the `dev` CLI) run only on demand.
+COMPOSED: dict[str, dict[str, Any]] = {
+    name: service for name, service in PROJECT["services"].items() if "profiles" not in service
+}
+ON_DEMAND: dict[str, dict[str, Any]] = {
+    name: service for name, service in PROJECT["services"].items() if "profiles" in service
+}
 LAYOUT = RunLayout.at(RUN_DIR)
 OPTIONS = DevOptions(
     sysfs_root=LAYOUT.sysfs_dir,
@@ -90,7 +96,7 @@ def argv(name: str) -> list[str]:
 def mounts(name: str) -> dict[str, tuple[str, bool]]:
     """Container path -> (volume or host file, read-only)."""
     found = {}
-    for entry in COMPOSED[name].get("volumes", []):
+    for entry in PROJECT["services"][name].get("volumes", []):
         source, target, *mode = entry.split(":")
         found[target] = (source, mode == ["ro"])
     return found
@@ -150,7 +156,7 @@ def test_every_path_a_service_is_given_is_on_a_volume(name: str) -> None:
 
 def test_each_folder_is_one_volume_everywhere() -> None:
     by_target: dict[str, set[str]] = {}
-    for name in COMPOSED:
+    for name in [*COMPOSED, *ON_DEMAND]:
         for target, (source, _) in mounts(name).items():
             by_target.setdefault(target, set()).add(source)
     for target, sources in by_target.items():
@@ -273,3 +279,35 @@ def test_docker_composes_own_loader_resolves_the_same_project(compose_loader: Pa
         assert volumes == mounts(name), name
         assert set(service.get("depends_on", {})) == set(COMPOSED[name].get("depends_on", {}))
         assert service["user"] == COMPOSED[name]["user"]
+
+
+def test_the_dev_cli_service_claims_on_the_stacks_run_folder() -> None:
+    from dracpu.dev.cli import COMPOSE_RUN_DIR
+
+    service = ON_DEMAND["dev"]
+    assert service["entrypoint"] == ["dracpu", "dev", "--compose"]
+    assert COMPOSE_RUN_DIR == RUN_DIR
+    # What a claim reads and writes: the simulators' sockets, the cluster folder (slices
+    # in, claims out), the CDI specs the kubelet simulator's prepare wrote, its own records.
+    assert set(mounts("dev")) == {
+        LAYOUT.sockets.as_posix(),
+        LAYOUT.cluster_dir.as_posix(),
+        LAYOUT.cdi_dir.as_posix(),
+        LAYOUT.workloads_dir.as_posix(),
+    }
+    assert mounts("dev")[LAYOUT.cdi_dir.as_posix()][1] is True
+    assert service["user"] == "65532:65532"
+    assert service["read_only"] is True
+    assert service["cap_drop"] == ["ALL"]
+    assert {"kubelet-sim", "runtime-sim"} <= set(service["depends_on"])
+
+
+def test_setup_step_changes_owners_only_on_volumes() -> None:
+    # /dracpu is on the setup container's read-only root: chown there fails.
+    script = COMPOSED["init"]["command"][0]
+    for line in script.splitlines():
+        if line.strip().startswith("chown"):
+            targets = [word for word in line.split()[1:] if not word.startswith("-")][1:]
+            assert targets, line
+            for target in targets:
+                assert target != RUN_DIR and mount_of("init", target) is not None, target

@@ -50,6 +50,7 @@ def test_defaults() -> None:
         "kubeconfig": "",
         "publishNodeAllocatableResourceMapping": False,
         "sysfsRoot": "",
+        "minSharedCPUs": 1,
     }
 
 
@@ -139,6 +140,10 @@ def test_current_flags_do_not_warn(log_lines: io.StringIO) -> None:
         ("reservedCPUs: 0-3,,4\n", "field 'reservedCPUs': empty item in CPU list '0-3,,4'"),
         ("reservedCPUs: 5-2\n", "reversed range '5-2'"),
         ("publishNodeAllocatableResourceMapping: maybe\n", "publishNodeAllocatableResourceMapping"),
+        (
+            "minSharedCPUs: -1\n",
+            "field 'minSharedCPUs': Input should be greater than or equal to 0",
+        ),
         ("- groupBy\n", "expected a YAML mapping, got list"),
         ("just text\n", "expected a YAML mapping, got str"),
         ("groupBy: a: b\n", "not valid YAML at line 1"),

@@ -12,6 +12,8 @@ from dracpu.core.errors import InvalidInputError
 from dracpu.dev.layout import RunLayout, default_run_dir
 
 PROG = "dracpu dev"
+# The run folder inside the containers of compose/docker-compose.yaml.
+COMPOSE_RUN_DIR = "/dracpu"
 
 
 def _positive(text: str) -> int:
@@ -46,15 +48,20 @@ def _seconds(text: str) -> float:
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROG, description=__doc__)
+    parser.add_argument(
+        "--compose",
+        action="store_true",
+        help="claim and release on a docker compose stack (its `dev` service runs this): "
+        f"the simulators are compose services, the run folder defaults to {COMPOSE_RUN_DIR}",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def run_dir(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
             "--run-dir",
-            default=str(default_run_dir()),
             metavar="DIR",
             help="run folder: sockets, kubelet root, NRI socket, CDI, state, cluster folder "
-            "(default %(default)s)",
+            f"(default {default_run_dir()})",
         )
 
     up = commands.add_parser("up", help="start every service locally until Ctrl-C")
@@ -69,6 +76,12 @@ def build_parser() -> ArgumentParser:
         help="where the api listens (default %(default)s)",
     )
     up.add_argument("--config", metavar="FILE", help="driver configuration for every service")
+    up.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="publish slices to and read claims from this API server instead of the run "
+        "folder's cluster folder (the kubelet simulator still prepares: dracpu dev prepare)",
+    )
     up.add_argument(
         "--no-kubelet-sim",
         dest="kubelet_sim",
@@ -114,6 +127,20 @@ def build_parser() -> ArgumentParser:
     release.add_argument("name", metavar="NAME")
     release.add_argument("--namespace", default="default", metavar="NS")
 
+    prepare = commands.add_parser(
+        "prepare",
+        help="have the kubelet simulator prepare a claim of the API server (--kubeconfig)",
+    )
+    run_dir(prepare)
+    prepare.add_argument("name", metavar="NAME")
+    prepare.add_argument("--namespace", default="default", metavar="NS")
+    unprepare = commands.add_parser(
+        "unprepare", help="have the kubelet simulator unprepare a claim of the API server"
+    )
+    run_dir(unprepare)
+    unprepare.add_argument("name", metavar="NAME")
+    unprepare.add_argument("--namespace", default="default", metavar="NS")
+
     status = commands.add_parser("status", help="show the services of a running dev up")
     run_dir(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -121,7 +148,10 @@ def build_parser() -> ArgumentParser:
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
-    layout = RunLayout.at(args.run_dir)
+    if args.compose and args.command not in ("claim", "release"):
+        raise InvalidInputError(f"--compose: only claim and release, not {args.command}")
+    default = COMPOSE_RUN_DIR if args.compose else default_run_dir()
+    layout = RunLayout.at(args.run_dir or default)
     if args.command == "up":
         from dracpu.dev.up import up
 
@@ -136,6 +166,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             runtime_sim=args.runtime_sim,
             ready_timeout=args.ready_timeout,
             fresh=args.fresh,
+            kubeconfig=args.kubeconfig,
         )
     if args.command == "status":
         from dracpu.dev.status import collect, render
@@ -143,6 +174,12 @@ async def _dispatch(args: argparse.Namespace) -> int:
         document = await collect(layout)
         print(json.dumps(document, indent=2) if args.json else render(document))
         return 0 if document["running"] else 1
+    if args.command in ("prepare", "unprepare"):
+        from dracpu.dev.api_claims import prepare, unprepare
+
+        act = prepare if args.command == "prepare" else unprepare
+        print(await act(layout, name=args.name, namespace=args.namespace))
+        return 0
     from dracpu.dev.workloads import claim, release
 
     if args.command == "claim":
@@ -153,11 +190,12 @@ async def _dispatch(args: argparse.Namespace) -> int:
             name=args.name,
             namespace=args.namespace,
             cpuset=args.cpuset,
+            compose=args.compose,
         )
         print(outcome.describe())
         return 0
     if args.command == "release":
-        print(await release(layout, name=args.name, namespace=args.namespace))
+        print(await release(layout, name=args.name, namespace=args.namespace, compose=args.compose))
         return 0
     raise InvalidInputError(f"unknown command {args.command!r}")
 

@@ -40,6 +40,7 @@ class DevOptions:
     verbosity: int = 0
     kubelet_sim: bool = True
     runtime_sim: bool = True
+    kubeconfig: Path | None = None  # the dra-plugin talks to this API server, not the folder
 
 
 def api_url(address: str) -> str:
@@ -106,8 +107,11 @@ def service_commands(layout: RunLayout, options: DevOptions) -> dict[str, list[s
             str(sock("allocator")),
             "--kubelet-root-dir",
             str(layout.kubelet_root),
-            "--cluster-dir",
-            str(layout.cluster_dir),
+            *(
+                ["--kubeconfig", str(options.kubeconfig)]
+                if options.kubeconfig
+                else ["--cluster-dir", str(layout.cluster_dir)]
+            ),
             "--cdi-dir",
             str(layout.cdi_dir),
             *common,

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
+
 from dracpu.core.config import read_file
 from dracpu.core.errors import ConflictError, InvalidInputError
 from dracpu.dev.layout import RunLayout
@@ -50,6 +52,18 @@ def check_port_free(address: str) -> None:
         except OSError as exc:
             reason = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound: {exc}"
             raise InvalidInputError(f"--api-address {address} {reason}") from None
+
+
+def check_kubeconfig(path: str) -> None:
+    """A kubeconfig the dra-plugin can load, refused here in one line otherwise."""
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidInputError(f"--kubeconfig {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError:
+        raise InvalidInputError(f"--kubeconfig {path}: not valid YAML") from None
+    if not isinstance(document, dict) or not document.get("clusters"):
+        raise InvalidInputError(f"--kubeconfig {path}: no clusters in it")
 
 
 def lock_run_dir(layout: RunLayout) -> IO[str]:
@@ -101,9 +115,24 @@ def prepare_sysfs(layout: RunLayout, fixture: str | None, sysfs_root: str | None
     return write_fixture(fixture, layout.sysfs_dir).absolute()
 
 
-def remove_stale_sockets(layout: RunLayout) -> list[Path]:
+def owned_sockets(layout: RunLayout, *, kubelet_sim: bool, runtime_sim: bool) -> list[Path]:
+    """The sockets this run's own processes listen on, the only ones it may remove.
+
+    Without the runtime simulator the NRI socket is the outside runtime's (a real containerd
+    listening on DIR/nri/nri.sock); without the kubelet simulator its control socket is nobody's.
+    """
+    foreign: set[Path] = set()
+    if not runtime_sim:
+        foreign |= {layout.nri_socket, layout.runtime_sim_socket}
+    if not kubelet_sim:
+        foreign.add(layout.kubelet_sim_socket)
+    return [path for path in layout.all_sockets() if path not in foreign]
+
+
+def remove_stale_sockets(sockets: list[Path]) -> list[Path]:
+    """Unlink the sockets left by an earlier run of this folder (the lock says none runs)."""
     removed = []
-    for path in layout.all_sockets():
+    for path in sockets:
         if path.is_socket():
             path.unlink()
             removed.append(path)
@@ -156,10 +185,13 @@ async def up(
     runtime_sim: bool,
     ready_timeout: float,
     fresh: bool = False,
+    kubeconfig: str | None = None,
 ) -> int:
     layout.check()
     if config is not None:
         read_file(config)  # a bad file is refused here, in one line, not by five services
+    if kubeconfig is not None:
+        check_kubeconfig(kubeconfig)
     parse_address(api_address)
     for directory in layout.directories():
         directory.mkdir(parents=True, exist_ok=True)
@@ -175,22 +207,30 @@ async def up(
             verbosity=verbosity,
             kubelet_sim=kubelet_sim,
             runtime_sim=runtime_sim,
+            kubeconfig=Path(kubeconfig).absolute() if kubeconfig else None,
         )
-        for stale in remove_stale_sockets(layout):
+        sockets = owned_sockets(layout, kubelet_sim=kubelet_sim, runtime_sim=runtime_sim)
+        for stale in remove_stale_sockets(sockets):
             report(f"removed stale socket {stale}")
-        return await _supervise(layout, options, ready_timeout)
+        return await _supervise(layout, options, ready_timeout, sockets)
     finally:
         lock.close()
 
 
-async def _supervise(layout: RunLayout, options: DevOptions, ready_timeout: float) -> int:
+async def _supervise(
+    layout: RunLayout, options: DevOptions, ready_timeout: float, sockets: list[Path]
+) -> int:
     url = api_url(options.api_address)
     supervisor = Supervisor(
         build_specs(layout, options),
         report=report,
         ready_timeout=ready_timeout,
         status_file=layout.status_file,
-        status_extra={"run_dir": str(layout.root), "api_url": url},
+        status_extra={
+            "run_dir": str(layout.root),
+            "api_url": url,
+            "kubeconfig": str(options.kubeconfig or ""),
+        },
     )
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -210,6 +250,6 @@ async def _supervise(layout: RunLayout, options: DevOptions, ready_timeout: floa
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-        remove_stale_sockets(layout)
+        remove_stale_sockets(sockets)
     report("stopped")
     return 0

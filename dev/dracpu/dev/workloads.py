@@ -64,8 +64,26 @@ class Workload:
         return f"{line} container={self.container.container_id} cpus={self.container_cpus}"
 
 
-def require_running(layout: RunLayout) -> set[str]:
-    """The processes of the `dev up` running on the folder; an error when there is none."""
+def require_running(layout: RunLayout, *, compose: bool = False) -> set[str]:
+    """The processes of the `dev up` running on the folder; an error when there is none.
+
+    With compose, the folder is a docker compose stack's: no `dev up` holds it, and its
+    simulators are the compose services whose control sockets are there."""
+    if compose:
+        found = {
+            name
+            for name, path in (
+                ("kubelet-sim", layout.kubelet_sim_socket),
+                ("runtime-sim", layout.runtime_sim_socket),
+            )
+            if path.is_socket()
+        }
+        if "kubelet-sim" not in found:
+            raise UnavailableError(
+                f"no compose stack serves {layout.root}: {layout.kubelet_sim_socket} is missing "
+                "(start it: docker compose -f compose/docker-compose.yaml up --wait)"
+            )
+        return found
     status = run_status(layout)
     if status is None:
         raise UnavailableError(
@@ -74,13 +92,22 @@ def require_running(layout: RunLayout) -> set[str]:
         )
     if not status:
         raise UnavailableError(f"dracpu dev up on {layout.root} is still starting")
+    if status.get("kubeconfig"):
+        raise InvalidInputError(
+            f"the dev up on {layout.root} uses the API server of {status['kubeconfig']}: "
+            "create ResourceClaims there and use dracpu dev prepare / unprepare"
+        )
     return set(status.get("services", {}))
 
 
 @contextlib.contextmanager
-def scheduling(layout: RunLayout) -> Iterator[None]:
+def scheduling(layout: RunLayout, *, compose: bool = False) -> Iterator[None]:
     """One scheduling decision at a time, as the one scheduler would make them."""
-    with (layout.root / "scheduler.lock").open("a", encoding="utf-8") as handle:
+    # A compose stack's run folder is the read-only root of the container: its workloads
+    # volume holds the lock.
+    folder = layout.workloads_dir if compose else layout.root
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "scheduler.lock").open("a", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
@@ -195,6 +222,7 @@ async def claim(
     name: str | None,
     namespace: str,
     cpuset: str | None,
+    compose: bool = False,
 ) -> Workload:
     check_name("namespace", namespace)
     if name is not None:
@@ -202,11 +230,11 @@ async def claim(
     exact = CPUSet.parse(cpuset) if cpuset is not None else None
     if exact is not None and len(exact) != cpus:
         raise InvalidInputError(f"--cpuset {cpuset} has {len(exact)} CPUs, --cpus says {cpus}")
-    processes = require_running(layout)
+    processes = require_running(layout, compose=compose)
     folder = ClusterFolder(layout.cluster_dir)
     kubelet = KubeletClient(layout.kubelet_sim_socket)
     runtime = RuntimeClient(layout.runtime_sim_socket)
-    with scheduling(layout):
+    with scheduling(layout, compose=compose):
         name = name or next_name(folder, namespace)
         document, results = _schedule(
             folder, cpus=cpus, numa=numa, name=name, namespace=namespace, cpuset=exact
@@ -272,10 +300,11 @@ async def release(
     *,
     name: str,
     namespace: str,
+    compose: bool = False,
 ) -> str:
     check_name("namespace", namespace)
     check_name("claim name", name)
-    processes = require_running(layout)
+    processes = require_running(layout, compose=compose)
     folder = ClusterFolder(layout.cluster_dir)
     kubelet = KubeletClient(layout.kubelet_sim_socket)
     runtime = RuntimeClient(layout.runtime_sim_socket)

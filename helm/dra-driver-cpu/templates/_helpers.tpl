@@ -133,9 +133,14 @@ seccompProfile:
 {{/* Probes of a gRPC service on its unix socket: dict "socket" PATH. */}}
 {{- define "dracpu.grpcProbes" -}}
 # The kubelet's grpc probe dials TCP only; the services listen on unix sockets, so the probe
-# runs `dracpu health` in the container. Liveness accepts NOT_SERVING (the process answers
-# while it waits for a restarting peer); readiness wants SERVING. Each run starts Python
-# (about 0.15 CPU-seconds), hence the long periods once started.
+# runs `dracpu health` in the container (about 0.15 CPU-seconds of Python per run). The
+# startup probe runs every 2 s and stops at its first success; liveness (which accepts
+# NOT_SERVING: the process answers while it waits for a restarting peer) then runs once a
+# minute. No readiness probe here: the api container's /readyz, an HTTP probe every few
+# seconds, wants SERVING from all four and carries the pod's readiness. An exec readiness
+# probe would either cost a Python start per container every few seconds or, with a long
+# period, keep a new pod NotReady for up to that period: a kubelet started less than one
+# period ago delays each probe's first run by a random part of it (prober worker.run).
 startupProbe:
   exec:
     command: ["dracpu", "health", "--live", "--socket", {{ .socket | quote }}]
@@ -148,12 +153,6 @@ livenessProbe:
   periodSeconds: 60
   timeoutSeconds: 5
   failureThreshold: 3
-readinessProbe:
-  exec:
-    command: ["dracpu", "health", "--socket", {{ .socket | quote }}]
-  periodSeconds: 30
-  timeoutSeconds: 5
-  failureThreshold: 2
 {{- end }}
 
 {{/* Environment every container gets: the node name from the downward API. */}}

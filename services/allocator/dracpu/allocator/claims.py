@@ -5,6 +5,13 @@ in memory, made durable, and only then published (or simply dropped on failure),
 keep a consistent snapshot. The exclusive CPUs are the union of all prepared claims; the
 shared pool is online - reserved - exclusive (strict reservation: a prepared claim's CPUs leave
 the shared pool at prepare time, not when its container starts).
+
+Two rules keep the published devices honest (`withheld`):
+- the shared-pool floor: the lowest `min_shared` CPUs of the pool are never published nor
+  handed out, so shared containers (the driver's own among them) always have somewhere to run;
+- claims the scheduler cannot see on the current devices (prepared under another device mode,
+  grouping or reserved set, or rebuilt from a spec or a running container) keep their CPUs
+  out of what is published, so no CPU is offered while a claim holds it.
 """
 
 from __future__ import annotations
@@ -123,6 +130,8 @@ class NodeState:
     # (records never share a CPU: prepare adds a claim's CPUs, unprepare takes them away), so
     # a mutation costs the same however many claims the node holds.
     known_exclusive: CPUSet | None = field(default=None, compare=False, repr=False)
+    # Likewise the CPUs of claims the devices do not account for, when the rule knows them.
+    known_unaccounted: CPUSet | None = field(default=None, compare=False, repr=False)
 
     @property
     def reserved(self) -> CPUSet:
@@ -145,6 +154,49 @@ class NodeState:
     def shared(self) -> CPUSet:
         return self.online - self.reserved - self.exclusive
 
+    @property
+    def min_shared(self) -> int:
+        return self.devices.options.min_shared
+
+    @cached_property
+    def floor(self) -> CPUSet:
+        """The CPUs kept for the shared pool: its first `min_shared` in device-number order,
+        whole cores first and low-numbered ones first, like the kubelet's reserved CPUs (fewer
+        only when the pool itself is smaller)."""
+        wanted = self.min_shared
+        if wanted <= 0:
+            return CPUSet()
+        shared = self.shared
+        kept: list[int] = []
+        for cpu in self.devices.order:
+            if cpu in shared:
+                kept.append(cpu)
+                if len(kept) == wanted:
+                    break
+        return CPUSet(kept)
+
+    @cached_property
+    def unaccounted(self) -> CPUSet:
+        """CPUs of claims whose allocation results do not name a current device holding them:
+        the scheduler would see those CPUs as free."""
+        if self.known_unaccounted is not None:
+            return self.known_unaccounted
+        mask = 0
+        for record in self.records.values():
+            if not accounted(record, self.devices, self.online):
+                mask |= record.cpus.mask
+        return CPUSet.from_mask(mask)
+
+    @cached_property
+    def withheld(self) -> CPUSet:
+        """CPUs left out of the published devices."""
+        return self.floor | self.unaccounted
+
+    @cached_property
+    def allocatable(self) -> CPUSet:
+        """CPUs a new claim may receive: the shared pool above its floor."""
+        return self.shared - self.floor
+
     def owner_of(self, cpus: CPUSet) -> ClaimRecord | None:
         for record in self.records.values():
             if record.cpus & cpus:
@@ -157,9 +209,11 @@ class NodeState:
         *,
         pool_changed: bool,
         exclusive: CPUSet | None = None,
+        unaccounted: CPUSet | None = None,
     ) -> NodeState:
         """A state with other records. Without `exclusive`, a change that moves no CPU keeps
-        this state's union; one that does has it computed again when first asked."""
+        this state's union; one that does has it computed again when first asked. Without
+        `unaccounted`, it is computed again when first asked."""
         if exclusive is None and not pool_changed:
             exclusive = self.exclusive
         return replace(
@@ -168,7 +222,33 @@ class NodeState:
             pool_generation=self.pool_generation + (1 if pool_changed else 0),
             claims_generation=self.claims_generation + 1,
             known_exclusive=exclusive,
+            known_unaccounted=unaccounted,
         )
+
+    def unaccounted_if_known(self) -> CPUSet | None:
+        """`unaccounted` when already computed, without computing it."""
+        known = self.__dict__.get("unaccounted")
+        return known if isinstance(known, CPUSet) else self.known_unaccounted
+
+
+def accounted(record: ClaimRecord, devices: DeviceModel, online: CPUSet | None = None) -> bool:
+    """Whether the scheduler sees this claim's CPUs as allocated on `devices`: each result
+    names a device of this model that holds the (still online) CPUs it received."""
+    if record.recovered or not record.allocations:
+        return False
+    for allocation in record.allocations:
+        device = devices.by_name.get(allocation.device)
+        cpus = allocation.cpus & online if online is not None else allocation.cpus
+        if device is None or not cpus.issubset(device.cpus):
+            return False
+        if (allocation.count == 0) != (device.kind == "cpu"):
+            return False
+    return True
+
+
+def shortfall(state: NodeState) -> int:
+    """How many CPUs the shared pool lacks to reach its minimum (0 when it has enough)."""
+    return max(0, state.min_shared - len(state.shared))
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +302,7 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
     """Choose the CPUs for every result of a new claim, or raise the precise error."""
     _check_results(request)
     uid = request.uid
-    free = state.shared
+    free = state.allocatable
     assigned = CPUSet()
     allocations: list[Allocation] = []
     mode = state.devices.mode
@@ -237,6 +317,11 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
                 raise InvalidInputError(f"{where}: the device appears twice in the claim")
             if not cpus.issubset(free):
                 other = state.owner_of(cpus)
+                if other is None and cpus & state.floor:
+                    raise InsufficientCPUsError(
+                        f"{where}: CPU {cpus.format()} is kept for the shared pool "
+                        f"(at least {state.min_shared} shared CPUs)"
+                    )
                 holder = f"claim {other.uid}" if other else "reserved CPUs"
                 raise ConflictError(
                     f"{where}: overlapping device assignment: "
@@ -267,6 +352,13 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
                 # The algorithm's contract; never publish a result that breaks it.
                 raise InsufficientCPUsError(f"{where}: placement returned an invalid cpuset")
         assigned = assigned | cpus
+        left = len(state.shared - assigned)
+        if left < state.min_shared:
+            # Never reached while the floor is withheld from the devices; kept as the rule's
+            # last word so no claim can empty the shared pool.
+            raise InsufficientCPUsError(
+                f"{where}: would leave {left} shared CPUs, below the minimum of {state.min_shared}"
+            )
         allocations.append(
             Allocation(
                 request=result.request,
@@ -309,6 +401,12 @@ def _check_explicit(
         holder = f"claim {other.uid}" if other else "another claim"
         raise ConflictError(
             f"{where}: opaque config cpuset {text}: CPUs {taken.format()} are held by {holder}"
+        )
+    kept = cpus & state.floor
+    if kept:
+        raise InsufficientCPUsError(
+            f"{where}: opaque config cpuset {text}: CPUs {kept.format()} are kept for the "
+            f"shared pool (at least {state.min_shared} shared CPUs)"
         )
 
 
@@ -396,7 +494,13 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
     )
     records = dict(state.records)
     records[request.uid] = record
-    new_state = state.with_records(records, pool_changed=True, exclusive=state.exclusive | cpus)
+    # A new claim's results name the devices its CPUs came from: accounted.
+    new_state = state.with_records(
+        records,
+        pool_changed=True,
+        exclusive=state.exclusive | cpus,
+        unaccounted=state.unaccounted_if_known(),
+    )
     return PrepareOutcome(new_state, record, False)
 
 
@@ -406,8 +510,12 @@ def unprepare(state: NodeState, uid: str) -> tuple[NodeState, ClaimRecord | None
         return state, None
     records = dict(state.records)
     del records[uid]
+    known = state.unaccounted_if_known()
     new_state = state.with_records(
-        records, pool_changed=True, exclusive=state.exclusive - record.cpus
+        records,
+        pool_changed=True,
+        exclusive=state.exclusive - record.cpus,
+        unaccounted=known if known is not None and not known & record.cpus else None,
     )
     return new_state, record
 
@@ -468,7 +576,11 @@ def attach(state: NodeState, container: Container, claims: Mapping[str, CPUSet])
         if updated != record:
             changed = True
             records[uid] = updated
-    new_state = state.with_records(records, pool_changed=False) if changed else state
+    new_state = (
+        state.with_records(records, pool_changed=False, unaccounted=state.unaccounted_if_known())
+        if changed
+        else state
+    )
     return AttachOutcome(new_state, union, newly, changed)
 
 
@@ -483,7 +595,9 @@ def detach(state: NodeState, container_id: str) -> tuple[NodeState, list[str]]:
     records = dict(state.records)
     for uid in uids:
         records[uid] = replace(records[uid], container_id="")
-    return state.with_records(records, pool_changed=False), uids
+    return state.with_records(
+        records, pool_changed=False, unaccounted=state.unaccounted_if_known()
+    ), uids
 
 
 @dataclass(frozen=True, slots=True)
@@ -591,6 +705,7 @@ def retopologize(state: NodeState, machine: Machine, devices: DeviceModel) -> No
         machine=machine,
         devices=devices,
         pool_generation=state.pool_generation + (1 if pool_changed else 0),
+        known_unaccounted=None,
     )
 
 

@@ -79,12 +79,17 @@ class DeviceOptions:
     reserved: CPUSet = field(default_factory=CPUSet)
     expose_pcie_roots: bool = False
     node_allocatable_mapping: bool = False
+    # CPUs that are never published, so the shared pool keeps at least this many (the
+    # configuration's minSharedCPUs, default 1; 0 here keeps the pure model's tests terse).
+    min_shared: int = 0
 
 
 @dataclass(frozen=True)
 class DeviceModel:
     options: DeviceOptions
     devices: tuple[Device, ...]  # in device-number order
+    # Every unreserved online CPU in individual device-number order (SMT siblings together).
+    order: tuple[int, ...] = ()
 
     @cached_property
     def by_name(self) -> Mapping[str, Device]:
@@ -126,12 +131,20 @@ class DeviceModel:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def build_devices(machine: Machine, options: DeviceOptions) -> DeviceModel:
+def build_devices(
+    machine: Machine, options: DeviceOptions, withheld: CPUSet | None = None
+) -> DeviceModel:
+    """The devices of the machine. `withheld` CPUs are left out of what is published (the
+    shared-pool floor, CPUs held by claims the scheduler cannot see on these devices): an
+    individual CPU's device is omitted, a group's CPUs and capacity shrink, and a group left
+    with none is omitted. Names never move: `cpudevNNN` numbers every unreserved CPU."""
+    held = withheld if withheld is not None else CPUSet()
+    order = individual_order(machine, options.reserved)
     if options.mode == "individual":
-        devices = _individual(machine, options)
+        devices = _individual(machine, options, held, order)
     else:
-        devices = _grouped(machine, options)
-    return DeviceModel(options=options, devices=tuple(devices))
+        devices = _grouped(machine, options, held)
+    return DeviceModel(options=options, devices=tuple(devices), order=tuple(order))
 
 
 def individual_order(machine: Machine, reserved: CPUSet) -> list[int]:
@@ -160,14 +173,18 @@ def _pcie_roots(
     return {ATTR_PCIE_ROOT: tuple(sorted(roots))} if roots else {}
 
 
-def _individual(machine: Machine, options: DeviceOptions) -> list[Device]:
+def _individual(
+    machine: Machine, options: DeviceOptions, withheld: CPUSet, order: list[int]
+) -> list[Device]:
     allocatable = (
         {"cpu": NodeAllocatableMapping(device_multiplier="1")}
         if options.node_allocatable_mapping
         else {}
     )
     devices = []
-    for number, cpu_id in enumerate(individual_order(machine, options.reserved)):
+    for number, cpu_id in enumerate(order):
+        if cpu_id in withheld:
+            continue
         cpu = machine.by_id[cpu_id]
         attributes: dict[str, AttributeValue] = {
             ATTR_NUMA_NODE: cpu.numa_node_id,
@@ -193,7 +210,7 @@ def _individual(machine: Machine, options: DeviceOptions) -> list[Device]:
     return devices
 
 
-def _grouped(machine: Machine, options: DeviceOptions) -> list[Device]:
+def _grouped(machine: Machine, options: DeviceOptions, withheld: CPUSet) -> list[Device]:
     allocatable = (
         {"cpu": NodeAllocatableMapping(capacity_key=CPU_CAPACITY, capacity_multiplier="1")}
         if options.node_allocatable_mapping
@@ -218,7 +235,7 @@ def _grouped(machine: Machine, options: DeviceOptions) -> list[Device]:
 
     if options.group_by == "numanode":
         for node, members in machine.numa_nodes.items():
-            cpus = members - options.reserved
+            cpus = members - options.reserved - withheld
             if not cpus:
                 continue
             socket = machine.by_id[cpus.first()].socket_id
@@ -233,14 +250,15 @@ def _grouped(machine: Machine, options: DeviceOptions) -> list[Device]:
             devices.append(group(f"{NUMA_PREFIX}{node:03d}", "numanode", cpus, attributes))
     elif options.group_by == "socket":
         for socket, members in machine.sockets.items():
-            cpus = members - options.reserved
+            cpus = members - options.reserved - withheld
             if not cpus:
                 continue
             attributes = {ATTR_SOCKET_ID: socket, ATTR_NUM_CPUS: len(cpus), ATTR_SMT_ENABLED: smt}
             devices.append(group(f"{SOCKET_PREFIX}{socket:03d}", "socket", cpus, attributes))
     else:
         # The whole machine is the kernel's online set (as the reference publishes it).
-        cpus = machine.online - options.reserved
-        attributes = {ATTR_SMT_ENABLED: smt, ATTR_NUM_CPUS: len(cpus)}
-        devices.append(group(MACHINE_DEVICE, "machine", cpus, attributes))
+        cpus = machine.online - options.reserved - withheld
+        if cpus:
+            attributes = {ATTR_SMT_ENABLED: smt, ATTR_NUM_CPUS: len(cpus)}
+            devices.append(group(MACHINE_DEVICE, "machine", cpus, attributes))
     return devices

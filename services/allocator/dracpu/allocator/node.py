@@ -33,7 +33,12 @@ from dracpu.allocator.devices import DeviceModel, DeviceOptions, build_devices
 from dracpu.allocator.durable import remove_durable, remove_stale_temps
 from dracpu.core import metrics
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import StateError, UnavailableError
+from dracpu.core.errors import (
+    ConflictError,
+    InsufficientCPUsError,
+    StateError,
+    UnavailableError,
+)
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 
@@ -85,6 +90,10 @@ class NodeAllocator:
         self._lock = asyncio.Lock()
         self._state: claims.NodeState | None = None
         self._devices_generation = 0
+        # The devices as published (withheld CPUs left out) and what they were built from.
+        self._published: DeviceModel | None = None
+        self._published_from: tuple[DeviceModel, CPUSet] | None = None
+        self._warned_shortfall = 0
         self._watchers: set[asyncio.Queue[SharedPoolView]] = set()
         self._waiting: list[tuple[claims.PrepareInput, asyncio.Future[claims.PrepareOutcome]]] = []
         self._batches: asyncio.Task[None] | None = None
@@ -104,7 +113,41 @@ class NodeAllocator:
 
     @property
     def devices(self) -> tuple[DeviceModel, int]:
-        return self.state.devices, self._devices_generation
+        """The devices to publish and their generation, which moves whenever they change."""
+        return self._published_devices(self.state), self._devices_generation
+
+    def _published_devices(self, state: claims.NodeState) -> DeviceModel:
+        """`state`'s devices without its withheld CPUs, rebuilt only when those change."""
+        source = (state.devices, state.withheld)
+        if self._published is None or self._published_from != source:
+            model = (
+                state.devices
+                if not state.withheld
+                else build_devices(state.machine, state.devices.options, state.withheld)
+            )
+            if self._published is not None and model.fingerprint != self._published.fingerprint:
+                self._devices_generation += 1
+                log.info(
+                    2,
+                    "published devices changed",
+                    withheld=state.withheld.format(),
+                    floor=state.floor.format(),
+                    unaccounted=state.unaccounted.format(),
+                    devices_generation=self._devices_generation,
+                )
+            self._published, self._published_from = model, source
+        return self._published
+
+    def _check_shortfall(self, state: claims.NodeState) -> None:
+        missing = claims.shortfall(state)
+        if missing and missing != self._warned_shortfall:
+            log.warning(
+                "shared pool below its minimum: claims hold CPUs it needs",
+                shared=state.shared.format() or "(none)",
+                minimum=state.min_shared,
+                exclusive=state.exclusive.format(),
+            )
+        self._warned_shortfall = missing
 
     def shared_pool(self) -> SharedPoolView:
         return pool_view(self.state)
@@ -196,9 +239,6 @@ class NodeAllocator:
             [p.claims_generation for p in previous] + [counted[1] if counted else 0]
         )
         last = previous[0] if previous else None
-        self._devices_generation = (last.devices_generation if last else 0) + (
-            0 if last is not None and last.devices_fingerprint == devices.fingerprint else 1
-        )
         state = claims.NodeState(
             machine=machine,
             devices=devices,
@@ -206,6 +246,19 @@ class NodeAllocator:
             pool_generation=pool_generation + 1,
             claims_generation=claims_generation + 1,
         )
+        self._published = None
+        published = self._published_devices(state)
+        self._devices_generation = (last.devices_generation if last else 0) + (
+            0 if last is not None and last.devices_fingerprint == published.fingerprint else 1
+        )
+        if state.unaccounted:
+            log.warning(
+                "claims prepared for other devices hold CPUs; those stay unpublished until "
+                "the claims are released",
+                cpus=state.unaccounted.format(),
+                mode=devices.mode,
+                group_by=devices.group_by,
+            )
         for uid in result.rewrite_specs:
             cdi.write_spec(self.cdi_dir, uid, result.records[uid].cpus)
         try:
@@ -263,7 +316,7 @@ class NodeAllocator:
             pool_generation=state.pool_generation,
             claims_generation=state.claims_generation,
             devices_generation=self._devices_generation,
-            devices_fingerprint=state.devices.fingerprint,
+            devices_fingerprint=self._published_devices(state).fingerprint,
             meta={
                 "mode": self.options.mode,
                 "groupBy": state.devices.group_by,
@@ -330,6 +383,8 @@ class NodeAllocator:
     def _publish(self, state: claims.NodeState) -> None:
         previous = self._state
         self._state = state
+        self._published_devices(state)
+        self._check_shortfall(state)
         if previous is not None and (
             previous.pool_generation,
             previous.claims_generation,
@@ -400,6 +455,15 @@ class NodeAllocator:
             try:
                 outcome = claims.prepare(state, request, self._clock())
             except Exception as exc:
+                if isinstance(exc, ConflictError | InsufficientCPUsError):
+                    # The scheduler allocated what this node cannot give: worth a warning.
+                    log.warning(
+                        "claim refused",
+                        claim=request.uid,
+                        namespace=request.namespace,
+                        name=request.name,
+                        error=str(exc),
+                    )
                 answer.set_exception(exc)
                 continue
             state = outcome.state
@@ -562,10 +626,10 @@ class NodeAllocator:
             if machine.fingerprint == state.machine.fingerprint:
                 return False
             devices = build_devices(machine, self.options)
-            changed = devices.fingerprint != state.devices.fingerprint
+            before = self._devices_generation
             new_state = claims.retopologize(state, machine, devices)
-            if changed:
-                self._devices_generation += 1
+            self._published_devices(new_state)  # moves the generation if they changed
+            changed = self._devices_generation != before
             for record, offline in claims.offline_claims(new_state):
                 log.warning(
                     "claim holds CPUs that went offline; keeping the record",

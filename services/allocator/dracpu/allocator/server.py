@@ -76,6 +76,7 @@ async def serve(args: argparse.Namespace) -> int:
         reserved=config.reserved,
         expose_pcie_roots=args.expose_pcie_roots,
         node_allocatable_mapping=config.publish_node_allocatable_resource_mapping,
+        min_shared=config.min_shared_cpus,
     )
     machine_from_file: Machine | None = None
     if args.topology_file:

@@ -67,6 +67,13 @@ class ServiceHealth(Model):
     last_error_at: datetime | None
 
 
+class MissingApiFeature(Model):
+    name: str = Field(description="the ResourceSlice field left out: nodeAllocatableResources, ...")
+    feature_gate: str = Field(description="the API server feature gate that enables it")
+    reason: str = Field(description="the API server's own message, or what it did to the field")
+    detected_at: datetime | None
+
+
 class KubeletRegistration(Model):
     status: Literal["available"] = "available"
     node_name: str
@@ -79,6 +86,13 @@ class KubeletRegistration(Model):
     last_publish_error: str
     last_published_at: datetime | None
     claim_source: str
+    slice_sync: str = Field(
+        description="watch (the API server's changes are watched) or resync (cluster folder)"
+    )
+    node_uid: str = Field(description="the Node owning the ResourceSlices; empty when none")
+    missing_api_features: list[MissingApiFeature] = Field(
+        description="optional ResourceSlice fields the API server lacks; published without them"
+    )
 
 
 class RuntimeConnection(Model):

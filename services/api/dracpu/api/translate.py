@@ -61,6 +61,17 @@ def kubelet_registration(reply: Any) -> models.KubeletRegistration:
         last_publish_error=reply.last_publish_error,
         last_published_at=timestamp(reply.last_published_at_unix),
         claim_source=reply.claim_source,
+        slice_sync=reply.slice_sync,
+        node_uid=reply.node_uid,
+        missing_api_features=[
+            models.MissingApiFeature(
+                name=m.name,
+                feature_gate=m.feature_gate,
+                reason=m.reason,
+                detected_at=timestamp(m.detected_at_unix),
+            )
+            for m in reply.missing_api_features
+        ],
     )
 
 

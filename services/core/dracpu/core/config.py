@@ -39,6 +39,8 @@ class DriverConfig(BaseModel):
         default=False, alias="publishNodeAllocatableResourceMapping"
     )
     sysfs_root: str = Field(default="", alias="sysfsRoot")
+    # CPUs never published nor handed out, so shared containers always have somewhere to run.
+    min_shared_cpus: int = Field(default=1, ge=0, alias="minSharedCPUs")
 
     @field_validator("reserved_cpus")
     @classmethod

@@ -149,16 +149,33 @@ async def start_server(
     Health starts NOT_SERVING; the caller flips it once the service is ready.
     """
     path = Path(check_socket_path(socket_path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_socket() or path.exists():
-        path.unlink()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_socket() or path.exists():
+            path.unlink()
+    except OSError as exc:
+        raise UnavailableError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        # gRPC would fail to bind with a message naming no reason.
+        raise UnavailableError(
+            f"cannot listen on {path}: {path.parent} is not writable (mount a writable "
+            "volume there or pass --socket)"
+        )
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     register(server)
     health_state = Health(health_names)
     health_pb2_grpc.add_HealthServicer_to_server(health_state.servicer, server)
     info_pb2_grpc.add_InfoServicer_to_server(InfoServicer(service, api_version, metrics), server)
-    if server.add_insecure_port(f"unix://{path}") == 0:
-        raise UnavailableError(f"cannot listen on {path}")
+    try:
+        bound = server.add_insecure_port(f"unix://{path}")
+    except RuntimeError as exc:
+        bound = 0
+        reason = str(exc)
+    else:
+        reason = "the socket could not be bound"
+    if bound == 0:
+        await server.stop(None)
+        raise UnavailableError(f"cannot listen on {path}: {reason}")
     await server.start()
     os.chmod(path, mode)
     await health_state.set(False)

@@ -7,8 +7,11 @@ dicts in the API's JSON shape, so everything above this interface is the same fo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from dracpu.core.errors import DracpuError
 
 Object = dict[str, Any]
 
@@ -40,3 +43,26 @@ class Cluster(Protocol):
     async def delete_slice(self, name: str, uid: str, resource_version: str) -> None:
         """Delete with UID and resourceVersion preconditions; already gone is fine."""
         ...
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One watch event: ADDED, MODIFIED, DELETED or BOOKMARK, and the object it carries."""
+
+    type: str
+    object: Object
+
+
+class WatchExpiredError(DracpuError):
+    """The resourceVersion a watch started from is gone (410 Gone): list again."""
+
+
+class SliceWatcher(Protocol):
+    """A cluster that can list this node's slices with a resourceVersion and watch from it
+    (the API server); one that cannot (a cluster folder) is re-listed periodically."""
+
+    async def list_slices_at(self, driver: str, node: str) -> tuple[list[Object], str]: ...
+
+    def watch_slices(
+        self, driver: str, node: str, resource_version: str, timeout: float
+    ) -> AsyncIterator[WatchEvent]: ...

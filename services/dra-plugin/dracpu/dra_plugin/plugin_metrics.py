@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dracpu.core import metrics
 
@@ -17,6 +17,12 @@ class PluginMetrics:
         assert isinstance(prepare, Counter) and isinstance(unprepare, Counter)
         assert isinstance(duration, Histogram)
         self._prepare, self._unprepare, self._duration = prepare, unprepare, duration
+        missing = collectors["dra_cpu_api_feature_missing"]
+        assert isinstance(missing, Gauge)
+        self._missing = missing
+
+    def feature_missing(self, feature: str) -> None:
+        self._missing.labels(feature=feature).set(1)
 
     def prepared(self, result: str, seconds: float) -> None:
         self._prepare.labels(result=result).inc()

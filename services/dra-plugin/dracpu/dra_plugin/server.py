@@ -25,14 +25,21 @@ from dracpu.core.signals import stop_event
 from dracpu.dra_plugin import health as health_service
 from dracpu.dra_plugin import kubelet_api
 from dracpu.dra_plugin.allocator_client import AllocatorClient
+from dracpu.dra_plugin.api_features import FeatureSupport
 from dracpu.dra_plugin.cluster import Cluster
 from dracpu.dra_plugin.folder import ClusterFolder
 from dracpu.dra_plugin.metadata import MetadataWriter
 from dracpu.dra_plugin.node_service import NodeService
 from dracpu.dra_plugin.paths import DEFAULT_KUBELET_ROOT, DRIVER_NAME, KubeletPaths
 from dracpu.dra_plugin.plugin_metrics import PluginMetrics
-from dracpu.dra_plugin.publisher import POLL_INTERVAL, RESYNC_INTERVAL, SlicePublisher
+from dracpu.dra_plugin.publisher import (
+    POLL_INTERVAL,
+    RESYNC_INTERVAL,
+    WATCH_RESYNC_INTERVAL,
+    SlicePublisher,
+)
 from dracpu.dra_plugin.registration import REGISTRATION_TIMEOUT, Registration
+from dracpu.dra_plugin.slice_watch import SliceWatch
 from dracpu.dra_plugin.view import PluginView
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2_grpc
 from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration_grpc
@@ -70,14 +77,21 @@ def parser() -> ArgumentParser:
         help="device health resend interval (the lease is twice this)",
     )
     p.add_argument("--poll-interval", type=float, default=POLL_INTERVAL, metavar="SECONDS")
-    p.add_argument("--resync-interval", type=float, default=RESYNC_INTERVAL, metavar="SECONDS")
+    p.add_argument(
+        "--resync-interval",
+        type=float,
+        metavar="SECONDS",
+        help=f"re-check the slices this often (default {WATCH_RESYNC_INTERVAL:g} against the API "
+        f"server, where a watch reports changes at once; {RESYNC_INTERVAL:g} with --cluster-dir)",
+    )
     driver_config.add_config_flags(p)
     return p
 
 
 def _positive(p: ArgumentParser, args: argparse.Namespace) -> None:
     for name in ("registration_timeout", "health_interval", "poll_interval", "resync_interval"):
-        if getattr(args, name) <= 0:
+        value = getattr(args, name)
+        if value is not None and value <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
 
 
@@ -88,12 +102,15 @@ async def serve(args: argparse.Namespace) -> int:
     driver_config.log_effective(cfg)
     node = cfg.node_name()
     cluster: Cluster
+    watch: SliceWatch | None = None
     if args.cluster_dir:
         cluster = ClusterFolder(args.cluster_dir)
     else:
         from dracpu.dra_plugin.kube import KubernetesAPI
 
-        cluster = KubernetesAPI(cfg.kubeconfig)
+        api = KubernetesAPI(cfg.kubeconfig)
+        cluster = api
+        watch = SliceWatch(api, DRIVER_NAME, node)
 
     metrics = PluginMetrics()
     allocator = AllocatorClient(args.allocator_socket)
@@ -118,6 +135,8 @@ async def serve(args: argparse.Namespace) -> int:
         on_devices=device_health.set_devices,
         poll_interval=args.poll_interval,
         resync_interval=args.resync_interval,
+        watch=watch,
+        features=FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name)),
     )
     view = PluginView(node, paths, registration, publisher, cluster)
 

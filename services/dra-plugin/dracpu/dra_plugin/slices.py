@@ -51,9 +51,15 @@ def device_json(device: allocator_pb2.Device) -> dict[str, Any]:
 
 def chunk_devices(devices: allocator_pb2.DeviceList) -> list[list[dict[str, Any]]]:
     """Devices in slice-sized chunks, in allocator order; an empty pool is one empty slice."""
-    size = MAX_DEVICES_ADVANCED if devices.uses_list_attributes else MAX_DEVICES
-    converted = [device_json(d) for d in devices.devices]
-    chunks = [converted[i : i + size] for i in range(0, len(converted), size)]
+    return chunk_documents([device_json(d) for d in devices.devices], devices.uses_list_attributes)
+
+
+def chunk_documents(
+    documents: Sequence[dict[str, Any]], advanced: bool
+) -> list[list[dict[str, Any]]]:
+    """Device documents in slice-sized chunks (smaller when `advanced`: list attributes)."""
+    size = MAX_DEVICES_ADVANCED if advanced else MAX_DEVICES
+    chunks = [list(documents[i : i + size]) for i in range(0, len(documents), size)]
     return chunks or [[]]
 
 
@@ -152,12 +158,21 @@ def plan(
     def desired_pool(gen: int) -> dict[str, Any]:
         return {"name": pool, "generation": gen, "resourceSliceCount": len(chunks)}
 
+    # With no Node to own them (owner None) the slices keep whatever owner they have.
+    owners = [owner.reference()] if owner is not None else None
+
+    def owned_differently(current: Slice) -> bool:
+        meta = current.get("metadata")
+        refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+        return owners is not None and (refs or []) != owners
+
     changed = {
         i
         for i, current in matched.items()
         if _spec(current).get("pool") != desired_pool(generation)
         or (_spec(current).get("devices") or []) != list(chunks[i])
         or _spec(current).get("nodeName") != node
+        or owned_differently(current)
     }
     new = len(chunks) - len(matched)
     bumped = not (new == 0 and len(changed) <= 1)
@@ -173,6 +188,8 @@ def plan(
             driver=driver, nodeName=node, pool=desired_pool(generation), devices=list(chunks[i])
         )
         updated["spec"] = spec
+        if owners is not None:
+            updated["metadata"] = dict(current.get("metadata") or {}, ownerReferences=owners)
         result.update.append(updated)
     prefix_tail = f"-{driver}-" + (f"{owner.name}-" if owner else "")
     for i in range(len(chunks)):

@@ -42,4 +42,15 @@ class PluginView(dra_plugin_pb2_grpc.DRAPluginViewServicer):  # type: ignore[mis
             last_publish_error=pub.last_error,
             last_published_at_unix=int(pub.last_published_at),
             claim_source=self.cluster.describe(),
+            missing_api_features=[
+                dra_plugin_pb2.MissingApiFeature(
+                    name=m.name,
+                    feature_gate=m.gate,
+                    reason=m.reason,
+                    detected_at_unix=int(m.detected_at),
+                )
+                for m in pub.missing_features
+            ],
+            slice_sync=self.publisher.mode,
+            node_uid=pub.owner_uid,
         )

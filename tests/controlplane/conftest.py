@@ -1,0 +1,38 @@
+"""Fixtures of the control-plane tier: one real control plane per module.
+
+`control_plane` is module-scoped and started with the apiserver flags a module asks for through
+`CONTROL_PLANE_FLAGS` (a module-level tuple); modules asking for the same flags share the running
+processes (tools/controlplane.sh up is a no-op then), a module with other flags restarts them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from controlplane.harness import ControlPlane, missing_binaries
+
+ROOT = Path(os.environ.get("DRACPU_CP_ROOT", "/tmp/dracpu-controlplane"))
+
+
+@pytest.fixture(scope="session")
+def _control_plane_session() -> Iterator[ControlPlane]:
+    reason = missing_binaries()
+    if reason:
+        pytest.skip(reason)
+    cp = ControlPlane(ROOT)
+    try:
+        yield cp
+    finally:
+        cp.down()
+
+
+@pytest.fixture(scope="module")
+def control_plane(
+    request: pytest.FixtureRequest, _control_plane_session: ControlPlane
+) -> ControlPlane:
+    flags = tuple(getattr(request.module, "CONTROL_PLANE_FLAGS", ()))
+    _control_plane_session.up(*flags)
+    return _control_plane_session

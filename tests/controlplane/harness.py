@@ -1,0 +1,241 @@
+"""A real Kubernetes control plane for tests, driven through tools/controlplane.sh.
+
+    cp = ControlPlane(Path("/tmp/x"))
+    cp.up("--feature-gates=DRAListTypeAttributes=true")   # etcd, apiserver, scheduler, cm
+    cp.kubectl("get", "nodes")
+    cp.down()
+
+Other test areas import it as `from controlplane.harness import ControlPlane` (tests/ is on
+sys.path through tests/conftest.py). Ports come from the DRACPU_CP_*_PORT environment
+variables (see tools/controlplane.sh); binaries from the cache that tools/build-kubernetes.sh
+fills.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tools" / "controlplane.sh"
+KUBE_VERSION = "v1.37.2"
+ETCD_VERSION = "v3.7.3"
+CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
+KUBE_BIN = CACHE / f"kubernetes-{KUBE_VERSION}" / "bin"
+ETCD_BIN = CACHE / f"etcd-{ETCD_VERSION}" / "bin" / "etcd"
+
+T = TypeVar("T")
+
+
+class CommandError(Exception):
+    """A kubectl or controlplane.sh call failed; carries its stderr."""
+
+
+def missing_binaries() -> str:
+    """Why the control plane cannot start here, or "" when it can."""
+    absent = [
+        str(p)
+        for p in (
+            KUBE_BIN / "kube-apiserver",
+            KUBE_BIN / "kube-scheduler",
+            KUBE_BIN / "kube-controller-manager",
+            KUBE_BIN / "kubectl",
+            ETCD_BIN,
+        )
+        if not p.exists()
+    ]
+    if absent:
+        return f"control plane binaries not built ({', '.join(absent)}; run make real-peers)"
+    return ""
+
+
+def wait_until(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
+    """Poll `check` until it returns something truthy; fail naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = check()
+        except (CommandError, AssertionError) as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last  # type: ignore[no-any-return]
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
+        time.sleep(0.2)
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + kube-scheduler + kube-controller-manager under one folder."""
+
+    def __init__(self, root: Path, env: Mapping[str, str] | None = None) -> None:
+        self.root = root
+        self.env = {**os.environ, **(env or {})}
+        self.flags: tuple[str, ...] = ()
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def _script(self, *args: str) -> str:
+        done = subprocess.run(
+            ["bash", str(SCRIPT), *args], env=self.env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise CommandError(f"controlplane.sh {args[0]}: {done.stderr.strip()}")
+        return done.stdout
+
+    def up(self, *apiserver_flags: str) -> None:
+        """Start (or keep, when already running with these flags) the control plane."""
+        self._script("up", str(self.root), *apiserver_flags)
+        self.flags = tuple(apiserver_flags)
+
+    def down(self) -> None:
+        self._script("down", str(self.root))
+
+    def settings(self) -> dict[str, str]:
+        """controlplane.env: ports, server URL, kubeconfig path, binaries."""
+        text = (self.root / "controlplane.env").read_text(encoding="utf-8")
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    @property
+    def server(self) -> str:
+        return self.settings()["DRACPU_CP_SERVER"]
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin (system:masters) kubeconfig."""
+        return self.root / "admin.kubeconfig"
+
+    def log(self, name: str) -> Path:
+        """logs/<name>.log for etcd, apiserver, scheduler, controller-manager."""
+        return self.root / "logs" / f"{name}.log"
+
+    def client(self, name: str, common_name: str, organization: str = "") -> Path:
+        """A client certificate for CN/O and a kubeconfig using it."""
+        out = self._script("client", str(self.root), name, common_name, *[organization][:1])
+        return Path(out.strip().splitlines()[-1])
+
+    def token_kubeconfig(self, namespace: str, service_account: str, path: Path) -> Path:
+        """A kubeconfig authenticating with a fresh token of the ServiceAccount."""
+        token = self.kubectl(
+            "create", "token", service_account, "-n", namespace, "--duration=2h"
+        ).strip()
+        settings = self.settings()
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "dracpu-test",
+                            "cluster": {
+                                "server": settings["DRACPU_CP_SERVER"],
+                                "certificate-authority": settings["DRACPU_CP_CA"],
+                            },
+                        }
+                    ],
+                    "users": [{"name": service_account, "user": {"token": token}}],
+                    "contexts": [
+                        {
+                            "name": "dracpu-test",
+                            "context": {"cluster": "dracpu-test", "user": service_account},
+                        }
+                    ],
+                    "current-context": "dracpu-test",
+                }
+            ),
+            encoding="utf-8",
+        )
+        return path
+
+    # ---- kubectl -----------------------------------------------------------------------
+
+    def kubectl(self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None) -> str:
+        done = subprocess.run(
+            [str(KUBE_BIN / "kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=60,
+        )
+        if done.returncode != 0:
+            raise CommandError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def apply(self, *documents: Mapping[str, Any], kubeconfig: Path | None = None) -> str:
+        text = yaml.safe_dump_all([dict(d) for d in documents])
+        return self.kubectl("apply", "--server-side", "-f", "-", stdin=text, kubeconfig=kubeconfig)
+
+    def create(self, *documents: Mapping[str, Any], kubeconfig: Path | None = None) -> str:
+        text = yaml.safe_dump_all([dict(d) for d in documents])
+        return self.kubectl("create", "-f", "-", stdin=text, kubeconfig=kubeconfig)
+
+    def get(self, kind: str, name: str = "", namespace: str = "") -> dict[str, Any]:
+        args = ["get", kind, *([name] if name else []), "-o", "json"]
+        if namespace:
+            args += ["-n", namespace]
+        result: dict[str, Any] = json.loads(self.kubectl(*args))
+        return result
+
+    def items(self, kind: str, namespace: str = "", selector: str = "") -> list[dict[str, Any]]:
+        args = ["get", kind, "-o", "json"]
+        args += ["-n", namespace] if namespace else ["--all-namespaces"]
+        if selector:
+            args += ["--field-selector", selector]
+        return list(json.loads(self.kubectl(*args)).get("items") or [])
+
+    def raw(self, path: str) -> str:
+        return self.kubectl("get", "--raw", path)
+
+    def register_node(self, name: str, cpus: int = 40, declared: Sequence[str] = ()) -> str:
+        """Create Node `name` with a Ready status (no kubelet heartbeats it); returns its UID."""
+        self.create(node_document(name))
+        status = json.dumps(node_status(cpus, declared))
+        self.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", status)
+        return str(self.get("node", name)["metadata"]["uid"])
+
+    def events(self, namespace: str, name: str) -> list[str]:
+        """Messages of the events about object `name` in `namespace`."""
+        selector = f"involvedObject.name={name}"
+        args = ("get", "events", "-n", namespace, "-o", "json", "--field-selector", selector)
+        found = json.loads(self.kubectl(*args))
+        return [str(e.get("message", "")) for e in found.get("items") or []]
+
+
+def node_document(name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A Node object as a kubelet would create it (its status is patched in separately)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+    }
+
+
+def node_status(cpus: int = 40, declared: Sequence[str] = ()) -> dict[str, Any]:
+    """A Ready status with capacity; `declared` goes to status.declaredFeatures."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status: dict[str, Any] = {
+        "capacity": {"cpu": str(cpus), "memory": "64Gi", "pods": "110"},
+        "allocatable": {"cpu": str(cpus), "memory": "64Gi", "pods": "110"},
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "stand-in status",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        ],
+    }
+    if declared:
+        status["declaredFeatures"] = list(declared)
+    return {"status": status}

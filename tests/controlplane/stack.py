@@ -1,0 +1,149 @@
+"""One simulated node's driver against the real API server: topology, allocator and dra-plugin
+as processes on a sysfs fixture, the plugin with a kubeconfig, and the kubelet stand-in for
+NodePrepareResources."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dracpu.core import rpc
+from dracpu.core.rpc import check_health
+from dracpu.dev.kubelet_sim import KubeletSim, RegisteredPlugin
+from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
+from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
+from dracpu.topology.fixtures import write_fixture
+
+BIN = Path(sys.executable).parent
+DRIVER = "dra.cpu"
+
+
+class DriverStack:
+    def __init__(
+        self,
+        node: str,
+        kubeconfig: Path,
+        *,
+        fixture: str = "xeon-2s-ht",
+        sysfs: Path | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        self.node = node
+        self.kubeconfig = kubeconfig
+        self.root = Path(tempfile.mkdtemp(prefix="cp", dir="/tmp"))
+        self.sysfs = sysfs or write_fixture(fixture, self.root / "sys")
+        self.kubelet_root = self.root / "k"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.configure(**(config or {}))
+
+    def configure(self, **fields: Any) -> None:
+        document = {"apiVersion": "v1alpha1", "hostnameOverride": self.node, **fields}
+        (self.root / "config.yaml").write_text(yaml.safe_dump(document))
+
+    def sock(self, name: str) -> Path:
+        return self.root / f"{name}.sock"
+
+    def log(self, name: str) -> Path:
+        return self.root / f"{name}.log"
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        with self.log(name).open("ab") as out:
+            self.procs[name] = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    async def _ready(self, name: str) -> None:
+        deadline = time.monotonic() + 60
+        while True:
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"{name} exited {proc.returncode}:\n{self.log(name).read_text()}"
+                )
+            sock = self.sock(name)
+            if sock.is_socket() and await check_health(sock) == "SERVING":
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{name} not SERVING within 60 s:\n{self.log(name).read_text()}"
+                )
+            await asyncio.sleep(0.1)
+
+    async def start(self, *allocator_flags: str, plugin_flags: tuple[str, ...] = ()) -> None:
+        common = ["--config", str(self.root / "config.yaml")]
+        self._spawn(
+            "topology",
+            [str(BIN / "dracpu-topology"), "--socket", str(self.sock("topology")),
+             "--sysfs-root", str(self.sysfs)],
+        )  # fmt: skip
+        await self._ready("topology")
+        self._spawn(
+            "allocator",
+            [str(BIN / "dracpu-allocator"), "--socket", str(self.sock("allocator")),
+             "--topology-socket", str(self.sock("topology")), "--state-dir",
+             str(self.root / "state"), "--cdi-dir", str(self.root / "cdi"), *common,
+             *allocator_flags],
+        )  # fmt: skip
+        await self._ready("allocator")
+        self.start_plugin(*plugin_flags)
+        await self._ready("dra-plugin")
+
+    def start_plugin(self, *flags: str, kubeconfig: Path | None = None) -> None:
+        self._spawn(
+            "dra-plugin",
+            [str(BIN / "dracpu-dra-plugin"), "--socket", str(self.sock("dra-plugin")),
+             "--allocator-socket", str(self.sock("allocator")),
+             "--kubelet-root-dir", str(self.kubelet_root), "--cdi-dir", str(self.root / "cdi"),
+             "--kubeconfig", str(kubeconfig or self.kubeconfig), "--poll-interval", "0.5",
+             "--config", str(self.root / "config.yaml"), "-v", "4", *flags],
+        )  # fmt: skip
+
+    async def restart_plugin(self, *flags: str, kubeconfig: Path | None = None) -> None:
+        self.stop("dra-plugin")
+        self.start_plugin(*flags, kubeconfig=kubeconfig)
+        await self._ready("dra-plugin")
+
+    async def status(self) -> dra_plugin_pb2.PluginStatus:
+        async with rpc.channel(self.sock("dra-plugin")) as chan:
+            stub = dra_plugin_pb2_grpc.DRAPluginViewStub(chan)
+            reply: dra_plugin_pb2.PluginStatus = await stub.GetStatus(
+                dra_plugin_pb2.GetStatusRequest(), timeout=10
+            )
+            return reply
+
+    async def metrics(self) -> str:
+        async with rpc.channel(self.sock("dra-plugin")) as chan:
+            stub = info_pb2_grpc.InfoStub(chan)
+            reply = await stub.GetMetrics(info_pb2.GetMetricsRequest(), timeout=10)
+            return str(reply.text)
+
+    async def kubelet(self) -> RegisteredPlugin:
+        return await KubeletSim(self.kubelet_root).register(DRIVER, timeout=30)
+
+    def plugin_log(self) -> str:
+        return self.log("dra-plugin").read_text(errors="replace")
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        for name in ("dra-plugin", "allocator", "topology"):
+            self.stop(name)
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,141 @@
+"""ResourceSlices in every device mode, validated by a real kube-apiserver with its default
+feature gates; what the plugin does when the server lacks an optional field."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from controlplane.checks import complete, devices, slices, stays_unchanged
+from controlplane.harness import ControlPlane, wait_until
+from controlplane.stack import DriverStack
+
+from dracpu.topology.fixtures import write_fixture
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
+
+# mode id -> (config fields, device names)
+MODES = {
+    "numanode": ({}, ["cpudevnuma000", "cpudevnuma001"]),
+    "socket": ({"groupBy": "socket"}, ["cpudevsocket000", "cpudevsocket001"]),
+    "machine": ({"groupBy": "machine"}, ["cpudevmachine"]),
+    "individual": ({"cpuDeviceMode": "individual"}, [f"cpudev{i:03d}" for i in range(40)]),
+}
+
+
+@pytest.fixture
+def stacks() -> Iterator[list[DriverStack]]:
+    made: list[DriverStack] = []
+    yield made
+    for stack in made:
+        stack.close()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+async def test_every_mode_is_accepted_by_the_api_server(
+    control_plane: ControlPlane, stacks: list[DriverStack], mode: str
+) -> None:
+    fields, expected = MODES[mode]
+    node = f"slices-{mode}"
+    uid = control_plane.register_node(node)
+    stack = DriverStack(node, control_plane.kubeconfig, config=fields)
+    stacks.append(stack)
+    await stack.start()
+    found = wait_until(
+        lambda: (s := slices(control_plane, node)) and complete(s, len(expected)) and s,
+        timeout=60,
+        what=f"{mode} slices in the API server",
+    )
+    assert [d["name"] for d in devices(found)] == expected
+    for s in found:
+        assert s["metadata"]["ownerReferences"] == [
+            {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid, "controller": True}
+        ]
+        assert s["spec"]["pool"]["name"] == node
+    grouped = mode != "individual"
+    for d in devices(found):
+        assert d["attributes"]["dra.cpu/smtEnabled"] == {"bool": True}
+        assert ("capacity" in d) == grouped
+        assert d.get("allowMultipleAllocations", False) == grouped
+    status = await stack.status()
+    assert (status.slice_sync, status.node_uid, status.last_publish_error) == ("watch", uid, "")
+    await stays_unchanged(control_plane, node)
+
+
+async def test_1024_individual_devices_in_eight_slices(
+    control_plane: ControlPlane, stacks: list[DriverStack], tmp_path: Path
+) -> None:
+    node = "slices-1024"
+    control_plane.register_node(node, cpus=1024)
+    sysfs = write_fixture("big-1024", Path(tmp_path) / "sys")
+    stack = DriverStack(node, control_plane.kubeconfig, sysfs=sysfs,
+                        config={"cpuDeviceMode": "individual"})  # fmt: skip
+    stacks.append(stack)
+    await stack.start()
+    found = wait_until(
+        lambda: (s := slices(control_plane, node)) and complete(s, 1024) and s,
+        timeout=120,
+        what="1024 devices",
+    )
+    assert [len(s["spec"]["devices"]) for s in found] == [128] * 8
+    assert [d["name"] for d in devices(found)] == [f"cpudev{i:03d}" for i in range(1024)]
+    await stays_unchanged(control_plane, node)
+
+
+async def test_list_attributes_refused_without_the_gate_are_left_out_and_reported(
+    control_plane: ControlPlane, stacks: list[DriverStack]
+) -> None:
+    node = "gates-lists"
+    control_plane.register_node(node)
+    stack = DriverStack(node, control_plane.kubeconfig, config={"cpuDeviceMode": "individual"})
+    stacks.append(stack)
+    await stack.start("--expose-pcie-roots")
+    found = wait_until(
+        lambda: (s := slices(control_plane, node)) and complete(s, 40) and s,
+        timeout=60,
+        what="slices published without list attributes",
+    )
+    assert all("resource.kubernetes.io/pcieRoot" not in d["attributes"] for d in devices(found))
+    status = await stack.status()
+    (missing,) = status.missing_api_features
+    assert (missing.name, missing.feature_gate) == ("listTypeAttributes", "DRAListTypeAttributes")
+    # The server's own words, not only its status code.
+    assert "422 Unprocessable Entity: ResourceSlice.resource.k8s.io" in missing.reason
+    assert "pcieRoot" in missing.reason
+    assert 'dra_cpu_api_feature_missing{feature="listTypeAttributes"} 1.0' in await stack.metrics()
+    log = stack.plugin_log()
+    assert log.count("the API server lacks an optional ResourceSlice feature") == 1
+    await stays_unchanged(control_plane, node)
+
+
+async def test_a_mapping_dropped_without_the_gate_is_noticed_once_and_not_rewritten(
+    control_plane: ControlPlane, stacks: list[DriverStack]
+) -> None:
+    node = "gates-mapping"
+    control_plane.register_node(node)
+    stack = DriverStack(node, control_plane.kubeconfig,
+                        config={"publishNodeAllocatableResourceMapping": True})  # fmt: skip
+    stacks.append(stack)
+    await stack.start()
+    wait_until(
+        lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
+        timeout=60,
+        what="slices",
+    )
+
+    async def reported() -> str:
+        status = await stack.status()
+        return ",".join(m.name for m in status.missing_api_features)
+
+    deadline = time.monotonic() + 30
+    while await reported() != "nodeAllocatableResources":
+        assert time.monotonic() < deadline, stack.plugin_log()[-3000:]
+        await asyncio.sleep(0.2)
+    (missing,) = (await stack.status()).missing_api_features
+    assert missing.feature_gate == "DRANodeAllocatableResources"
+    assert "dropped spec.devices[].nodeAllocatableResources" in missing.reason
+    assert all("nodeAllocatableResources" not in d for d in devices(slices(control_plane, node)))
+    await stays_unchanged(control_plane, node)

@@ -1,0 +1,82 @@
+"""With the optional gates on (DRAListTypeAttributes, DRANodeAllocatableResources) the same
+fields are accepted; a mapping from a Node that does not declare the feature is refused by the
+server, which the plugin reports with the server's message and publishes without.
+
+Runs last (file order): it restarts the control plane with other apiserver flags."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+from controlplane.checks import complete, devices, slices, stays_unchanged
+from controlplane.harness import ControlPlane, wait_until
+from controlplane.stack import DriverStack
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
+CONTROL_PLANE_FLAGS = (
+    "--feature-gates=DRAListTypeAttributes=true,DRANodeAllocatableResources=true",
+)
+
+
+@pytest.fixture
+def stacks() -> Iterator[list[DriverStack]]:
+    made: list[DriverStack] = []
+    yield made
+    for stack in made:
+        stack.close()
+
+
+async def test_list_attributes_are_accepted_with_the_gate(
+    control_plane: ControlPlane, stacks: list[DriverStack]
+) -> None:
+    node = "gates-on-lists"
+    control_plane.register_node(node)
+    stack = DriverStack(node, control_plane.kubeconfig, config={"cpuDeviceMode": "individual"})
+    stacks.append(stack)
+    await stack.start("--expose-pcie-roots")
+    found = wait_until(lambda: (s := slices(control_plane, node)) and complete(s, 40) and s,
+                       timeout=60, what="slices")  # fmt: skip
+    assert all("strings" in d["attributes"]["resource.kubernetes.io/pcieRoot"]
+               for d in devices(found))  # fmt: skip
+    assert len((await stack.status()).missing_api_features) == 0
+
+
+async def test_a_mapping_is_kept_when_the_node_declares_the_feature(
+    control_plane: ControlPlane, stacks: list[DriverStack]
+) -> None:
+    node = "gates-on-declared"
+    control_plane.register_node(node, declared=["DRANodeAllocatableResources"])
+    stack = DriverStack(node, control_plane.kubeconfig,
+                        config={"publishNodeAllocatableResourceMapping": True})  # fmt: skip
+    stacks.append(stack)
+    await stack.start()
+    found = wait_until(lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
+                       timeout=60, what="slices")  # fmt: skip
+    assert all("nodeAllocatableResources" in d for d in devices(found))
+    assert len((await stack.status()).missing_api_features) == 0
+    await stays_unchanged(control_plane, node)
+
+
+async def test_a_mapping_refused_for_an_undeclared_node_is_left_out_and_reported(
+    control_plane: ControlPlane, stacks: list[DriverStack]
+) -> None:
+    node = "gates-on-undeclared"
+    control_plane.register_node(node)
+    stack = DriverStack(node, control_plane.kubeconfig,
+                        config={"publishNodeAllocatableResourceMapping": True})  # fmt: skip
+    stacks.append(stack)
+    await stack.start()
+    found = wait_until(lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
+                       timeout=60, what="slices without the mapping")  # fmt: skip
+    assert all("nodeAllocatableResources" not in d for d in devices(found))
+    deadline = time.monotonic() + 30
+    while not (await stack.status()).missing_api_features:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.2)
+    (missing,) = (await stack.status()).missing_api_features
+    assert missing.name == "nodeAllocatableResources"
+    assert missing.reason.startswith("create resourceslice: 403 Forbidden: ")
+    assert stack.plugin_log().count("the API server lacks an optional ResourceSlice feature") == 1

@@ -1,0 +1,46 @@
+"""Fixtures of the docker tier: a private Docker engine started for the session and stopped by
+its PID at the end, and every image built on it (offline) once."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from docker_engine import BUILD, ROOT, TIER, Engine, engine_env, tier, tier_env
+from tiers import require_root
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[Engine]:
+    require_root("docker")
+    check = subprocess.run(
+        ["bash", str(TIER), "check"], capture_output=True, text=True, check=False
+    )
+    if check.returncode != 0:
+        pytest.skip(f"docker tier: {check.stdout.strip()}")
+    tier("start", timeout=120)
+    try:
+        base = tier("base", timeout=300).strip().splitlines()[-1]
+        chart = (ROOT / "helm" / "dra-driver-cpu" / "Chart.yaml").read_text()
+        match = re.search(r'^appVersion: "([^"]+)"', chart, flags=re.MULTILINE)
+        assert match
+        yield Engine(env=engine_env(), base_image=base, tag=match.group(1))
+    finally:
+        tier("stop", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def images(engine: Engine) -> Engine:
+    """The five service images and the compose dev image, built with no network."""
+    result = subprocess.run(
+        ["bash", str(BUILD), "build"],
+        env={**tier_env(), **engine.env, "BASE_IMAGE": engine.base_image, "TAG": engine.tag},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return engine

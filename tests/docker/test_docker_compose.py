@@ -1,0 +1,171 @@
+"""The compose stack on a real Docker engine: `up --wait` brings every service to healthy, the
+api answers, a claim made through the stack's `dev` service reaches the allocator and the
+runtime simulator and is released again, every container runs hardened (read from the engine
+and the kernel, not from the compose file), and `down -v` leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from docker_engine import COMPOSE_FILE, Engine
+
+pytestmark = pytest.mark.docker
+
+PROJECT = "dracpu-tests"
+LONG_RUNNING = [
+    "topology",
+    "allocator",
+    "runtime-sim",
+    "nri-plugin",
+    "dra-plugin",
+    "kubelet-sim",
+    "api",
+]
+NON_ROOT_UID = "65532"
+
+
+@dataclass(frozen=True)
+class Stack:
+    engine: Engine
+    env: dict[str, str]
+    api: str
+
+    def compose(self, *args: str, timeout: float = 300, check: bool = True) -> str:
+        result = self.engine.run(
+            "docker",
+            "compose",
+            "-p",
+            PROJECT,
+            "-f",
+            str(COMPOSE_FILE),
+            *args,
+            timeout=timeout,
+            check=check,
+            **self.env,
+        )
+        return result.stdout
+
+    def container(self, service: str) -> dict[str, object]:
+        ids = self.compose("ps", "-a", "-q", service).split()
+        assert len(ids) == 1, f"{service}: {ids}"
+        return self.engine.inspect("container", ids[0])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def leftovers(engine: Engine) -> dict[str, list[str]]:
+    label = f"label=com.docker.compose.project={PROJECT}"
+    return {
+        kind: engine.docker(*command, "--filter", label).stdout.split()
+        for kind, command in {
+            "containers": ("ps", "-a", "-q"),
+            "volumes": ("volume", "ls", "-q"),
+            "networks": ("network", "ls", "-q"),
+        }.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def stack(images: Engine) -> Iterator[Stack]:
+    port = free_port()
+    env = {
+        "BASE_IMAGE": images.base_image,
+        "DRACPU_API_PORT": str(port),
+        **{
+            f"DRACPU_{s.upper().replace('-', '_')}_VERSION": images.tag
+            for s in ("topology", "allocator", "dra-plugin", "nri-plugin", "api", "dev")
+        },
+    }
+    running = Stack(images, env, f"http://127.0.0.1:{port}")
+    running.compose("down", "-v", "--remove-orphans", check=False)
+    try:
+        running.compose("up", "--detach", "--wait", "--wait-timeout", "240", timeout=400)
+    except AssertionError:
+        print(running.compose("ps", "-a", check=False))
+        print(running.compose("logs", "--tail", "30", check=False))
+        running.compose("down", "-v", check=False)
+        raise
+    yield running
+    running.compose("down", "-v", "--remove-orphans", check=False)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/healthz", "/readyz", "/v1/node", "/v1/claims", "/v1/shared-pool", "/metrics", "/ui"],
+)
+def test_api_answers(stack: Stack, path: str) -> None:
+    response = httpx.get(stack.api + path, timeout=30)
+    assert response.status_code == 200, response.text
+
+
+def test_setup_step_ran_and_exited_cleanly(stack: Stack) -> None:
+    state = stack.container("init")["State"]
+    assert state["Status"] == "exited" and state["ExitCode"] == 0, state  # type: ignore[index]
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def root_mount_options(pid: int) -> list[str]:
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == "/":
+            return fields[5].split(",")
+    raise AssertionError(f"no root mount for pid {pid}")
+
+
+@pytest.mark.parametrize("service", LONG_RUNNING)
+def test_container_runs_unprivileged_on_a_read_only_root(stack: Stack, service: str) -> None:
+    inspected = stack.container(service)
+    host = inspected["HostConfig"]
+    assert host["ReadonlyRootfs"] is True  # type: ignore[index]
+    assert host["CapDrop"] == ["ALL"]  # type: ignore[index]
+    assert not host["CapAdd"]  # type: ignore[index]
+    assert host["Privileged"] is False  # type: ignore[index]
+    pid = int(inspected["State"]["Pid"])  # type: ignore[index]
+    assert pid > 0
+    # The kernel's view of the container's main process.
+    status = proc_status(pid)
+    assert status["Uid"].split() == [NON_ROOT_UID] * 4
+    assert status["Gid"].split() == [NON_ROOT_UID] * 4
+    assert int(status["CapEff"], 16) == 0
+    assert int(status["CapPrm"], 16) == 0
+    assert int(status["CapBnd"], 16) == 0
+    assert status["NoNewPrivs"] == "1"
+    assert "ro" in root_mount_options(pid)
+
+
+def test_claim_and_release_through_the_stack(stack: Stack) -> None:
+    made = stack.compose("run", "--rm", "dev", "claim", "--cpus", "2", "--name", "compose-claim")
+    assert "compose-claim" in made
+    claims = httpx.get(stack.api + "/v1/claims", timeout=30).json()
+    mine = [c for c in json.dumps(claims).split('"') if c == "compose-claim"]
+    assert mine, claims
+    allocator = stack.container("allocator")
+    state_volume = [m for m in allocator["Mounts"] if m["Destination"] == "/dracpu/state"]  # type: ignore[index, union-attr]
+    assert state_volume
+    released = stack.compose("run", "--rm", "dev", "release", "compose-claim")
+    assert "compose-claim" in released
+    claims = httpx.get(stack.api + "/v1/claims", timeout=30).json()
+    assert "compose-claim" not in json.dumps(claims)
+
+
+def test_down_removes_everything(stack: Stack) -> None:
+    stack.compose("down", "-v", "--remove-orphans")
+    assert leftovers(stack.engine) == {"containers": [], "volumes": [], "networks": []}

@@ -1,0 +1,261 @@
+"""The one-node cluster of tools/cluster.sh, driven the way a user would: kubectl, helm and
+crictl as processes. Pinning is read from the kernel (/proc/<pid>/status of the container's
+process, found through the runtime), never from the driver's own view."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dracpu.core.cpuset import CPUSet
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+RELEASE = "dra-driver-cpu"
+NAMESPACE = "kube-system"
+SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
+TEST_IMAGE = "localhost/dracpu-realnode:1"  # busybox + pause, imported by tools/cluster.sh
+_START = time.monotonic()
+
+
+class CommandError(Exception):
+    pass
+
+
+def say(message: str) -> None:
+    """One progress line on the real stdout (pytest captures the test's own)."""
+    sys.__stdout__.write(f"e2e: [{time.monotonic() - _START:6.1f}s] {message}\n")
+    sys.__stdout__.flush()
+
+
+@contextmanager
+def step(name: str) -> Iterator[None]:
+    started = time.monotonic()
+    yield
+    say(f"{name} ({time.monotonic() - started:.1f} s)")
+
+
+def wait_until(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached within {timeout:.0f} s")
+        time.sleep(0.3)
+
+
+def run(argv: Sequence[str], *, stdin: str | None = None, check: bool = True) -> str:
+    done = subprocess.run(
+        list(argv), input=stdin, capture_output=True, text=True, timeout=300, check=False
+    )
+    if check and done.returncode != 0:
+        raise CommandError(f"{shlex.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+class Cluster:
+    """Settings from `tools/cluster.sh env`, plus the commands the scenarios use."""
+
+    def __init__(self) -> None:
+        env: dict[str, str] = {}
+        for line in run(["bash", str(ROOT / "tools/cluster.sh"), "env"]).splitlines():
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = value.strip('"')
+        self.env = env
+        self.kubeconfig = env["KUBECONFIG"]
+        self.kubectl_bin = env["KUBECTL"]
+        self.crictl_argv = shlex.split(env["CRICTL"])
+        self.dir = Path(env["CLUSTER_DIR"])
+        self.node = env["NODE_NAME"]
+        self.kubelet_root = env["KUBELET_ROOT"]
+        self.nri_socket = env["NRI_SOCKET"]
+        self.state_dir = self.dir / "dracpu-state"
+        self.api_port = int(os.environ.get("DRACPU_E2E_API_PORT", "17080"))
+        self.helm_bin = str(ROOT / ".tools/bin/helm")
+
+    # ---- tools --------------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        return run(
+            [self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args], stdin=stdin, check=check
+        )
+
+    def get(self, kind: str, name: str = "", namespace: str = "default") -> Any:
+        args = ["get", kind, *([name] if name else []), "-o", "json"]
+        if namespace:
+            args += ["-n", namespace]
+        return json.loads(self.kubectl(*args))
+
+    def apply(self, manifest: str, namespace: str = "default") -> None:
+        self.kubectl("apply", "-n", namespace, "-f", "-", stdin=manifest)
+
+    def delete(self, kind: str, *names: str, namespace: str = "default") -> None:
+        self.kubectl(
+            "delete",
+            kind,
+            *names,
+            "-n",
+            namespace,
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=120s",
+        )
+
+    def helm(self, *args: str) -> str:
+        return run([self.helm_bin, "--kubeconfig", self.kubeconfig, *args])
+
+    def crictl(self, *args: str) -> str:
+        return run([*self.crictl_argv, *args])
+
+    def chart_values(self, *extra: str) -> list[str]:
+        """The chart's settings for this node: host network (no pod network here), the
+        kubelet root, NRI socket and state dir of this cluster, the images imported into
+        containerd and never pulled."""
+        values = [
+            "hostNetwork=true",
+            f"api.port={self.api_port}",
+            "imagePullPolicy=Never",
+            f"kubeletRootDir={self.kubelet_root}",
+            f"nriPlugin.nriSocket={self.nri_socket}",
+            f"allocator.stateDir={self.state_dir}",
+            *extra,
+        ]
+        return [arg for value in values for arg in ("--set", value)]
+
+    def install(self, *extra: str) -> None:
+        self.helm(
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(ROOT / "helm/dra-driver-cpu"),
+            "-n",
+            NAMESPACE,
+            *self.chart_values(*extra),
+        )
+
+    # ---- the driver pod ---------------------------------------------------------------------
+
+    def driver_pod(self) -> dict[str, Any] | None:
+        pods = self.get("pods", namespace=NAMESPACE)["items"]
+        mine = [
+            p
+            for p in pods
+            if p["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == RELEASE
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        return mine[0] if mine else None
+
+    def driver_ready(self) -> dict[str, Any] | None:
+        pod = self.driver_pod()
+        if pod is None:
+            return None
+        conditions = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
+        return pod if conditions.get("Ready") == "True" else None
+
+    def slices(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.get("resourceslices", namespace="")["items"]
+        return [s for s in items if s["spec"].get("driver") == "dra.cpu"]
+
+    def published(self) -> dict[str, dict[str, Any]]:
+        return {d["name"]: d for s in self.slices() for d in s["spec"].get("devices", [])}
+
+    # ---- kernel truth -----------------------------------------------------------------------
+
+    def container_pid(self, pod: str, container: str, namespace: str = "default") -> int:
+        pods = self.crictl(
+            "pods", "--name", pod, "--namespace", namespace, "--state", "ready", "-q"
+        )
+        ids = self.crictl(
+            "ps", "--name", f"^{container}$", "--pod", pods.split()[0], "--state", "running", "-q"
+        ).split()
+        info = json.loads(self.crictl("inspect", ids[0]))
+        return int(info["info"]["pid"])
+
+    def cpus_of(self, pod: str, container: str, namespace: str = "default") -> CPUSet:
+        pid = self.container_pid(pod, container, namespace)
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                return CPUSet.parse(line.split(":", 1)[1].strip())
+        raise AssertionError(f"/proc/{pid}/status has no Cpus_allowed_list")
+
+    def env_of(self, pod: str, container: str, namespace: str = "default") -> dict[str, str]:
+        pid = self.container_pid(pod, container, namespace)
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return dict(e.decode().partition("=")[::2] for e in raw if b"=" in e)
+
+    def running(self, pod: str, namespace: str = "default") -> dict[str, Any] | None:
+        try:
+            found = self.get("pod", pod, namespace)
+        except CommandError:
+            return None  # not created yet, or deleted
+        return found if found.get("status", {}).get("phase") == "Running" else None
+
+
+def pod_manifest(
+    name: str,
+    containers: Sequence[tuple[str, Sequence[str]]],
+    claims: Sequence[tuple[str, str]] = (),
+    *,
+    template: bool = False,
+    extra_spec: dict[str, Any] | None = None,
+) -> str:
+    """A host-network busybox pod; `containers` is (name, claim names it uses); `claims` is
+    (claim name in the pod, ResourceClaim or ResourceClaimTemplate name)."""
+    key = "resourceClaimTemplateName" if template else "resourceClaimName"
+    spec: dict[str, Any] = {
+        "hostNetwork": True,
+        "terminationGracePeriodSeconds": 0,
+        "tolerations": [{"operator": "Exists"}],
+        "resourceClaims": [{"name": n, key: ref} for n, ref in claims],
+        "containers": [
+            {
+                "name": c,
+                "image": TEST_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+                "resources": {"claims": [{"name": u} for u in uses]},
+            }
+            for c, uses in containers
+        ],
+    }
+    spec.update(extra_spec or {})
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+
+
+def claim_manifest(name: str, requests: Sequence[dict[str, Any]], **spec: Any) -> str:
+    devices: dict[str, Any] = {"requests": list(requests), **spec}
+    return json.dumps(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": devices},
+        }
+    )
+
+
+def cpus_request(count: int, name: str = "cpus") -> dict[str, Any]:
+    return {
+        "name": name,
+        "exactly": {
+            "deviceClassName": "dra.cpu",
+            "capacity": {"requests": {"dra.cpu/cpu": str(count)}},
+        },
+    }
+
+
+def claim_cpus(env: dict[str, str]) -> CPUSet:
+    values = [v for k, v in env.items() if k.startswith("DRA_CPUSET_")]
+    assert len(values) == 1, env
+    return CPUSet.parse(values[0])

@@ -1,0 +1,58 @@
+"""The e2e tier: tools/cluster.sh brings up the one-node cluster (control plane, containerd,
+kubelet, images), the chart is installed once per session with the locally built images, and
+every scenario runs against it. DRACPU_E2E_KEEP=1 leaves the cluster running afterwards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from e2e.cluster import ROOT, Cluster, say, step, wait_until
+from tiers import require_root
+
+
+def _missing() -> str:
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools/cluster.sh"), "missing"], capture_output=True, text=True
+    )
+    return "; ".join(done.stdout.split("\n")).strip("; ")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    require_root("e2e")
+    reason = _missing()
+    if reason:
+        pytest.skip(f"e2e tier: {reason}")
+    if not (ROOT / ".tools/bin/helm").exists():
+        pytest.skip("e2e tier: helm not installed (tools/install-helm.sh)")
+    with step("cluster up (tools/cluster.sh up)"):
+        done = subprocess.run(
+            ["bash", str(ROOT / "tools/cluster.sh"), "up"], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"tools/cluster.sh up failed: {done.stderr.strip()}")
+    node = Cluster()
+    try:
+        yield node
+    finally:
+        if not os.environ.get("DRACPU_E2E_KEEP"):
+            with step("cluster down"):
+                subprocess.run(["bash", str(ROOT / "tools/cluster.sh"), "down"], check=False)
+
+
+@pytest.fixture(scope="session")
+def driver(cluster: Cluster) -> Iterator[Cluster]:
+    """The chart installed and its pod Ready; uninstalled at the end of the session."""
+    with step("helm install"):
+        cluster.install()
+    with step("driver pod Ready"):
+        pod = wait_until(cluster.driver_ready, timeout=120, what="driver pod Ready")
+    statuses = pod["status"]["containerStatuses"]
+    started = max(s["state"]["running"]["startedAt"] for s in statuses if "running" in s["state"])
+    ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+    say(f"driver pod: last container started {started}, Ready at {ready['lastTransitionTime']}")
+    wait_until(lambda: cluster.published(), timeout=60, what="ResourceSlice published")
+    yield cluster

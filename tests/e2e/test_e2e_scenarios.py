@@ -1,0 +1,244 @@
+"""The chart on a real one-node cluster (kubelet + containerd + runc), scenarios after the
+reference driver's user docs. Every pinning check reads the container's process in /proc.
+
+The node may be small (2 CPUs on CI machines): the scenarios size their claims from what the
+published devices offer, and the shared-pool floor (minSharedCPUs, default 1) always stays out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e.cluster import (
+    NAMESPACE,
+    SERVICES,
+    Cluster,
+    claim_cpus,
+    claim_manifest,
+    cpus_request,
+    pod_manifest,
+    say,
+    step,
+    wait_until,
+)
+
+from dracpu.core.cpuset import CPUSet
+
+pytestmark = pytest.mark.e2e
+
+
+def online() -> CPUSet:
+    return CPUSet.parse(Path("/sys/devices/system/cpu/online").read_text().strip())
+
+
+def grouped_capacity(node: Cluster) -> int:
+    return sum(int(d["capacity"]["dra.cpu/cpu"]["value"]) for d in node.published().values())
+
+
+@pytest.fixture
+def clean(driver: Cluster) -> Iterator[Cluster]:
+    """Each scenario leaves no pod or claim behind."""
+    yield driver
+    driver.kubectl("delete", "pods", "--all", "-n", "default", "--wait=true", "--timeout=120s")
+    driver.kubectl("delete", "resourceclaims", "--all", "-n", "default", "--wait=true")
+
+
+def start_pod(node: Cluster, name: str, manifest: str) -> None:
+    node.apply(manifest)
+    wait_until(lambda: node.running(name), timeout=90, what=f"pod {name} Running")
+
+
+def test_grouped_claim_pins_and_the_shared_pool_steps_aside(clean: Cluster) -> None:
+    node = clean
+    with step("grouped claim of 1 CPU and a shared pod"):
+        node.apply(claim_manifest("one", [cpus_request(1)]))
+        start_pod(node, "pinned", pod_manifest("pinned", [("work", ["c"])], [("c", "one")]))
+        start_pod(node, "shared", pod_manifest("shared", [("work", [])]))
+    claimed = claim_cpus(node.env_of("pinned", "work"))
+    assert len(claimed) == 1
+    assert node.cpus_of("pinned", "work") == claimed
+    shared = node.cpus_of("shared", "work")
+    assert shared and shared.isdisjoint(claimed)
+    for service in SERVICES:  # the driver's own containers are shared containers too
+        assert node.cpus_of(node.driver_pod()["metadata"]["name"], service, NAMESPACE).isdisjoint(
+            claimed
+        ), service
+
+
+def test_claiming_everything_published_keeps_a_shared_pool(clean: Cluster) -> None:
+    """Two one-CPU claims on a 2-CPU node used to empty the shared pool."""
+    node = clean
+    capacity = grouped_capacity(node)
+    assert 0 < capacity < len(online())  # the floor is never published
+    with step(f"claims of every published CPU ({capacity})"):
+        node.apply(claim_manifest("all", [cpus_request(capacity)]))
+        start_pod(node, "all", pod_manifest("all", [("work", ["c"])], [("c", "all")]))
+        node.apply(claim_manifest("more", [cpus_request(1)]))
+        node.apply(pod_manifest("more", [("work", ["c"])], [("c", "more")]))
+        start_pod(node, "shared", pod_manifest("shared", [("work", [])]))
+    held = node.cpus_of("all", "work")
+    assert len(held) == capacity
+    shared = node.cpus_of("shared", "work")
+    assert shared and shared.isdisjoint(held)
+    pod = node.get("pod", "more")
+    assert pod["status"]["phase"] == "Pending"
+    assert not node.get("resourceclaim", "more").get("status", {}).get("allocation")
+
+
+def test_an_oversize_claim_is_unschedulable(clean: Cluster) -> None:
+    node = clean
+    node.apply(claim_manifest("huge", [cpus_request(len(online()) + 1)]))
+    node.apply(pod_manifest("huge", [("work", ["c"])], [("c", "huge")]))
+
+    def refused() -> bool:
+        events = node.get("events")["items"]
+        return any(
+            e["involvedObject"].get("name") == "huge" and e.get("reason") == "FailedScheduling"
+            for e in events
+        )
+
+    with step("oversize claim refused by the scheduler"):
+        wait_until(refused, timeout=60, what="FailedScheduling for the oversize claim")
+    assert node.get("pod", "huge")["status"]["phase"] == "Pending"
+
+
+def test_a_claim_shared_by_two_containers_is_refused(clean: Cluster) -> None:
+    """One container per claim: the second container of the pod is refused at creation."""
+    node = clean
+    node.apply(claim_manifest("both", [cpus_request(1)]))
+    node.apply(pod_manifest("both", [("a", ["c"]), ("b", ["c"])], [("c", "both")]))
+
+    def one_refused() -> dict[str, object] | None:
+        pod = node.get("pod", "both")
+        statuses = pod.get("status", {}).get("containerStatuses", [])
+        running = [s for s in statuses if "running" in s.get("state", {})]
+        waiting = [s for s in statuses if "waiting" in s.get("state", {})]
+        if len(running) == 1 and waiting and waiting[0]["state"]["waiting"].get("message"):
+            return pod
+        return None
+
+    with step("second container of a shared claim refused"):
+        pod = wait_until(one_refused, timeout=90, what="one container running, one refused")
+    statuses = pod["status"]["containerStatuses"]  # type: ignore[index]
+    message = next(s for s in statuses if "waiting" in s["state"])["state"]["waiting"]["message"]
+    assert "belongs to" in message, message
+
+
+def test_restarting_each_driver_container_keeps_running_pods_pinned(clean: Cluster) -> None:
+    node = clean
+    node.apply(claim_manifest("kept", [cpus_request(1)]))
+    start_pod(node, "kept", pod_manifest("kept", [("work", ["c"])], [("c", "kept")]))
+    start_pod(node, "shared", pod_manifest("shared", [("work", [])]))
+    pinned, shared = node.cpus_of("kept", "work"), node.cpus_of("shared", "work")
+    for service in SERVICES:
+        pod = node.driver_pod()
+        assert pod is not None
+        name = pod["metadata"]["name"]
+        before = {s["name"]: s["restartCount"] for s in pod["status"]["containerStatuses"]}
+        with step(f"restart of the {service} container"):
+            sandbox = node.crictl("pods", "--name", name, "-q").split()[0]
+            ctr = node.crictl("ps", "--name", f"^{service}$", "--pod", sandbox, "-q").split()[0]
+            node.crictl("stop", "--timeout", "5", ctr)
+
+            def restarted(service: str = service, before: dict[str, int] = before) -> bool:
+                now = node.driver_ready()
+                if now is None:
+                    return False
+                counts = {s["name"]: s["restartCount"] for s in now["status"]["containerStatuses"]}
+                return bool(counts[service] > before[service])
+
+            wait_until(restarted, timeout=120, what=f"{service} restarted and pod Ready")
+        assert node.cpus_of("kept", "work") == pinned, service
+        assert node.cpus_of("shared", "work") == shared, service
+
+
+def test_mode_change_with_a_claim_held_never_hands_its_cpu_out(clean: Cluster) -> None:
+    """`helm upgrade` to individual mode while a grouped claim holds a CPU: the CPU is not
+    published until the claim goes, so no second claim can be given it."""
+    node = clean
+    node.apply(claim_manifest("old", [cpus_request(1)]))
+    start_pod(node, "old", pod_manifest("old", [("work", ["c"])], [("c", "old")]))
+    held = node.cpus_of("old", "work")
+    try:
+        with step("helm upgrade to individual mode, claim held"):
+            old_pod = node.driver_pod()["metadata"]["name"]  # type: ignore[index]
+            node.install("driverConfig.cpuDeviceMode=individual")
+            node.kubectl("delete", "pod", old_pod, "-n", NAMESPACE, "--wait=true")
+            # On a 2-CPU node nothing is left to publish: CPU 0 is the floor, CPU 1 the claim's.
+            wait_until(
+                lambda: (
+                    node.driver_ready()
+                    and node.slices()
+                    and not any(n.startswith("cpudevnuma") for n in node.published())
+                ),
+                timeout=120,
+                what="individual devices published",
+            )
+        offered = node.published()
+        for device in offered.values():
+            cpu = device["attributes"]["dra.cpu/cpuID"]["int"]
+            assert cpu not in held, (device["name"], held)
+        # Individual mode: a CEL selector on our attributes and a matchAttribute constraint.
+        request = {
+            "name": "cpu",
+            "exactly": {
+                "deviceClassName": "dra.cpu",
+                "count": 1,
+                "selectors": [{"cel": {"expression": 'device.attributes["dra.cpu"].cpuID >= 0'}}],
+            },
+        }
+        node.apply(
+            claim_manifest(
+                "new",
+                [request],
+                constraints=[{"matchAttribute": "resource.kubernetes.io/numaNode"}],
+            )
+        )
+        node.apply(pod_manifest("new", [("work", ["c"])], [("c", "new")]))
+        if not offered:
+            # Every CPU is the floor's or the old claim's: the new claim waits for the old one.
+            with step("released old claim: its CPU published again"):
+                node.delete("pod", "old")
+                node.delete("resourceclaim", "old")
+        wait_until(lambda: node.running("new"), timeout=120, what="pod new Running")
+        got = claim_cpus(node.env_of("new", "work"))
+        assert node.cpus_of("new", "work") == got
+        if node.running("old"):
+            assert got.isdisjoint(held)
+    finally:
+        with step("helm upgrade back to grouped mode"):
+            node.kubectl("delete", "pods", "--all", "-n", "default", "--wait=true")
+            node.kubectl("delete", "resourceclaims", "--all", "-n", "default", "--wait=true")
+            current = node.driver_pod()
+            node.install()
+            if current is not None:
+                node.kubectl(
+                    "delete", "pod", current["metadata"]["name"], "-n", NAMESPACE, "--wait=true"
+                )
+            wait_until(
+                lambda: node.driver_ready() and "cpudevnuma000" in node.published(),
+                timeout=120,
+                what="grouped devices published again",
+            )
+
+
+def test_uninstall_leaves_nothing_behind(driver: Cluster) -> None:
+    """Runs last (file order): helm uninstall removes slices, sockets, CDI specs and records."""
+    node = driver
+    with step("helm uninstall"):
+        node.helm("uninstall", "dra-driver-cpu", "-n", NAMESPACE, "--wait")
+        wait_until(lambda: node.driver_pod() is None, timeout=120, what="driver pod gone")
+        wait_until(lambda: not node.slices(), timeout=120, what="ResourceSlices removed")
+    leftovers = {
+        "plugin sockets": sorted(str(p) for p in (node.dir / "kubelet/plugins").rglob("*.sock")),
+        "registration sockets": sorted(
+            str(p) for p in (node.dir / "kubelet/plugins_registry").glob("dra.cpu*")
+        ),
+        "CDI specs": sorted(str(p) for p in Path("/var/run/cdi").glob("dra.k8s.io-cpu_*")),
+        "claim records": sorted(str(p) for p in (node.state_dir / "claims").glob("*.json")),
+    }
+    say(f"after uninstall: {json.dumps(leftovers)}")
+    assert all(not found for found in leftovers.values()), leftovers

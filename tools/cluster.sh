@@ -1,0 +1,344 @@
+#!/usr/bin/env bash
+# A real one-node Kubernetes cluster on this machine, for the chart's end-to-end tests and for
+# trying the driver: the control plane of tools/controlplane.sh, containerd 2.4 (CRI, NRI at
+# the chart's NRI socket, CDI in /etc/cdi and /var/run/cdi) with Debian's runc, and kubelet
+# 1.37 (cgroupfs, failCgroupV1 false, CPU manager policy none), all from the cache.
+#
+#   tools/cluster.sh up      start (or keep) the cluster; prints the kubeconfig path last
+#   tools/cluster.sh down    stop everything by recorded PID and undo every host change
+#   tools/cluster.sh status  exit 0 when every process of the cluster runs
+#   tools/cluster.sh env     shell-sourceable settings (KUBECONFIG, KUBECTL, CRICTL, ...)
+#
+# Network, all local: a bridge the script creates carries the node IP and the `kubernetes`
+# Service address; tools/tcp-forward.py relays that address to the API server on loopback
+# (there is no kube-proxy and no iptables here). There is no pod network: the driver runs with
+# `hostNetwork: true` (a chart value) and so must every test pod. containerd still needs one
+# network config to report the runtime network ready; it names the loopback plugin and is never
+# invoked, as host-network sandboxes skip CNI.
+#
+# Settings (environment, defaults in parentheses):
+#   DRACPU_CLUSTER_DIR (/tmp/dracpu-cluster)   everything the cluster writes, except host paths
+#   DRACPU_CLUSTER_BRIDGE (dracpu-node0)       DRACPU_CLUSTER_NODE_IP (198.18.20.1)
+#   DRACPU_CLUSTER_SERVICE_IP (10.96.0.1)      DRACPU_CLUSTER_KUBELET_PORT (17250)
+#   DRACPU_CLUSTER_NRI_SOCKET (/var/run/nri/nri.sock, the chart's default)
+#   DRACPU_CLUSTER_IMAGES: docker-save archive of the driver images (default: built with
+#     `tools/tier-docker.sh images`); DRACPU_CLUSTER_APISERVER_FLAGS: extra kube-apiserver flags
+#   DRACPU_CP_* ports of tools/controlplane.sh (this script's defaults: 17379/17380/17443/17459/17457)
+#
+# `up` is idempotent and tolerates what a killed run left behind (stale sockets, mounts,
+# sandboxes, cgroups, the bridge): it runs `down` first unless every process still runs.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/cache-lib.sh"
+PREFIX=cluster
+
+DIR="${DRACPU_CLUSTER_DIR:-/tmp/dracpu-cluster}"
+BRIDGE="${DRACPU_CLUSTER_BRIDGE:-dracpu-node0}"
+NODE_IP="${DRACPU_CLUSTER_NODE_IP:-198.18.20.1}"
+SERVICE_IP="${DRACPU_CLUSTER_SERVICE_IP:-10.96.0.1}"
+KUBELET_PORT="${DRACPU_CLUSTER_KUBELET_PORT:-17250}"
+NRI_SOCKET="${DRACPU_CLUSTER_NRI_SOCKET:-/var/run/nri/nri.sock}"
+export DRACPU_CP_ETCD_PORT="${DRACPU_CP_ETCD_PORT:-17379}"
+export DRACPU_CP_ETCD_PEER_PORT="${DRACPU_CP_ETCD_PEER_PORT:-17380}"
+export DRACPU_CP_APISERVER_PORT="${DRACPU_CP_APISERVER_PORT:-17443}"
+export DRACPU_CP_SCHEDULER_PORT="${DRACPU_CP_SCHEDULER_PORT:-17459}"
+export DRACPU_CP_CONTROLLER_MANAGER_PORT="${DRACPU_CP_CONTROLLER_MANAGER_PORT:-17457}"
+KUBE_BIN="$(cache_dir kubernetes "${KUBE_VERSION:-v1.37.2}")/bin"
+CONTAINERD_BIN="$(cache_dir containerd "${CONTAINERD_VERSION:-v2.4.2}")/bin"
+CRICTL="$(cache_dir crictl "${CRICTL_VERSION:-v1.37.0}")/bin/crictl"
+RUNC="${DRACPU_CLUSTER_RUNC:-/usr/sbin/runc}"
+SANDBOX_IMAGE="localhost/dracpu-realnode:1"
+SANDBOX_ARCHIVE="$(cache_dir realnode-image 1)/busybox-pause.tar"
+NODE_NAME="$(hostname)"
+CP="$DIR/controlplane"
+RUN="$DIR/run"
+SOCK="$RUN/containerd.sock"
+KUBECONFIG_PATH="$CP/admin.kubeconfig"
+
+say() { log "$PREFIX" "$*"; }
+die() { echo "$PREFIX: error: $*" >&2; exit 2; }
+kubectl_() { "$KUBE_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+ctr_() { "$CONTAINERD_BIN/ctr" --address "$SOCK" --namespace k8s.io "$@"; }
+crictl_() { "$CRICTL" --config "$DIR/crictl.yaml" --timeout 10s "$@"; }
+
+# What this machine lacks for the cluster, one reason per line (nothing when it can run).
+missing() {
+    [[ "$(id -u)" == 0 ]] || echo "not root (the kubelet, runc, cgroups and the bridge need root)"
+    local tool
+    for tool in "$KUBE_BIN/kubelet" "$KUBE_BIN/kubectl" "$KUBE_BIN/kube-apiserver" \
+        "$CONTAINERD_BIN/containerd" "$CONTAINERD_BIN/containerd-shim-runc-v2" \
+        "$CONTAINERD_BIN/ctr" "$CRICTL" "$SANDBOX_ARCHIVE"; do
+        [[ -e "$tool" ]] || echo "$tool missing (tools/tier-realnode.sh / tools/build-*.sh bootstrap)"
+    done
+    [[ -x "$RUNC" ]] || echo "runc missing at $RUNC"
+    command -v ip >/dev/null 2>&1 || echo "ip (iproute2) missing"
+    [[ -x "$HERE/controlplane.sh" ]] || [[ -f "$HERE/controlplane.sh" ]] || echo "tools/controlplane.sh missing"
+}
+
+# pid_alive NAME: the PID recorded in $RUN/NAME.pid runs a command containing $DIR.
+pid_alive() {
+    local file="$RUN/$1.pid" pid
+    [[ -f "$file" ]] || return 1
+    pid="$(cat "$file")"
+    [[ "$pid" =~ ^[0-9]+$ ]] && [[ -r "/proc/$pid/cmdline" ]] || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$DIR"
+}
+
+# stop_pid NAME: TERM the recorded process (only if it is ours), KILL after 20 s.
+stop_pid() {
+    local name="$1" pid
+    if pid_alive "$name"; then
+        pid="$(cat "$RUN/$name.pid")"
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        if kill -0 "$pid" 2>/dev/null; then
+            say "$name ($pid) did not stop on TERM; KILL"
+            kill -9 "$pid" 2>/dev/null || true
+        fi
+        say "stopped $name ($pid)"
+    fi
+    rm -f "$RUN/$name.pid"
+}
+
+# start NAME COMMAND...: run detached, output in $DIR/logs/NAME.log, PID in $RUN/NAME.pid.
+start() {
+    local name="$1"; shift
+    setsid "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
+    echo $! >"$RUN/$name.pid"
+}
+
+wait_until() { # SECONDS WHAT COMMAND...: poll every 0.2 s
+    local limit="$1" what="$2"; shift 2
+    local deadline=$((SECONDS + limit))
+    until "$@" >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || die "$what not reached within ${limit} s (logs in $DIR/logs)"
+        sleep 0.2
+    done
+}
+
+write_configs() {
+    mkdir -p "$DIR/cni" "$DIR/containerd" "$RUN" "$DIR/logs" "$DIR/kubelet" "$DIR/nri-plugins" \
+        "$DIR/nri-conf.d" "$(dirname "$NRI_SOCKET")" /var/run/cdi /etc/cdi
+    printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$SOCK" "$SOCK" >"$DIR/crictl.yaml"
+    cat >"$DIR/cni/10-hostnetwork.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "dracpu-hostnetwork", "plugins": [{"type": "loopback"}]}
+EOF
+    cat >"$DIR/containerd.toml" <<EOF
+version = 3
+root = "$DIR/containerd/root"
+state = "$DIR/containerd/state"
+[grpc]
+  address = "$SOCK"
+[ttrpc]
+  address = "$SOCK.ttrpc"
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "overlayfs"
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "$SANDBOX_IMAGE"
+  [plugins.'io.containerd.cri.v1.runtime']
+    cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+    # Without CAP_SYS_RESOURCE a sandbox's negative oom_score_adj would be refused.
+    restrict_oom_score_adj = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = "$RUNC"
+          SystemdCgroup = false
+          Root = "$RUN/runc"
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["$DIR/cni-bin"]
+      conf_dir = "$DIR/cni"
+  [plugins.'io.containerd.grpc.v1.cri']
+    disable_tcp_service = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = false
+    socket_path = "$NRI_SOCKET"
+    plugin_path = "$DIR/nri-plugins"
+    plugin_config_path = "$DIR/nri-conf.d"
+    plugin_registration_timeout = "5s"
+    plugin_request_timeout = "2s"
+EOF
+    cat >"$DIR/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# Local test node: the API server reaches it only for logs/exec; anonymous + AlwaysAllow.
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+address: $NODE_IP
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $((KUBELET_PORT - 2))
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+cpuManagerPolicy: none
+staticPodPath: ""
+containerRuntimeEndpoint: unix://$SOCK
+imageServiceEndpoint: unix://$SOCK
+serializeImagePulls: false
+evictionHard: {memory.available: "50Mi", nodefs.available: "2%", imagefs.available: "2%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+EOF
+}
+
+network_up() {
+    ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+    ip addr replace "$NODE_IP/32" dev "$BRIDGE"
+    ip addr replace "$SERVICE_IP/32" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+    start forward python3 "$HERE/tcp-forward.py" "$SERVICE_IP:443" \
+        "127.0.0.1:$DRACPU_CP_APISERVER_PORT" "$DIR"
+}
+
+# import_archive ARCHIVE: `ctr images import` unless this very archive was imported last.
+import_archive() {
+    local archive="$1" stamp
+    stamp="$DIR/containerd/$(basename "$archive").imported"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$(stat -c '%s %Y' "$archive")" ]]; then
+        return 0
+    fi
+    say "importing $archive"
+    ctr_ images import "$archive" >>"$DIR/logs/import.log" 2>&1 \
+        || die "ctr images import $archive failed (see $DIR/logs/import.log)"
+    stat -c '%s %Y' "$archive" >"$stamp"
+}
+
+driver_images() {
+    if [[ -n "${DRACPU_CLUSTER_IMAGES:-}" ]]; then
+        echo "$DRACPU_CLUSTER_IMAGES"
+        return
+    fi
+    [[ -f "$HERE/tier-docker.sh" ]] || die "no DRACPU_CLUSTER_IMAGES and no tools/tier-docker.sh to build the images"
+    bash "$HERE/tier-docker.sh" images | tail -n 1
+}
+
+node_ready() {
+    [[ "$(kubectl_ get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]
+}
+
+cmd_status() {
+    local name
+    for name in forward containerd kubelet; do pid_alive "$name" || return 1; done
+    bash "$HERE/controlplane.sh" status "$CP" >/dev/null 2>&1
+}
+
+cmd_up() {
+    local reasons
+    reasons="$(missing)"
+    [[ -z "$reasons" ]] || die "cannot start the cluster: $(echo "$reasons" | paste -sd ';' -)"
+    if cmd_status && node_ready; then
+        say "already running"
+        echo "$KUBECONFIG_PATH"
+        return 0
+    fi
+    cmd_down >/dev/null
+    local t
+    mkdir -p "$RUN" "$DIR/logs"
+    write_configs
+    t=$SECONDS
+    # shellcheck disable=SC2086  # extra flags split on purpose
+    bash "$HERE/controlplane.sh" up "$CP" ${DRACPU_CLUSTER_APISERVER_FLAGS:-} >>"$DIR/logs/controlplane.log" 2>&1 \
+        || die "control plane did not start (see $DIR/logs/controlplane.log)"
+    say "control plane ready in $((SECONDS - t)) s"
+    network_up
+    t=$SECONDS
+    PATH="$CONTAINERD_BIN:$PATH" start containerd "$CONTAINERD_BIN/containerd" --config "$DIR/containerd.toml"
+    wait_until 30 "containerd serving" ctr_ version
+    say "containerd serving in $((SECONDS - t)) s"
+    t=$SECONDS
+    import_archive "$SANDBOX_ARCHIVE"
+    import_archive "$(driver_images)"
+    say "images in containerd in $((SECONDS - t)) s"
+    t=$SECONDS
+    PATH="$CONTAINERD_BIN:$PATH" start kubelet "$KUBE_BIN/kubelet" --config "$DIR/kubelet.yaml" \
+        --kubeconfig "$KUBECONFIG_PATH" --root-dir "$DIR/kubelet" --node-ip "$NODE_IP" \
+        --hostname-override "$NODE_NAME" -v 2
+    wait_until 120 "node $NODE_NAME Ready" node_ready
+    say "kubelet started, node Ready in $((SECONDS - t)) s"
+    echo "$KUBECONFIG_PATH"
+}
+
+cmd_down() {
+    mkdir -p "$RUN"
+    stop_pid kubelet
+    if [[ -S "$SOCK" ]] && pid_alive containerd; then
+        local pod
+        for pod in $(crictl_ pods -q 2>/dev/null); do
+            crictl_ stopp "$pod" >/dev/null 2>&1 || true
+            crictl_ rmp -f "$pod" >/dev/null 2>&1 || true
+        done
+    fi
+    stop_pid containerd
+    # Shims of this containerd outlive it: find them by the socket on their command line.
+    local proc pid
+    for proc in /proc/[0-9]*; do
+        pid="${proc#/proc/}"
+        if { tr '\0' ' ' <"$proc/cmdline"; } 2>/dev/null | grep -qF -- "-address $SOCK "; then
+            say "stopping leftover shim $pid"
+            kill "$pid" 2>/dev/null || true
+        fi
+    done
+    # Containers whose shim is gone: runc's own state under our root.
+    if [[ -d "$RUN/runc" ]]; then
+        local id
+        for id in $(ls "$RUN/runc" 2>/dev/null); do
+            "$RUNC" --root "$RUN/runc" kill "$id" KILL >/dev/null 2>&1 || true
+            "$RUNC" --root "$RUN/runc" delete -f "$id" >/dev/null 2>&1 || true
+        done
+    fi
+    stop_pid forward
+    # Mounts below DIR, deepest first (sandbox shm, overlay rootfs, the kubelet's pod volumes).
+    local mount
+    for mount in $(awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r); do
+        umount "$mount" 2>/dev/null || umount -l "$mount" 2>/dev/null || true
+    done
+    # The kubelet's cgroups (cgroupfs driver): empty ones only, leaves first, so a cgroup
+    # still holding a process is never touched.
+    local hierarchy
+    for hierarchy in /sys/fs/cgroup /sys/fs/cgroup/*; do
+        [[ -d "$hierarchy/kubepods" ]] || continue
+        find "$hierarchy/kubepods" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    done
+    if ip link show "$BRIDGE" >/dev/null 2>&1; then
+        ip link del "$BRIDGE"
+        say "removed bridge $BRIDGE"
+    fi
+    if [[ -f "$HERE/controlplane.sh" ]]; then
+        bash "$HERE/controlplane.sh" down "$CP" >/dev/null 2>&1 || true
+    fi
+    rm -f "$SOCK" "$SOCK.ttrpc" "$NRI_SOCKET"
+    rm -rf "$DIR/kubelet/plugins" "$DIR/kubelet/plugins_registry" "$DIR/kubelet/pods"
+    say "down"
+}
+
+cmd_env() {
+    cat <<EOF
+export KUBECONFIG=$KUBECONFIG_PATH
+KUBECTL=$KUBE_BIN/kubectl
+CRICTL="$CRICTL --config $DIR/crictl.yaml"
+CLUSTER_DIR=$DIR
+NODE_NAME=$NODE_NAME
+NODE_IP=$NODE_IP
+KUBELET_ROOT=$DIR/kubelet
+NRI_SOCKET=$NRI_SOCKET
+EOF
+}
+
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0  # sourced: functions only
+case "${1:-}" in
+    up) cmd_up ;;
+    down) cmd_down ;;
+    status) cmd_status ;;
+    env) cmd_env ;;
+    missing) missing ;;
+    *) die "usage: cluster.sh up|down|status|env" ;;
+esac

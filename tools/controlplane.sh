@@ -1,0 +1,320 @@
+#!/usr/bin/env bash
+# A loopback-only Kubernetes control plane for tests: etcd, kube-apiserver, kube-scheduler and
+# kube-controller-manager from the cache (tools/build-kubernetes.sh), certificates made with
+# openssl, everything under one folder.
+#
+#   tools/controlplane.sh up DIR [extra kube-apiserver flags...]
+#   tools/controlplane.sh down DIR
+#   tools/controlplane.sh client DIR NAME CN [ORG]   client cert + DIR/NAME.kubeconfig
+#   tools/controlplane.sh status DIR                  exit 0 when every process runs
+#
+# Ports (loopback only) come from the environment, defaults in parentheses:
+#   DRACPU_CP_ETCD_PORT (16379), DRACPU_CP_ETCD_PEER_PORT (16380),
+#   DRACPU_CP_APISERVER_PORT (16443), DRACPU_CP_SCHEDULER_PORT (16459),
+#   DRACPU_CP_CONTROLLER_MANAGER_PORT (16457)
+# Binaries: DRACPU_CP_BIN (default <cache>/kubernetes-<v>/bin), DRACPU_CP_ETCD
+# (default <cache>/etcd-<v>/bin/etcd).
+#
+# DIR after `up`:
+#   pki/            ca.{crt,key}, apiserver.{crt,key} (SANs 127.0.0.1, 10.96.0.1, kubernetes.*),
+#                   sa.{key,pub}, admin/scheduler/controller-manager client certs
+#   admin.kubeconfig scheduler.kubeconfig controller-manager.kubeconfig
+#   controlplane.env shell-sourceable: ports, server URL, kubeconfig, binaries
+#   <name>.pid       etcd apiserver scheduler controller-manager
+#   logs/<name>.log
+#   etcd-data/
+#
+# `up` returns once /readyz answers ok and the default ServiceAccount exists (pods can be
+# created). It is idempotent: with the same apiserver flags and every process alive it does
+# nothing; otherwise it stops what an earlier `up` on DIR left (by recorded PID, checked to be
+# ours) and starts afresh with an empty etcd. `down` stops by PID, newest first, and keeps DIR.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/cache-lib.sh"
+KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
+BIN="${DRACPU_CP_BIN:-$(cache_dir kubernetes "$KUBE_VERSION")/bin}"
+ETCD="${DRACPU_CP_ETCD:-$(cache_dir etcd "$ETCD_VERSION")/bin/etcd}"
+ETCD_PORT="${DRACPU_CP_ETCD_PORT:-16379}"
+ETCD_PEER_PORT="${DRACPU_CP_ETCD_PEER_PORT:-16380}"
+APISERVER_PORT="${DRACPU_CP_APISERVER_PORT:-16443}"
+SCHEDULER_PORT="${DRACPU_CP_SCHEDULER_PORT:-16459}"
+CONTROLLER_MANAGER_PORT="${DRACPU_CP_CONTROLLER_MANAGER_PORT:-16457}"
+SERVICE_CIDR="${DRACPU_CP_SERVICE_CIDR:-10.96.0.0/16}"
+READY_TIMEOUT="${DRACPU_CP_READY_TIMEOUT:-120}"
+PROCESSES="etcd apiserver scheduler controller-manager"
+
+die() { echo "controlplane: error: $*" >&2; exit 2; }
+say() { log controlplane "$*"; }
+
+usage() {
+    die "usage: controlplane.sh up DIR [apiserver flags...] | down DIR | status DIR | client DIR NAME CN [ORG]"
+}
+
+# pid_of DIR NAME: the recorded PID if that process is alive and was started for DIR.
+pid_of() {
+    local file="$1/$2.pid" pid
+    [[ -f "$file" ]] || return 1
+    pid="$(cat "$file")"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    # A recycled PID belongs to some other program: ours carry DIR on their command line.
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$1/" || return 1
+    echo "$pid"
+}
+
+stop_all() {
+    local dir="$1" name pid i
+    for name in controller-manager scheduler apiserver etcd; do
+        if pid="$(pid_of "$dir" "$name")"; then
+            kill -TERM "$pid" 2>/dev/null || true
+            for ((i = 0; i < 150; i++)); do
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.2
+            done
+            if kill -0 "$pid" 2>/dev/null; then
+                say "$name (pid $pid) did not stop in 30 s; SIGKILL"
+                kill -KILL "$pid" 2>/dev/null || true
+            fi
+            say "stopped $name (pid $pid)"
+        fi
+        rm -f "$dir/$name.pid"
+    done
+}
+
+port_free() {
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+gen_pki() {
+    local pki="$1/pki"
+    [[ -f "$pki/.complete" ]] && return
+    rm -rf "$pki"
+    mkdir -p "$pki"
+    (
+        cd "$pki"
+        umask 077
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+            -subj "/CN=dracpu-test-ca" 2>/dev/null
+        cat > apiserver.ext <<EOF
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+extendedKeyUsage=serverAuth
+keyUsage=digitalSignature,keyEncipherment
+EOF
+        openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr \
+            -subj "/CN=kube-apiserver" 2>/dev/null
+        openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+            -out apiserver.crt -days 3650 -extfile apiserver.ext 2>/dev/null
+        openssl genrsa -out sa.key 2048 2>/dev/null
+        openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    )
+    client_cert "$1" admin admin system:masters
+    client_cert "$1" scheduler system:kube-scheduler
+    client_cert "$1" controller-manager system:kube-controller-manager
+    touch "$pki/.complete"
+}
+
+# client_cert DIR NAME CN [ORG]: pki/NAME.{crt,key} signed by the CA.
+client_cert() {
+    local dir="$1" name="$2" cn="$3" org="${4:-}" pki="$1/pki"
+    [[ -f "$pki/ca.key" ]] || die "$dir has no CA yet (run up first)"
+    [[ "$name" =~ ^[A-Za-z0-9._-]+$ ]] || die "client name '$name': letters, digits, . _ - only"
+    (
+        cd "$pki"
+        umask 077
+        printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' > "$name.ext"
+        openssl req -newkey rsa:2048 -nodes -keyout "$name.key" -out "$name.csr" \
+            -subj "/CN=$cn${org:+/O=$org}" 2>/dev/null
+        openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial \
+            -out "$name.crt" -days 3650 -extfile "$name.ext" 2>/dev/null
+    )
+}
+
+# kubeconfig DIR NAME: DIR/NAME.kubeconfig for the client cert pki/NAME.*.
+kubeconfig() {
+    local dir="$1" name="$2" pki="$1/pki"
+    cat > "$dir/$name.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: dracpu-test
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $pki/ca.crt
+users:
+- name: $name
+  user:
+    client-certificate: $pki/$name.crt
+    client-key: $pki/$name.key
+contexts:
+- name: dracpu-test
+  context: {cluster: dracpu-test, user: $name}
+current-context: dracpu-test
+EOF
+}
+
+start() { # DIR NAME argv...
+    local dir="$1" name="$2"
+    shift 2
+    setsid "$@" > "$dir/logs/$name.log" 2>&1 < /dev/null &
+    echo $! > "$dir/$name.pid"
+}
+
+# api DIR PATH: GET PATH as admin; prints the body.
+api() {
+    curl -sS --max-time 5 --cacert "$1/pki/ca.crt" --cert "$1/pki/admin.crt" \
+        --key "$1/pki/admin.key" "https://127.0.0.1:$APISERVER_PORT$2" 2>/dev/null
+}
+
+# wait_for DIR WHAT NAME CHECK...: run CHECK until it succeeds; NAME's process must stay alive.
+wait_for() {
+    local dir="$1" what="$2" name="$3" deadline=$((SECONDS + READY_TIMEOUT))
+    shift 3
+    until "$@"; do
+        if ! pid_of "$dir" "$name" >/dev/null; then
+            tail -n 5 "$dir/logs/$name.log" >&2 || true
+            die "$name exited while waiting for $what (log: $dir/logs/$name.log)"
+        fi
+        ((SECONDS < deadline)) || die "$what not reached within ${READY_TIMEOUT}s (log: $dir/logs/$name.log)"
+        sleep 0.2
+    done
+}
+
+etcd_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; }
+apiserver_ready() { [[ "$(api "$1" /readyz)" == ok ]]; }
+default_sa() { api "$1" /api/v1/namespaces/default/serviceaccounts/default | grep -q '"kind": *"ServiceAccount"'; }
+
+all_running() {
+    local name
+    for name in $PROCESSES; do pid_of "$1" "$name" >/dev/null || return 1; done
+}
+
+write_env() {
+    local dir="$1"
+    cat > "$dir/controlplane.env" <<EOF
+DRACPU_CP_DIR=$dir
+DRACPU_CP_SERVER=https://127.0.0.1:$APISERVER_PORT
+DRACPU_CP_KUBECONFIG=$dir/admin.kubeconfig
+DRACPU_CP_CA=$dir/pki/ca.crt
+DRACPU_CP_BIN=$BIN
+DRACPU_CP_ETCD=$ETCD
+DRACPU_CP_ETCD_PORT=$ETCD_PORT
+DRACPU_CP_ETCD_PEER_PORT=$ETCD_PEER_PORT
+DRACPU_CP_APISERVER_PORT=$APISERVER_PORT
+DRACPU_CP_SCHEDULER_PORT=$SCHEDULER_PORT
+DRACPU_CP_CONTROLLER_MANAGER_PORT=$CONTROLLER_MANAGER_PORT
+DRACPU_CP_SERVICE_CIDR=$SERVICE_CIDR
+EOF
+}
+
+cmd_up() {
+    local dir="$1" pki name
+    shift
+    for name in kube-apiserver kube-scheduler kube-controller-manager; do
+        [[ -x "$BIN/$name" ]] || die "$BIN/$name missing (run tools/build-kubernetes.sh)"
+    done
+    [[ -x "$ETCD" ]] || die "$ETCD missing (run tools/build-kubernetes.sh)"
+    command -v openssl >/dev/null || die "openssl not found"
+    command -v curl >/dev/null || die "curl not found"
+    mkdir -p "$dir"
+    dir="$(cd "$dir" && pwd)"
+    pki="$dir/pki"
+    local wanted
+    wanted="$(printf '%s\n' "$APISERVER_PORT" "$ETCD_PORT" "$@")"
+    if all_running "$dir" && [[ "$(cat "$dir/apiserver.args" 2>/dev/null)" == "$wanted" ]] \
+        && apiserver_ready "$dir"; then
+        say "already up in $dir (https://127.0.0.1:$APISERVER_PORT)"
+        return
+    fi
+    stop_all "$dir"
+    for port in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$SCHEDULER_PORT" "$CONTROLLER_MANAGER_PORT"; do
+        port_free "$port" || die "port 127.0.0.1:$port is in use (set DRACPU_CP_*_PORT)"
+    done
+    rm -rf "$dir/etcd-data" "$dir/logs" "$dir/apiserver-certs"
+    mkdir -p "$dir/logs"
+    gen_pki "$dir"
+    for name in admin scheduler controller-manager; do kubeconfig "$dir" "$name"; done
+    write_env "$dir"
+    printf '%s\n' "$wanted" > "$dir/apiserver.args"
+
+    say "starting etcd on 127.0.0.1:$ETCD_PORT"
+    start "$dir" etcd "$ETCD" --name dracpu-cp --data-dir "$dir/etcd-data" \
+        --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
+        --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+        --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-cluster "dracpu-cp=http://127.0.0.1:$ETCD_PEER_PORT" \
+        --unsafe-no-fsync --log-level warn
+    wait_for "$dir" "etcd health" etcd etcd_healthy
+
+    say "starting kube-apiserver on 127.0.0.1:$APISERVER_PORT ${*:+(extra: $*)}"
+    start "$dir" apiserver "$BIN/kube-apiserver" \
+        --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" --advertise-address=127.0.0.1 \
+        --endpoint-reconciler-type=none \
+        --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+        --client-ca-file="$pki/ca.crt" \
+        --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
+        --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
+        --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+        --service-cluster-ip-range="$SERVICE_CIDR" \
+        --authorization-mode=Node,RBAC --allow-privileged=true \
+        --cert-dir="$dir/apiserver-certs" \
+        --requestheader-client-ca-file="$pki/ca.crt" --requestheader-allowed-names=front-proxy-client \
+        --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+        --requestheader-extra-headers-prefix=X-Remote-Extra- \
+        "$@"
+    wait_for "$dir" "apiserver /readyz" apiserver apiserver_ready "$dir"
+    say "kube-apiserver ready"
+
+    start "$dir" scheduler "$BIN/kube-scheduler" \
+        --kubeconfig="$dir/scheduler.kubeconfig" \
+        --authentication-kubeconfig="$dir/scheduler.kubeconfig" \
+        --authorization-kubeconfig="$dir/scheduler.kubeconfig" \
+        --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false
+    start "$dir" controller-manager "$BIN/kube-controller-manager" \
+        --kubeconfig="$dir/controller-manager.kubeconfig" \
+        --authentication-kubeconfig="$dir/controller-manager.kubeconfig" \
+        --authorization-kubeconfig="$dir/controller-manager.kubeconfig" \
+        --bind-address=127.0.0.1 --secure-port="$CONTROLLER_MANAGER_PORT" --leader-elect=false \
+        --root-ca-file="$pki/ca.crt" --service-account-private-key-file="$pki/sa.key" \
+        --use-service-account-credentials=true \
+        --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
+        --service-cluster-ip-range="$SERVICE_CIDR"
+    wait_for "$dir" "the default ServiceAccount" controller-manager default_sa "$dir"
+    pid_of "$dir" scheduler >/dev/null || die "kube-scheduler exited (log: $dir/logs/scheduler.log)"
+    say "up in $dir: https://127.0.0.1:$APISERVER_PORT, KUBECONFIG=$dir/admin.kubeconfig"
+}
+
+cmd_status() {
+    local dir="$1" name pid status=0
+    for name in $PROCESSES; do
+        if pid="$(pid_of "$dir" "$name")"; then
+            echo "$name: running (pid $pid)"
+        else
+            echo "$name: stopped"
+            status=1
+        fi
+    done
+    return $status
+}
+
+[[ $# -ge 2 ]] || usage
+command="$1"
+dir="$2"
+shift 2
+case "$command" in
+    up) cmd_up "$dir" "$@" ;;
+    down)
+        [[ -d "$dir" ]] || exit 0
+        stop_all "$(cd "$dir" && pwd)"
+        ;;
+    status) cmd_status "$(cd "$dir" && pwd)" ;;
+    client)
+        [[ $# -ge 2 ]] || usage
+        dir="$(cd "$dir" && pwd)"
+        client_cert "$dir" "$@"
+        kubeconfig "$dir" "$1"
+        echo "$dir/$1.kubeconfig"
+        ;;
+    *) usage ;;
+esac
