@@ -101,9 +101,24 @@ def prepare_sysfs(layout: RunLayout, fixture: str | None, sysfs_root: str | None
     return write_fixture(fixture, layout.sysfs_dir).absolute()
 
 
-def remove_stale_sockets(layout: RunLayout) -> list[Path]:
+def owned_sockets(layout: RunLayout, *, kubelet_sim: bool, runtime_sim: bool) -> list[Path]:
+    """The sockets this run's own processes listen on, the only ones it may remove.
+
+    Without the runtime simulator the NRI socket is the outside runtime's (a real containerd
+    listening on DIR/nri/nri.sock); without the kubelet simulator its control socket is nobody's.
+    """
+    foreign: set[Path] = set()
+    if not runtime_sim:
+        foreign |= {layout.nri_socket, layout.runtime_sim_socket}
+    if not kubelet_sim:
+        foreign.add(layout.kubelet_sim_socket)
+    return [path for path in layout.all_sockets() if path not in foreign]
+
+
+def remove_stale_sockets(sockets: list[Path]) -> list[Path]:
+    """Unlink the sockets left by an earlier run of this folder (the lock says none runs)."""
     removed = []
-    for path in layout.all_sockets():
+    for path in sockets:
         if path.is_socket():
             path.unlink()
             removed.append(path)
@@ -176,14 +191,17 @@ async def up(
             kubelet_sim=kubelet_sim,
             runtime_sim=runtime_sim,
         )
-        for stale in remove_stale_sockets(layout):
+        sockets = owned_sockets(layout, kubelet_sim=kubelet_sim, runtime_sim=runtime_sim)
+        for stale in remove_stale_sockets(sockets):
             report(f"removed stale socket {stale}")
-        return await _supervise(layout, options, ready_timeout)
+        return await _supervise(layout, options, ready_timeout, sockets)
     finally:
         lock.close()
 
 
-async def _supervise(layout: RunLayout, options: DevOptions, ready_timeout: float) -> int:
+async def _supervise(
+    layout: RunLayout, options: DevOptions, ready_timeout: float, sockets: list[Path]
+) -> int:
     url = api_url(options.api_address)
     supervisor = Supervisor(
         build_specs(layout, options),
@@ -210,6 +228,6 @@ async def _supervise(layout: RunLayout, options: DevOptions, ready_timeout: floa
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
-        remove_stale_sockets(layout)
+        remove_stale_sockets(sockets)
     report("stopped")
     return 0

@@ -231,6 +231,11 @@ class CPUPlugin:
             response.update.extend(self._shared_updates(exclude=ctr.id))
         return response
 
+    async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        async with self._lock:
+            if self.registry.set_state(ctr.id, "running"):
+                log.info(6, "container running", container=ctr.id)
+
     async def stop_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
     ) -> list[api_pb2.ContainerUpdate]:

@@ -88,6 +88,13 @@ class Registry:
         self.put(replace(record, cpus=cpus))
         return True
 
+    def set_state(self, container_id: str, state: str) -> bool:
+        record = self._records.get(container_id)
+        if record is None:
+            return False
+        self._records[container_id] = replace(record, state=state)
+        return True
+
     def claim_owners(self) -> dict[str, str]:
         """Claim UID -> container id, for every exclusive container."""
         return {claim: r.container_id for r in self._records.values() for claim in r.claims}

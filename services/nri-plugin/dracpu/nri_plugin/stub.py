@@ -31,6 +31,9 @@ M = TypeVar("M", bound=Message)
 PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
 DEFAULT_NRI_SOCKET: Final = "/var/run/nri/nri.sock"
+# The NRI API release whose messages and lifecycle calls this plugin speaks (proto/dracpu/pb/nri);
+# sent in RegisterPlugin so the runtime logs and can reason about it (NRI >= v0.12 reads it).
+PLUGIN_NRI_VERSION: Final = "v0.12.3"
 # Runtime defaults when Configure carries none (NRI <= v0.6 has no timeout fields).
 DEFAULT_REGISTRATION_TIMEOUT: Final = 5.0
 DEFAULT_REQUEST_TIMEOUT: Final = 2.0
@@ -72,6 +75,10 @@ class PluginHandlers(Protocol):
     async def create_container(
         self, pod: api_pb2.PodSandbox, container: api_pb2.Container
     ) -> api_pb2.CreateContainerResponse: ...
+
+    async def post_start_container(
+        self, pod: api_pb2.PodSandbox, container: api_pb2.Container
+    ) -> None: ...
 
     async def stop_container(
         self, pod: api_pb2.PodSandbox, container: api_pb2.Container
@@ -220,14 +227,22 @@ class PluginStub:
         self.status.connects += 1
         reader_task = asyncio.create_task(mux.run())
         try:
-            request = api_pb2.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.index)
+            request = api_pb2.RegisterPluginRequest(
+                plugin_name=self.name, plugin_idx=self.index, NRI_version=PLUGIN_NRI_VERSION
+            )
             await runtime.call(
                 RUNTIME_SERVICE,
                 "RegisterPlugin",
                 request.SerializeToString(),
                 DEFAULT_REGISTRATION_TIMEOUT,
             )
-            log.info(2, "registered with the runtime", name=self.name, index=self.index)
+            log.info(
+                2,
+                "registered with the runtime",
+                name=self.name,
+                index=self.index,
+                nri_version=PLUGIN_NRI_VERSION,
+            )
             self.status.connected = True
             reason = await reader_task
             return str(reason)
@@ -265,6 +280,7 @@ class PluginStub:
             "Synchronize": self._synchronize,
             "Shutdown": self._shutdown,
             "CreateContainer": self._create_container,
+            "PostStartContainer": self._post_start_container,
             "StopContainer": self._stop_container,
             "RemoveContainer": self._remove_container,
             "StateChange": self._state_change,
@@ -326,6 +342,11 @@ class PluginStub:
         response = await self._handlers.create_container(request.pod, request.container)
         return response.SerializeToString()
 
+    async def _post_start_container(self, payload: bytes) -> bytes:
+        request = _parse(api_pb2.PodContainerRequest, payload)
+        await self._handlers.post_start_container(request.pod, request.container)
+        return api_pb2.Empty().SerializeToString()
+
     async def _stop_container(self, payload: bytes) -> bytes:
         request = _parse(api_pb2.StopContainerRequest, payload)
         updates = await self._handlers.stop_container(request.pod, request.container)
@@ -342,6 +363,8 @@ class PluginStub:
         event = _parse(api_pb2.StateChangeEvent, payload)
         if event.event == api_pb2.REMOVE_CONTAINER:
             await self._handlers.remove_container(event.pod, event.container)
+        elif event.event == api_pb2.POST_START_CONTAINER:
+            await self._handlers.post_start_container(event.pod, event.container)
         else:
             log.info(6, "state change ignored", event=api_pb2.Event.Name(event.event))
         return api_pb2.Empty().SerializeToString()

@@ -1,0 +1,591 @@
+"""A real containerd 2.x + runc node on private directories, driven with crictl.
+
+`ContainerdNode` starts a containerd built into the cache by tools/build-containerd.sh (version
+selectable) with its own root, state, sockets and runc root under one base directory, its NRI
+socket and CDI spec directory pointed at a given run folder (where `dracpu dev up` puts them),
+cgroupfs and `restrict_oom_score_adj = true` (root without CAP_SYS_RESOURCE cannot lower a
+sandbox's oom_score_adj). It imports the test image (busybox + a static pause, made by
+`tools/tier-realnode.sh bootstrap`), runs host-network pods and containers through crictl, reads
+the kernel's truth for a container (cgroup `cpuset.cpus`, `/proc/<pid>/status`
+Cpus_allowed_list), restarts or stops containerd by its PID, and tears everything down.
+
+Teardown is idempotent and also cleans what a killed run left: the base directory holds a
+record (`node.json`) of the containerd PID and the cgroup parent; `cleanup_leftovers(base)`
+kills the processes in that cgroup parent and the shims serving this node's socket, unmounts
+everything mounted under the base directory and removes the cgroups.
+
+Every path is derived from `base`; keep it short (unix socket paths must fit 108 bytes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
+CONTAINERD_VERSIONS = ("v2.4.2", "v2.3.7")
+CRICTL_VERSION = "v1.37.0"
+IMAGE_VERSION = "1"
+IMAGE_NAME = "localhost/dracpu-realnode:1"
+RUNC = Path("/usr/sbin/runc")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+RECORD = "node.json"
+
+T = TypeVar("T")
+
+
+class NodeError(RuntimeError):
+    """A step of the node failed; the message carries the tool's own words."""
+
+
+def containerd_dir(version: str) -> Path:
+    return CACHE / f"containerd-{version}" / "bin"
+
+
+def crictl_path() -> Path:
+    return CACHE / f"crictl-{CRICTL_VERSION}" / "bin" / "crictl"
+
+
+def image_archive() -> Path:
+    return CACHE / f"realnode-image-{IMAGE_VERSION}" / "busybox-pause.tar"
+
+
+def missing_tools(version: str = CONTAINERD_VERSIONS[0]) -> str:
+    """'' when everything the node needs is present, else one line saying what is missing."""
+    needs = {
+        f"containerd {version}": CACHE / f"containerd-{version}" / ".complete",
+        f"crictl {CRICTL_VERSION}": CACHE / f"crictl-{CRICTL_VERSION}" / ".complete",
+        "the test image": CACHE / f"realnode-image-{IMAGE_VERSION}" / ".complete",
+        "runc": RUNC,
+    }
+    absent = [name for name, path in needs.items() if not path.exists()]
+    if absent:
+        return f"{', '.join(absent)} missing (run tools/tier-realnode.sh bootstrap as root)"
+    return ""
+
+
+def wait_for(
+    condition: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1
+) -> T:
+    """Poll `condition` until it returns something truthy; NodeError naming `what` if never."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = condition()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise NodeError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+# -- kernel truth ----------------------------------------------------------------------------
+
+
+def cpus_allowed(pid: int) -> str:
+    """Cpus_allowed_list of a process, as the kernel reports it."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    raise NodeError(f"/proc/{pid}/status has no Cpus_allowed_list")
+
+
+def cgroup_cpuset(pid: int) -> str:
+    """cpuset.cpus of the cgroup the process is in (cgroup v1 cpuset hierarchy or v2)."""
+    v2_path = ""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpuset" in controllers.split(","):
+            return (CGROUP_ROOT / "cpuset" / path.lstrip("/") / "cpuset.cpus").read_text().strip()
+        if controllers == "":
+            v2_path = path
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        base = CGROUP_ROOT / v2_path.lstrip("/")
+        return (base / "cpuset.cpus.effective").read_text().strip()
+    raise NodeError(f"process {pid} is in no cpuset cgroup")
+
+
+def cgroup_hierarchies() -> list[Path]:
+    """Mount points of every cgroup hierarchy (v1 controllers, named ones, and v2)."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        sep = fields.index("-")
+        if fields[sep + 1] in ("cgroup", "cgroup2"):
+            found.append(Path(fields[4]))
+    return found
+
+
+# -- the node --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Container:
+    id: str
+    name: str
+    pod_id: str
+
+    def pid(self, node: ContainerdNode) -> int:
+        return node.container_pid(self.id)
+
+
+class ContainerdNode:
+    """One containerd on private directories; see the module docstring."""
+
+    def __init__(
+        self,
+        base: Path,
+        run_dir: Path,
+        *,
+        version: str = CONTAINERD_VERSIONS[0],
+        plugin_request_timeout: str = "2s",
+        plugin_registration_timeout: str = "5s",
+        cgroup_parent: str = "",
+    ) -> None:
+        self.base = Path(base).absolute()
+        self.run_dir = Path(run_dir).absolute()
+        self.version = version
+        self.bin = containerd_dir(version)
+        self.crictl_bin = crictl_path()
+        self.plugin_request_timeout = plugin_request_timeout
+        self.plugin_registration_timeout = plugin_registration_timeout
+        # One cgroup parent per node: everything its pods run is below it, so a teardown can
+        # find and kill it by path, never by name.
+        self.cgroup_parent = cgroup_parent or f"/dracpu-rn-{uuid.uuid4().hex[:8]}"
+        self.socket = self.base / "run" / "containerd.sock"
+        self.config_file = self.base / "config.toml"
+        self.log_file = self.base / "containerd.log"
+        self.nri_socket = self.run_dir / "nri" / "nri.sock"
+        self.cdi_dir = self.run_dir / "cdi"
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: Any = None
+        self._pods: dict[str, Path] = {}  # pod id -> its sandbox config file
+
+    # -- configuration ----------------------------------------------------------------------
+
+    def config_text(self) -> str:
+        b = self.base
+        return f"""# containerd {self.version} for the real-node tests (config version 3)
+version = 3
+root = "{b}/root"
+state = "{b}/state"
+
+[grpc]
+  address = "{self.socket}"
+
+[ttrpc]
+  address = "{self.socket}.ttrpc"
+
+[debug]
+  level = "info"
+
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "overlayfs"
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "{IMAGE_NAME}"
+
+  [plugins.'io.containerd.cri.v1.runtime']
+    cdi_spec_dirs = ["{self.cdi_dir}"]
+    restrict_oom_score_adj = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = "{RUNC}"
+          SystemdCgroup = false
+          Root = "{b}/runc"
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["{b}/cni/bin"]
+      conf_dir = "{b}/cni/conf"
+
+  [plugins.'io.containerd.grpc.v1.cri']
+    disable_tcp_service = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = false
+    socket_path = "{self.nri_socket}"
+    plugin_path = "{b}/nri-plugins"
+    plugin_config_path = "{b}/nri-conf.d"
+    plugin_registration_timeout = "{self.plugin_registration_timeout}"
+    plugin_request_timeout = "{self.plugin_request_timeout}"
+    disable_connections = false
+"""
+
+    def _record(self) -> None:
+        (self.base / RECORD).write_text(
+            json.dumps(
+                {
+                    "containerd_pid": self.process.pid if self.process else 0,
+                    "socket": str(self.socket),
+                    "cgroup_parent": self.cgroup_parent,
+                    "version": self.version,
+                }
+            )
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start containerd, wait for its CRI socket, import the test image (first start)."""
+        if self.running:
+            return
+        cleanup_leftovers(self.base)
+        for sub in (
+            "run",
+            "root",
+            "state",
+            "runc",
+            "cni/bin",
+            "cni/conf",
+            "nri-plugins",
+            "nri-conf.d",
+            "podlogs",
+        ):
+            (self.base / sub).mkdir(parents=True, exist_ok=True)
+        self.nri_socket.parent.mkdir(parents=True, exist_ok=True)
+        self.cdi_dir.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(self.config_text())
+        env = dict(os.environ, PATH=f"{self.bin}:/usr/sbin:/usr/bin:/sbin:/bin")
+        self._log = self.log_file.open("ab")
+        self.process = subprocess.Popen(
+            [str(self.bin / "containerd"), "--config", str(self.config_file)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        self._record()
+        wait_for(self._cri_ready, timeout, f"containerd {self.version} CRI at {self.socket}")
+        if not self.image_present():
+            self.import_image()
+
+    def _cri_ready(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise NodeError(f"containerd exited with {self.process.returncode}: {self.log_tail()}")
+        if not self.socket.is_socket():
+            return False
+        probe = self._run([str(self.crictl_bin), *self._endpoints(), "version"], check=False)
+        return probe.returncode == 0
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise NodeError("containerd is not running")
+        return self.process.pid
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM containerd (by its PID) and wait; containers and shims keep running."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def log_tail(self, lines: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def log_text(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_file.read_text(errors="replace")
+        return ""
+
+    # -- tools ------------------------------------------------------------------------------
+
+    def _endpoints(self) -> list[str]:
+        url = f"unix://{self.socket}"
+        return ["--runtime-endpoint", url, "--image-endpoint", url, "--timeout", "60s"]
+
+    @staticmethod
+    def _run(
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        timeout: float = 120.0,
+        input_text: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, input=input_text
+        )
+        if check and done.returncode != 0:
+            reason = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+            raise NodeError(f"{Path(argv[0]).name} {' '.join(argv[1:3])}: {reason[0]}")
+        return done
+
+    def crictl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run crictl against this node; NodeError with crictl's last stderr line on failure."""
+        return self._run([str(self.crictl_bin), *self._endpoints(), *args], check=check)
+
+    def ctr(self, *args: str) -> str:
+        argv = [str(self.bin / "ctr"), "--address", str(self.socket), "-n", "k8s.io", *args]
+        return self._run(argv).stdout
+
+    def image_present(self) -> bool:
+        return IMAGE_NAME in self.ctr("images", "ls", "-q")
+
+    def import_image(self) -> None:
+        self.ctr("images", "import", "--platform", "linux/amd64", str(image_archive()))
+
+    def runtime_version(self) -> str:
+        """What containerd says it is (crictl version's RuntimeVersion)."""
+        for line in self.crictl("version").stdout.splitlines():
+            if line.startswith("RuntimeVersion:"):
+                return line.split(":", 1)[1].strip()
+        return ""
+
+    # -- pods and containers ----------------------------------------------------------------
+
+    def _write(self, name: str, document: Mapping[str, Any]) -> Path:
+        path = self.base / "specs" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document))
+        return path
+
+    def pod_config(self, name: str, uid: str = "", namespace: str = "default") -> dict[str, Any]:
+        # Host network (no CNI needed); no hostname: runc cannot set one without a UTS namespace.
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": uid or str(uuid.uuid4()),
+                "attempt": 0,
+            },
+            "log_directory": str(self.base / "podlogs" / name),
+            "linux": {
+                "cgroup_parent": self.cgroup_parent,
+                "security_context": {"namespace_options": {"network": 2, "pid": 1, "ipc": 0}},
+            },
+        }
+
+    def run_pod(self, name: str, uid: str = "", namespace: str = "default") -> str:
+        """RunPodSandbox; returns the pod id."""
+        path = self._write(f"pod-{name}", self.pod_config(name, uid, namespace))
+        pod_id = self.crictl("runp", str(path)).stdout.strip()
+        self._pods[pod_id] = path
+        return pod_id
+
+    def create_container(
+        self,
+        pod_id: str,
+        name: str,
+        *,
+        cdi_devices: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+        command: Sequence[str] = ("/bin/sleep", "36000"),
+    ) -> Container:
+        """CreateContainer (not started); CDI device ids as the kubelet passes them."""
+        config = {
+            "metadata": {"name": name},
+            "image": {"image": IMAGE_NAME},
+            "command": list(command),
+            "log_path": f"{name}.log",
+            "envs": [{"key": k, "value": v} for k, v in (env or {}).items()],
+            "CDI_devices": [{"name": device} for device in cdi_devices],
+            "linux": {},
+        }
+        path = self._write(f"ctr-{pod_id[:12]}-{name}", config)
+        pod_path = self._pods.get(pod_id)
+        if pod_path is None:
+            raise NodeError(f"pod {pod_id} was not started by this node object")
+        container_id = self.crictl("create", pod_id, str(path), str(pod_path)).stdout.strip()
+        return Container(container_id, name, pod_id)
+
+    def start_container(self, container: Container) -> Container:
+        self.crictl("start", container.id)
+        return container
+
+    def run_container(
+        self,
+        pod_id: str,
+        name: str,
+        *,
+        cdi_devices: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+        command: Sequence[str] = ("/bin/sleep", "36000"),
+    ) -> Container:
+        """Create and start a container."""
+        container = self.create_container(
+            pod_id, name, cdi_devices=cdi_devices, env=env, command=command
+        )
+        return self.start_container(container)
+
+    def inspect(self, container_id: str) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(self.crictl("inspect", container_id).stdout)
+        return document
+
+    def container_pid(self, container_id: str) -> int:
+        pid = int(self.inspect(container_id)["info"]["pid"])
+        if pid <= 0:
+            raise NodeError(f"container {container_id} has no process")
+        return pid
+
+    def container_state(self, container_id: str) -> str:
+        return str(self.inspect(container_id)["status"]["state"])
+
+    def exec(self, container_id: str, *argv: str) -> str:
+        return self.crictl("exec", container_id, *argv).stdout
+
+    def stop_container(self, container_id: str, timeout: int = 1) -> None:
+        self.crictl("stop", "-t", str(timeout), container_id)
+
+    def remove_container(self, container_id: str) -> None:
+        self.crictl("rm", "-f", container_id)
+
+    def remove_pod(self, pod_id: str) -> None:
+        self.crictl("stopp", pod_id, check=False)
+        self.crictl("rmp", "-f", pod_id, check=False)
+        self._pods.pop(pod_id, None)
+
+    def pods(self) -> list[str]:
+        return self.crictl("pods", "-q").stdout.split()
+
+    def containers(self) -> list[str]:
+        return self.crictl("ps", "-q").stdout.split()
+
+    # -- kernel truth for a container ------------------------------------------------------
+
+    def allowed_cpus(self, container_id: str) -> str:
+        return cpus_allowed(self.container_pid(container_id))
+
+    def cgroup_cpus(self, container_id: str) -> str:
+        return cgroup_cpuset(self.container_pid(container_id))
+
+    # -- teardown ---------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        """Remove every pod, stop containerd, clean what is left. Safe to call twice."""
+        if self.running:
+            for pod_id in set(self.pods()) | set(self._pods):
+                with contextlib.suppress(NodeError, subprocess.TimeoutExpired):
+                    self.remove_pod(pod_id)
+        self.stop()
+        cleanup_leftovers(self.base)
+
+
+def _pids_in_cgroup(parent: str) -> list[int]:
+    pids: set[int] = set()
+    for hierarchy in cgroup_hierarchies():
+        top = hierarchy / parent.lstrip("/")
+        if not top.is_dir():
+            continue
+        for procs in top.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(p) for p in procs.read_text().split())
+    return sorted(pids)
+
+
+def _remove_cgroups(parent: str) -> None:
+    for hierarchy in cgroup_hierarchies():
+        top = hierarchy / parent.lstrip("/")
+        if not top.is_dir():
+            continue
+        # Deepest first: a cgroup directory can only be removed once it has no children.
+        for directory in sorted(
+            (p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
+        ):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
+
+
+def _shim_pids(socket: str) -> list[int]:
+    """Shims started by this node: their command line names this node's socket."""
+    found = []
+    needle = socket.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if argv and argv[0].endswith(b"containerd-shim-runc-v2") and needle in argv:
+                found.append(int(entry.name))
+    return found
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    return False
+
+
+def cleanup_leftovers(base: Path) -> None:
+    """Undo what a node under `base` left running, mounted or created (by its record)."""
+    record_file = Path(base) / RECORD
+    try:
+        record = json.loads(record_file.read_text())
+    except (OSError, ValueError):
+        return
+    pid = int(record.get("containerd_pid") or 0)
+    if pid and _alive(pid):
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if str(Path(base).absolute()).encode() in cmdline:
+                _kill(pid)
+    victims = set(_shim_pids(record.get("socket", ""))) if record.get("socket") else set()
+    parent = record.get("cgroup_parent", "")
+    if parent:
+        victims.update(_pids_in_cgroup(parent))
+    for victim in victims:
+        _kill(victim)
+    deadline = time.monotonic() + 10
+    while any(_alive(v) for v in victims) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _unmount_under(Path(base).absolute())
+    if parent:
+        _remove_cgroups(parent)
+    record_file.unlink(missing_ok=True)
+
+
+def _unmount_under(base: Path) -> None:
+    prefix = str(base) + "/"
+    mounts = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point.startswith(prefix):
+            mounts.append(point)
+    for point in sorted(mounts, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
