@@ -37,16 +37,28 @@ from pathlib import Path
 from dracpu.dev.layout import RunLayout
 from dracpu.dev.services import DevOptions, service_commands
 layout = RunLayout.at(sys.argv[1])
-options = DevOptions(sysfs_root=Path(sys.argv[2]), api_address=sys.argv[3])
+options = DevOptions(
+    sysfs_root=Path(sys.argv[2]), api_address=sys.argv[3], runtime_sim=sys.argv[4] == "1"
+)
 print(json.dumps(service_commands(layout, options)))
 """
 
 
-def build_commands(build: Build, layout: RunLayout, sysfs: Path, address: str) -> dict[str, Any]:
+def build_commands(
+    build: Build, layout: RunLayout, sysfs: Path, address: str, runtime_sim: bool
+) -> dict[str, Any]:
     """The command line of every process, as `build` itself describes them, with argv[0]
     resolved to that build's interpreter or console script."""
     result = subprocess.run(
-        [str(build.python), "-c", _COMMANDS, str(layout.root), str(sysfs), address],
+        [
+            str(build.python),
+            "-c",
+            _COMMANDS,
+            str(layout.root),
+            str(sysfs),
+            address,
+            "1" if runtime_sim else "0",
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -67,14 +79,25 @@ def log_tail(path: Path, lines: int = 15) -> str:
 
 
 class Stack:
-    """The processes of one run folder; `builds` names the build of each process."""
+    """The processes of one run folder; `builds` names the build of each process. Without
+    the runtime simulator, the runtime end of the NRI socket is an outside runtime."""
 
-    def __init__(self, root: Path, sysfs: Path, port: int, builds: dict[str, Build]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        sysfs: Path,
+        port: int,
+        builds: dict[str, Build],
+        *,
+        runtime_sim: bool = True,
+    ) -> None:
         self.layout = RunLayout.at(root)
         self.address = f"127.0.0.1:{port}"
         self.url = api_url(self.address)
         self._sysfs = sysfs
         self.builds = dict(builds)
+        self.runtime_sim = runtime_sim
+        self.names = [n for n in SERVICES if runtime_sim or n != "runtime-sim"]
         self._commands: dict[str, dict[str, list[str]]] = {}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, IO[bytes]] = {}
@@ -85,7 +108,7 @@ class Stack:
     def command(self, name: str, build: Build) -> list[str]:
         if build.label not in self._commands:
             self._commands[build.label] = build_commands(
-                build, self.layout, self._sysfs, self.address
+                build, self.layout, self._sysfs, self.address, self.runtime_sim
             )
         return list(self._commands[build.label][name])
 
@@ -94,7 +117,7 @@ class Stack:
             directory.mkdir(parents=True, exist_ok=True)
         self._lock = self.layout.lock_file.open("a+", encoding="utf-8")
         fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        for name in SERVICES:
+        for name in self.names:
             self.start(name, self.builds[name])
 
     def start(self, name: str, build: Build) -> float:
@@ -121,7 +144,7 @@ class Stack:
 
     def _wait_ready(self, name: str) -> None:
         process = self.processes[name]
-        check = readiness(name, self.layout, self.url)
+        check = readiness(name, self.layout, self.url, runtime_sim=self.runtime_sim)
         deadline = time.monotonic() + READY_TIMEOUT
         while not asyncio.run(is_ready(check)):
             if process.poll() is not None:
@@ -157,7 +180,7 @@ class Stack:
 
     def stop_all(self) -> None:
         problems = []
-        for name in reversed(SERVICES):
+        for name in reversed(self.names):
             try:
                 self.stop(name)
             except AssertionError as exc:
