@@ -21,10 +21,13 @@ import json
 import os
 import random
 import signal
+import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from chaos_check import ONLINE, Book, Live, check, cpuset_file, served
@@ -54,6 +57,7 @@ class Tally:
     failed_operations: int = 0
     acknowledged_prepares: int = 0
     releases: int = 0
+    settle_seconds: list[float] = field(default_factory=list)
 
     def summary(self) -> str:
         targets = " ".join(f"{t}={n}" for t, n in sorted(self.by_target.items()))
@@ -61,7 +65,8 @@ class Tally:
             f"faults injected={self.faults} ({targets}) settles checked={self.settles} "
             f"violations={len(self.violations)} operations={self.operations} "
             f"(failed under faults={self.failed_operations}) "
-            f"acknowledged prepares={self.acknowledged_prepares} releases={self.releases}"
+            f"acknowledged prepares={self.acknowledged_prepares} releases={self.releases} "
+            f"settle median={statistics.median(self.settle_seconds or [0]):.1f}s"
         )
 
 
@@ -95,9 +100,8 @@ class Chaos:
         self._numbers = 0
         self._faulting = threading.Event()
         self._quit = threading.Event()
-        self._idle = threading.Event()
-        self._stopped: set[int] = set()
-        self._lock = threading.Lock()
+        self._gate = threading.Lock()
+        self._killed_containerd: set[int] = set()
 
     # -- faults ----------------------------------------------------------------------------
 
@@ -114,39 +118,34 @@ class Chaos:
         return self.service_pid(target)
 
     def _fault_loop(self) -> None:
-        while not self._quit.is_set():
-            if not self._faulting.is_set():
-                self._idle.set()
-                self._faulting.wait(0.2)
-                continue
-            self._idle.clear()
-            if self._quit.wait(self.fault_random.uniform(*FAULT_GAP)):
-                break
-            if not self._faulting.is_set():
-                continue
-            target = self.fault_random.choice(TARGETS)
-            kill = self.fault_random.random() < 0.5
-            pause = self.fault_random.uniform(*STOP_TIME)
-            pid = self.target_pid(target)
-            if pid is None:
-                continue
-            try:
-                if kill:
-                    os.kill(pid, signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGSTOP)
-                    with self._lock:
-                        self._stopped.add(pid)
-                    time.sleep(pause)
-                    os.kill(pid, signal.SIGCONT)
-                    with self._lock:
-                        self._stopped.discard(pid)
-            except ProcessLookupError:
-                continue
-            self.tally.faults += 1
-            self.tally.by_target[target] = self.tally.by_target.get(target, 0) + 1
-            if self.tally.faults % FAULTS_PER_SETTLE == 0:
-                self._faulting.clear()  # the workload settles and checks now
+        while not self._quit.wait(self.fault_random.uniform(*FAULT_GAP)):
+            # The gate: a settle takes it to stop the faults, so none is half done then.
+            with self._gate:
+                if self._faulting.is_set():
+                    self._inject()
+
+    def _inject(self) -> None:
+        target = self.fault_random.choice(TARGETS)
+        kill = self.fault_random.random() < 0.5
+        pause = self.fault_random.uniform(*STOP_TIME)
+        pid = self.target_pid(target)
+        if pid is None:
+            return
+        try:
+            if kill:
+                if target == "containerd":
+                    self._killed_containerd.add(pid)
+                os.kill(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(pause)
+                os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            return  # gone meanwhile (a service being restarted): no fault
+        self.tally.faults += 1
+        self.tally.by_target[target] = self.tally.by_target.get(target, 0) + 1
+        if self.tally.faults % FAULTS_PER_SETTLE == 0:
+            self._faulting.clear()  # the workload settles and checks now
 
     # -- the workload ----------------------------------------------------------------------
 
@@ -171,7 +170,7 @@ class Chaos:
         self.tally.operations += 1
         try:
             operation()
-        except (NodeError, OSError, TimeoutError) as exc:
+        except (NodeError, OSError, TimeoutError, subprocess.TimeoutExpired) as exc:
             self.tally.failed_operations += 1
             self.report(f"chaos: {operation.__name__.strip('_')} failed under faults: {exc}")
 
@@ -221,22 +220,27 @@ class Chaos:
     # -- settle ----------------------------------------------------------------------------
 
     def _revive(self) -> None:
-        """Everything running again: stopped processes continued, containerd restarted if it
-        was killed (its containers live on under their shims), every service ready."""
-        with self._lock:
-            for pid in list(self._stopped):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-            self._stopped.clear()
-        if not self.node.running:
-            self.node.stop()  # reap it
+        """Everything running again: containerd restarted if it died (its containers live on
+        under their shims), every service restarted by `dev up` and ready."""
+        wait_for(self._revived, SETTLE_TIMEOUT, "every service and containerd ready")
+
+    def _revived(self) -> bool:
+        process = self.node.process
+        if process is None or process.poll() is not None:
+            if process is not None and process.pid not in self._killed_containerd:
+                self.tally.violations.append(
+                    f"containerd exited on its own ({process.returncode}): {self.node.log_tail(5)}"
+                )
+            self.node.stop()  # reaped; closes its log
             # Without its record, start() does not treat the crashed containerd's pods and
             # shims as leftovers of an earlier run: they must survive, as on a real node.
             (self.node.base / RECORD).unlink(missing_ok=True)
             self.node.start()
-        wait_for(self.dev.ready, SETTLE_TIMEOUT, "the api to be ready")
         for name in SERVICES:
-            wait_for(lambda n=name: self.service_pid(n), SETTLE_TIMEOUT, f"{name} running")
+            pid = self.service_pid(name)
+            if pid is None or not Path(f"/proc/{pid}").exists():
+                return False
+        return bool(self.dev.ready())
 
     def _repair(self) -> None:
         """Finish what faults cut short, as the kubelet and the runtime's users would: the
@@ -292,8 +296,9 @@ class Chaos:
         )
 
     def settle(self) -> None:
-        self._faulting.clear()
-        self._idle.wait(30)
+        began = time.monotonic()
+        with self._gate:
+            self._faulting.clear()
         self._revive()
         wait_for(lambda: self._repair() or True, SETTLE_TIMEOUT, "the node repaired")
         violations: list[str] = []
@@ -306,6 +311,7 @@ class Chaos:
         with contextlib.suppress(TimeoutError):
             wait_for(clean, SETTLE_TIMEOUT, "the invariants to hold")
         self.tally.settles += 1
+        self.tally.settle_seconds.append(time.monotonic() - began)
         if violations:
             self.report(f"chaos: settle {self.tally.settles}: {len(violations)} violations")
             for line in violations:
@@ -356,7 +362,6 @@ class Chaos:
             self.settle()
         finally:
             self._quit.set()
-            self._faulting.set()
             faulter.join(10)
             self._revive()
         self.report(f"chaos: seed {self.seed}: {self.tally.summary()}")
