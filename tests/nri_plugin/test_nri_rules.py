@@ -154,7 +154,18 @@ def test_registry_ignores_a_removal_from_another_pod() -> None:
 
 def test_registry_records_cpus_only_if_unchanged_meanwhile() -> None:
     registry = Registry([_rec("a", cpus="0-7")])
-    assert not registry.set_cpus("a", CPUSet.parse("1"), expected=CPUSet.parse("0-3"))
-    assert registry.set_cpus("a", CPUSet.parse("1"), expected=CPUSet.parse("0-7"))
+    assert not registry.set_cpus("a", CPUSet.parse("1"), expected=_rec("a", cpus="0-3"))
+    assert registry.set_cpus("a", CPUSet.parse("1"), expected=_rec("a", cpus="0-7"))
     record = registry.get("a")
     assert record is not None and record.cpus == CPUSet.parse("1")
+
+
+def test_registry_an_unconfirmed_update_is_stale_for_every_pool() -> None:
+    registry = Registry([_rec("a", cpus="0-7"), _rec("b", cpus="0-7")])
+    assert registry.set_cpus("a", CPUSet.parse("4-7"), confirmed=False)
+    for pool in ("0-7", "4-7"):
+        stale = registry.stale_shared(CPUSet.parse(pool))
+        assert "a" in [r.container_id for r in stale], pool
+    assert [r.container_id for r in registry.stale_shared(CPUSet.parse("0-7"))] == ["a"]
+    assert registry.set_cpus("a", CPUSet.parse("0-7"))
+    assert registry.stale_shared(CPUSet.parse("0-7")) == []

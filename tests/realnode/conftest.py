@@ -18,9 +18,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
-    """One node + services shared by a module's tests (each test leaves it as it found it)."""
+    """One containerd (newest version) + services shared by the tier's tests; each test
+    removes its pods and releases its claims, leaving it as it found it."""
     started = start_stack()
     yield started
     finish_stack(started, getattr(request.node, "rep_call_failed", False))

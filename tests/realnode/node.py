@@ -27,6 +27,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -169,6 +170,7 @@ class ContainerdNode:
         self.process: subprocess.Popen[bytes] | None = None
         self._log: Any = None
         self._pods: dict[str, Path] = {}  # pod id -> its sandbox config file
+        self._started = False
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -242,7 +244,9 @@ state = "{b}/state"
         """Start containerd, wait for its CRI socket, import the test image (first start)."""
         if self.running:
             return
-        cleanup_leftovers(self.base)
+        if not self._started:
+            cleanup_leftovers(self.base)  # of an earlier, killed run on this base only
+        self._started = True
         for sub in (
             "run",
             "root",
@@ -308,6 +312,7 @@ state = "{b}/state"
             self._log = None
 
     def restart(self) -> None:
+        """Stop and start containerd; pods, containers and shims keep running across it."""
         self.stop()
         self.start()
 
@@ -345,7 +350,11 @@ state = "{b}/state"
 
     def crictl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run crictl against this node; NodeError with crictl's last stderr line on failure."""
-        return self._run([str(self.crictl_bin), *self._endpoints(), *args], check=check)
+        done = self._run([str(self.crictl_bin), *self._endpoints(), *args], check=False)
+        if check and done.returncode != 0:
+            reason = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+            raise NodeError(f"crictl {args[0] if args else ''}: {reason[0]}")
+        return done
 
     def ctr(self, *args: str) -> str:
         argv = [str(self.bin / "ctr"), "--address", str(self.socket), "-n", "k8s.io", *args]
@@ -439,6 +448,20 @@ state = "{b}/state"
             pod_id, name, cdi_devices=cdi_devices, env=env, command=command
         )
         return self.start_container(container)
+
+    def run_containers(
+        self, pod_id: str, names: Sequence[str], *, workers: int = 4
+    ) -> list[Container]:
+        """Create and start many shared containers, a few crictl calls at a time."""
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(lambda name: self.run_container(pod_id, name), names))
+
+    def pids(self, container_ids: Sequence[str], *, workers: int = 4) -> dict[str, int]:
+        """Container id -> its process id, for many containers."""
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return dict(
+                zip(container_ids, pool.map(self.container_pid, container_ids), strict=True)
+            )
 
     def inspect(self, container_id: str) -> dict[str, Any]:
         document: dict[str, Any] = json.loads(self.crictl("inspect", container_id).stdout)

@@ -2,7 +2,9 @@
 
 Reusable from other tiers: `from realnode.stack import start_stack` (tests/ is on sys.path
 through tests/conftest.py). DRACPU_REALNODE_PORTS=LOW-HIGH restricts the API port range
-(default: any free port); DRACPU_REALNODE_KEEP=1 keeps the directories of passing tests.
+(default: any free port); DRACPU_REALNODE_KEEP=1 keeps the directories of passing tests;
+DRACPU_REALNODE_PREFIX names the /tmp directories (default dracpu-rn-), so several runs on
+one machine can tell theirs apart.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def start_stack(
 ) -> Stack:
     """containerd first (its NRI socket is then there when the plugin dials), then dev up."""
     require_realnode(version)
-    base = Path(tempfile.mkdtemp(prefix="dracpu-rn-", dir="/tmp"))
+    base = Path(
+        tempfile.mkdtemp(prefix=os.environ.get("DRACPU_REALNODE_PREFIX", "dracpu-rn-"), dir="/tmp")
+    )
     node = ContainerdNode(base / "node", base / "rd", version=version)
     dev = DevUp(base / "rd", api_port(), verbosity=verbosity, extra=dev_extra)
     stack = Stack(node, dev, base)

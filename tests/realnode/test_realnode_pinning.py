@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
-from realnode.devup import wait_until
+from realnode.devup import DevUp, wait_until
+from realnode.node import NodeError
 from realnode.stack import Stack
 
 pytestmark = pytest.mark.realnode
@@ -45,3 +48,68 @@ def test_claimed_and_shared_containers_are_pinned_and_release_grows_the_pool(
     wait_until(lambda: node.allowed_cpus(shared.id) == ONLINE, 30, "the shared container to grow")
     assert node.cgroup_cpus(shared.id) == ONLINE
     node.remove_pod(pod)
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({"DRA_CPUSET_bad": "not-a-cpu"}, "malformed DRA env entry"),
+        ({"DRA_CPUSET_novalue": ""}, "malformed DRA env entry"),
+    ],
+    ids=["garbage-cpuset", "empty-cpuset"],
+)
+def test_a_refused_container_fails_in_crictl_and_the_plugin_says_why(
+    stack: Stack, env: dict[str, str], reason: str
+) -> None:
+    node, dev = stack.node, stack.dev
+    pod = node.run_pod("refusals")
+    name = f"refused-{len(env)}-{abs(hash(reason)) % 1000}"
+    with pytest.raises(NodeError) as refused:
+        node.create_container(pod, name, env=env)
+    assert reason in str(refused.value)
+    wait_until(
+        lambda: any(
+            "refused container" in line and f"container={name}" in line and "pod=" in line
+            for line in dev.service_log("nri-plugin").splitlines()
+        ),
+        10,
+        "the refusal in the nri-plugin log",
+    )
+    node.remove_pod(pod)
+
+
+def _running_view(dev: DevUp, container_ids: set[str]) -> bool:
+    if not dev.ready():
+        return False
+    view = {c["container_id"]: c for c in dev.containers()}
+    return all(cid in view and view[cid]["state"] == "running" for cid in container_ids)
+
+
+@pytest.mark.parametrize("restart", ["nri-plugin", "containerd"])
+def test_after_a_restart_the_plugin_knows_the_containers_and_pins_new_ones(
+    stack: Stack, restart: str
+) -> None:
+    node, dev = stack.node, stack.dev
+    pod = node.run_pod(f"restart-{restart}")
+    claim = dev.claim(f"rs-{restart}")
+    claimed = node.run_container(pod, "claimed", cdi_devices=claim.cdi_devices)
+    shared = node.run_container(pod, "shared")
+    pool = dev.shared_pool()
+
+    if restart == "nri-plugin":
+        pid = dev.service_pid("nri-plugin")
+        os.kill(pid, signal.SIGKILL)  # the supervisor of dev up starts it again
+        wait_until(lambda: dev.service_pid("nri-plugin") != pid, 30, "a new nri-plugin")
+    else:
+        node.restart()
+    wait_until(lambda: _running_view(dev, {claimed.id, shared.id}), 60, "the resynchronized view")
+
+    assert node.allowed_cpus(claimed.id) == claim.cpuset
+    assert node.allowed_cpus(shared.id) == pool
+    later = node.run_container(pod, "later")
+    assert node.allowed_cpus(later.id) == pool
+    assert node.cgroup_cpus(later.id) == pool
+
+    node.remove_pod(pod)
+    dev.release(claim.name)
+    wait_until(lambda: dev.shared_pool() == ONLINE, 30, "the pool to grow back")

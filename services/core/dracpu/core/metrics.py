@@ -99,6 +99,43 @@ SPECS: tuple[MetricSpec, ...] = (
         buckets=DURATION_BUCKETS,
     ),
     MetricSpec(
+        "dra_cpu_nri_shared_updates_total",
+        "counter",
+        "Per-container outcomes of shared-pool UpdateContainers pushes (unknown: no answer).",
+        "nri-plugin",
+        labels=("result",),
+    ),
+    MetricSpec(
+        "dra_cpu_nri_shared_pending_containers",
+        "gauge",
+        "Shared containers not yet confirmed on the current shared pool after the last push.",
+        "nri-plugin",
+    ),
+    MetricSpec(
+        "dra_cpu_nri_update_cost_seconds",
+        "gauge",
+        "Measured runtime cost of one container update (sizes UpdateContainers batches).",
+        "nri-plugin",
+    ),
+    MetricSpec(
+        "dra_cpu_nri_runtime_disconnects_total",
+        "counter",
+        "Times the runtime connection was lost; containers started meanwhile run unpinned.",
+        "nri-plugin",
+    ),
+    MetricSpec(
+        "dra_cpu_nri_unpinned_window_seconds",
+        "gauge",
+        "Seconds from noticing the lost runtime connection to re-pinning at Synchronize.",
+        "nri-plugin",
+    ),
+    MetricSpec(
+        "dra_cpu_nri_repinned_containers_total",
+        "counter",
+        "Containers whose cpuset Synchronize had to correct after a (re)connect.",
+        "nri-plugin",
+    ),
+    MetricSpec(
         "dra_cpu_claim_allocated_cpus",
         "histogram",
         "CPUs allocated for each newly successful claim allocation.",
@@ -123,8 +160,9 @@ def build(owner: str, registry: CollectorRegistry) -> dict[str, Counter | Gauge 
             collector = Counter(
                 spec.name.removesuffix("_total"), spec.help, spec.labels, registry=registry
             )
-            for result in RESULTS:
-                collector.labels(result=result)
+            if "result" in spec.labels:
+                for result in RESULTS:
+                    collector.labels(result=result)
         elif spec.type == "gauge":
             collector = Gauge(spec.name, spec.help, spec.labels, registry=registry)
         else:

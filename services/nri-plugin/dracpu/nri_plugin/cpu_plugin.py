@@ -9,10 +9,11 @@ because a runtime blocked in a lifecycle call to us may need its own lock to app
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from enum import Enum
 
 from dracpu.core.cpuset import EMPTY, CPUSet
 from dracpu.core.errors import (
@@ -26,18 +27,20 @@ from dracpu.nri_plugin.allocator_client import AllocatorAPI
 from dracpu.nri_plugin.claim_env import parse_claim_env
 from dracpu.nri_plugin.compat import Decision, UnsolicitedMode, decide
 from dracpu.nri_plugin.events import SUBSCRIBED_EVENTS
+from dracpu.nri_plugin.pacing import UpdatePacer
+from dracpu.nri_plugin.plugin_metrics import NRIMetrics
 from dracpu.nri_plugin.registry import ContainerRecord, Registry
 from dracpu.nri_plugin.stub import RuntimeInfo
+from dracpu.nri_plugin.ttrpc import DEADLINE_EXCEEDED, TtrpcError
 from dracpu.pb.allocator.v1 import allocator_pb2
 from dracpu.pb.nri import api_pb2
 
 log = get_logger("nri.cpu")
 
-T = TypeVar("T")
-
-# Sends plugin-initiated updates; returns the ones the runtime could not apply.
+# Sends plugin-initiated updates, waiting at most the given seconds for the answer; returns
+# the ones the runtime could not apply. Raises TtrpcError (remote, or a local timeout).
 PushUpdates = Callable[
-    [Sequence[api_pb2.ContainerUpdate]], Awaitable[list[api_pb2.ContainerUpdate]]
+    [Sequence[api_pb2.ContainerUpdate], float], Awaitable[list[api_pb2.ContainerUpdate]]
 ]
 
 _STATES = {
@@ -64,11 +67,28 @@ def container_ref(pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> allocator_
     )
 
 
+class Outcome(Enum):
+    APPLIED = "applied"
+    FAILED = "failed"  # the runtime listed it as failed: it runs on what it had
+    UNKNOWN = "unknown"  # no answer: it may run on either cpuset
+
+
+@dataclass
+class PushResult:
+    applied: int = 0
+    failed: int = 0
+    unknown: int = 0
+    pending: int = 0  # shared containers still not confirmed on the pool afterwards
+
+
 @dataclass
 class PushStats:
     pushes: int = 0
     updates: int = 0
+    applied: int = 0
     failed: int = 0
+    unknown: int = 0
+    pending: int = 0
     last_push_seconds: float = 0.0
 
 
@@ -81,6 +101,7 @@ class CPUPlugin:
         *,
         unsolicited: UnsolicitedMode = UnsolicitedMode.AUTO,
         batch_size: int = 500,
+        metrics: NRIMetrics | None = None,
     ) -> None:
         if batch_size < 1:
             raise InvalidInputError(f"update batch size must be >= 1, got {batch_size}")
@@ -91,7 +112,10 @@ class CPUPlugin:
         self.push_stats = PushStats()
         self._allocator = allocator
         self._mode = unsolicited
-        self._batch_size = batch_size
+        self.pacer = UpdatePacer(max_batch=batch_size)
+        self.metrics = metrics or NRIMetrics()
+        self._synchronized = False  # a connection got as far as Synchronize
+        self._disconnected_at: float | None = None  # monotonic; None while connected
         self._lock = asyncio.Lock()
         self._pool_changed = asyncio.Event()
         self._push: PushUpdates | None = None
@@ -104,6 +128,7 @@ class CPUPlugin:
 
     def configure(self, runtime: RuntimeInfo) -> int:
         self.unsolicited = decide(self._mode, runtime.name, runtime.version, runtime.nri_version)
+        self.pacer.request_timeout = runtime.request_timeout
         log.info(
             0,
             "unsolicited UpdateContainers " + ("on" if self.unsolicited.enabled else "off"),
@@ -116,7 +141,18 @@ class CPUPlugin:
     def disconnected(self, reason: str) -> None:
         # The registry stays as last known (the view keeps showing it); the next
         # Synchronize rebuilds it from what the runtime reports.
-        log.info(2, "runtime connection gone", reason=reason)
+        if self._synchronized:
+            # From now until the next Synchronize the runtime creates containers without
+            # asking us: they start on whatever cpuset their spec has (unpinned).
+            self._synchronized = False
+            self._disconnected_at = time.monotonic()
+            self.metrics.disconnected()
+            log.warning(
+                "runtime connection lost; containers created until it is back run unpinned",
+                reason=reason,
+            )
+        else:
+            log.info(2, "runtime connection gone", reason=reason)
 
     async def synchronize(
         self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
@@ -125,6 +161,7 @@ class CPUPlugin:
         async with self._lock:
             pods_by_id = {pod.id: pod for pod in pods}
             registry = Registry()
+            running_on = {ctr.id: ctr.linux.resources.cpu.cpus for ctr in containers}
             for ctr in containers:
                 if ctr.state == api_pb2.CONTAINER_STOPPED:
                     continue
@@ -134,6 +171,7 @@ class CPUPlugin:
                     registry.put(record)
             pool = await self._fetch_pool()
             updates: list[api_pb2.ContainerUpdate] = []
+            repinned: list[ContainerRecord] = []
             for record in list(registry):
                 target = record.cpus if record.exclusive else pool
                 if not target:
@@ -143,6 +181,8 @@ class CPUPlugin:
                     )
                     continue
                 updates.append(cpuset_update(record.container_id, target))
+                if not _same_cpus(running_on.get(record.container_id, ""), target):
+                    repinned.append(record)
                 registry.set_cpus(record.container_id, target)
             self.registry = registry
         log.info(
@@ -153,7 +193,28 @@ class CPUPlugin:
             updates=len(updates),
             ms=round((time.perf_counter() - started) * 1e3, 1),
         )
+        self._report_repinned(repinned)
         return updates
+
+    def _report_repinned(self, repinned: Sequence[ContainerRecord]) -> None:
+        window = 0.0
+        if self._disconnected_at is not None:
+            window = time.monotonic() - self._disconnected_at
+        self._disconnected_at = None
+        self._synchronized = True
+        self.metrics.resynchronized(window, len(repinned))
+        if not repinned:
+            return
+        names = [f"{r.pod_namespace}/{r.pod_name}/{r.container_name}" for r in repinned]
+        shown = ",".join(names[:_NAMES_LOGGED])
+        if len(names) > _NAMES_LOGGED:
+            shown += f",... ({len(names) - _NAMES_LOGGED} more)"
+        log.warning(
+            "re-pinned containers the runtime ran on other CPUs",
+            count=len(repinned),
+            unpinned_window_s=round(window, 3),
+            containers=shown,
+        )
 
     async def _recover(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -289,6 +350,25 @@ class CPUPlugin:
             self.registry.set_cpus(record.container_id, pool)
         return [cpuset_update(r.container_id, pool) for r in stale]
 
+    async def wait_for_allocator(self, retry_delay: float = 0.1, max_delay: float = 2.0) -> None:
+        """Until the allocator answers with the shared pool. Registering with the runtime
+        before that would only fail its Synchronize (and log errors on the runtime side)."""
+        delay = retry_delay
+        waited = False
+        while True:
+            try:
+                async with self._lock:
+                    pool = self._note_pool(await self._allocator.shared_pool())
+            except DracpuError as exc:
+                if not waited:
+                    log.info(0, "waiting for the allocator before registering", error=str(exc))
+                waited = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, max_delay)
+                continue
+            log.info(2, "allocator answers", shared_pool=pool)
+            return
+
     async def watch_pool(self, retry_delay: float = 0.5) -> None:
         """Follow the allocator's shared pool forever; reconnects with backoff."""
         delay = retry_delay
@@ -306,54 +386,147 @@ class CPUPlugin:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
-    async def push_pool_changes(self) -> None:
+    async def push_pool_changes(self, retry_delay: float = 0.5, max_delay: float = 10.0) -> None:
         """Forever: when the pool changes, move shared containers with UpdateContainers
-        (only where the runtime is safe for it; otherwise the next solicited call does)."""
+        (only where the runtime is safe for it; otherwise the next solicited call does).
+        Until every shared container is confirmed on the pool, push again with backoff."""
+        delay = retry_delay
         while True:
             await self._pool_changed.wait()
             self._pool_changed.clear()
-            await self.push_once()
+            result = await self.push_once()
+            if result.pending and self._push is not None and self.unsolicited.enabled:
+                # Not converged (unknown or failed outcomes): try again unless a new pool
+                # change wakes us first.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._pool_changed.wait(), delay)
+                self._pool_changed.set()
+                delay = min(delay * 2, max_delay)
+            else:
+                delay = retry_delay
 
-    async def push_once(self) -> int:
-        """One fan-out of the current pool to stale shared containers; returns updates sent."""
+    async def push_once(self) -> PushResult:
+        """One fan-out of the current pool to the shared containers not confirmed on it.
+
+        Each container's outcome is recorded: applied (the runtime answered without listing
+        it), failed (listed as failed: it still runs on what it had), unknown (no answer in
+        time, or the connection went: it may run on either). Failed and unknown ones stay
+        stale and are sent again by the next push.
+        """
         push = self._push
         if push is None or not self.unsolicited.enabled:
-            return 0
+            return PushResult()
         async with self._lock:
             pool = self.shared_pool
             if not pool:
-                return 0
-            planned = [(r.container_id, r.cpus) for r in self.registry.stale_shared(pool)]
+                return PushResult()
+            planned = {r.container_id: r for r in self.registry.stale_shared(pool)}
         if not planned:
-            return 0
+            return PushResult()
         started = time.perf_counter()
-        failed_ids: set[str] = set()
-        for batch in _batches(planned, self._batch_size):
-            try:
-                failed = await push([cpuset_update(cid, pool) for cid, _ in batch])
-            except Exception as exc:  # the transport's error: keep the pool pending
-                log.warning("UpdateContainers failed; will retry at next chance", error=str(exc))
-                failed_ids.update(cid for cid, _ in batch)
-                continue
-            failed_ids.update(u.container_id for u in failed)
+        outcomes: dict[str, Outcome] = {}
+        ids = sorted(planned)
+        position = 0
+        while position < len(ids):
+            size = self.pacer.batch_size()
+            batch = ids[position : position + size]
+            position += size
+            await self._push_batch(push, batch, pool, outcomes)
+        result = PushResult()
         async with self._lock:
-            for cid, before in planned:
-                if cid not in failed_ids:
+            for cid, before in planned.items():
+                outcome = outcomes.get(cid, Outcome.UNKNOWN)
+                if outcome is Outcome.APPLIED:
                     self.registry.set_cpus(cid, pool, expected=before)
+                    result.applied += 1
+                elif outcome is Outcome.FAILED:
+                    result.failed += 1
+                else:
+                    self.registry.set_cpus(cid, pool, expected=before, confirmed=False)
+                    result.unknown += 1
+            result.pending = len(self.registry.stale_shared(pool))
         elapsed = time.perf_counter() - started
-        self.push_stats.pushes += 1
-        self.push_stats.updates += len(planned)
-        self.push_stats.failed += len(failed_ids)
-        self.push_stats.last_push_seconds = elapsed
+        stats = self.push_stats
+        stats.pushes += 1
+        stats.updates += len(planned)
+        stats.applied += result.applied
+        stats.failed += result.failed
+        stats.unknown += result.unknown
+        stats.last_push_seconds = elapsed
+        stats.pending = result.pending
+        self.metrics.pushed(
+            result.applied, result.failed, result.unknown, result.pending, self.pacer.cost
+        )
         log.info(
             2,
             "pushed shared pool",
             cpus=pool,
             containers=len(planned),
-            failed=len(failed_ids),
+            applied=result.applied,
+            failed=result.failed,
+            unknown=result.unknown,
+            pending=result.pending,
+            batch=self.pacer.batch_size(),
+            cost_ms=round(self.pacer.cost * 1e3, 1),
             ms=round(elapsed * 1e3, 1),
         )
-        return len(planned)
+        return result
+
+    async def _push_batch(
+        self, push: PushUpdates, batch: Sequence[str], pool: CPUSet, outcomes: dict[str, Outcome]
+    ) -> None:
+        deadline = self.pacer.deadline(len(batch))
+        started = time.perf_counter()
+        try:
+            failed = await push([cpuset_update(cid, pool) for cid in batch], deadline)
+        except TtrpcError as exc:
+            if exc.remote and exc.code != DEADLINE_EXCEEDED:
+                # The runtime answered with an error and no list (containerd returns its
+                # failed list only alongside an error, which ttrpc drops): split the batch
+                # to learn which containers failed. Re-sending an applied update is harmless.
+                if len(batch) == 1:
+                    outcomes[batch[0]] = Outcome.FAILED
+                    log.warning(
+                        "runtime refused a shared pool update",
+                        container=batch[0],
+                        cpus=pool,
+                        error=exc.message,
+                    )
+                    return
+                half = len(batch) // 2
+                await self._push_batch(push, batch[:half], pool, outcomes)
+                await self._push_batch(push, batch[half:], pool, outcomes)
+                return
+            if exc.code == DEADLINE_EXCEEDED:
+                self.pacer.observe_timeout()
+            log.warning(
+                "UpdateContainers outcome unknown; will re-send",
+                containers=len(batch),
+                error=str(exc),
+                deadline_s=round(deadline, 3),
+            )
+            for cid in batch:
+                outcomes[cid] = Outcome.UNKNOWN
+            return
+        except Exception as exc:  # anything else from the transport: nothing is known
+            log.warning("UpdateContainers failed; will re-send", error=repr(exc))
+            for cid in batch:
+                outcomes[cid] = Outcome.UNKNOWN
+            return
+        self.pacer.observe(len(batch), time.perf_counter() - started)
+        failed_ids = {u.container_id for u in failed}
+        for cid in batch:
+            outcomes[cid] = Outcome.FAILED if cid in failed_ids else Outcome.APPLIED
+
+
+_NAMES_LOGGED = 20
+
+
+def _same_cpus(text: str, cpus: CPUSet) -> bool:
+    try:
+        return CPUSet.parse(text) == cpus if text else False
+    except DracpuError:
+        return False
 
 
 def _record(
@@ -369,8 +542,3 @@ def _record(
         cpus=cpus,
         state=_STATES.get(ctr.state, "created" if ctr.state == 0 else "unknown"),
     )
-
-
-def _batches(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

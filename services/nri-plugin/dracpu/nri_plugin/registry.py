@@ -18,6 +18,10 @@ class ContainerRecord:
     claims: tuple[str, ...]  # claim UIDs; empty = shared container
     cpus: CPUSet  # the cpuset last handed to the runtime for it (EMPTY = none yet)
     state: str = "created"  # created, running, paused, stopped, unknown
+    # False while an update of `cpus` has an unknown outcome (its answer never came): the
+    # runtime may run the container on `cpus` or on what it had before. Such a container is
+    # stale whatever the pool is, so the next push re-sends it.
+    confirmed: bool = True
 
     @property
     def exclusive(self) -> bool:
@@ -31,7 +35,8 @@ class Registry:
         self._records: dict[str, ContainerRecord] = {}
         # Shared containers grouped by their cpuset: finding the ones off the pool costs
         # O(stale), not O(all), on every CreateContainer.
-        self._shared_by_cpus: dict[CPUSet, set[str]] = {}
+        # Unconfirmed ones sit under None, which no pool equals.
+        self._shared_by_cpus: dict[CPUSet | None, set[str]] = {}
         for record in records:
             self.put(record)
 
@@ -48,16 +53,17 @@ class Registry:
         self._unindex(self._records.get(record.container_id))
         self._records[record.container_id] = record
         if not record.claims:
-            self._shared_by_cpus.setdefault(record.cpus, set()).add(record.container_id)
+            self._shared_by_cpus.setdefault(_key(record), set()).add(record.container_id)
 
     def _unindex(self, record: ContainerRecord | None) -> None:
         if record is None or record.claims:
             return
-        ids = self._shared_by_cpus.get(record.cpus)
+        key = _key(record)
+        ids = self._shared_by_cpus.get(key)
         if ids is not None:
             ids.discard(record.container_id)
             if not ids:
-                del self._shared_by_cpus[record.cpus]
+                del self._shared_by_cpus[key]
 
     def remove(self, container_id: str, pod_uid: str = "") -> ContainerRecord | None:
         """Forget a container; a pod UID that does not match leaves it (stale event)."""
@@ -71,7 +77,7 @@ class Registry:
         return [r for r in self._records.values() if not r.exclusive]
 
     def stale_shared(self, pool: CPUSet, exclude: str = "") -> list[ContainerRecord]:
-        """Shared containers whose cpuset is not `pool` (they need an update)."""
+        """Shared containers not known to run on `pool` (they need an update)."""
         return [
             self._records[cid]
             for cpus, ids in self._shared_by_cpus.items()
@@ -80,12 +86,25 @@ class Registry:
             if cid != exclude
         ]
 
-    def set_cpus(self, container_id: str, cpus: CPUSet, expected: CPUSet | None = None) -> bool:
-        """Record an applied cpuset; with `expected`, only if nothing changed it meanwhile."""
+    def set_cpus(
+        self,
+        container_id: str,
+        cpus: CPUSet,
+        expected: ContainerRecord | None = None,
+        *,
+        confirmed: bool = True,
+    ) -> bool:
+        """Record a cpuset the runtime applied (`confirmed`) or may have applied; with
+        `expected`, only if its cpuset is still that record's (nothing changed it meanwhile)."""
         record = self._records.get(container_id)
-        if record is None or (expected is not None and record.cpus != expected):
+        if record is None:
             return False
-        self.put(replace(record, cpus=cpus))
+        if expected is not None and (record.cpus, record.confirmed) != (
+            expected.cpus,
+            expected.confirmed,
+        ):
+            return False
+        self.put(replace(record, cpus=cpus, confirmed=confirmed))
         return True
 
     def set_state(self, container_id: str, state: str) -> bool:
@@ -98,6 +117,10 @@ class Registry:
     def claim_owners(self) -> dict[str, str]:
         """Claim UID -> container id, for every exclusive container."""
         return {claim: r.container_id for r in self._records.values() for claim in r.claims}
+
+
+def _key(record: ContainerRecord) -> CPUSet | None:
+    return record.cpus if record.confirmed else None
 
 
 def _order(record: ContainerRecord) -> tuple[str, str, str, str]:

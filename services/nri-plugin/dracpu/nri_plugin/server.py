@@ -23,6 +23,7 @@ from dracpu.nri_plugin.allocator_client import AllocatorClient
 from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
 from dracpu.nri_plugin.events import valid_plugin_index
+from dracpu.nri_plugin.plugin_metrics import NRIMetrics
 from dracpu.nri_plugin.stub import DEFAULT_NRI_SOCKET, PluginStub
 from dracpu.nri_plugin.view import NRIPluginView
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2_grpc
@@ -96,7 +97,8 @@ async def serve(argv: Sequence[str] | None) -> int:
     )
 
     allocator = AllocatorClient(args.allocator_socket)
-    plugin = CPUPlugin(allocator, unsolicited=mode)
+    metrics = NRIMetrics()
+    plugin = CPUPlugin(allocator, unsolicited=mode, metrics=metrics)
     stub = PluginStub(args.nri_socket, plugin, name=PLUGIN_NAME, index=args.nri_plugin_index)
     plugin.set_pusher(stub.update_containers)
 
@@ -109,6 +111,7 @@ async def serve(argv: Sequence[str] | None) -> int:
         service="nri-plugin",
         api_version=API_VERSION,
         health_names=[SERVICE_NAME],
+        metrics=metrics.text,
     )
 
     async def follow_health() -> None:
@@ -117,8 +120,12 @@ async def serve(argv: Sequence[str] | None) -> int:
             serving = await stub.wait_ready_change(serving)
             await health.set(serving)
 
+    async def connect() -> None:
+        await plugin.wait_for_allocator()
+        await stub.run()
+
     tasks = [
-        asyncio.create_task(stub.run(), name="nri-connection"),
+        asyncio.create_task(connect(), name="nri-connection"),
         asyncio.create_task(plugin.watch_pool(), name="shared-pool-watch"),
         asyncio.create_task(plugin.push_pool_changes(), name="shared-pool-push"),
         asyncio.create_task(follow_health(), name="health"),

@@ -17,7 +17,7 @@ from typing import Final, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
-from dracpu.core.errors import InvalidInputError
+from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.events import valid_plugin_index, valid_plugin_name
 from dracpu.nri_plugin.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
@@ -319,7 +319,11 @@ class PluginStub:
             chunks=self._sync_chunks,
         )
         self._sync_pods, self._sync_containers, self._sync_chunks = [], [], 0
-        updates = await self._handlers.synchronize(pods, containers)
+        try:
+            updates = await self._handlers.synchronize(pods, containers)
+        except DracpuError as exc:
+            log.error("refused Synchronize; the runtime will drop us", reason=str(exc))
+            raise
         self.status.synchronized_at = time.time()
         self._set_ready(True)
         # Only a connection that got this far resets the delay: a runtime that keeps
@@ -339,7 +343,21 @@ class PluginStub:
 
     async def _create_container(self, payload: bytes) -> bytes:
         request = _parse(api_pb2.CreateContainerRequest, payload)
-        response = await self._handlers.create_container(request.pod, request.container)
+        pod, ctr = request.pod, request.container
+        try:
+            response = await self._handlers.create_container(pod, ctr)
+        except DracpuError as exc:
+            # The runtime shows this reason to the kubelet; say it here too, where the
+            # operator of this plugin looks.
+            log.warning(
+                "refused container",
+                reason=str(exc),
+                code=exc.grpc_code.name,
+                container=ctr.name,
+                container_id=ctr.id,
+                pod=f"{pod.namespace}/{pod.name}",
+            )
+            raise
         return response.SerializeToString()
 
     async def _post_start_container(self, payload: bytes) -> bytes:

@@ -26,7 +26,7 @@ class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[
                     pod_name=r.pod_name,
                     container_name=r.container_name,
                     claim_uids=list(r.claims),
-                    cpus=r.cpus.format(),
+                    cpus=r.cpus.format() if r.confirmed else "",
                     exclusive=r.exclusive,
                     state=r.state,
                 )

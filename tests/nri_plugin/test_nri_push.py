@@ -1,0 +1,196 @@
+"""Shared-pool pushes converge: whatever the runtime did with a batch (applied it, lost the
+answer, applied only part before its deadline, refused some), after any sequence of pool changes
+every shared container ends on the current pool, and the registry says what the runtime has.
+
+The runtime here is a stand-in with containerd's semantics for plugin-initiated updates: one
+update after another at a fixed cost each, nothing applied after the request's deadline, and a
+partial failure answered as an error without the failed list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from dracpu.core.cpuset import CPUSet
+from dracpu.nri_plugin.compat import UnsolicitedMode
+from dracpu.nri_plugin.cpu_plugin import CPUPlugin
+from dracpu.nri_plugin.pacing import UpdatePacer
+from dracpu.nri_plugin.stub import RuntimeInfo
+from dracpu.nri_plugin.ttrpc import DEADLINE_EXCEEDED, UNKNOWN, TtrpcError
+from dracpu.pb.allocator.v1 import allocator_pb2
+from dracpu.pb.nri import api_pb2
+
+FULL, SMALL = "0-3", "1-3"
+
+
+@dataclass
+class PoolOnly:
+    """The allocator as far as shared containers need it."""
+
+    pool: str = FULL
+
+    async def shared_pool(self) -> allocator_pb2.SharedPool:
+        return allocator_pb2.SharedPool(cpus=self.pool, generation=1)
+
+
+@dataclass
+class SlowRuntime:
+    cost: float = 0.002  # seconds per update
+    lose_answers: int = 0  # this many calls apply everything but never answer in time
+    refuse: set[str] = field(default_factory=set)  # container ids whose update fails
+    truth: dict[str, str] = field(default_factory=dict)
+    calls: int = 0
+
+    async def push(
+        self, updates: Sequence[api_pb2.ContainerUpdate], timeout: float
+    ) -> list[api_pb2.ContainerUpdate]:
+        self.calls += 1
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        lose = self.lose_answers > 0
+        self.lose_answers -= 1 if lose else 0
+        failed = []
+        for update in updates:
+            if loop.time() >= end:
+                break  # the request's context expired: the rest is not applied
+            await asyncio.sleep(self.cost)
+            if update.container_id in self.refuse:
+                failed.append(update)
+                continue
+            self.truth[update.container_id] = update.linux.resources.cpu.cpus
+        if lose or loop.time() > end:
+            await asyncio.sleep(max(0.0, end - loop.time()))
+            raise TtrpcError(DEADLINE_EXCEEDED, f"UpdateContainers got no answer in {timeout}")
+        if failed:
+            raise TtrpcError(UNKNOWN, "NRI update of some containers failed", remote=True)
+        return []
+
+
+async def shared_plugin(runtime: SlowRuntime, allocator: PoolOnly, count: int) -> CPUPlugin:
+    plugin = CPUPlugin(allocator, unsolicited=UnsolicitedMode.ON)  # type: ignore[arg-type]
+    plugin.configure(RuntimeInfo("containerd", "v2.4.2", "v0.12.3", 5.0, 0.1))
+    assert plugin.unsolicited.enabled and plugin.pacer.request_timeout == 0.1
+    plugin.set_pusher(runtime.push)
+    pod = api_pb2.PodSandbox(id="pod", uid="pod-uid", namespace="ns", name="pod")
+    for index in range(count):
+        ctr = api_pb2.Container(id=f"c{index:03d}", pod_sandbox_id="pod", name=f"c{index}")
+        await plugin.create_container(pod, ctr)
+        runtime.truth[ctr.id] = allocator.pool
+    return plugin
+
+
+async def change_pool(plugin: CPUPlugin, allocator: PoolOnly, cpus: str, generation: int) -> None:
+    allocator.pool = cpus
+    async with plugin._lock:
+        plugin._note_pool(allocator_pb2.SharedPool(cpus=cpus, generation=generation))
+
+
+async def converged(plugin: CPUPlugin, runtime: SlowRuntime, pool: str, timeout: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        wrong = {cid: cpus for cid, cpus in runtime.truth.items() if cpus != pool}
+        unconfirmed = [r.container_id for r in plugin.registry if not r.confirmed]
+        stale = plugin.registry.stale_shared(CPUSet.parse(pool))
+        if not wrong and not unconfirmed and not stale:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"not converged on {pool}: {len(wrong)} wrong, {len(stale)} stale")
+        await asyncio.sleep(0.02)
+
+
+def recorded(plugin: CPUPlugin) -> Mapping[str, str]:
+    return {r.container_id: r.cpus.format() for r in plugin.registry}
+
+
+@pytest.mark.parametrize(
+    ("runtime", "count"),
+    [
+        (SlowRuntime(cost=0.0005), 60),
+        (SlowRuntime(cost=0.004), 110),
+        (SlowRuntime(cost=0.002, lose_answers=3), 80),
+    ],
+    ids=["fast-runtime", "slow-runtime-outgrows-the-batch", "answers-lost-after-applying"],
+)
+async def test_pool_changes_back_and_forth_end_with_every_container_on_the_pool(
+    runtime: SlowRuntime, count: int
+) -> None:
+    allocator = PoolOnly()
+    plugin = await shared_plugin(runtime, allocator, count)
+    pusher = asyncio.create_task(plugin.push_pool_changes(retry_delay=0.02, max_delay=0.1))
+    try:
+        for generation, pool in enumerate([SMALL, FULL, SMALL, FULL], start=2):
+            await change_pool(plugin, allocator, pool, generation)
+            await asyncio.sleep(0.03)  # the next change lands mid-push
+        await converged(plugin, runtime, FULL, timeout=20)
+        assert recorded(plugin) == runtime.truth
+        assert runtime.calls > 0
+    finally:
+        pusher.cancel()
+        await asyncio.gather(pusher, return_exceptions=True)
+
+
+async def test_a_timed_out_batch_is_unknown_not_failed() -> None:
+    # The runtime applies the whole batch but its answer never comes: the plugin must not
+    # believe the containers kept their old cpuset, or a pool change back to it sends nothing.
+    runtime = SlowRuntime(cost=0.0005, lose_answers=1)
+    allocator = PoolOnly()
+    plugin = await shared_plugin(runtime, allocator, 20)
+    plugin.pacer.observe(20, 20 * 0.0005)  # measured: the 20 fit one batch
+    await change_pool(plugin, allocator, SMALL, 2)
+    first = await plugin.push_once()
+    assert (first.applied, first.unknown) == (0, 20)
+    assert all(cpus == SMALL for cpus in runtime.truth.values())
+    assert all(not r.confirmed for r in plugin.registry)
+    await change_pool(plugin, allocator, FULL, 3)
+    second = await plugin.push_once()
+    assert (second.applied, second.pending) == (20, 0)
+    assert set(runtime.truth.values()) == {FULL}
+    assert recorded(plugin) == runtime.truth
+
+
+async def test_refused_updates_are_found_by_splitting_and_retried() -> None:
+    runtime = SlowRuntime(cost=0.0005, refuse={"c007"})
+    allocator = PoolOnly()
+    plugin = await shared_plugin(runtime, allocator, 16)
+    await change_pool(plugin, allocator, SMALL, 2)
+    result = await plugin.push_once()
+    assert (result.applied, result.failed, result.pending) == (15, 1, 1)
+    # The refused one still runs on what it had, and the registry says so.
+    assert runtime.truth["c007"] == FULL and recorded(plugin)["c007"] == FULL
+    runtime.refuse.clear()
+    again = await plugin.push_once()
+    assert (again.applied, again.pending) == (1, 0)
+    assert set(runtime.truth.values()) == {SMALL}
+
+
+@pytest.mark.parametrize(
+    ("observed", "batch_at_most", "batch_at_least"),
+    [
+        ([], 500, 1),  # prior: 2 s * 0.25 / 30 ms -> 16
+        ([(20, 20 * 0.027)], 19, 18),  # runc at 27 ms per container
+        ([(10, 10 * 0.001)] * 5, 500, 400),
+        ([(100, 100 * 0.2)], 3, 1),
+    ],
+    ids=["prior", "runc-27ms", "fast", "very-slow"],
+)
+def test_batch_size_follows_the_measured_cost(
+    observed: list[tuple[int, float]], batch_at_most: int, batch_at_least: int
+) -> None:
+    pacer = UpdatePacer(request_timeout=2.0, max_batch=500)
+    for count, seconds in observed:
+        pacer.observe(count, seconds)
+    size = pacer.batch_size()
+    assert batch_at_least <= size <= batch_at_most
+    # The wait for a batch always covers its expected time several times over.
+    assert pacer.deadline(size) >= 3 * size * pacer.cost
+
+
+def test_a_timeout_raises_the_cost_estimate() -> None:
+    pacer = UpdatePacer(request_timeout=2.0)
+    before = pacer.batch_size()
+    pacer.observe_timeout()
+    assert pacer.batch_size() < before

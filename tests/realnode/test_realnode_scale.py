@@ -1,0 +1,61 @@
+"""Shared-pool pushes at scale on a real runtime: with well over a hundred running shared
+containers (runc applies one update in tens of milliseconds, so one push takes seconds), pool
+changes back and forth, each landing while the previous push is under way, end with every
+container on the current pool, by the kernel's account, and the view saying the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from realnode.devup import wait_until
+from realnode.node import cpus_allowed
+from realnode.stack import Stack
+
+pytestmark = pytest.mark.realnode
+
+ONLINE = Path("/sys/devices/system/cpu/online").read_text().strip()
+SHARED = 120
+
+
+def wrong(pids: dict[str, int], pool: str) -> list[str]:
+    return [cid for cid, pid in pids.items() if cpus_allowed(pid) != pool]
+
+
+def test_every_shared_container_ends_on_the_current_pool(stack: Stack) -> None:
+    node, dev = stack.node, stack.dev
+    pods = [node.run_pod(f"scale-{n}") for n in range(3)]
+    containers = []
+    for index, pod in enumerate(pods):
+        names = [f"s{index}-{n}" for n in range(SHARED // len(pods))]
+        containers += node.run_containers(pod, names)
+    pids = node.pids([c.id for c in containers])
+    assert len(pids) >= SHARED
+
+    # Shrink, grow, shrink again: each change lands while the push of the previous one
+    # is still going through runc.
+    first = dev.claim("scale-a")
+    dev.release(first.name)
+    second = dev.claim("scale-b")
+    small = dev.shared_pool()
+    assert small != ONLINE
+    wait_until(lambda: not wrong(pids, small), 120, f"all {len(pids)} on {small}")
+
+    dev.release(second.name)
+    third = dev.claim("scale-c")
+    dev.release(third.name)
+    wait_until(lambda: dev.shared_pool() == ONLINE, 30, "the pool to grow back")
+    wait_until(lambda: not wrong(pids, ONLINE), 120, f"all {len(pids)} on {ONLINE}")
+
+    for cid, pid in pids.items():
+        assert node.cgroup_cpus(cid) == ONLINE, cid
+        assert cpus_allowed(pid) == ONLINE, cid
+    view = {c["container_id"]: c["cpus"] for c in dev.containers()}
+    wait_until(
+        lambda: all(c["cpus"] == ONLINE for c in dev.containers() if c["container_id"] in pids),
+        30,
+        "the view to say what the runtime has",
+    )
+    assert set(pids) <= set(view)
+    for pod in pods:
+        node.remove_pod(pod)
