@@ -55,6 +55,7 @@ def main() -> int:
         timer.daemon = True
         timer.start()
     started = time.monotonic()
+    os.environ.setdefault("DRACPU_REALNODE_PREFIX", "dracpu-soak-")
     stack = start_stack(verbosity=1)
     failed = True
     try:

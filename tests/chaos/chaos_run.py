@@ -123,6 +123,11 @@ class Chaos:
             with self._gate:
                 if self._faulting.is_set():
                     self._inject()
+                    # Like its service manager, bring a killed containerd back soon.
+                    try:
+                        self._keep_containerd()
+                    except NodeError as exc:
+                        self.report(f"chaos: containerd not back yet: {exc}")
 
     def _inject(self) -> None:
         target = self.fault_random.choice(TARGETS)
@@ -224,18 +229,25 @@ class Chaos:
         under their shims), every service restarted by `dev up` and ready."""
         wait_for(self._revived, SETTLE_TIMEOUT, "every service and containerd ready")
 
-    def _revived(self) -> bool:
+    def _keep_containerd(self) -> None:
+        """Start containerd again when it is dead (its containers live on under their
+        shims); one that died without being killed is a violation."""
         process = self.node.process
-        if process is None or process.poll() is not None:
-            if process is not None and process.pid not in self._killed_containerd:
-                self.tally.violations.append(
-                    f"containerd exited on its own ({process.returncode}): {self.node.log_tail(5)}"
-                )
-            self.node.stop()  # reaped; closes its log
-            # Without its record, start() does not treat the crashed containerd's pods and
-            # shims as leftovers of an earlier run: they must survive, as on a real node.
-            (self.node.base / RECORD).unlink(missing_ok=True)
-            self.node.start()
+        if process is not None and process.poll() is None:
+            return
+        if process is not None and process.pid not in self._killed_containerd:
+            self.tally.violations.append(
+                f"containerd exited on its own ({process.returncode}): {self.node.log_tail(5)}"
+            )
+        self.node.stop()  # reaped; closes its log
+        # Without its record, start() does not treat the crashed containerd's pods and shims
+        # as leftovers of an earlier run: they must survive, as on a real node.
+        (self.node.base / RECORD).unlink(missing_ok=True)
+        self.node.start()
+
+    def _revived(self) -> bool:
+        with self._gate:
+            self._keep_containerd()
         for name in SERVICES:
             pid = self.service_pid(name)
             if pid is None or not Path(f"/proc/{pid}").exists():

@@ -18,7 +18,10 @@ from realnode.stack import finish_stack, start_stack
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1200)]
 
 
-def test_no_invariant_breaks_under_faults() -> None:
+def test_no_invariant_breaks_under_faults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "DRACPU_REALNODE_PREFIX", os.environ.get("DRACPU_CHAOS_PREFIX", "dracpu-ch-")
+    )
     seed = int(os.environ.get("DRACPU_CHAOS_SEED") or random.randrange(1 << 32))
     faults = int(os.environ.get("DRACPU_CHAOS_FAULTS") or 100)
     stack = start_stack(verbosity=1)

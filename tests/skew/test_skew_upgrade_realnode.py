@@ -46,10 +46,10 @@ class Sampler(threading.Thread):
         self.expected = expected
         self.changes: list[str] = []
         self.samples = 0
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(SAMPLE_INTERVAL):
+        while not self._done.wait(SAMPLE_INTERVAL):
             for pid, cpus in self.expected.items():
                 try:
                     seen = (CPUSet.parse(cgroup_cpuset(pid)), CPUSet.parse(cpus_allowed(pid)))
@@ -61,7 +61,7 @@ class Sampler(threading.Thread):
             self.samples += 1
 
     def finish(self) -> list[str]:
-        self._stop.set()
+        self._done.set()
         self.join(5)
         return self.changes
 
@@ -123,6 +123,8 @@ def test_each_service_upgraded_in_turn_keeps_containers_pinned(
     for pid, cpus in expected.items():
         assert CPUSet.parse(cgroup_cpuset(pid)) == cpus
     held = claims[0]
+    base_prepare, base_pin = probe(stack, node, pod, held, pool, "baseline", time.monotonic())
+    print(f"upgrade: | none (baseline) | - | {base_prepare:.1f} s | {base_pin:.1f} s | |")
     rows = [
         upgrade(stack, node, pod, service, head, expected, pool, held)
         for service in DRIVER_SERVICES
@@ -144,7 +146,6 @@ def upgrade(
     held: Workload,
 ) -> str:
     """Replace `service` by `head`'s while the kernel is sampled; the README table row."""
-    kubelet = KubeletClient(stack.layout.kubelet_sim_socket)
     registered = stack.log("kubelet-sim").count("plugin registered")
     before = stack.builds[service].label
     sampler = Sampler(expected)
@@ -152,28 +153,21 @@ def upgrade(
     stack.stop(service)
     stopped = time.monotonic()
     problems: list[BaseException] = []
+    ready_at: list[float] = []
 
     def start() -> None:
         try:
             stack.start(service, head)
+            ready_at.append(time.monotonic())
         except BaseException as exc:
             problems.append(exc)
 
     starter = threading.Thread(target=start)
     starter.start()
-    # A prepare and a pin issued the moment the old process is gone, timed to success.
-    asyncio.run(kubelet.prepare(held.namespace, held.name, held.uid))
-    prepared = time.monotonic()
-    probe = node.run_container(pod, f"probe-{service}")
-    wait_for(
-        lambda: CPUSet.parse(node.allowed_cpus(probe.id)) == pool,
-        f"the probe container pinned after the {service} upgrade",
-    )
-    pinned = time.monotonic()
+    prepared, pinned = probe(stack, node, pod, held, pool, f"probe-{service}", stopped)
     starter.join(120)
-    ready = time.monotonic()
-    assert not problems, f"{service} from {head.label} did not start: {problems}"
-    node.remove_container(probe.id)
+    assert not problems and ready_at, f"{service} from {head.label} did not start: {problems}"
+    ready = ready_at[0]
     if service == "dra-plugin":
         wait_for(
             lambda: stack.log("kubelet-sim").count("plugin registered") > registered,
@@ -194,9 +188,42 @@ def upgrade(
     assert sampler.samples > 0
     print(f"upgrade: {service} {before} -> {head.label}: ready after {ready - stopped:.1f}s")
     return (
-        f"| {service} | {ready - stopped:.1f} s | {prepared - stopped:.1f} s "
-        f"| {pinned - stopped:.1f} s | {sampler.samples} samples, 0 changes |"
+        f"| {service} | {ready - stopped:.1f} s | {prepared:.1f} s "
+        f"| {pinned:.1f} s | {sampler.samples} samples, 0 changes |"
     )
+
+
+def probe(
+    stack: Stack,
+    node: ContainerdNode,
+    pod: str,
+    held: Workload,
+    pool: CPUSet,
+    name: str,
+    since: float,
+) -> tuple[float, float]:
+    """A prepare (the kubelet simulator re-preparing a held claim) and a pin (a new container,
+    until the kernel shows it on the shared pool) issued at once; the seconds from `since`
+    until each succeeded."""
+    kubelet = KubeletClient(stack.layout.kubelet_sim_socket)
+    done: list[float] = []
+    preparer = threading.Thread(
+        target=lambda: (
+            asyncio.run(kubelet.prepare(held.namespace, held.name, held.uid)),
+            done.append(time.monotonic()),
+        )
+    )
+    preparer.start()
+    container = node.run_container(pod, name)
+    wait_for(
+        lambda: CPUSet.parse(node.allowed_cpus(container.id)) == pool,
+        f"the {name} container pinned",
+    )
+    pinned = time.monotonic()
+    preparer.join(60)
+    assert done, f"the prepare issued with {name} did not succeed"
+    node.remove_container(container.id)
+    return done[0] - since, pinned - since
 
 
 async def _versions(stack: Stack) -> list[dict[str, object]]:
