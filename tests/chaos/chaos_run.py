@@ -42,7 +42,7 @@ SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
 TARGETS = (*SERVICES, "containerd")
 FAULT_GAP = (0.1, 0.8)  # seconds between two faults
 STOP_TIME = (0.1, 1.5)  # how long a SIGSTOPped process stays stopped
-FAULTS_PER_SETTLE = 16
+FAULTS_PER_SETTLE = 8
 SETTLE_TIMEOUT = 90.0
 MAX_CLAIMS = max(1, len(ONLINE) // 2)  # keep CPUs in the shared pool
 
