@@ -39,6 +39,7 @@ class Book:
 
     claims: dict[str, Live] = field(default_factory=dict)  # uid -> claim
     shared: dict[str, str] = field(default_factory=dict)  # container id -> pod id
+    releasing: dict[str, str] = field(default_factory=dict)  # uid -> name, release asked
     released: set[str] = field(default_factory=set)  # uids released since the last check
 
     def claimed_cpus(self) -> CPUSet:

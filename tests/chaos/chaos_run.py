@@ -192,9 +192,16 @@ class Chaos:
         for cid in list(claim.containers):
             self.node.remove_container(cid)
             del claim.containers[cid]
-        self.dev.release(claim.name)
+        # Asked for: no longer an acknowledged claim; released for good once a release
+        # succeeds (retried at the settle if this one is cut short, as the kubelet retries).
         del self.book.claims[claim.uid]
-        self.book.released.add(claim.uid)
+        self.book.releasing[claim.uid] = claim.name
+        self.dev.release(claim.name)
+        self._released(claim.uid)
+
+    def _released(self, uid: str) -> None:
+        del self.book.releasing[uid]
+        self.book.released.add(uid)
         self.tally.releases += 1
 
     def _add_claimed(self) -> None:
@@ -271,8 +278,15 @@ class Chaos:
                 if self.node.container_state(cid) != "CONTAINER_RUNNING":
                     self.node.remove_container(cid)
                     del claim.containers[cid]
-        # A prepare that failed may still have been made by the allocator, and a release cut
-        # short may have left it prepared: unprepare what the book does not hold.
+        for uid, name in list(self.book.releasing.items()):
+            try:
+                self.dev.release(name)
+            except NodeError as exc:
+                if "not found" not in str(exc):
+                    raise
+            self._released(uid)
+        # A prepare that failed may still have been made by the allocator: unprepare what the
+        # book does not hold.
         for entry in self.dev.get("/v1/claims")["claims"]:
             if entry["uid"] not in self.book.claims:
                 self._unprepare(entry)

@@ -106,17 +106,27 @@ def _export(commit: str, destination: Path) -> None:
             tar.extractall(destination, filter="data")
 
 
+def _run(argv: list[str], log: Path) -> None:
+    with log.open("a") as sink:
+        sink.write(f"$ {' '.join(argv)}\n")
+        sink.flush()
+        done = subprocess.run(argv, stdout=sink, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
+        raise AssertionError(f"{Path(argv[0]).name} failed ({done.returncode}):\n{tail}")
+
+
 def _install(release: Release, root: Path) -> None:
     source = root / "src"
     _export(release.commit, source)
+    log = root / "install.log"
     base = Path(getattr(sys, "_base_executable", sys.executable))
-    subprocess.run([str(base), "-m", "venv", str(root)], check=True)
-    pip = [str(root / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", str(source), "grpcio-tools>=1.66,<2"], check=True)
-    subprocess.run(
-        [str(root / "bin" / "python"), str(source / "tools" / "genproto.py")], check=True
-    )
+    python = str(root / "bin" / "python")
+    _run([str(base), "-m", "venv", str(root)], log)
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    _run([*pip, "--upgrade", "pip"], log)
+    _run([*pip, "-e", str(source), "grpcio-tools>=1.66,<2"], log)
+    _run([python, str(source / "tools" / "genproto.py")], log)
 
 
 def release_build(release: Release) -> Build:
