@@ -26,8 +26,14 @@ def test_head_service_among_release(
     service: str, release_run: Run, head: Build, release: Build
 ) -> None:
     bench = release_run.bench
-    away = swap(bench, service, head)
-    print(f"skew: {service} {release.label} -> {head.label}: away {away:.2f}s")
-    exercise(bench)
+    ok = False
+    try:
+        away = swap(bench, service, head)
+        print(f"skew: {service} {release.label} -> {head.label}: away {away:.2f}s")
+        exercise(bench)
+        ok = True
+    finally:
+        if not ok:  # back to the node's own build, so the next case starts clean
+            bench.stack.replace(service, release)
     swap(bench, service, release)
     exercise(bench)

@@ -26,8 +26,14 @@ def test_release_service_among_head(
     service: str, head_run: Run, head: Build, release: Build
 ) -> None:
     bench = head_run.bench
-    away = swap(bench, service, release)
-    print(f"skew: {service} {head.label} -> {release.label}: away {away:.2f}s")
-    exercise(bench)
+    ok = False
+    try:
+        away = swap(bench, service, release)
+        print(f"skew: {service} {head.label} -> {release.label}: away {away:.2f}s")
+        exercise(bench)
+        ok = True
+    finally:
+        if not ok:  # back to the node's own build, so the next case starts clean
+            bench.stack.replace(service, head)
     swap(bench, service, head)
     exercise(bench)
