@@ -29,7 +29,9 @@ class AllocatorAPI(Protocol):
 
 
 class AllocatorClient:
-    """AllocatorAPI over a unix-socket channel; gRPC reconnects by itself."""
+    """AllocatorAPI over a unix-socket channel; gRPC reconnects by itself. Calls wait for the
+    channel (up to their timeout) instead of failing at once while it is still backing off
+    from an allocator restart: the allocator may already serve again."""
 
     def __init__(self, socket_path: str, timeout: float = 1.5) -> None:
         self.socket_path = socket_path
@@ -47,7 +49,7 @@ class AllocatorClient:
             container=container, claims={uid: cpus.format() for uid, cpus in claims.items()}
         )
         reply: allocator_pb2.AttachContainerResponse = await rpc.call(
-            self._stub.AttachContainer(request, timeout=self.timeout),
+            self._stub.AttachContainer(request, timeout=self.timeout, wait_for_ready=True),
             f"attach container {container.container_id} to claims {sorted(claims)}",
         )
         return reply
@@ -55,7 +57,7 @@ class AllocatorClient:
     async def detach(self, container_id: str) -> None:
         request = allocator_pb2.DetachContainerRequest(container_id=container_id)
         await rpc.call(
-            self._stub.DetachContainer(request, timeout=self.timeout),
+            self._stub.DetachContainer(request, timeout=self.timeout, wait_for_ready=True),
             f"detach container {container_id}",
         )
 
@@ -66,14 +68,16 @@ class AllocatorClient:
             container=container, claims={uid: cpus.format() for uid, cpus in claims.items()}
         )
         reply: allocator_pb2.AdoptResponse = await rpc.call(
-            self._stub.Adopt(request, timeout=self.timeout),
+            self._stub.Adopt(request, timeout=self.timeout, wait_for_ready=True),
             f"adopt claims of container {container.container_id}",
         )
         return reply
 
     async def shared_pool(self) -> allocator_pb2.SharedPool:
         reply: allocator_pb2.SharedPool = await rpc.call(
-            self._stub.GetSharedPool(allocator_pb2.GetSharedPoolRequest(), timeout=self.timeout),
+            self._stub.GetSharedPool(
+                allocator_pb2.GetSharedPoolRequest(), timeout=self.timeout, wait_for_ready=True
+            ),
             "get the shared pool",
         )
         return reply
