@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from dracpu.allocator import opaque
-from dracpu.allocator.algorithm import take_cpus
 from dracpu.allocator.devices import CPU_CAPACITY, DRIVER, Device, DeviceModel
+from dracpu.allocator.isolation import take_with_isolation
 from dracpu.allocator.quantity import cpu_count
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import (
@@ -142,8 +142,20 @@ class NodeState:
         return CPUSet.from_mask(mask)
 
     @cached_property
-    def shared(self) -> CPUSet:
+    def free(self) -> CPUSet:
+        """CPUs a new claim may take."""
         return self.online - self.reserved - self.exclusive
+
+    @cached_property
+    def shared(self) -> CPUSet:
+        """Where containers without a claim run: the free CPUs that are not isolated, or all
+        free CPUs when every one of them is isolated (a container must run somewhere)."""
+        free = self.free
+        return (free - self.machine.isolated) or free
+
+    @property
+    def shared_on_isolated(self) -> bool:
+        return bool(self.shared & self.machine.isolated)
 
     def owner_of(self, cpus: CPUSet) -> ClaimRecord | None:
         for record in self.records.values():
@@ -222,7 +234,7 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
     """Choose the CPUs for every result of a new claim, or raise the precise error."""
     _check_results(request)
     uid = request.uid
-    free = state.shared
+    free = state.free
     assigned = CPUSet()
     allocations: list[Allocation] = []
     mode = state.devices.mode
@@ -254,8 +266,11 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
             )
             policy = opaque.describe_policy(chosen)
             available = (free & device.cpus) - assigned
+            isolation = opaque.isolation_preference(request.configs, result.request, DRIVER)
+            if isolation:
+                policy = f"{policy}+isolated-{isolation}"
             try:
-                cpus = take_cpus(state.machine, available, count, chosen)
+                cpus = take_with_isolation(state.machine, available, count, chosen, isolation)
             except InsufficientCPUsError as exc:
                 raise InsufficientCPUsError(
                     f"{where}: cannot take {count} CPUs ({policy}) from {len(available)} free "
@@ -585,7 +600,11 @@ def adopt(
 def retopologize(state: NodeState, machine: Machine, devices: DeviceModel) -> NodeState:
     """The inventory or configuration changed: records keep their CPUs (a claim is never
     silently dropped); the shared pool follows the new online set."""
-    pool_changed = machine.online != state.online or devices.options.reserved != state.reserved
+    pool_changed = (
+        machine.online != state.online
+        or devices.options.reserved != state.reserved
+        or machine.isolated != state.machine.isolated
+    )
     return replace(
         state,
         machine=machine,
@@ -606,7 +625,7 @@ class Summary:
 def summary(state: NodeState) -> Summary:
     return Summary(
         allocated=len(state.exclusive),
-        available=len(state.shared),
+        available=len(state.free),
         reserved=len(state.reserved & state.online),
         active_claims=len(state.records),
         online=len(state.online),

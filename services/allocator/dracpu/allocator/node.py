@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,6 +49,8 @@ class SharedPoolView:
     online: CPUSet
     exclusive: CPUSet
     generation: int
+    isolated: CPUSet = field(default_factory=CPUSet)
+    on_isolated: bool = False
 
 
 def pool_view(state: claims.NodeState) -> SharedPoolView:
@@ -58,6 +60,8 @@ def pool_view(state: claims.NodeState) -> SharedPoolView:
         online=state.online,
         exclusive=state.exclusive,
         generation=state.pool_generation,
+        isolated=state.machine.isolated,
+        on_isolated=state.shared_on_isolated,
     )
 
 
@@ -348,6 +352,18 @@ class NodeAllocator:
             self._metrics["dra_cpu_reserved_cpus"].set(summary.reserved)
             self._metrics["dra_cpu_resource_claims_active"].set(summary.active_claims)
         if previous is None or previous.pool_generation != state.pool_generation:
+            if state.shared_on_isolated and (previous is None or not previous.shared_on_isolated):
+                log.warning(
+                    "shared pool runs on isolated CPUs: no other CPU is free",
+                    shared=state.shared.format(),
+                    isolated=state.machine.isolated.format(),
+                )
+            elif (
+                previous is not None
+                and previous.shared_on_isolated
+                and not state.shared_on_isolated
+            ):
+                log.info(0, "shared pool left the isolated CPUs", shared=state.shared.format())
             view = pool_view(state)
             for queue in self._watchers:
                 queue.put_nowait(view)

@@ -95,6 +95,8 @@ def pool_to_proto(view: SharedPoolView) -> Any:
         online=view.online.format(),
         exclusive=view.exclusive.format(),
         generation=view.generation,
+        isolated=view.isolated.format(),
+        on_isolated=view.on_isolated,
     )
 
 

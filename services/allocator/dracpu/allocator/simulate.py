@@ -15,7 +15,9 @@ from typing import Any
 
 import yaml
 
-from dracpu.allocator.algorithm import Policy, take_cpus
+from dracpu.allocator.algorithm import Policy
+from dracpu.allocator.isolation import CHOICES as ISOLATION_CHOICES
+from dracpu.allocator.isolation import take_with_isolation
 from dracpu.core.cli import ArgumentParser, run
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, InvalidInputError
@@ -67,6 +69,12 @@ def build_parser() -> ArgumentParser:
         help="with --distribute-numa: hand CPUs out in groups of N (default 1)",
     )
     parser.add_argument("--full-pcpus-only", action="store_true", help="only whole physical cores")
+    parser.add_argument(
+        "--isolated",
+        choices=ISOLATION_CHOICES,
+        help="as cpuConfig.isolated: the kernel's isolated CPUs of the topology "
+        "(default: other CPUs first)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON object")
     return parser
 
@@ -108,12 +116,15 @@ def within_topology(flag: str, cpus: CPUSet, machine: Machine) -> CPUSet:
 
 def placement(machine: Machine, cpus: CPUSet) -> dict[str, Any]:
     chosen = [machine.by_id[cpu] for cpu in cpus]
-    return {
+    result: dict[str, Any] = {
         "cpus": cpus.format(),
         "numaNodes": sorted({c.numa_node_id for c in chosen}),
         "sockets": sorted({c.socket_id for c in chosen}),
         "uncoreCaches": sorted({c.uncore_cache_id for c in chosen if c.uncore_cache_id >= 0}),
     }
+    if machine.isolated:
+        result["isolated"] = (cpus & machine.isolated).format()
+    return result
 
 
 def simulate(args: argparse.Namespace) -> int:
@@ -131,7 +142,7 @@ def simulate(args: argparse.Namespace) -> int:
         distribute_numa=args.distribute_numa,
         group_size=1 if args.group_size is None else args.group_size,
     )
-    cpus = take_cpus(machine, available - reserved, args.count, policy)
+    cpus = take_with_isolation(machine, available - reserved, args.count, policy, args.isolated)
     if args.json:
         print(json.dumps(placement(machine, cpus)))
     else:

@@ -282,6 +282,13 @@ class SharedPoolView(Model):
     online: str
     online_count: int
     generation: int
+    isolated: str = Field(
+        default="", description="the kernel's isolated CPUs; kept out of the pool when possible"
+    )
+    on_isolated: bool = Field(
+        default=False,
+        description="no other CPU is free, so containers without a claim run on isolated CPUs",
+    )
 
 
 class ContainerView(Model):

@@ -253,6 +253,7 @@ def shared_pool(reply: Any) -> models.SharedPoolView:
     reserved, reserved_count = parsed(reply.reserved, "the reserved CPUs")
     exclusive, exclusive_count = parsed(reply.exclusive, "the exclusive CPUs")
     online, online_count = parsed(reply.online, "the online CPUs")
+    isolated, _ = parsed(reply.isolated, "the isolated CPUs")
     return models.SharedPoolView(
         cpus=shared,
         cpu_count=shared_count,
@@ -263,6 +264,8 @@ def shared_pool(reply: Any) -> models.SharedPoolView:
         online=online,
         online_count=online_count,
         generation=reply.generation,
+        isolated=isolated,
+        on_isolated=reply.on_isolated,
     )
 
 

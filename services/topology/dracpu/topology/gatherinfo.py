@@ -43,6 +43,8 @@ def build_report(machine: Machine, config: DriverConfig) -> dict[str, Any]:
             "online": machine.online.format(),
             "smtControl": machine.smt_control,
             "skipped": list(machine.skipped),
+            "isolated": machine.isolated.format(),
+            "nohzFull": machine.nohz_full.format(),
             "fingerprint": machine.fingerprint,
             "cpus": machine.to_report_cpus(),
         },
