@@ -156,6 +156,15 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
             group_by=model.group_by,
             devices=[device_to_proto(d) for d in model.devices],
             uses_list_attributes=model.uses_list_attributes,
+            health={
+                name: pb.DeviceHealth(
+                    status=entry.status,
+                    message=entry.message,
+                    missing_cpus=entry.missing.format(),
+                    since_unix=int(entry.since),
+                )
+                for name, entry in self.node.device_health.entries.items()
+            },
         )
 
     @rpc_errors

@@ -208,6 +208,15 @@ class Consumption(Model):
     claims: list[str] = Field(description="UIDs of the prepared claims using the device")
 
 
+class DeviceHealthView(Model):
+    status: Literal["Healthy", "Unhealthy", "Unknown"] = Field(
+        description="Unhealthy: CPUs of the device are offline; Unknown: topology unreadable"
+    )
+    message: str
+    missing_cpus: str = Field(description="CPUs the device had that are offline or gone")
+    since: datetime | None = Field(description="when the status last changed")
+
+
 class DeviceView(Model):
     name: str
     cpus: str
@@ -215,6 +224,9 @@ class DeviceView(Model):
     capacity: dict[str, str]
     allow_multiple_allocations: bool
     consumed: Consumption
+    health: DeviceHealthView | None = Field(
+        default=None, description="as the kubelet is told; unset from allocators without health"
+    )
 
 
 class Publication(Model):
@@ -233,6 +245,10 @@ class DevicesView(Model):
     generation: int
     devices: list[DeviceView]
     publication: Annotated[Publication | Unavailable, Field(discriminator="status")]
+    withdrawn: dict[str, DeviceHealthView] = Field(
+        default_factory=dict,
+        description="devices no longer published because their CPUs went offline",
+    )
 
 
 # ---- claims, shared pool, containers --------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from dracpu.api import models
 from dracpu.core.cpuset import CPUSet
@@ -170,8 +170,12 @@ def devices(
                 consumed=models.Consumption(
                     cpus=used.format(), count=len(used), claims=sorted(users.get(device.name, []))
                 ),
+                health=device_health(reply.health[device.name])
+                if device.name in reply.health
+                else None,
             )
         )
+    published = {device.name for device in reply.devices}
     return models.DevicesView(
         driver=reply.driver,
         mode=reply.mode,
@@ -179,6 +183,23 @@ def devices(
         generation=reply.generation,
         devices=views,
         publication=publication,
+        withdrawn={
+            name: device_health(entry)
+            for name, entry in sorted(reply.health.items())
+            if name not in published
+        },
+    )
+
+
+def device_health(entry: Any) -> models.DeviceHealthView:
+    status: Literal["Healthy", "Unhealthy", "Unknown"] = "Unknown"
+    if entry.status in ("Healthy", "Unhealthy"):
+        status = entry.status
+    return models.DeviceHealthView(
+        status=status,
+        message=entry.message,
+        missing_cpus=cpuset(entry.missing_cpus, "allocator", "device health").format(),
+        since=timestamp(entry.since_unix),
     )
 
 

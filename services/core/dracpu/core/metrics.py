@@ -78,6 +78,20 @@ SPECS: tuple[MetricSpec, ...] = (
         "allocator",
     ),
     MetricSpec(
+        "dra_cpu_devices",
+        "gauge",
+        "Published devices (and devices withdrawn because their CPUs went offline) by health.",
+        "allocator",
+        labels=("health",),
+    ),
+    MetricSpec(
+        "dra_cpu_device_unhealthy",
+        "gauge",
+        "1 for each device that is Unhealthy (CPUs offline) or Unknown (topology unreadable).",
+        "allocator",
+        labels=("device", "health"),
+    ),
+    MetricSpec(
         "dra_cpu_prepare_claims_total",
         "counter",
         "Per-claim PrepareResourceClaims results.",

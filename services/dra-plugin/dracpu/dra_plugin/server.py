@@ -172,6 +172,7 @@ async def serve(args: argparse.Namespace) -> int:
         asyncio.create_task(registration.watchdog(paths.registrar_dir, args.registration_timeout)),
         asyncio.create_task(publisher.run()),
         asyncio.create_task(track_registration()),
+        asyncio.create_task(device_health.follow(allocator.list_devices, args.poll_interval)),
     ]
     await stop.wait()
     log.info(2, "shutting down")
