@@ -463,6 +463,8 @@ def test_introspect_metrics_describes_every_metric() -> None:
         "dra_cpu_unprepare_claims_total",
         "dra_cpu_prepare_claim_duration_seconds",
         "dra_cpu_claim_allocated_cpus",
+        "dra_cpu_devices",
+        "dra_cpu_device_unhealthy",
     }
     by_name = {m["name"]: m for m in described}
     assert by_name["dra_cpu_prepare_claims_total"]["labels"] == ["result"]
