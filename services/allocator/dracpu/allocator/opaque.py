@@ -22,9 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, cast
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import TYPE_CHECKING, cast
 
 from dracpu.allocator.algorithm import Policy
 from dracpu.allocator.isolation import CHOICES as ISOLATION_CHOICES
@@ -35,6 +33,9 @@ from dracpu.core.errors import CPUSetError, InvalidInputError
 API_VERSION = "v1alpha1"
 FROM_CLAIM = "FromClaim"
 FROM_CLASS = "FromClass"
+
+if TYPE_CHECKING:
+    from dracpu.allocator.opaque_schema import CPUConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,45 +48,12 @@ class OpaqueConfig:
     parameters: bytes
 
 
-class _CPUConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    cpuset: str | None = None
-    strategy: Literal["packed", "spread"] | None = None
-    full_pcpus_only: bool | None = Field(default=None, alias="fullPCPUsOnly")
-    distribute_across_numa: bool | None = Field(default=None, alias="distributeAcrossNUMA")
-    group_size: int | None = Field(default=None, alias="groupSize", ge=1)
-    align_uncore_cache: bool | None = Field(default=None, alias="alignUncoreCache")
-    isolated: str | None = None
-
-    def policy_fields(self) -> list[str]:
-        return [
-            alias
-            for name, alias in (
-                ("strategy", "strategy"),
-                ("full_pcpus_only", "fullPCPUsOnly"),
-                ("distribute_across_numa", "distributeAcrossNUMA"),
-                ("group_size", "groupSize"),
-                ("align_uncore_cache", "alignUncoreCache"),
-                ("isolated", "isolated"),
-            )
-            if getattr(self, name) is not None
-        ]
-
-
-class _Parameters(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    api_version: str = Field(alias="apiVersion")
-    cpu_config: _CPUConfig = Field(alias="cpuConfig")
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimParameters:
     """Parsed parameters: an explicit cpuset, or placement policy fields (or neither)."""
 
     cpuset: CPUSet | None
-    cpu_config: _CPUConfig
+    cpu_config: CPUConfig
 
 
 def parse_parameters(raw: bytes) -> ClaimParameters:
@@ -100,8 +68,13 @@ def parse_parameters(raw: bytes) -> ClaimParameters:
         raise InvalidInputError(
             f"opaque config: unsupported apiVersion {version!r} (supported: {API_VERSION})"
         )
+    # The schema library loads with the first claim that carries a configuration.
+    from pydantic import ValidationError
+
+    from dracpu.allocator.opaque_schema import Parameters
+
     try:
-        parsed = _Parameters.model_validate(document)
+        parsed = Parameters.model_validate(document)
     except ValidationError as exc:
         first = exc.errors()[0]
         location = ".".join(str(p) for p in first["loc"])

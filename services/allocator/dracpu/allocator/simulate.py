@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dracpu.allocator.algorithm import Policy
 from dracpu.allocator.isolation import CHOICES as ISOLATION_CHOICES
 from dracpu.allocator.isolation import take_with_isolation
@@ -80,6 +78,8 @@ def build_parser() -> ArgumentParser:
 
 
 def load_machine(path: str) -> Machine:
+    import yaml
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

@@ -6,6 +6,7 @@ A part of an answer that comes from a service that is down is an `Unavailable` o
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -127,10 +128,33 @@ class TopologySummary(Model):
     core_types: dict[str, int] = Field(description="core type -> number of CPUs")
 
 
+class DriverConfigView(BaseModel):
+    """The effective driver configuration, spelled as the configuration file spells it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    api_version: Literal["v1alpha1"] | None = Field(default=None, alias="apiVersion")
+    cpu_device_mode: Literal["grouped", "individual"] = Field(
+        default="grouped", alias="cpuDeviceMode"
+    )
+    group_by: Literal["numanode", "socket", "machine"] = Field(default="numanode", alias="groupBy")
+    reserved_cpus: str = Field(default="", alias="reservedCPUs")
+    hostname_override: str = Field(default="", alias="hostnameOverride")
+    kubeconfig: str = Field(default="", alias="kubeconfig")
+    publish_node_allocatable_resource_mapping: bool = Field(
+        default=False, alias="publishNodeAllocatableResourceMapping"
+    )
+    sysfs_root: str = Field(default="", alias="sysfsRoot")
+
+    @classmethod
+    def of(cls, config: DriverConfig) -> DriverConfigView:
+        return cls.model_validate(asdict(config))
+
+
 class NodeView(Model):
     node_name: str
     topology: Annotated[TopologySummary | Unavailable, Field(discriminator="status")]
-    config: DriverConfig = Field(description="the effective driver configuration")
+    config: DriverConfigView = Field(description="the effective driver configuration")
     versions: list[VersionOrUnavailable] = Field(description="api first, then the four services")
 
 

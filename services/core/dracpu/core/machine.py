@@ -12,11 +12,13 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, InvalidInputError
-from dracpu.pb.topology.v1 import topology_pb2
+
+if TYPE_CHECKING:
+    from dracpu.pb.topology.v1 import topology_pb2
 
 CORE_TYPES = ("p-core", "e-core", "standard")
 
@@ -230,6 +232,9 @@ class Machine:
     # ---- protobuf ------------------------------------------------------------------------
 
     def to_proto(self) -> topology_pb2.Inventory:
+        # Imported here: reports and simulations never touch protobuf.
+        from dracpu.pb.topology.v1 import topology_pb2
+
         return topology_pb2.Inventory(
             cpus=[
                 topology_pb2.CPU(

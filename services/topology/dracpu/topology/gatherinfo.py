@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dracpu.core import __version__
 from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run
@@ -54,6 +52,8 @@ def build_report(machine: Machine, config: DriverConfig) -> dict[str, Any]:
 
 def render(report: dict[str, Any]) -> str:
     """YAML starting with `---`, so reports from many nodes concatenate into one stream."""
+    import yaml
+
     body = yaml.safe_dump(report, sort_keys=False, default_flow_style=False, width=1000)
     return "---\n" + body
 
