@@ -2,8 +2,8 @@
 
 Starts topology (on a sysfs fixture), allocator, dra-plugin (cluster folder), nri-plugin (no
 runtime: it waits for one, as in a pod whose runtime restarts) and api (loopback), the
-simulators off, exactly as `dracpu dev up` would. Prints each service's RSS (VmRSS of
-/proc/<pid>/status) once all are ready and again after 1,000 claims were prepared through the
+simulators off, exactly as `dracpu dev up` would. Prints each service's RSS and PSS (from
+/proc/<pid>/smaps_rollup) once all are ready and again after 1,000 claims were prepared through the
 dra-plugin by the kubelet stand-in (and /v1/devices and /v1/claims read once through the api).
 
 Then times the CLI commands that talk to no service (`dracpu --help`, `dracpu version`,
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import shutil
 import signal
 import statistics
@@ -56,11 +57,15 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+def memory_mb(pid: int) -> tuple[float, float]:
+    """(RSS, PSS): RSS counts every shared library page in full in every process; PSS splits
+    shared pages among the processes mapping them, so the sum of PSS is what the pod holds."""
+    values = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("Rss", "Pss"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values.get("Rss", 0.0), values.get("Pss", 0.0)
 
 
 async def wait_serving(socket: Path, proc: subprocess.Popen[bytes], name: str) -> None:
@@ -121,9 +126,11 @@ def write_claims(cluster: Path, count: int, numa_nodes: int) -> list[Claim]:
 
 
 def print_rss(label: str, procs: dict[str, subprocess.Popen[bytes]]) -> None:
-    sizes = {name: rss_mb(proc.pid) for name, proc in procs.items()}
-    parts = "  ".join(f"{name}={size:5.1f}" for name, size in sizes.items())
-    print(f"RSS MB {label:<22} {parts}  total={sum(sizes.values()):6.1f}")
+    sizes = {name: memory_mb(proc.pid) for name, proc in procs.items()}
+    for kind, index in (("RSS", 0), ("PSS", 1)):
+        parts = "  ".join(f"{name}={size[index]:5.1f}" for name, size in sizes.items())
+        total = sum(size[index] for size in sizes.values())
+        print(f"{kind} MB {label:<20} {parts}  total={total:6.1f}")
 
 
 async def services(args: argparse.Namespace) -> None:
@@ -198,16 +205,25 @@ async def services(args: argparse.Namespace) -> None:
 
 
 def cli(args: argparse.Namespace) -> None:
-    for command in CLI_COMMANDS:
-        argv = [str(BIN / command[0]), *command[1:]]
-        samples = []
+    """Wall time and CPU time (user + system) of each command in a fresh process; the bare
+    interpreter first, as the floor. CPU time is what the command costs on a busy node."""
+    commands = [(sys.executable, "-c", "pass"), *CLI_COMMANDS]
+    for command in commands:
+        argv = [command[0] if "/" in command[0] else str(BIN / command[0]), *command[1:]]
+        wall, cpu = [], []
         for _ in range(args.runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-            samples.append((time.perf_counter() - start) * 1000)
+            wall.append((time.perf_counter() - start) * 1000)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            cpu.append(used * 1000)
+        label = "python -c pass" if command[0] == sys.executable else " ".join(command)
         print(
-            f"CLI {' '.join(command):<28} n={len(samples):<4} "
-            f"p50={statistics.median(samples):6.1f} ms  p99={percentile(samples, 0.99):6.1f} ms"
+            f"CLI {label:<28} n={len(wall):<4} wall p50={statistics.median(wall):6.1f} "
+            f"p99={percentile(wall, 0.99):6.1f} ms  cpu p50={statistics.median(cpu):6.1f} "
+            f"p99={percentile(cpu, 0.99):6.1f} ms"
         )
 
 

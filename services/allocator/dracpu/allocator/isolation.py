@@ -10,12 +10,14 @@ every claim.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
-from dracpu.allocator.algorithm import Policy, take_cpus
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InsufficientCPUsError
-from dracpu.core.machine import Machine
+
+if TYPE_CHECKING:
+    from dracpu.allocator.algorithm import Policy
+    from dracpu.core.machine import Machine
 
 Isolation = Literal["prefer", "require", "avoid"]
 CHOICES: tuple[str, ...] = get_args(Isolation)
@@ -29,6 +31,9 @@ def take_with_isolation(
     isolation: Isolation | None,
 ) -> CPUSet:
     """`count` CPUs of `available`, placed by `policy` within the side `isolation` asks for."""
+    # Imported here so `dracpu simulate --help` can name the choices without the algorithm.
+    from dracpu.allocator.algorithm import take_cpus
+
     isolated = available & machine.isolated
     others = available - isolated
     if isolation == "require":

@@ -11,15 +11,16 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dracpu.allocator.algorithm import Policy
 from dracpu.allocator.isolation import CHOICES as ISOLATION_CHOICES
 from dracpu.allocator.isolation import take_with_isolation
 from dracpu.core.cli import ArgumentParser, run
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, InvalidInputError
-from dracpu.core.machine import Machine
+
+if TYPE_CHECKING:
+    from dracpu.core.machine import Machine
 
 PROG = "dracpu simulate"
 
@@ -78,7 +79,10 @@ def build_parser() -> ArgumentParser:
 
 
 def load_machine(path: str) -> Machine:
+    # Imported here, as in simulate(): `--help` and bad flags need none of it.
     import yaml
+
+    from dracpu.core.machine import Machine
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -128,6 +132,8 @@ def placement(machine: Machine, cpus: CPUSet) -> dict[str, Any]:
 
 
 def simulate(args: argparse.Namespace) -> int:
+    from dracpu.allocator.algorithm import Policy
+
     machine = load_machine(args.topology)
     reserved = within_topology("--reserved", parse_cpuset("--reserved", args.reserved), machine)
     available = (

@@ -26,7 +26,6 @@ from dracpu.dra_plugin import health as health_service
 from dracpu.dra_plugin import kubelet_api
 from dracpu.dra_plugin.allocator_client import AllocatorClient
 from dracpu.dra_plugin.cluster import Cluster
-from dracpu.dra_plugin.folder import ClusterFolder
 from dracpu.dra_plugin.metadata import MetadataWriter
 from dracpu.dra_plugin.node_service import NodeService
 from dracpu.dra_plugin.paths import DEFAULT_KUBELET_ROOT, DRIVER_NAME, KubeletPaths
@@ -89,6 +88,8 @@ async def serve(args: argparse.Namespace) -> int:
     node = cfg.node_name()
     cluster: Cluster
     if args.cluster_dir:
+        from dracpu.dra_plugin.folder import ClusterFolder  # development runs only
+
         cluster = ClusterFolder(args.cluster_dir)
     else:
         from dracpu.dra_plugin.kube import KubernetesAPI

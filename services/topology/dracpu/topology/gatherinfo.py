@@ -13,15 +13,16 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dracpu.core import __version__
 from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run
 from dracpu.core.config import DriverConfig, add_config_flags, load
 from dracpu.core.errors import StateError
-from dracpu.core.machine import Machine
-from dracpu.topology.discovery import discover
+
+if TYPE_CHECKING:
+    from dracpu.core.machine import Machine
 
 PROG = "dracpu gatherinfo"
 LAYOUT_VERSION = "v1"
@@ -94,6 +95,8 @@ def build_parser() -> ArgumentParser:
 
 
 def _gather(args: argparse.Namespace) -> int:
+    from dracpu.topology.discovery import discover  # `--help` needs no discovery
+
     config = load(args)
     machine = discover(config.effective_sysfs_root())
     text = render(build_report(machine, config))
