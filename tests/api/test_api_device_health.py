@@ -1,5 +1,5 @@
 """/v1/devices carries each device's health as the allocator judges it, and the devices
-withdrawn because their CPUs went offline."""
+withdrawn because their CPUs went offline; /v1/shared-pool says when it runs on isolated CPUs."""
 
 from __future__ import annotations
 
@@ -37,3 +37,17 @@ def test_an_allocator_without_health_leaves_it_unset() -> None:
     view = translate.devices(reply, pb.ClaimList(), UNAVAILABLE)
     assert view.devices[0].health is None
     assert view.withdrawn == {}
+
+
+def test_shared_pool_says_when_it_runs_on_isolated_cpus() -> None:
+    reply = pb.SharedPool(
+        cpus="2-3", reserved="", online="0-3", exclusive="0-1", generation=2,
+        isolated="2-3", on_isolated=True,
+    )  # fmt: skip
+    view = translate.shared_pool(reply)
+    assert (view.cpus, view.isolated, view.on_isolated) == ("2-3", "2-3", True)
+
+
+def test_shared_pool_of_an_older_allocator_has_no_isolation() -> None:
+    view = translate.shared_pool(pb.SharedPool(cpus="0-3", online="0-3", generation=1))
+    assert (view.isolated, view.on_isolated) == ("", False)
