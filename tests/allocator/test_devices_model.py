@@ -37,6 +37,8 @@ def test_numa_grouping_on_the_two_socket_xeon(machines: Machines) -> None:
         "dra.cpu/numCPUs": 18,
         "dra.net/numaNode": 0,
         "dra.cpu/numaNodeID": 0,
+        "dra.cpu/numIsolatedCPUs": 0,
+        "dra.cpu/numNohzFullCPUs": 0,
     }
     assert dict(second.attributes)["dra.cpu/socketID"] == 1
     assert dict(first.capacity) == {"dra.cpu/cpu": "18"}
@@ -54,6 +56,8 @@ def test_socket_grouping_on_epyc_nps4(machines: Machines) -> None:
         "dra.cpu/socketID": 1,
         "dra.cpu/numCPUs": 128,
         "dra.cpu/smtEnabled": True,
+        "dra.cpu/numIsolatedCPUs": 0,
+        "dra.cpu/numNohzFullCPUs": 0,
     }
     assert dict(model.devices[1].capacity) == {"dra.cpu/cpu": "128"}
 
@@ -71,7 +75,12 @@ def test_machine_grouping_publishes_only_size_and_smt(machines: Machines) -> Non
     (device,) = model.devices
     assert device.name == "cpudevmachine"
     assert device.cpus == CPUSet.parse("2-7")
-    assert dict(device.attributes) == {"dra.cpu/smtEnabled": True, "dra.cpu/numCPUs": 6}
+    assert dict(device.attributes) == {
+        "dra.cpu/smtEnabled": True,
+        "dra.cpu/numCPUs": 6,
+        "dra.cpu/numIsolatedCPUs": 0,
+        "dra.cpu/numNohzFullCPUs": 0,
+    }
     assert dict(device.capacity) == {"dra.cpu/cpu": "6"}
     assert model.group_by == "machine"
 
@@ -137,6 +146,8 @@ def test_individual_attributes(machines: Machines) -> None:
         "dra.cpu/cpuID": 21,
         "dra.net/numaNode": 0,
         "dra.cpu/numaNodeID": 0,
+        "dra.cpu/isolated": False,
+        "dra.cpu/nohzFull": False,
     }
     assert not device.capacity
     assert not device.allow_multiple_allocations

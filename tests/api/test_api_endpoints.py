@@ -180,6 +180,8 @@ async def test_shared_pool_counts(client: httpx.AsyncClient) -> None:
         "online": "0-39",
         "online_count": 40,
         "generation": 4,
+        "isolated": "",
+        "on_isolated": False,
     }
 
 

@@ -94,11 +94,11 @@ class Node:
 
         await eventually(serving, timeout=30, what=f"{name} SERVING")
 
-    async def start_topology(self) -> None:
+    async def start_topology(self, *extra: str) -> None:
         self._spawn(
             "topology",
             [str(BIN / "dracpu-topology"), "--socket", str(self.sock("topology")),
-             "--sysfs-root", str(self.sysfs), "-v", "2"],
+             "--sysfs-root", str(self.sysfs), "-v", "2", *extra],
         )  # fmt: skip
         await self._ready("topology", self.sock("topology"))
 

@@ -470,6 +470,8 @@ def test_introspect_metrics_describes_every_metric() -> None:
         "dra_cpu_nri_runtime_disconnects_total",
         "dra_cpu_nri_unpinned_window_seconds",
         "dra_cpu_nri_repinned_containers_total",
+        "dra_cpu_devices",
+        "dra_cpu_device_unhealthy",
     }
     by_name = {m["name"]: m for m in described}
     assert by_name["dra_cpu_prepare_claims_total"]["labels"] == ["result"]

@@ -40,6 +40,8 @@ class Expected:
     core_types: dict[str, str] = field(default_factory=dict)  # default: all standard
     pcie: dict[str, str] = field(default_factory=dict)
     smt_control: str = "on"
+    isolated: str = ""
+    nohz_full: str = ""
 
 
 def summary(
@@ -154,6 +156,41 @@ EXPECTED: dict[str, Expected] = {
         cores=["0,8", "1", "2,10", "3,11", "12", "13", "6,14", "7,15"],
         core_id=lambda cpu: cpu % 8,
     ),
+    # Isolation lists name CPUs by id; discovery takes them as written.
+    "isolated-rt": Expected(
+        summary=summary(16, 8, 1, 1, 1, True),
+        online="0-15",
+        sockets={0: "0-15"},
+        numa={0: "0-15"},
+        l3={0: "0-15"},
+        cores=[f"{c},{c + 8}" for c in range(8)],
+        core_id=lambda cpu: cpu % 8,
+        isolated="2-3,6,10-11,14",
+        nohz_full="2-3,6,10-11,14",
+    ),
+    "isolated-2numa": Expected(
+        summary=summary(16, 8, 2, 2, 2, True),
+        online="0-15",
+        sockets={0: "0-3,8-11", 1: "4-7,12-15"},
+        numa={0: "0-3,8-11", 1: "4-7,12-15"},
+        l3={0: "0-3,8-11", 1: "4-7,12-15"},
+        cores=[f"{c},{c + 8}" for c in range(8)],
+        core_id=lambda cpu: cpu % 4,
+        isolated="5-7,13-15",
+        nohz_full="6-7,14-15",
+    ),
+    # No nohz_full file at all: a kernel built without NO_HZ_FULL.
+    "isolated-all": Expected(
+        summary=summary(2, 2, 0, 1, 1, False),
+        online="0-1",
+        sockets={0: "0-1"},
+        numa={0: "0-1"},
+        l3={},
+        cores=["0", "1"],
+        core_id=lambda cpu: cpu,
+        smt_control="notsupported",
+        isolated="0-1",
+    ),
     # Two NUMA nodes of 8 cores per socket share the socket's L3.
     "snc": Expected(
         summary=summary(64, 32, 2, 2, 4, True),
@@ -206,6 +243,8 @@ def test_full_inventory(name: str, machines: dict[str, Machine]) -> None:
     assert machine.cpu_set.format() == want.online
     assert machine.skipped == ()
     assert machine.smt_control == want.smt_control
+    assert machine.isolated.format() == want.isolated
+    assert machine.nohz_full.format() == want.nohz_full
     assert {k: v.format() for k, v in machine.sockets.items()} == want.sockets
     assert {k: v.format() for k, v in machine.numa_nodes.items()} == want.numa
     caches = {k: v.format() for k, v in machine.uncore_caches.items() if k >= 0}
@@ -244,6 +283,8 @@ def test_report_and_proto_replay_the_same_machine(name: str, machines: dict[str,
                 "cpus": machine.to_report_cpus(),
                 "online": machine.online.format(),
                 "smtControl": machine.smt_control,
+                "isolated": machine.isolated.format(),
+                "nohzFull": machine.nohz_full.format(),
             },
         }
     )
@@ -252,6 +293,7 @@ def test_report_and_proto_replay_the_same_machine(name: str, machines: dict[str,
         assert replay.to_report_cpus() == machine.to_report_cpus()
         assert replay.fingerprint == machine.fingerprint
         assert replay.smt_control == machine.smt_control
+        assert (replay.isolated, replay.nohz_full) == (machine.isolated, machine.nohz_full)
 
 
 def test_fingerprints_tell_fixtures_apart(machines: dict[str, Machine]) -> None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dracpu.core.errors import InvalidInputError
-from dracpu.core.rpc import check_socket_path
 
 DRIVER_NAME = "dra.cpu"
 
@@ -117,6 +116,8 @@ class RunLayout:
 
     def check(self) -> None:
         """Refuse a run folder whose socket paths would not fit a unix socket address."""
+        from dracpu.core.rpc import check_socket_path  # here: `dracpu dev --help` needs no gRPC
+
         for path in self.all_sockets():
             try:
                 check_socket_path(path)

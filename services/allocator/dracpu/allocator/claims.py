@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from dracpu.allocator import opaque
-from dracpu.allocator.algorithm import take_cpus
 from dracpu.allocator.devices import CPU_CAPACITY, DRIVER, Device, DeviceModel
+from dracpu.allocator.isolation import take_with_isolation
 from dracpu.allocator.quantity import cpu_count
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import (
@@ -151,8 +151,20 @@ class NodeState:
         return CPUSet.from_mask(mask)
 
     @cached_property
-    def shared(self) -> CPUSet:
+    def free(self) -> CPUSet:
+        """CPUs a new claim may take."""
         return self.online - self.reserved - self.exclusive
+
+    @cached_property
+    def shared(self) -> CPUSet:
+        """Where containers without a claim run: the free CPUs that are not isolated, or all
+        free CPUs when every one of them is isolated (a container must run somewhere)."""
+        free = self.free
+        return (free - self.machine.isolated) or free
+
+    @property
+    def shared_on_isolated(self) -> bool:
+        return bool(self.shared & self.machine.isolated)
 
     @property
     def min_shared(self) -> int:
@@ -194,8 +206,8 @@ class NodeState:
 
     @cached_property
     def allocatable(self) -> CPUSet:
-        """CPUs a new claim may receive: the shared pool above its floor."""
-        return self.shared - self.floor
+        """CPUs a new claim may receive: the free CPUs above the shared pool's floor."""
+        return self.free - self.floor
 
     def owner_of(self, cpus: CPUSet) -> ClaimRecord | None:
         for record in self.records.values():
@@ -339,8 +351,11 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
             )
             policy = opaque.describe_policy(chosen)
             available = (free & device.cpus) - assigned
+            isolation = opaque.isolation_preference(request.configs, result.request, DRIVER)
+            if isolation:
+                policy = f"{policy}+isolated-{isolation}"
             try:
-                cpus = take_cpus(state.machine, available, count, chosen)
+                cpus = take_with_isolation(state.machine, available, count, chosen, isolation)
             except InsufficientCPUsError as exc:
                 raise InsufficientCPUsError(
                     f"{where}: cannot take {count} CPUs ({policy}) from {len(available)} free "
@@ -352,7 +367,7 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
                 # The algorithm's contract; never publish a result that breaks it.
                 raise InsufficientCPUsError(f"{where}: placement returned an invalid cpuset")
         assigned = assigned | cpus
-        left = len(state.shared - assigned)
+        left = len(state.free - assigned)
         if left < state.min_shared:
             # Never reached while the floor is withheld from the devices; kept as the rule's
             # last word so no claim can empty the shared pool.
@@ -699,7 +714,11 @@ def adopt(
 def retopologize(state: NodeState, machine: Machine, devices: DeviceModel) -> NodeState:
     """The inventory or configuration changed: records keep their CPUs (a claim is never
     silently dropped); the shared pool follows the new online set."""
-    pool_changed = machine.online != state.online or devices.options.reserved != state.reserved
+    pool_changed = (
+        machine.online != state.online
+        or devices.options.reserved != state.reserved
+        or machine.isolated != state.machine.isolated
+    )
     return replace(
         state,
         machine=machine,
@@ -721,7 +740,7 @@ class Summary:
 def summary(state: NodeState) -> Summary:
     return Summary(
         allocated=len(state.exclusive),
-        available=len(state.shared),
+        available=len(state.free),
         reserved=len(state.reserved & state.online),
         active_claims=len(state.records),
         online=len(state.online),

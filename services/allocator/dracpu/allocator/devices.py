@@ -29,6 +29,11 @@ ATTR_CACHE_L3_ID = "dra.cpu/cacheL3ID"
 ATTR_CORE_TYPE = "dra.cpu/coreType"
 ATTR_CORE_ID = "dra.cpu/coreID"
 ATTR_CPU_ID = "dra.cpu/cpuID"
+# Kernel CPU isolation: a bool per CPU (individual mode), a count per group (grouped modes).
+ATTR_ISOLATED = "dra.cpu/isolated"
+ATTR_NOHZ_FULL = "dra.cpu/nohzFull"
+ATTR_NUM_ISOLATED_CPUS = "dra.cpu/numIsolatedCPUs"
+ATTR_NUM_NOHZ_FULL_CPUS = "dra.cpu/numNohzFullCPUs"
 # Legacy attributes, kept for compatibility with claims written for older releases.
 ATTR_LEGACY_NUMA_NODE_ID = "dra.cpu/numaNodeID"
 ATTR_LEGACY_NET_NUMA_NODE = "dra.net/numaNode"
@@ -196,6 +201,8 @@ def _individual(
             ATTR_CPU_ID: cpu.cpu_id,
             ATTR_LEGACY_NET_NUMA_NODE: cpu.numa_node_id,
             ATTR_LEGACY_NUMA_NODE_ID: cpu.numa_node_id,
+            ATTR_ISOLATED: cpu_id in machine.isolated,
+            ATTR_NOHZ_FULL: cpu_id in machine.nohz_full,
         }
         attributes.update(_pcie_roots(machine, CPUSet([cpu_id]), options))
         devices.append(
@@ -223,6 +230,8 @@ def _grouped(machine: Machine, options: DeviceOptions, withheld: CPUSet) -> list
         name: str, kind: DeviceKind, cpus: CPUSet, attributes: dict[str, AttributeValue]
     ) -> Device:
         attributes.update(_pcie_roots(machine, cpus, options))
+        attributes[ATTR_NUM_ISOLATED_CPUS] = len(cpus & machine.isolated)
+        attributes[ATTR_NUM_NOHZ_FULL_CPUS] = len(cpus & machine.nohz_full)
         return Device(
             name=name,
             kind=kind,

@@ -22,13 +22,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
 from dracpu.allocator import cdi, checkpoint, claims, records, recovery
+from dracpu.allocator.device_health import STATUSES, HealthBook, assess
 from dracpu.allocator.devices import DeviceModel, DeviceOptions, build_devices
 from dracpu.allocator.durable import remove_durable, remove_stale_temps
 from dracpu.core import metrics
@@ -54,6 +55,8 @@ class SharedPoolView:
     online: CPUSet
     exclusive: CPUSet
     generation: int
+    isolated: CPUSet = field(default_factory=CPUSet)
+    on_isolated: bool = False
 
 
 def pool_view(state: claims.NodeState) -> SharedPoolView:
@@ -63,6 +66,8 @@ def pool_view(state: claims.NodeState) -> SharedPoolView:
         online=state.online,
         exclusive=state.exclusive,
         generation=state.pool_generation,
+        isolated=state.machine.isolated,
+        on_isolated=state.shared_on_isolated,
     )
 
 
@@ -98,6 +103,8 @@ class NodeAllocator:
         self._waiting: list[tuple[claims.PrepareInput, asyncio.Future[claims.PrepareOutcome]]] = []
         self._batches: asyncio.Task[None] | None = None
         self._metrics: dict[str, Any] = metrics.build("allocator", registry) if registry else {}
+        self._health = HealthBook()
+        self._topology_error = ""
 
     # ---- reads: snapshots of the published state ------------------------------------------
 
@@ -152,12 +159,52 @@ class NodeAllocator:
     def shared_pool(self) -> SharedPoolView:
         return pool_view(self.state)
 
+    @property
+    def device_health(self) -> HealthBook:
+        return self._health
+
+    # ---- device health -----------------------------------------------------------------------
+
+    def _assess_health(self, state: claims.NodeState) -> None:
+        before = self._health
+        after = assess(
+            before, state.devices, state.machine.cpu_set, self._topology_error, time.time()
+        )
+        self._health = after
+        for name, entry in after.entries.items():
+            old = before.entries.get(name)
+            if old is not None and (old.status, old.message) == (entry.status, entry.message):
+                continue
+            if entry.status == "Healthy":
+                if old is not None:
+                    log.info(0, "device healthy again", device=name)
+            else:
+                log.warning(
+                    "device not healthy", device=name, health=entry.status, reason=entry.message
+                )
+        if self._metrics:
+            for status in STATUSES:
+                self._metrics["dra_cpu_devices"].labels(health=status).set(after.count(status))
+            unhealthy = self._metrics["dra_cpu_device_unhealthy"]
+            unhealthy.clear()
+            for name, entry in after.entries.items():
+                if entry.status != "Healthy":
+                    unhealthy.labels(device=name, health=entry.status).set(1)
+
+    async def topology_unreadable(self, error: str) -> None:
+        """A topology refresh failed: devices are Unknown until one succeeds."""
+        async with self._lock:
+            if error != self._topology_error:
+                self._topology_error = error
+                self._assess_health(self.state)
+
     # ---- start-up ----------------------------------------------------------------------------
 
     async def start(self, machine: Machine) -> None:
         async with self._lock:
             state = await asyncio.to_thread(self._recover, machine)
             self._publish(state)
+            self._assess_health(state)
         log.info(
             0,
             "allocator state loaded",
@@ -403,6 +450,18 @@ class NodeAllocator:
             self._metrics["dra_cpu_reserved_cpus"].set(summary.reserved)
             self._metrics["dra_cpu_resource_claims_active"].set(summary.active_claims)
         if previous is None or previous.pool_generation != state.pool_generation:
+            if state.shared_on_isolated and (previous is None or not previous.shared_on_isolated):
+                log.warning(
+                    "shared pool runs on isolated CPUs: no other CPU is free",
+                    shared=state.shared.format(),
+                    isolated=state.machine.isolated.format(),
+                )
+            elif (
+                previous is not None
+                and previous.shared_on_isolated
+                and not state.shared_on_isolated
+            ):
+                log.info(0, "shared pool left the isolated CPUs", shared=state.shared.format())
             view = pool_view(state)
             for queue in self._watchers:
                 queue.put_nowait(view)
@@ -623,6 +682,11 @@ class NodeAllocator:
         """A new inventory: rebuild the devices; True if they changed."""
         async with self._lock:
             state = self.state
+            if self._topology_error:
+                self._topology_error = ""
+                log.info(0, "topology readable again")
+                if machine.fingerprint == state.machine.fingerprint:
+                    self._assess_health(state)
             if machine.fingerprint == state.machine.fingerprint:
                 return False
             devices = build_devices(machine, self.options)
@@ -638,6 +702,7 @@ class NodeAllocator:
                 )
             await self._io(records.write_node, self.state_dir, self._node_file(new_state))
             self._publish(new_state)
+            self._assess_health(new_state)
             log.info(
                 0,
                 "topology changed",

@@ -10,8 +10,11 @@ driver defines it) and per-claim placement policy for groupBy numanode/socket:
 | `cpuConfig.distributeAcrossNUMA` | bool            | spread evenly over the device's NUMA nodes |
 | `cpuConfig.groupSize`            | int >= 1        | CPU group size for distributeAcrossNUMA    |
 | `cpuConfig.alignUncoreCache`     | bool            | prefer whole uncore (L3) caches (default)  |
+| `cpuConfig.isolated`             | prefer / require / avoid | the kernel's isolated CPUs (below) |
 
-Unknown fields are refused, so a typo never silently changes a placement.
+`isolated` is explained in `dracpu.allocator.isolation` (unset: other CPUs first).
+
+Unknown fields and values are refused, so a typo never silently changes a placement.
 """
 
 from __future__ import annotations
@@ -19,17 +22,20 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import TYPE_CHECKING, cast
 
 from dracpu.allocator.algorithm import Policy
+from dracpu.allocator.isolation import CHOICES as ISOLATION_CHOICES
+from dracpu.allocator.isolation import Isolation
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, InvalidInputError
 
 API_VERSION = "v1alpha1"
 FROM_CLAIM = "FromClaim"
 FROM_CLASS = "FromClass"
+
+if TYPE_CHECKING:
+    from dracpu.allocator.opaque_schema import CPUConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,43 +48,12 @@ class OpaqueConfig:
     parameters: bytes
 
 
-class _CPUConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    cpuset: str | None = None
-    strategy: Literal["packed", "spread"] | None = None
-    full_pcpus_only: bool | None = Field(default=None, alias="fullPCPUsOnly")
-    distribute_across_numa: bool | None = Field(default=None, alias="distributeAcrossNUMA")
-    group_size: int | None = Field(default=None, alias="groupSize", ge=1)
-    align_uncore_cache: bool | None = Field(default=None, alias="alignUncoreCache")
-
-    def policy_fields(self) -> list[str]:
-        return [
-            alias
-            for name, alias in (
-                ("strategy", "strategy"),
-                ("full_pcpus_only", "fullPCPUsOnly"),
-                ("distribute_across_numa", "distributeAcrossNUMA"),
-                ("group_size", "groupSize"),
-                ("align_uncore_cache", "alignUncoreCache"),
-            )
-            if getattr(self, name) is not None
-        ]
-
-
-class _Parameters(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    api_version: str = Field(alias="apiVersion")
-    cpu_config: _CPUConfig = Field(alias="cpuConfig")
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimParameters:
     """Parsed parameters: an explicit cpuset, or placement policy fields (or neither)."""
 
     cpuset: CPUSet | None
-    cpu_config: _CPUConfig
+    cpu_config: CPUConfig
 
 
 def parse_parameters(raw: bytes) -> ClaimParameters:
@@ -93,8 +68,13 @@ def parse_parameters(raw: bytes) -> ClaimParameters:
         raise InvalidInputError(
             f"opaque config: unsupported apiVersion {version!r} (supported: {API_VERSION})"
         )
+    # The schema library loads with the first claim that carries a configuration.
+    from pydantic import ValidationError
+
+    from dracpu.allocator.opaque_schema import Parameters
+
     try:
-        parsed = _Parameters.model_validate(document)
+        parsed = Parameters.model_validate(document)
     except ValidationError as exc:
         first = exc.errors()[0]
         location = ".".join(str(p) for p in first["loc"])
@@ -104,6 +84,11 @@ def parse_parameters(raw: bytes) -> ClaimParameters:
             raise InvalidInputError(f"opaque config: missing field {location!r}") from None
         raise InvalidInputError(f"opaque config: field {location!r}: {first['msg']}") from None
     config = parsed.cpu_config
+    if config.isolated is not None and config.isolated not in ISOLATION_CHOICES:
+        raise InvalidInputError(
+            f"opaque config: cpuConfig.isolated: {config.isolated!r} is not one of "
+            f"{', '.join(ISOLATION_CHOICES)}"
+        )
     cpuset = None
     if config.cpuset is not None:
         if not config.cpuset.strip():
@@ -200,6 +185,20 @@ def placement_policy(
         distribute_numa=distribute,
         group_size=group_size,
     )
+
+
+def isolation_preference(
+    configs: Sequence[OpaqueConfig], request: str, driver: str
+) -> Isolation | None:
+    """groupBy numanode/socket: `cpuConfig.isolated` of the config that sets the request's
+    placement (the claim's over the class's); None when unset."""
+    for source in (FROM_CLAIM, FROM_CLASS):
+        of_source = [c for c in _matching(configs, request, driver) if c.source == source]
+        if of_source:
+            value = parse_parameters(of_source[0].parameters).cpu_config.isolated
+            # parse_parameters refused any other value.
+            return cast(Isolation | None, value)
+    return None
 
 
 def refuse_policy(configs: Sequence[OpaqueConfig], request: str, driver: str) -> None:

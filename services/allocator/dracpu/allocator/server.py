@@ -62,9 +62,14 @@ async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> No
         await asyncio.sleep(interval)
         try:
             machine = await topology_client.fetch(socket, rediscover=True)
-            await node.update_topology(machine)
         except DracpuError as exc:
             log.info(2, "topology refresh failed; keeping the current inventory", error=str(exc))
+            await node.topology_unreadable(str(exc))
+            continue
+        try:
+            await node.update_topology(machine)
+        except DracpuError as exc:
+            log.error("cannot apply the refreshed topology", error=str(exc))
 
 
 async def serve(args: argparse.Namespace) -> int:

@@ -95,6 +95,8 @@ def pool_to_proto(view: SharedPoolView) -> Any:
         online=view.online.format(),
         exclusive=view.exclusive.format(),
         generation=view.generation,
+        isolated=view.isolated.format(),
+        on_isolated=view.on_isolated,
     )
 
 
@@ -154,6 +156,15 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
             group_by=model.group_by,
             devices=[device_to_proto(d) for d in model.devices],
             uses_list_attributes=model.uses_list_attributes,
+            health={
+                name: pb.DeviceHealth(
+                    status=entry.status,
+                    message=entry.message,
+                    missing_cpus=entry.missing.format(),
+                    since_unix=int(entry.since),
+                )
+                for name, entry in self.node.device_health.entries.items()
+            },
         )
 
     @rpc_errors

@@ -11,15 +11,16 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from dracpu.allocator.algorithm import Policy, take_cpus
+from dracpu.allocator.isolation import CHOICES as ISOLATION_CHOICES
+from dracpu.allocator.isolation import take_with_isolation
 from dracpu.core.cli import ArgumentParser, run
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, InvalidInputError
-from dracpu.core.machine import Machine
+
+if TYPE_CHECKING:
+    from dracpu.core.machine import Machine
 
 PROG = "dracpu simulate"
 
@@ -67,11 +68,22 @@ def build_parser() -> ArgumentParser:
         help="with --distribute-numa: hand CPUs out in groups of N (default 1)",
     )
     parser.add_argument("--full-pcpus-only", action="store_true", help="only whole physical cores")
+    parser.add_argument(
+        "--isolated",
+        choices=ISOLATION_CHOICES,
+        help="as cpuConfig.isolated: the kernel's isolated CPUs of the topology "
+        "(default: other CPUs first)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON object")
     return parser
 
 
 def load_machine(path: str) -> Machine:
+    # Imported here, as in simulate(): `--help` and bad flags need none of it.
+    import yaml
+
+    from dracpu.core.machine import Machine
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -108,15 +120,20 @@ def within_topology(flag: str, cpus: CPUSet, machine: Machine) -> CPUSet:
 
 def placement(machine: Machine, cpus: CPUSet) -> dict[str, Any]:
     chosen = [machine.by_id[cpu] for cpu in cpus]
-    return {
+    result: dict[str, Any] = {
         "cpus": cpus.format(),
         "numaNodes": sorted({c.numa_node_id for c in chosen}),
         "sockets": sorted({c.socket_id for c in chosen}),
         "uncoreCaches": sorted({c.uncore_cache_id for c in chosen if c.uncore_cache_id >= 0}),
     }
+    if machine.isolated:
+        result["isolated"] = (cpus & machine.isolated).format()
+    return result
 
 
 def simulate(args: argparse.Namespace) -> int:
+    from dracpu.allocator.algorithm import Policy
+
     machine = load_machine(args.topology)
     reserved = within_topology("--reserved", parse_cpuset("--reserved", args.reserved), machine)
     available = (
@@ -131,7 +148,7 @@ def simulate(args: argparse.Namespace) -> int:
         distribute_numa=args.distribute_numa,
         group_size=1 if args.group_size is None else args.group_size,
     )
-    cpus = take_cpus(machine, available - reserved, args.count, policy)
+    cpus = take_with_isolation(machine, available - reserved, args.count, policy, args.isolated)
     if args.json:
         print(json.dumps(placement(machine, cpus)))
     else:

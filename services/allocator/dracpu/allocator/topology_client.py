@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import yaml
-
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
@@ -18,6 +16,8 @@ log = get_logger("topology-client")
 
 
 def load_file(path: str) -> Machine:
+    import yaml  # only with --topology-file
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

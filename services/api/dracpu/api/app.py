@@ -117,7 +117,7 @@ def create_app(backends: Backends, config: DriverConfig | None = None) -> FastAP
             models.NodeView(
                 node_name=node_name,
                 topology=topology,
-                config=config,
+                config=models.DriverConfigView.of(config),
                 versions=[own_version(), *versions],
             )
         )

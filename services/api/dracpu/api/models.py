@@ -6,6 +6,7 @@ A part of an answer that comes from a service that is down is an `Unavailable` o
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -141,10 +142,34 @@ class TopologySummary(Model):
     core_types: dict[str, int] = Field(description="core type -> number of CPUs")
 
 
+class DriverConfigView(BaseModel):
+    """The effective driver configuration, spelled as the configuration file spells it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    api_version: Literal["v1alpha1"] | None = Field(default=None, alias="apiVersion")
+    cpu_device_mode: Literal["grouped", "individual"] = Field(
+        default="grouped", alias="cpuDeviceMode"
+    )
+    group_by: Literal["numanode", "socket", "machine"] = Field(default="numanode", alias="groupBy")
+    reserved_cpus: str = Field(default="", alias="reservedCPUs")
+    hostname_override: str = Field(default="", alias="hostnameOverride")
+    kubeconfig: str = Field(default="", alias="kubeconfig")
+    publish_node_allocatable_resource_mapping: bool = Field(
+        default=False, alias="publishNodeAllocatableResourceMapping"
+    )
+    sysfs_root: str = Field(default="", alias="sysfsRoot")
+    min_shared_cpus: int = Field(default=1, alias="minSharedCPUs")
+
+    @classmethod
+    def of(cls, config: DriverConfig) -> DriverConfigView:
+        return cls.model_validate(asdict(config))
+
+
 class NodeView(Model):
     node_name: str
     topology: Annotated[TopologySummary | Unavailable, Field(discriminator="status")]
-    config: DriverConfig = Field(description="the effective driver configuration")
+    config: DriverConfigView = Field(description="the effective driver configuration")
     versions: list[VersionOrUnavailable] = Field(description="api first, then the four services")
 
 
@@ -222,6 +247,15 @@ class Consumption(Model):
     claims: list[str] = Field(description="UIDs of the prepared claims using the device")
 
 
+class DeviceHealthView(Model):
+    status: Literal["Healthy", "Unhealthy", "Unknown"] = Field(
+        description="Unhealthy: CPUs of the device are offline; Unknown: topology unreadable"
+    )
+    message: str
+    missing_cpus: str = Field(description="CPUs the device had that are offline or gone")
+    since: datetime | None = Field(description="when the status last changed")
+
+
 class DeviceView(Model):
     name: str
     cpus: str
@@ -229,6 +263,9 @@ class DeviceView(Model):
     capacity: dict[str, str]
     allow_multiple_allocations: bool
     consumed: Consumption
+    health: DeviceHealthView | None = Field(
+        default=None, description="as the kubelet is told; unset from allocators without health"
+    )
 
 
 class Publication(Model):
@@ -247,6 +284,10 @@ class DevicesView(Model):
     generation: int
     devices: list[DeviceView]
     publication: Annotated[Publication | Unavailable, Field(discriminator="status")]
+    withdrawn: dict[str, DeviceHealthView] = Field(
+        default_factory=dict,
+        description="devices no longer published because their CPUs went offline",
+    )
 
 
 # ---- claims, shared pool, containers --------------------------------------------------------
@@ -296,6 +337,13 @@ class SharedPoolView(Model):
     online: str
     online_count: int
     generation: int
+    isolated: str = Field(
+        default="", description="the kernel's isolated CPUs; kept out of the pool when possible"
+    )
+    on_isolated: bool = Field(
+        default=False,
+        description="no other CPU is free, so containers without a claim run on isolated CPUs",
+    )
 
 
 class ContainerView(Model):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from dracpu.api import models
 from dracpu.core.cpuset import CPUSet
@@ -181,8 +181,12 @@ def devices(
                 consumed=models.Consumption(
                     cpus=used.format(), count=len(used), claims=sorted(users.get(device.name, []))
                 ),
+                health=device_health(reply.health[device.name])
+                if device.name in reply.health
+                else None,
             )
         )
+    published = {device.name for device in reply.devices}
     return models.DevicesView(
         driver=reply.driver,
         mode=reply.mode,
@@ -190,6 +194,23 @@ def devices(
         generation=reply.generation,
         devices=views,
         publication=publication,
+        withdrawn={
+            name: device_health(entry)
+            for name, entry in sorted(reply.health.items())
+            if name not in published
+        },
+    )
+
+
+def device_health(entry: Any) -> models.DeviceHealthView:
+    status: Literal["Healthy", "Unhealthy", "Unknown"] = "Unknown"
+    if entry.status in ("Healthy", "Unhealthy"):
+        status = entry.status
+    return models.DeviceHealthView(
+        status=status,
+        message=entry.message,
+        missing_cpus=cpuset(entry.missing_cpus, "allocator", "device health").format(),
+        since=timestamp(entry.since_unix),
     )
 
 
@@ -264,6 +285,7 @@ def shared_pool(reply: Any) -> models.SharedPoolView:
     reserved, reserved_count = parsed(reply.reserved, "the reserved CPUs")
     exclusive, exclusive_count = parsed(reply.exclusive, "the exclusive CPUs")
     online, online_count = parsed(reply.online, "the online CPUs")
+    isolated, _ = parsed(reply.isolated, "the isolated CPUs")
     return models.SharedPoolView(
         cpus=shared,
         cpu_count=shared_count,
@@ -274,6 +296,8 @@ def shared_pool(reply: Any) -> models.SharedPoolView:
         online=online,
         online_count=online_count,
         generation=reply.generation,
+        isolated=isolated,
+        on_isolated=reply.on_isolated,
     )
 
 

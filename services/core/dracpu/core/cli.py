@@ -4,7 +4,6 @@ bad input prints one line on stderr and exits 2; no traceback reaches a user."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -40,6 +39,8 @@ def run(main: Callable[[], int], prog: str) -> int:
 
 
 def run_async(main: Callable[[], Coroutine[Any, Any, int]], prog: str) -> int:
+    import asyncio  # here: commands that only parse arguments or print help skip it
+
     return run(lambda: asyncio.run(main()), prog)
 
 

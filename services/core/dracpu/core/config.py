@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
-
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, CPUSetError
@@ -21,34 +20,48 @@ CONFIG_API_VERSION = "v1alpha1"
 
 log = get_logger("config")
 
+# Field name -> (file spelling, allowed values or the type). Read by hand rather than with a
+# schema library: every service and command reads this at start, and the check is small.
+_SPEC: dict[str, tuple[str, tuple[str, ...] | type]] = {
+    "api_version": ("apiVersion", (CONFIG_API_VERSION,)),
+    "cpu_device_mode": ("cpuDeviceMode", ("grouped", "individual")),
+    "group_by": ("groupBy", ("numanode", "socket", "machine")),
+    "reserved_cpus": ("reservedCPUs", str),
+    "hostname_override": ("hostnameOverride", str),
+    "kubeconfig": ("kubeconfig", str),
+    "publish_node_allocatable_resource_mapping": ("publishNodeAllocatableResourceMapping", bool),
+    "sysfs_root": ("sysfsRoot", str),
+    # CPUs never published nor handed out, so shared containers always have somewhere to run.
+    "min_shared_cpus": ("minSharedCPUs", int),
+}
+# YAML and flag spellings of booleans accepted besides true/false (as lenient as YAML 1.1).
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 
-class DriverConfig(BaseModel):
+
+class _FieldError(ValueError):
+    """One field's value is unusable; the message says why."""
+
+
+@dataclass(frozen=True)
+class DriverConfig:
     """The effective driver configuration every service shares."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    api_version: Literal["v1alpha1"] | None = None
+    cpu_device_mode: Literal["grouped", "individual"] = "grouped"
+    group_by: Literal["numanode", "socket", "machine"] = "numanode"
+    reserved_cpus: str = ""
+    hostname_override: str = ""
+    kubeconfig: str = ""
+    publish_node_allocatable_resource_mapping: bool = False
+    sysfs_root: str = ""
+    min_shared_cpus: int = 1
 
-    api_version: Literal["v1alpha1"] | None = Field(default=None, alias="apiVersion")
-    cpu_device_mode: Literal["grouped", "individual"] = Field(
-        default="grouped", alias="cpuDeviceMode"
-    )
-    group_by: Literal["numanode", "socket", "machine"] = Field(default="numanode", alias="groupBy")
-    reserved_cpus: str = Field(default="", alias="reservedCPUs")
-    hostname_override: str = Field(default="", alias="hostnameOverride")
-    kubeconfig: str = Field(default="", alias="kubeconfig")
-    publish_node_allocatable_resource_mapping: bool = Field(
-        default=False, alias="publishNodeAllocatableResourceMapping"
-    )
-    sysfs_root: str = Field(default="", alias="sysfsRoot")
-    # CPUs never published nor handed out, so shared containers always have somewhere to run.
-    min_shared_cpus: int = Field(default=1, ge=0, alias="minSharedCPUs")
-
-    @field_validator("reserved_cpus")
     @classmethod
-    def _valid_cpuset(cls, value: str) -> str:
-        try:
-            return CPUSet.parse(value).format()
-        except CPUSetError as exc:
-            raise ValueError(str(exc)) from None
+    def model_validate(cls, data: Mapping[str, Any]) -> DriverConfig:
+        """A configuration from its file spelling (field names are accepted too); raises
+        ConfigError naming the first bad field."""
+        return parse_document(data, "configuration")
 
     @property
     def reserved(self) -> CPUSet:
@@ -67,9 +80,47 @@ class DriverConfig(BaseModel):
 
     def to_document(self) -> dict[str, Any]:
         """The configuration as the file would spell it, every field present."""
-        return self.model_dump(by_alias=True, exclude={"api_version"}) | {
-            "apiVersion": CONFIG_API_VERSION
+        values = asdict(self)
+        document = {
+            _SPEC[f.name][0]: values[f.name] for f in fields(self) if f.name != "api_version"
         }
+        return document | {"apiVersion": CONFIG_API_VERSION}
+
+
+def _check(name: str, value: object) -> object:
+    _, allowed = _SPEC[name]
+    if isinstance(allowed, tuple):
+        if value not in allowed or not isinstance(value, str):
+            choices = [repr(choice) for choice in allowed]
+            spelled = choices[0] if len(choices) == 1 else ", ".join(choices[:-1])
+            if len(choices) > 1:
+                spelled += f" or {choices[-1]}"
+            raise _FieldError(f"Input should be {spelled}")
+        return value
+    if allowed is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+        raise _FieldError("Input should be a valid boolean")
+    if allowed is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _FieldError("Input should be a valid integer")
+        if value < 0:
+            raise _FieldError("Input should be greater than or equal to 0")
+        if value > 65536:
+            raise _FieldError("Input should be less than or equal to 65536")
+        return value
+    if not isinstance(value, str):
+        raise _FieldError("Input should be a valid string")
+    if name == "reserved_cpus":
+        try:
+            return CPUSet.parse(value).format()
+        except CPUSetError as exc:
+            raise _FieldError(str(exc)) from None
+    return value
 
 
 # flag dest -> (file field, deprecated?)
@@ -120,27 +171,29 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _describe(error: ValidationError, source: str) -> str:
-    first = error.errors()[0]
-    location = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    if first["type"] == "extra_forbidden":
-        return f"{source}: unknown field {location!r}"
-    message = first["msg"].removeprefix("Value error, ")
-    return f"{source}: field {location!r}: {message}"
-
-
 def parse_document(data: object, source: str) -> DriverConfig:
     if data is None:
         data = {}
-    if not isinstance(data, dict):
+    if not isinstance(data, Mapping):
         raise ConfigError(f"{source}: expected a YAML mapping, got {type(data).__name__}")
-    try:
-        return DriverConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, source)) from None
+    by_spelling = {spelled: name for name, (spelled, _) in _SPEC.items()}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        name = by_spelling.get(key, key if key in _SPEC else None)
+        if name is None:
+            raise ConfigError(f"{source}: unknown field {str(key)!r}")
+        if value is None and name == "api_version":
+            continue
+        try:
+            values[name] = _check(name, value)
+        except _FieldError as exc:
+            raise ConfigError(f"{source}: field {_SPEC[name][0]!r}: {exc}") from None
+    return DriverConfig(**values)
 
 
 def read_file(path: str) -> dict[str, Any]:
+    import yaml  # only commands and services given a file read YAML
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

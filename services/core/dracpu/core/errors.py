@@ -6,20 +6,30 @@ to an HTTP problem response, or to one stderr line and exit code 2 for a CLI.
 
 from __future__ import annotations
 
-import grpc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import grpc
 
 
 class DracpuError(Exception):
     """Base of every error dracpu raises on purpose."""
 
-    grpc_code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+    # A grpc.StatusCode name: commands that never speak gRPC need not import it.
+    grpc_status: str = "UNKNOWN"
     http_status: int = 500
+
+    @property
+    def grpc_code(self) -> grpc.StatusCode:
+        import grpc
+
+        return grpc.StatusCode[self.grpc_status]
 
 
 class InvalidInputError(DracpuError, ValueError):
     """Input that can never be valid: malformed cpusets, configs, env values, API objects."""
 
-    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_status = "INVALID_ARGUMENT"
     http_status = 400
 
 
@@ -34,63 +44,63 @@ class ConfigError(InvalidInputError):
 class TopologyError(DracpuError):
     """The sysfs tree cannot yield a usable CPU inventory."""
 
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    grpc_status = "FAILED_PRECONDITION"
     http_status = 500
 
 
 class NotFoundError(DracpuError):
     """A claim, device or container that is not known."""
 
-    grpc_code = grpc.StatusCode.NOT_FOUND
+    grpc_status = "NOT_FOUND"
     http_status = 404
 
 
 class ConflictError(DracpuError):
     """Valid input that contradicts recorded state (CPUs taken, claim owned elsewhere)."""
 
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    grpc_status = "FAILED_PRECONDITION"
     http_status = 409
 
 
 class InsufficientCPUsError(DracpuError):
     """A request that cannot be met from the CPUs that are free."""
 
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpc_status = "RESOURCE_EXHAUSTED"
     http_status = 409
 
 
 class UnavailableError(DracpuError):
     """A peer service or the API server cannot be reached right now."""
 
-    grpc_code = grpc.StatusCode.UNAVAILABLE
+    grpc_status = "UNAVAILABLE"
     http_status = 503
 
 
 class StateError(DracpuError):
     """Durable state (checkpoint, CDI files) cannot be read or written."""
 
-    grpc_code = grpc.StatusCode.INTERNAL
+    grpc_status = "INTERNAL"
     http_status = 500
 
 
 class ProtocolError(DracpuError):
     """A peer sent bytes that break the wire contract (frames, protobuf)."""
 
-    grpc_code = grpc.StatusCode.INTERNAL
+    grpc_status = "INTERNAL"
     http_status = 502
 
 
-_BY_CODE: dict[grpc.StatusCode, type[DracpuError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidInputError,
-    grpc.StatusCode.NOT_FOUND: NotFoundError,
-    grpc.StatusCode.FAILED_PRECONDITION: ConflictError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: InsufficientCPUsError,
-    grpc.StatusCode.UNAVAILABLE: UnavailableError,
-    grpc.StatusCode.DEADLINE_EXCEEDED: UnavailableError,
-    grpc.StatusCode.INTERNAL: StateError,
+_BY_CODE: dict[str, type[DracpuError]] = {
+    "INVALID_ARGUMENT": InvalidInputError,
+    "NOT_FOUND": NotFoundError,
+    "FAILED_PRECONDITION": ConflictError,
+    "RESOURCE_EXHAUSTED": InsufficientCPUsError,
+    "UNAVAILABLE": UnavailableError,
+    "DEADLINE_EXCEEDED": UnavailableError,
+    "INTERNAL": StateError,
 }
 
 
 def from_grpc_code(code: grpc.StatusCode, message: str) -> DracpuError:
     """The error a client raises for a status a dracpu server returned."""
-    return _BY_CODE.get(code, DracpuError)(message)
+    return _BY_CODE.get(code.name, DracpuError)(message)

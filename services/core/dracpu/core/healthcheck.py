@@ -13,8 +13,6 @@ the chart probes them with this command (an exec probe). Exit 0 means healthy, 1
 from __future__ import annotations
 
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 
 from dracpu.core.cli import ArgumentParser
@@ -67,6 +65,9 @@ def check_http(url: str, *, timeout: float) -> str | None:
     """None when healthy, else why not."""
     if not url.startswith(("http://", "https://")):
         return f"{url}: not an http(s) URL"
+    import urllib.error  # here: loads ssl, which gRPC probes do not need
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as reply:
             status = int(reply.status)

@@ -12,11 +12,13 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, InvalidInputError
-from dracpu.pb.topology.v1 import topology_pb2
+
+if TYPE_CHECKING:
+    from dracpu.pb.topology.v1 import topology_pb2
 
 CORE_TYPES = ("p-core", "e-core", "standard")
 
@@ -49,6 +51,9 @@ class Machine:
     smt_control: str = ""
     skipped: tuple[str, ...] = ()
     sysfs_root: str = ""
+    # The kernel's isolated (isolcpus=) and nohz_full CPUs, as listed; may name offline CPUs.
+    isolated: CPUSet = field(default_factory=CPUSet)
+    nohz_full: CPUSet = field(default_factory=CPUSet)
 
     @classmethod
     def build(
@@ -59,6 +64,8 @@ class Machine:
         smt_control: str = "",
         skipped: Iterable[str] = (),
         sysfs_root: str = "",
+        isolated: CPUSet | None = None,
+        nohz_full: CPUSet | None = None,
     ) -> Machine:
         """Normalise: sort, derive missing siblings / node cpusets, number physical cores."""
         ordered = sorted(cpus, key=lambda c: c.cpu_id)
@@ -100,6 +107,8 @@ class Machine:
             smt_control=smt_control,
             skipped=tuple(skipped),
             sysfs_root=sysfs_root,
+            isolated=isolated or CPUSet(),
+            nohz_full=nohz_full or CPUSet(),
         )
 
     # ---- derived views ---------------------------------------------------------------------
@@ -140,11 +149,20 @@ class Machine:
         return any(len(c.siblings) > 1 for c in self.cpus)
 
     @cached_property
+    def isolated_online(self) -> CPUSet:
+        """Isolated CPUs with a complete topology (the ones devices and claims can use)."""
+        return self.isolated & self.cpu_set
+
+    @cached_property
     def fingerprint(self) -> str:
         digest = hashlib.sha256(
             json.dumps(self.to_report_cpus(), sort_keys=True).encode()
             + self.online.format().encode()
         )
+        # Only a machine with isolation adds to the digest, so fingerprints of machines
+        # without it stay what older releases computed.
+        if self.isolated or self.nohz_full:
+            digest.update(f"|{self.isolated.format()}|{self.nohz_full.format()}".encode())
         return digest.hexdigest()[:16]
 
     # ---- the gatherinfo report and the compact JSON ----------------------------------------
@@ -200,17 +218,23 @@ class Machine:
         skipped = details.get("skipped") or []
         if not isinstance(skipped, list):
             raise InvalidInputError(f"{source}: cpuDetails.skipped must be a list")
+        isolation = {key: _cpuset_field(details, key, source) for key in ("isolated", "nohzFull")}
         return cls.build(
             entries,
             online,
             smt_control=str(details.get("smtControl") or ""),
             skipped=[str(item) for item in skipped],
             sysfs_root=str(document.get("sysfsRoot", "")),
+            isolated=isolation["isolated"],
+            nohz_full=isolation["nohzFull"],
         )
 
     # ---- protobuf ------------------------------------------------------------------------
 
     def to_proto(self) -> topology_pb2.Inventory:
+        # Imported here: reports and simulations never touch protobuf.
+        from dracpu.pb.topology.v1 import topology_pb2
+
         return topology_pb2.Inventory(
             cpus=[
                 topology_pb2.CPU(
@@ -234,6 +258,8 @@ class Machine:
             fingerprint=self.fingerprint,
             sysfs_root=self.sysfs_root,
             skipped=list(self.skipped),
+            isolated=self.isolated.format(),
+            nohz_full=self.nohz_full.format(),
         )
 
     @classmethod
@@ -255,6 +281,9 @@ class Machine:
                 for c in inventory.cpus
             ]
             online = CPUSet.parse(inventory.online)
+            # Absent (empty) from topology services that predate isolation.
+            isolated = CPUSet.parse(inventory.isolated)
+            nohz_full = CPUSet.parse(inventory.nohz_full)
         except CPUSetError as exc:
             raise InvalidInputError(f"topology inventory: {exc}") from None
         return cls.build(
@@ -263,6 +292,8 @@ class Machine:
             smt_control=inventory.smt_control,
             skipped=inventory.skipped,
             sysfs_root=inventory.sysfs_root,
+            isolated=isolated,
+            nohz_full=nohz_full,
         )
 
 
@@ -273,6 +304,19 @@ def _int_field(entry: Mapping[str, Any], name: str, default: int | None, where: 
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInputError(f"{where}: {name} must be an integer, got {value!r}")
     return value
+
+
+def _cpuset_field(details: Mapping[str, Any], name: str, source: str) -> CPUSet:
+    """An optional cpuset of `cpuDetails` (reports of older releases have none)."""
+    value = details.get(name)
+    if value is None or value == "":
+        return CPUSet()
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        raise InvalidInputError(f"{source}: cpuDetails.{name} must be a cpuset string")
+    try:
+        return CPUSet.parse(str(value))
+    except CPUSetError as exc:
+        raise InvalidInputError(f"{source}: cpuDetails.{name}: {exc}") from None
 
 
 def _cpu_from_entry(entry: object, index: int, source: str) -> CPUInfo:

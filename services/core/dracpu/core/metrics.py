@@ -8,16 +8,11 @@ sidecar concatenates the services' expositions into the pod's single /metrics en
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
-)
+if TYPE_CHECKING:
+    # Imported where metrics are recorded: `dracpu introspect` only describes them.
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 MetricType = Literal["counter", "gauge", "histogram"]
 
@@ -76,6 +71,20 @@ SPECS: tuple[MetricSpec, ...] = (
         "gauge",
         "Resource claims currently recorded as active by the allocation store.",
         "allocator",
+    ),
+    MetricSpec(
+        "dra_cpu_devices",
+        "gauge",
+        "Published devices (and devices withdrawn because their CPUs went offline) by health.",
+        "allocator",
+        labels=("health",),
+    ),
+    MetricSpec(
+        "dra_cpu_device_unhealthy",
+        "gauge",
+        "1 for each device that is Unhealthy (CPUs offline) or Unknown (topology unreadable).",
+        "allocator",
+        labels=("device", "health"),
     ),
     MetricSpec(
         "dra_cpu_prepare_claims_total",
@@ -156,6 +165,8 @@ RESULTS = ("success", "error", "unknown")
 
 def build(owner: str, registry: CollectorRegistry) -> dict[str, Counter | Gauge | Histogram]:
     """Create, in `registry`, the collectors `owner` records, keyed by metric name."""
+    from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
+
     disable_created_metrics()  # type: ignore[no-untyped-call]
     collectors: dict[str, Counter | Gauge | Histogram] = {}
     for spec in SPECS:
@@ -181,6 +192,8 @@ def build(owner: str, registry: CollectorRegistry) -> dict[str, Counter | Gauge 
 
 
 def exposition(registry: CollectorRegistry) -> str:
+    from prometheus_client import generate_latest
+
     return generate_latest(registry).decode()
 
 

@@ -1,9 +1,11 @@
 """Device health for the kubelet (DRAResourceHealth v1alpha1 and v1).
 
-CPUs have no failure signal we could watch, so every published device is Healthy for as long
-as the driver runs. What matters is the lease: the kubelet marks a device Unknown when it is
-not refreshed within health_check_timeout_seconds, so full snapshots go out every 10 s with a
-20 s lease (the reference driver's numbers), and at once when the device set changes.
+The allocator judges health from the topology (its DeviceList `health` map): Unhealthy while
+CPUs of a device are offline or gone, Unknown while the topology cannot be read, Healthy
+otherwise. The plugin follows that map and streams it; against an allocator that predates the
+map, every published device is Healthy. The kubelet marks a device Unknown when it is not
+refreshed within health_check_timeout_seconds, so full snapshots go out every 10 s with a 20 s
+lease (the reference driver's numbers), and at once when anything changes.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
 
+from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import rpc_errors
 from dracpu.pb.kubelet.dra_health.v1 import api_pb2 as v1
@@ -28,25 +31,69 @@ log = get_logger("health")
 RESEND_INTERVAL = 10.0
 HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 MESSAGE = "device initialized"
+# The allocator's status words -> the enum value names of both API versions.
+_STATUS = {"Healthy": "HEALTHY", "Unhealthy": "UNHEALTHY", "Unknown": "UNKNOWN"}
 
 
 class DeviceHealth:
-    """The current device set and a signal for every change of it."""
+    """Device name -> (status, message), and a signal for every change of it."""
 
     def __init__(self, pool: str, interval: float = RESEND_INTERVAL) -> None:
         self.pool = pool
         self.interval = interval
         self.devices: tuple[str, ...] = ()
+        # From the allocator's health map; None until an allocator that has one answered.
+        self.reported: dict[str, tuple[str, str]] | None = None
         self._changed = asyncio.Event()
         self._stopped = False
 
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
     def set_devices(self, names: Sequence[str]) -> None:
+        """The published device names (every one Healthy unless the allocator says more)."""
         names = tuple(names)
         if names == self.devices:
             return
         self.devices = names
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._signal()
+
+    def set_reported(self, health: dict[str, tuple[str, str]] | None) -> None:
+        if health == self.reported:
+            return
+        before = self.reported or {}
+        for name, (status, message) in sorted((health or {}).items()):
+            if before.get(name, ("HEALTHY", ""))[0] != status:
+                log.info(2, "device health", device=name, health=status, reason=message)
+        self.reported = health
+        self._signal()
+
+    def current(self) -> dict[str, tuple[str, str]]:
+        """Device name -> (HEALTHY | UNHEALTHY | UNKNOWN, message)."""
+        if self.reported is not None:
+            return dict(self.reported)
+        return {name: ("HEALTHY", MESSAGE) for name in self.devices}
+
+    async def follow(self, list_devices: Callable[[], Awaitable[Any]], interval: float) -> None:
+        """Poll the allocator's DeviceList for health; an unreachable allocator leaves the last
+        answer in place (the topology, not the allocator, decides a device's health)."""
+        while not self._stopped:
+            try:
+                reply = await list_devices()
+            except DracpuError as exc:
+                log.info(4, "device health not refreshed", error=str(exc))
+            else:
+                if reply.health:
+                    self.set_reported(
+                        {
+                            name: (_STATUS.get(entry.status, "UNKNOWN"), entry.message)
+                            for name, entry in reply.health.items()
+                        }
+                    )
+                else:
+                    self.set_reported(None)
+            await asyncio.sleep(interval)
 
     def stop(self) -> None:
         self._stopped = True
@@ -67,12 +114,12 @@ class DeviceHealth:
             devices=[
                 module.DeviceHealth(
                     device=module.DeviceIdentifier(pool_name=self.pool, device_name=name),
-                    health=module.HEALTHY,
+                    health=getattr(module, status),
                     last_updated_time=now,
                     health_check_timeout_seconds=lease,
-                    message=MESSAGE,
+                    message=message,
                 )
-                for name in self.devices
+                for name, (status, message) in sorted(self.current().items())
             ]
         )
 

@@ -27,7 +27,6 @@ from dracpu.dra_plugin import kubelet_api
 from dracpu.dra_plugin.allocator_client import AllocatorClient
 from dracpu.dra_plugin.api_features import FeatureSupport
 from dracpu.dra_plugin.cluster import Cluster
-from dracpu.dra_plugin.folder import ClusterFolder
 from dracpu.dra_plugin.metadata import MetadataWriter
 from dracpu.dra_plugin.node_service import NodeService
 from dracpu.dra_plugin.paths import DEFAULT_KUBELET_ROOT, DRIVER_NAME, KubeletPaths
@@ -104,6 +103,8 @@ async def serve(args: argparse.Namespace) -> int:
     cluster: Cluster
     watch: SliceWatch | None = None
     if args.cluster_dir:
+        from dracpu.dra_plugin.folder import ClusterFolder  # development runs only
+
         cluster = ClusterFolder(args.cluster_dir)
     else:
         from dracpu.dra_plugin.kube import KubernetesAPI
@@ -191,6 +192,7 @@ async def serve(args: argparse.Namespace) -> int:
         asyncio.create_task(registration.watchdog(paths.registrar_dir, args.registration_timeout)),
         asyncio.create_task(publisher.run()),
         asyncio.create_task(track_registration()),
+        asyncio.create_task(device_health.follow(allocator.list_devices, args.poll_interval)),
     ]
     await stop.wait()
     log.info(2, "shutting down")

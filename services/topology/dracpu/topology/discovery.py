@@ -3,7 +3,8 @@
 Facts per online CPU, as the reference driver reads them (pkg/cpuinfo, pkg/pcie): socket
 (`physical_package_id`), cluster (`cluster_id`, 65535 = none), `core_id`, NUMA node (the `nodeN`
 entry in the CPU's directory), the L3 ("uncore") cache, the core type of Intel hybrid parts and
-the PCIe host bridges local to the CPU. A CPU whose socket or core cannot be read is skipped with
+the PCIe host bridges local to the CPU. Node-wide: the kernel's isolated and nohz_full CPU lists.
+A CPU whose socket or core cannot be read is skipped with
 a reason; no file's contents can make discovery crash.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import TopologyError
+from dracpu.core.errors import CPUSetError, TopologyError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import CPUInfo, Machine
 from dracpu.topology.sysfs import Missing, SysfsReader
@@ -99,6 +100,8 @@ def discover(sysfs_root: str | os.PathLike[str]) -> Machine:
         smt_control="" if isinstance(smt_control, Missing) else smt_control,
         skipped=skipped,
         sysfs_root=str(root),
+        isolated=read_isolation(scan.reader, "isolated"),
+        nohz_full=read_isolation(scan.reader, "nohz_full"),
     )
     _check_siblings(machine, scan.thread_groups)
     log.info(
@@ -110,6 +113,8 @@ def discover(sysfs_root: str | os.PathLike[str]) -> Machine:
         sockets=len(machine.sockets),
         numa_nodes=len(machine.numa_nodes),
         skipped=len(skipped),
+        isolated=machine.isolated.format(),
+        nohz_full=machine.nohz_full.format(),
         fingerprint=machine.fingerprint,
         ms=round((time.perf_counter() - started) * 1000, 1),
     )
@@ -131,6 +136,25 @@ def _online_cpus(reader: SysfsReader) -> CPUSet:
     if not found:
         raise TopologyError(f"no online CPUs under {reader.root}: {online}")
     return CPUSet(found)
+
+
+def read_isolation(reader: SysfsReader, name: str) -> CPUSet:
+    """`isolated` or `nohz_full` of devices/system/cpu: absent on kernels without the feature,
+    empty or `(null)` (older kernels' nohz_full) when no CPU is listed. A garbled list is
+    logged and read as none, so isolation never stops discovery."""
+    relative = f"{CPU_DIR}/{name}"
+    text = reader.text(relative)
+    if isinstance(text, Missing):
+        if text.reason != "missing":
+            log.warning("ignoring unreadable CPU isolation list", reason=str(text))
+        return CPUSet()
+    if text in ("", "(null)"):
+        return CPUSet()
+    try:
+        return CPUSet.parse(text)
+    except CPUSetError as exc:
+        log.warning("ignoring garbled CPU isolation list", path=relative, reason=str(exc))
+        return CPUSet()
 
 
 def _read_core_types(scan: _Scan) -> None:

@@ -66,6 +66,9 @@ class MachineSpec:
     numa_dirs: bool = True
     smt_control: str | None = "on"
     pcie_roots: tuple[PCIeRootSpec, ...] = ()
+    # Kernel CPU isolation (isolcpus= / nohz_full=); None: the kernel has no such file.
+    isolated: tuple[int, ...] | None = ()
+    nohz_full: tuple[int, ...] | None = ()
 
     @property
     def num_numa_nodes(self) -> int:
@@ -271,6 +274,11 @@ def write_spec(spec: MachineSpec, root: Path) -> Path:
     tree.write(f"{cpu_dir}/possible", all_ids.format())
     tree.write(f"{cpu_dir}/present", all_ids.format())
     tree.write(f"{cpu_dir}/kernel_max", "8191")
+    if spec.isolated is not None:
+        tree.write(f"{cpu_dir}/isolated", CPUSet(spec.isolated).format())
+    if spec.nohz_full is not None:
+        # Kernels before 5.x print "(null)" for an empty nohz_full mask.
+        tree.write(f"{cpu_dir}/nohz_full", CPUSet(spec.nohz_full).format() or "(null)")
     if spec.smt_control is not None:
         tree.write(f"{cpu_dir}/smt/control", spec.smt_control)
         tree.write(f"{cpu_dir}/smt/active", "1" if spec.threads_per_core > 1 else "0")
@@ -385,6 +393,30 @@ FIXTURES: dict[str, MachineSpec] = {
         threads_per_core=2,
         numa_per_socket=2,
         pcie_roots=_roots(("pci0000:00", 0), ("pci0000:80", 2)),
+    ),
+    "isolated-rt": MachineSpec(
+        "1 socket, 8 cores with HT (siblings n / n+8); cores 2, 3 and 6 isolated and nohz_full",
+        cores_per_socket=8,
+        threads_per_core=2,
+        isolated=(2, 3, 6, 10, 11, 14),
+        nohz_full=(2, 3, 6, 10, 11, 14),
+    ),
+    "isolated-2numa": MachineSpec(
+        "2 sockets x 4 cores with HT, one NUMA node each; isolated CPUs only on node 1, "
+        "nohz_full on a subset of them",
+        sockets=2,
+        cores_per_socket=4,
+        threads_per_core=2,
+        isolated=(5, 6, 7, 13, 14, 15),
+        nohz_full=(6, 7, 14, 15),
+    ),
+    "isolated-all": MachineSpec(
+        "small VM: 2 CPUs, both isolated (shared containers have nowhere else to go)",
+        cores_per_socket=2,
+        has_l3=False,
+        smt_control="notsupported",
+        isolated=(0, 1),
+        nohz_full=None,
     ),
     "big-1024": MachineSpec(
         "1024 CPUs: 2 sockets x 256 cores with SMT, 8 NUMA nodes, L3 per 8 cores",

@@ -13,17 +13,16 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from dracpu.core import __version__
 from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run
 from dracpu.core.config import DriverConfig, add_config_flags, load
 from dracpu.core.errors import StateError
-from dracpu.core.machine import Machine
-from dracpu.topology.discovery import discover
+
+if TYPE_CHECKING:
+    from dracpu.core.machine import Machine
 
 PROG = "dracpu gatherinfo"
 LAYOUT_VERSION = "v1"
@@ -43,6 +42,8 @@ def build_report(machine: Machine, config: DriverConfig) -> dict[str, Any]:
             "online": machine.online.format(),
             "smtControl": machine.smt_control,
             "skipped": list(machine.skipped),
+            "isolated": machine.isolated.format(),
+            "nohzFull": machine.nohz_full.format(),
             "fingerprint": machine.fingerprint,
             "cpus": machine.to_report_cpus(),
         },
@@ -52,6 +53,8 @@ def build_report(machine: Machine, config: DriverConfig) -> dict[str, Any]:
 
 def render(report: dict[str, Any]) -> str:
     """YAML starting with `---`, so reports from many nodes concatenate into one stream."""
+    import yaml
+
     body = yaml.safe_dump(report, sort_keys=False, default_flow_style=False, width=1000)
     return "---\n" + body
 
@@ -92,6 +95,8 @@ def build_parser() -> ArgumentParser:
 
 
 def _gather(args: argparse.Namespace) -> int:
+    from dracpu.topology.discovery import discover  # `--help` needs no discovery
+
     config = load(args)
     machine = discover(config.effective_sysfs_root())
     text = render(build_report(machine, config))

@@ -1,7 +1,8 @@
 """The topology service: discovers the CPU inventory at start and serves it over a unix socket.
 
 Health turns SERVING only once discovery succeeded; `Rediscover` re-reads sysfs and keeps the
-previous inventory if the new read fails.
+previous inventory if the new read fails. Between calls the service watches the kernel's online,
+isolated and nohz_full lists (three small reads per interval) and rediscovers when one changes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dracpu.core import __version__
 from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.config import add_config_flags, load, log_effective
+from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 from dracpu.core.rpc import (
@@ -29,10 +31,14 @@ from dracpu.core.rpc import (
 )
 from dracpu.core.signals import stop_event
 from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
-from dracpu.topology.discovery import check_root, discover
+from dracpu.topology.discovery import CPU_DIR, check_root, discover
+from dracpu.topology.sysfs import SysfsReader
 
 PROG = "dracpu-topology"
 SERVICE_NAME = "dracpu.topology.v1.Topology"
+WATCH_INTERVAL = 2.0
+# The files whose change means the inventory may have changed.
+WATCHED = ("online", "isolated", "nohz_full")
 API_VERSION = "dracpu.topology.v1"
 
 log = get_logger("topology")
@@ -65,6 +71,25 @@ class Inventory:
                 log.info(0, "inventory changed", previous=previous, fingerprint=machine.fingerprint)
             return self._message
 
+    def _watched(self, reader: SysfsReader) -> tuple[str, ...]:
+        return tuple(str(reader.text(f"{CPU_DIR}/{name}")) for name in WATCHED)
+
+    async def watch(self, interval: float) -> None:
+        """Rediscover whenever a watched list changes; a failed read keeps the last inventory
+        (callers of Rediscover see the error) and is retried at the next change."""
+        reader = SysfsReader(self.root)
+        last = self._watched(reader)
+        while True:
+            await asyncio.sleep(interval)
+            seen = self._watched(reader)
+            if seen == last:
+                continue
+            last = seen
+            try:
+                await self.rediscover()
+            except DracpuError as exc:
+                log.warning("topology refresh failed; keeping the last inventory", error=str(exc))
+
 
 class TopologyServicer(topology_pb2_grpc.TopologyServicer):  # type: ignore[misc]
     def __init__(self, inventory: Inventory) -> None:
@@ -87,6 +112,14 @@ def build_parser() -> ArgumentParser:
         metavar="PATH",
         help=f"unix socket to listen on (default {DEFAULT_SOCKETS['topology']})",
     )
+    parser.add_argument(
+        "--watch-interval",
+        type=float,
+        default=WATCH_INTERVAL,
+        metavar="SECONDS",
+        help=f"how often to check the online, isolated and nohz_full lists for changes "
+        f"(0: never; default {WATCH_INTERVAL})",
+    )
     add_config_flags(parser)
     return parser
 
@@ -96,6 +129,8 @@ async def serve(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.verbosity <= 10:
         parser.error(f"argument -v: verbosity must be 0-10, got {args.verbosity}")
+    if not args.watch_interval >= 0:
+        parser.error("argument --watch-interval: must not be negative")
     logging_setup.setup(args.verbosity, "topology")
     check_socket_path(args.socket)
     config = load(args)
@@ -126,7 +161,12 @@ async def serve(argv: Sequence[str] | None) -> int:
     )
 
     stop = stop_event()
+    watch = (
+        asyncio.create_task(inventory.watch(args.watch_interval)) if args.watch_interval else None
+    )
     await stop.wait()
+    if watch is not None:
+        watch.cancel()
 
     log.info(0, "stopping", socket=args.socket)
     await stop_server(server, health, args.socket)

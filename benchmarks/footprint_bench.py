@@ -1,0 +1,245 @@
+"""The pod's footprint: resident memory of the five services, and start-up time of the CLI.
+
+Starts topology (on a sysfs fixture), allocator, dra-plugin (cluster folder), nri-plugin (no
+runtime: it waits for one, as in a pod whose runtime restarts) and api (loopback), the
+simulators off, exactly as `dracpu dev up` would. Prints each service's RSS and PSS (from
+/proc/<pid>/smaps_rollup) once all are ready and again after 1,000 claims were prepared through the
+dra-plugin by the kubelet stand-in (and /v1/devices and /v1/claims read once through the api).
+
+Then times the CLI commands that talk to no service (`dracpu --help`, `dracpu version`,
+`dracpu simulate --help`, `dracpu gatherinfo --help`, ...): wall time of a fresh process,
+median and p99 over --runs runs each.
+
+Usage: python benchmarks/footprint_bench.py [--fixture NAME] [--claims N] [--runs N]
+                                             [--port PORT] [--base-dir DIR] [--skip-services]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import yaml
+
+from dracpu.core.errors import DracpuError
+from dracpu.core.rpc import check_health
+from dracpu.dev.kubelet_sim import Claim, KubeletSim
+from dracpu.topology.fixtures import write_fixture
+
+BIN = Path(sys.executable).parent
+NODE = "bench-node"
+CLI_COMMANDS = (
+    ("dracpu", "--help"),
+    ("dracpu", "version"),
+    ("dracpu", "simulate", "--help"),
+    ("dracpu", "gatherinfo", "--help"),
+    ("dracpu", "introspect", "--help"),
+    ("dracpu", "health", "--help"),
+    ("dracpu", "dev", "--help"),
+    ("dracpu-topology", "--help"),
+    ("dracpu-allocator", "--help"),
+)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """(RSS, PSS): RSS counts every shared library page in full in every process; PSS splits
+    shared pages among the processes mapping them, so the sum of PSS is what the pod holds."""
+    values = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("Rss", "Pss"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values.get("Rss", 0.0), values.get("Pss", 0.0)
+
+
+async def wait_serving(socket: Path, proc: subprocess.Popen[bytes], name: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{name} exited with {proc.returncode}")
+        if socket.is_socket():
+            try:
+                if await check_health(socket) == "SERVING":
+                    return
+            except DracpuError:
+                pass
+        await asyncio.sleep(0.05)
+    raise SystemExit(f"{name} did not become ready")
+
+
+def http_get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        return bytes(reply.read())
+
+
+async def wait_http(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"api exited with {proc.returncode}")
+        try:
+            await asyncio.to_thread(http_get, url)
+            return
+        except OSError:
+            await asyncio.sleep(0.1)
+    raise SystemExit("api did not answer")
+
+
+def write_claims(cluster: Path, count: int, numa_nodes: int) -> list[Claim]:
+    claims = []
+    for i in range(count):
+        uid, name = str(uuid.uuid4()), f"fp-{i}"
+        result = {
+            "request": "cpus",
+            "driver": "dra.cpu",
+            "pool": NODE,
+            "device": f"cpudevnuma{i % numa_nodes:03d}",
+            "consumedCapacity": {"dra.cpu/cpu": "1"},
+        }
+        obj = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "bench", "uid": uid},
+            "status": {"allocation": {"devices": {"results": [result]}}},
+        }
+        path = cluster / "resourceclaims" / "bench" / f"{name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(obj))
+        claims.append(Claim("bench", name, uid))
+    return claims
+
+
+def print_rss(label: str, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    sizes = {name: memory_mb(proc.pid) for name, proc in procs.items()}
+    for kind, index in (("RSS", 0), ("PSS", 1)):
+        parts = "  ".join(f"{name}={size[index]:5.1f}" for name, size in sizes.items())
+        total = sum(size[index] for size in sizes.values())
+        print(f"{kind} MB {label:<20} {parts}  total={total:6.1f}")
+
+
+async def services(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="fp", dir=args.base_dir))
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    log = (root / "services.log").open("wb")
+    try:
+        sysfs = write_fixture(args.fixture, root / "sys")
+        config = root / "config.yaml"
+        config.write_text(yaml.safe_dump({"hostnameOverride": NODE}))
+        cluster = root / "cluster"
+        sock = {name: root / f"{name}.sock" for name in ("t", "a", "d", "n")}
+        common = ["--config", str(config)]
+
+        def spawn(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+            procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            return procs[name]
+
+        await wait_serving(sock["t"], spawn("topology", [
+            str(BIN / "dracpu-topology"), "--socket", str(sock["t"]),
+            "--sysfs-root", str(sysfs), *common]), "topology")  # fmt: skip
+        await wait_serving(sock["a"], spawn("allocator", [
+            str(BIN / "dracpu-allocator"), "--socket", str(sock["a"]),
+            "--topology-socket", str(sock["t"]), "--state-dir", str(root / "state"),
+            "--cdi-dir", str(root / "cdi"), *common]), "allocator")  # fmt: skip
+        await wait_serving(sock["d"], spawn("dra-plugin", [
+            str(BIN / "dracpu-dra-plugin"), "--socket", str(sock["d"]),
+            "--allocator-socket", str(sock["a"]), "--kubelet-root-dir", str(root / "k"),
+            "--cluster-dir", str(cluster), "--cdi-dir", str(root / "cdi"), *common]),
+            "dra-plugin")  # fmt: skip
+        nri = spawn("nri-plugin", [
+            str(BIN / "dracpu-nri-plugin"), "--socket", str(sock["n"]),
+            "--allocator-socket", str(sock["a"]), "--nri-socket", str(root / "nri.sock"),
+            *common])  # fmt: skip
+        base = f"http://127.0.0.1:{args.port}"
+        api = spawn("api", [
+            str(BIN / "dracpu-api"), "--bind-address", f"127.0.0.1:{args.port}",
+            "--topology-socket", str(sock["t"]), "--allocator-socket", str(sock["a"]),
+            "--dra-plugin-socket", str(sock["d"]), "--nri-plugin-socket", str(sock["n"]),
+            *common])  # fmt: skip
+        while not sock["n"].is_socket():
+            if nri.poll() is not None:
+                raise SystemExit(f"nri-plugin exited with {nri.returncode}")
+            await asyncio.sleep(0.05)
+        await wait_http(f"{base}/v1/health", api)
+        print(f"fixture={args.fixture} claims={args.claims}")
+        print_rss("after start", procs)
+
+        plugin = await KubeletSim(root / "k").register("dra.cpu", timeout=30)
+        numa = len(list((sysfs / "devices/system/node").glob("node[0-9]*")))
+        claims = write_claims(cluster, args.claims, numa)
+        for i in range(0, len(claims), 50):
+            answer = await plugin.prepare(claims[i : i + 50])
+            failed = [a.error for a in answer.values() if a.error]
+            if failed:
+                raise SystemExit(f"prepare failed: {failed[0]}")
+        await plugin.close()
+        for path in ("/v1/devices", "/v1/claims", "/v1/shared-pool", "/metrics"):
+            await asyncio.to_thread(http_get, base + path)
+        print_rss(f"after {args.claims} claims", procs)
+    finally:
+        for proc in procs.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def cli(args: argparse.Namespace) -> None:
+    """Wall time and CPU time (user + system) of each command in a fresh process; the bare
+    interpreter first, as the floor. CPU time is what the command costs on a busy node."""
+    commands = [(sys.executable, "-c", "pass"), *CLI_COMMANDS]
+    for command in commands:
+        argv = [command[0] if "/" in command[0] else str(BIN / command[0]), *command[1:]]
+        wall, cpu = [], []
+        for _ in range(args.runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            wall.append((time.perf_counter() - start) * 1000)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            cpu.append(used * 1000)
+        label = "python -c pass" if command[0] == sys.executable else " ".join(command)
+        print(
+            f"CLI {label:<28} n={len(wall):<4} wall p50={statistics.median(wall):6.1f} "
+            f"p99={percentile(wall, 0.99):6.1f} ms  cpu p50={statistics.median(cpu):6.1f} "
+            f"p99={percentile(cpu, 0.99):6.1f} ms"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fixture", default="big-1024")
+    parser.add_argument("--claims", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--port", type=int, default=22080)
+    parser.add_argument("--base-dir", default="/tmp")
+    parser.add_argument("--skip-services", action="store_true")
+    args = parser.parse_args()
+    if not args.skip_services:
+        asyncio.run(services(args))
+    cli(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Commands that talk to no service start without the heavy libraries: each runs in a fresh
+interpreter and reports which of them ended up in sys.modules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = (
+    "grpc",
+    "google.protobuf",
+    "pydantic",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "kubernetes_asyncio",
+    "kubernetes",
+    "prometheus_client",
+    "yaml",
+    "asyncio",
+)
+
+PROBE = """
+import contextlib, io, json, sys
+from dracpu.core.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as exc:
+        code = exc.code
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param([], id="no-arguments"),
+        pytest.param(["--help"], id="help"),
+        pytest.param(["version"], id="version"),
+        pytest.param(["no-such-command"], id="unknown-command"),
+        pytest.param(["simulate", "--help"], id="simulate-help"),
+        pytest.param(["simulate", "--count", "x"], id="simulate-bad-flag"),
+        pytest.param(["gatherinfo", "--help"], id="gatherinfo-help"),
+        pytest.param(["introspect", "--help"], id="introspect-help"),
+        pytest.param(["introspect", "metrics"], id="introspect-metrics"),
+        pytest.param(["health", "--help"], id="health-help"),
+        pytest.param(["dev", "--help"], id="dev-help"),
+        pytest.param(["dev", "up", "--help"], id="dev-up-help"),
+        pytest.param(["dev", "claim", "--help"], id="dev-claim-help"),
+    ],
+)
+def test_light_commands_import_no_heavy_module(argv: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    loaded = [
+        heavy
+        for heavy in HEAVY
+        if any(m == heavy or m.startswith(heavy + ".") for m in report["modules"])
+    ]
+    assert loaded == [], f"dracpu {' '.join(argv)} imported {loaded}"
+    # The probe ran the command for real: the help paths exit 0, bad input exits 2.
+    assert report["code"] in (0, 2)
