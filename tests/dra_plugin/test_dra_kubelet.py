@@ -463,6 +463,12 @@ def test_introspect_metrics_describes_every_metric() -> None:
         "dra_cpu_unprepare_claims_total",
         "dra_cpu_prepare_claim_duration_seconds",
         "dra_cpu_claim_allocated_cpus",
+        "dra_cpu_nri_shared_updates_total",
+        "dra_cpu_nri_shared_pending_containers",
+        "dra_cpu_nri_update_cost_seconds",
+        "dra_cpu_nri_runtime_disconnects_total",
+        "dra_cpu_nri_unpinned_window_seconds",
+        "dra_cpu_nri_repinned_containers_total",
     }
     by_name = {m["name"]: m for m in described}
     assert by_name["dra_cpu_prepare_claims_total"]["labels"] == ["result"]
