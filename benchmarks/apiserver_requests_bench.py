@@ -242,7 +242,13 @@ def control_plane(keep: bool) -> Iterator[ControlPlane]:
 
 
 async def measure(
-    cp: ControlPlane, nodes: int, window: float, claims: int, per_minute: float, keep: bool
+    cp: ControlPlane,
+    nodes: int,
+    window: float,
+    claims: int,
+    per_minute: float,
+    keep: bool,
+    args_settle: float = 70.0,
 ) -> None:
     root = Path(tempfile.mkdtemp(prefix="apib", dir="/tmp"))
     fleet = Fleet(cp, root, "xeon-2s-ht", f"bench{nodes}")
@@ -259,7 +265,9 @@ async def measure(
         await fleet.start_plugins(nodes)
         wait_until(fleet.published, timeout=600, what="every node's slices")
         print(f"  {nodes} plugin(s) started and published in {time.monotonic() - t0:.1f} s")
-        await asyncio.sleep(5)  # the publishes' own watch events settle
+        # Settle: the controller-manager marks the heartbeat-less Nodes NotReady (a GET, PUT
+        # and PATCH of each Node) about 50 s after they were created; not the plugin's doing.
+        await asyncio.sleep(args_settle)
 
         before = request_counts(cp)
         await asyncio.sleep(window)
