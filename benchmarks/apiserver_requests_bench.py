@@ -46,7 +46,12 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from controlplane.harness import ControlPlane, missing_binaries, wait_until  # noqa: E402
+from controlplane.harness import (  # noqa: E402
+    CommandError,
+    ControlPlane,
+    missing_binaries,
+    wait_until,
+)
 
 from dracpu.core.rpc import check_health  # noqa: E402
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, RegisteredPlugin  # noqa: E402
@@ -318,7 +323,11 @@ def main() -> int:
     p.add_argument("--churn-claims", type=int, default=30)
     p.add_argument("--churn-rate", type=float, default=60.0, help="claims started per minute")
     p.add_argument("--keep", action="store_true", help="keep the folders for inspection")
-    return asyncio.run(main_async(p.parse_args()))
+    try:
+        return asyncio.run(main_async(p.parse_args()))
+    except CommandError as exc:
+        print(f"apiserver_requests_bench: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
