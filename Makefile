@@ -75,7 +75,7 @@ cluster-down:
 # each step printed with its time; the cluster is stopped afterwards.
 e2e: venv protos helm-bin
 	DRACPU_TIERS=e2e bash tools/real-peers.sh
-	$(BIN)/pytest -m e2e -p no:cacheprovider -rfEs tests/e2e
+	$(BIN)/pytest -m e2e -p no:cacheprovider -rfEs -s tests/e2e
 
 chromium:
 	bash tools/install-chromium.sh
