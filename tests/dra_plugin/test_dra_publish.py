@@ -52,15 +52,16 @@ def device_count(slices: list[dict[str, Any]]) -> int:
     return sum(len(s["spec"]["devices"]) for s in slices)
 
 
-# mode id -> (config fields, expected device names)
+# mode id -> (config fields, expected device names). In individual mode the first shared CPU
+# (the shared-pool floor, minSharedCPUs 1) is never published, so cpudev000 is missing.
 MODES = {
     "numanode": ({}, ["cpudevnuma000", "cpudevnuma001"]),
     "socket": ({"groupBy": "socket"}, ["cpudevsocket000", "cpudevsocket001"]),
     "machine": ({"groupBy": "machine"}, ["cpudevmachine"]),
-    "individual": ({"cpuDeviceMode": "individual"}, [f"cpudev{i:03d}" for i in range(40)]),
+    "individual": ({"cpuDeviceMode": "individual"}, [f"cpudev{i:03d}" for i in range(1, 40)]),
     "individual-reserved": (
         {"cpuDeviceMode": "individual", "reservedCPUs": "0,20"},
-        [f"cpudev{i:03d}" for i in range(38)],
+        [f"cpudev{i:03d}" for i in range(1, 38)],
     ),
 }
 
@@ -89,9 +90,10 @@ async def test_1024_individual_devices_are_chunked_and_a_mode_change_removes_the
     try:
         node.configure(cpuDeviceMode="individual")
         await node.start()
-        slices = await published(node, lambda s: device_count(s) == 1024, "1024 devices")
+        # Every CPU but the shared-pool floor's (cpudev000).
+        slices = await published(node, lambda s: device_count(s) == 1023, "1023 devices")
         assert len(slices) == 8
-        assert check_pool(slices, 128) == [f"cpudev{i:03d}" for i in range(1024)]
+        assert check_pool(slices, 128) == [f"cpudev{i:03d}" for i in range(1, 1024)]
         first_generation = slices[0]["spec"]["pool"]["generation"]
         first_name = min(s["metadata"]["name"] for s in slices)
 
@@ -118,7 +120,7 @@ async def test_list_attributes_halve_the_slice_size(big_sysfs: Path) -> None:
     try:
         node.configure(cpuDeviceMode="individual")
         await node.start("--expose-pcie-roots")
-        slices = await published(node, lambda s: device_count(s) == 1024, "1024 devices")
+        slices = await published(node, lambda s: device_count(s) == 1023, "1023 devices")
         assert len(slices) == 16
         check_pool(slices, 64)
         first = slices[0]["spec"]["devices"][0]
@@ -164,7 +166,7 @@ async def test_resync_repairs_deleted_and_edited_slices_and_keeps_other_drivers(
         return [s for s in slices if s["spec"]["driver"] == "dra.cpu"]
 
     slices = await published(
-        node, lambda s: device_count(ours(s)) == 40 and len(ours(s)) == 1, "stale slice replaced"
+        node, lambda s: device_count(ours(s)) == 39 and len(ours(s)) == 1, "stale slice replaced"
     )
     (mine,) = ours(slices)
     assert mine["spec"]["pool"]["generation"] == 4  # above everything seen before
@@ -182,7 +184,7 @@ async def test_resync_repairs_deleted_and_edited_slices_and_keeps_other_drivers(
     edited["spec"]["devices"] = edited["spec"]["devices"][:3]
     edited["metadata"]["resourceVersion"] = str(int(edited["metadata"]["resourceVersion"]) + 1)
     path.write_text(yaml.safe_dump(edited))
-    await published(node, lambda s: device_count(ours(s)) == 40, "edited slice repaired")
+    await published(node, lambda s: device_count(ours(s)) == 39, "edited slice repaired")
     assert (directory / "gpu-slice.yaml").exists()
 
 
