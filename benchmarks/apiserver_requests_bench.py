@@ -8,8 +8,9 @@ allocator, so 50 simulated nodes stay light on a small machine. Reads the apiser
 
   baseline  no plugin running (the scheduler's and controller-manager's own watches)
   steady    the plugins' slices published and converged; nothing changes
-  churn     claims created, allocated by the real scheduler (a pod per claim, bound to a
-            node by nodeSelector), prepared and unprepared through the kubelet stand-in, deleted
+  churn     claims started at a fixed rate, allocated by the real scheduler (a pod per claim,
+            bound to a node by nodeSelector), prepared and unprepared through the kubelet
+            stand-in, deleted (the benchmark's own GETs of claims are subtracted)
 
 The plugin's requests are those on resourceslices (any verb), GET nodes (its owner UID) and GET
 resourceclaims (prepare); the churn window also reports every request of the window (pods,
@@ -17,7 +18,7 @@ claims, bindings: the scheduler's and the test's share). Per window: the request
 minute, and for churn the claims per minute driven.
 
 Usage: python benchmarks/apiserver_requests_bench.py [--nodes 1,50] [--window SECONDS]
-                                                     [--churn-claims N] [--keep]
+           [--churn-claims N] [--churn-rate PER_MINUTE] [--keep]
 Ports: DRACPU_CP_*_PORT (defaults of tools/controlplane.sh plus 100, to stay clear of tests).
 """
 
@@ -45,7 +46,12 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from controlplane.harness import ControlPlane, missing_binaries, wait_until  # noqa: E402
+from controlplane.harness import (  # noqa: E402
+    CommandError,
+    ControlPlane,
+    missing_binaries,
+    wait_until,
+)
 
 from dracpu.core.rpc import check_health  # noqa: E402
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, RegisteredPlugin  # noqa: E402
@@ -173,16 +179,21 @@ def claim_and_pod(name: str, node: str) -> tuple[dict[str, Any], dict[str, Any]]
     return claim, pod
 
 
-async def churn(cp: ControlPlane, fleet: Fleet, claims: int) -> tuple[float, list[float]]:
-    """Claims through their whole life, round-robin over the nodes; seconds and latencies."""
+async def churn(
+    cp: ControlPlane, fleet: Fleet, claims: int, per_minute: float
+) -> tuple[float, list[float], int]:
+    """Claims through their whole life, round-robin over the nodes, started at `per_minute`;
+    seconds, latencies, and the GETs of claims this driver made itself (to subtract)."""
     from kubernetes import client, config
 
     api = config.new_client_from_config(config_file=str(cp.kubeconfig))
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     plugins: dict[str, RegisteredPlugin] = {}
     latencies: list[float] = []
+    own_gets = 0
     start = time.monotonic()
     for i in range(claims):
+        await asyncio.sleep(max(0.0, start + i * 60 / per_minute - time.monotonic()))
         node = fleet.nodes[i % len(fleet.nodes)]
         if node not in plugins:
             plugins[node] = await KubeletSim(fleet.root / "k" / node).register(DRIVER, timeout=30)
@@ -195,6 +206,8 @@ async def churn(cp: ControlPlane, fleet: Fleet, claims: int) -> tuple[float, lis
         core.create_namespaced_pod("default", pod)
 
         def allocated(n: str = name) -> bool:
+            nonlocal own_gets
+            own_gets += 1
             got = custom.get_namespaced_custom_object(
                 "resource.k8s.io", "v1", "default", "resourceclaims", n
             )
@@ -213,7 +226,7 @@ async def churn(cp: ControlPlane, fleet: Fleet, claims: int) -> tuple[float, lis
         )
     for plugin in plugins.values():
         await plugin.close()
-    return time.monotonic() - start, latencies
+    return time.monotonic() - start, latencies, own_gets
 
 
 def rate(requests: int, nodes: int, seconds: float) -> float:
@@ -233,7 +246,15 @@ def control_plane(keep: bool) -> Iterator[ControlPlane]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-async def measure(cp: ControlPlane, nodes: int, window: float, claims: int, keep: bool) -> None:
+async def measure(
+    cp: ControlPlane,
+    nodes: int,
+    window: float,
+    claims: int,
+    per_minute: float,
+    keep: bool,
+    args_settle: float = 70.0,
+) -> None:
     root = Path(tempfile.mkdtemp(prefix="apib", dir="/tmp"))
     fleet = Fleet(cp, root, "xeon-2s-ht", f"bench{nodes}")
     try:
@@ -249,7 +270,9 @@ async def measure(cp: ControlPlane, nodes: int, window: float, claims: int, keep
         await fleet.start_plugins(nodes)
         wait_until(fleet.published, timeout=600, what="every node's slices")
         print(f"  {nodes} plugin(s) started and published in {time.monotonic() - t0:.1f} s")
-        await asyncio.sleep(5)  # the publishes' own watch events settle
+        # Settle: the controller-manager marks the heartbeat-less Nodes NotReady (a GET, PUT
+        # and PATCH of each Node) about 50 s after they were created; not the plugin's doing.
+        await asyncio.sleep(args_settle)
 
         before = request_counts(cp)
         await asyncio.sleep(window)
@@ -260,9 +283,9 @@ async def measure(cp: ControlPlane, nodes: int, window: float, claims: int, keep
               f"{dict(sorted((k, v) for k, v in steady.items() if v))})")  # fmt: skip
 
         before = request_counts(cp)
-        seconds, latencies = await churn(cp, fleet, claims)
+        seconds, latencies, own_gets = await churn(cp, fleet, claims, per_minute)
         during = request_counts(cp) - before
-        share = plugin_share(during)
+        share = plugin_share(during) - own_gets
         latencies.sort()
         p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
         print(f"  churn: {claims} claims in {seconds:.1f} s ({claims / seconds * 60:.1f}/min); "
@@ -289,7 +312,7 @@ async def main_async(args: argparse.Namespace) -> int:
         cp.apply({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                   "metadata": {"name": DRIVER}, "spec": {"selectors": [selector]}})  # fmt: skip
         for nodes in args.nodes:
-            await measure(cp, nodes, args.window, args.churn_claims, args.keep)
+            await measure(cp, nodes, args.window, args.churn_claims, args.churn_rate, args.keep)
     return 0
 
 
@@ -297,9 +320,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=lambda t: [int(x) for x in t.split(",")], default=[1, 50])
     p.add_argument("--window", type=float, default=120.0, help="seconds per measured window")
-    p.add_argument("--churn-claims", type=int, default=20)
+    p.add_argument("--churn-claims", type=int, default=30)
+    p.add_argument("--churn-rate", type=float, default=60.0, help="claims started per minute")
     p.add_argument("--keep", action="store_true", help="keep the folders for inspection")
-    return asyncio.run(main_async(p.parse_args()))
+    try:
+        return asyncio.run(main_async(p.parse_args()))
+    except CommandError as exc:
+        print(f"apiserver_requests_bench: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ def _registry_text(owner: str) -> str:
     collectors = build(owner, registry)
     for collector in collectors.values():
         if isinstance(collector, Gauge):
-            collector.set(3)
+            names = collector._labelnames  # a labelled gauge sets one child
+            (collector.labels(*["x"] * len(names)) if names else collector).set(3)
         elif isinstance(collector, Histogram):
             collector.observe(2)
         elif isinstance(collector, Counter):

@@ -30,6 +30,7 @@ ETCD_VERSION = "v3.7.3"
 CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
 KUBE_BIN = CACHE / f"kubernetes-{KUBE_VERSION}" / "bin"
 ETCD_BIN = CACHE / f"etcd-{ETCD_VERSION}" / "bin" / "etcd"
+KUBECTL = Path(os.environ.get("DRACPU_CP_KUBECTL", str(KUBE_BIN / "kubectl")))
 
 T = TypeVar("T")
 
@@ -46,7 +47,7 @@ def missing_binaries() -> str:
             KUBE_BIN / "kube-apiserver",
             KUBE_BIN / "kube-scheduler",
             KUBE_BIN / "kube-controller-manager",
-            KUBE_BIN / "kubectl",
+            KUBECTL,
             ETCD_BIN,
         )
         if not p.exists()
@@ -159,7 +160,7 @@ class ControlPlane:
 
     def kubectl(self, *args: str, stdin: str | None = None, kubeconfig: Path | None = None) -> str:
         done = subprocess.run(
-            [str(KUBE_BIN / "kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args],
+            [str(KUBECTL), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args],
             input=stdin,
             capture_output=True,
             text=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from controlplane.checks import allocation, claim, complete, pod, slices
-from controlplane.harness import REPO, CommandError, ControlPlane, wait_until
+from controlplane.harness import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
 from controlplane.stack import DriverStack
 
 from dracpu.dev.kubelet_sim import Claim
@@ -30,7 +30,8 @@ def chart_rbac(control_plane: ControlPlane) -> list[dict[str, object]]:
     if not HELM.exists():
         pytest.skip(f"helm not installed at {HELM} (run make helm-bin)")
     rendered = subprocess.run(
-        [str(HELM), "template", RELEASE, str(CHART), "--namespace", CHART_NAMESPACE],
+        [str(HELM), "template", RELEASE, str(CHART), "--namespace", CHART_NAMESPACE,
+         "--kube-version", KUBE_VERSION],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     documents = [d for d in yaml.safe_load_all(rendered) if d and d.get("kind") in RBAC_KINDS]

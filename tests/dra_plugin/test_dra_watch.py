@@ -215,3 +215,25 @@ def _count(store: Store, devices: int) -> bool:
     total = sum(len(s["spec"]["devices"]) for s in slices)
     complete = all(s["spec"]["pool"]["resourceSliceCount"] == len(slices) for s in slices)
     return total == devices and len(generations) == 1 and complete
+
+
+async def test_an_unreachable_api_server_is_reported_not_waited_on(tmp_path: Path) -> None:
+    with fake_apiserver(tmp_path) as (_, kubeconfig):
+        api = KubernetesAPI(str(kubeconfig))
+    # The server is gone: the first list cannot succeed, and the status says why.
+    watch = SliceWatch(api, "dra.cpu", NODE)
+    publisher = SlicePublisher(
+        driver="dra.cpu", node=NODE, cluster=api, allocator=Devices(2),  # type: ignore[arg-type]
+        poll_interval=0.1, watch=watch,
+    )  # fmt: skip
+    task = asyncio.create_task(publisher.run())
+    try:
+        error = await soon(lambda: publisher.state.last_error, what="a publish error")
+        assert error.startswith(("get node node-a: ", "ResourceSlices not listed yet: "))
+        await soon(lambda: watch.stats.last_error.startswith("list resourceslices: "),
+                   what="the watch's own error")  # fmt: skip
+        assert not watch.synced.is_set()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

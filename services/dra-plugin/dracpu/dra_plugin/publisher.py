@@ -172,7 +172,13 @@ class SlicePublisher:
     async def _existing(self) -> list[Object]:
         if self.watch is None:
             return await self.cluster.list_slices(self.driver, self.node)
-        await self.watch.synced.wait()
+        if not self.watch.synced.is_set():
+            # Give the first list a moment; then say why there is nothing to compare against.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.watch.synced.wait(), timeout=5)
+        if not self.watch.synced.is_set():
+            reason = self.watch.stats.last_error or "no answer yet"
+            raise UnavailableError(f"ResourceSlices not listed yet: {reason}")
         return self.watch.snapshot()
 
     async def sync(self, devices: allocator_pb2.DeviceList, *, reread_owner: bool = False) -> None:
