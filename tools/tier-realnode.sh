@@ -19,12 +19,18 @@ bootstrap() {
         echo "$PREFIX: not root; the real-node tier needs root (runc, cgroups, mounts); skipped"
         return 0
     fi
-    if ! command -v go >/dev/null 2>&1; then
+    local cached=1 v
+    for v in ${CONTAINERD_VERSIONS:-v2.4.2 v2.3.7}; do cache_ready containerd "$v" || cached=0; done
+    cache_ready crictl "${CRICTL_VERSION:-v1.37.0}" || cached=0
+    if ((cached)); then
+        log "$PREFIX" "containerd and crictl cached in $DRACPU_CACHE"
+    elif ! command -v go >/dev/null 2>&1; then
         echo "$PREFIX: go not found on PATH or in /usr/local/go/bin; real-node tier skipped"
         return 0
+    else
+        log "$PREFIX" "containerd and crictl (tools/build-containerd.sh)"
+        bash "$ROOT/tools/build-containerd.sh"
     fi
-    log "$PREFIX" "containerd and crictl (tools/build-containerd.sh)"
-    bash "$ROOT/tools/build-containerd.sh"
 
     local missing=()
     [[ -x /usr/sbin/runc ]] || missing+=(runc)

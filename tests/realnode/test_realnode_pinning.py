@@ -51,19 +51,19 @@ def test_claimed_and_shared_containers_are_pinned_and_release_grows_the_pool(
 
 
 @pytest.mark.parametrize(
-    ("env", "reason"),
+    ("name", "env", "reason"),
     [
-        ({"DRA_CPUSET_bad": "not-a-cpu"}, "malformed DRA env entry"),
-        ({"DRA_CPUSET_novalue": ""}, "malformed DRA env entry"),
+        ("garbage", {"DRA_CPUSET_bad": "not-a-cpu"}, "malformed DRA env entry"),
+        ("empty", {"DRA_CPUSET_novalue": ""}, "malformed DRA env entry"),
     ],
     ids=["garbage-cpuset", "empty-cpuset"],
 )
 def test_a_refused_container_fails_in_crictl_and_the_plugin_says_why(
-    stack: Stack, env: dict[str, str], reason: str
+    stack: Stack, name: str, env: dict[str, str], reason: str
 ) -> None:
     node, dev = stack.node, stack.dev
-    pod = node.run_pod("refusals")
-    name = f"refused-{len(env)}-{abs(hash(reason)) % 1000}"
+    pod = node.run_pod(f"refusals-{name}")
+    name = f"refused-{name}"
     with pytest.raises(NodeError) as refused:
         node.create_container(pod, name, env=env)
     assert reason in str(refused.value)

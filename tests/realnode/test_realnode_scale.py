@@ -1,7 +1,7 @@
 """Shared-pool pushes at scale on a real runtime: with well over a hundred running shared
 containers (runc applies one update in tens of milliseconds, so one push takes seconds), pool
-changes back and forth, each landing while the previous push is under way, end with every
-container on the current pool, by the kernel's account, and the view saying the same."""
+changes back and forth, faster than a push completes, end with every container on the current
+pool, by the kernel's account, and the view saying the same."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def test_every_shared_container_ends_on_the_current_pool(stack: Stack) -> None:
     pids = node.pids([c.id for c in containers])
     assert len(pids) >= SHARED
 
-    # Shrink, grow, shrink again: each change lands while the push of the previous one
-    # is still going through runc.
+    # Shrink, grow, shrink again without waiting: a change can land while the push of the
+    # previous one is still going through runc.
     first = dev.claim("scale-a")
     dev.release(first.name)
     second = dev.claim("scale-b")
