@@ -94,20 +94,22 @@ cmd_build() {
     local base_size
     base_size="$($DOCKER image inspect -f '{{.Size}}' "$BASE_IMAGE" 2>/dev/null || echo 0)"
     cd "$ROOT"
+    local logs; logs="$(mktemp -d "${TMPDIR:-/tmp}/build-images.XXXXXX")"
     for svc in $SERVICES; do
         local image="localhost/dracpu-$svc:$TAG" start=$SECONDS
         say "building $image from $(dockerfile_of "$svc") on $BASE_IMAGE"
         if ! DOCKER_BUILDKIT=0 $DOCKER build --quiet --network none \
             --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VERSION="$TAG" \
             --build-arg REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-            -f "$(dockerfile_of "$svc")" -t "$image" . > "/tmp/build-images-$svc.log" 2>&1; then
-            tail -20 "/tmp/build-images-$svc.log" >&2
-            echo "build-images: building $image failed (log: /tmp/build-images-$svc.log)" >&2
+            -f "$(dockerfile_of "$svc")" -t "$image" . > "$logs/$svc.log" 2>&1; then
+            tail -20 "$logs/$svc.log" >&2
+            echo "build-images: building $image failed (log: $logs/$svc.log)" >&2
             exit 1
         fi
         local size; size="$($DOCKER image inspect -f '{{.Size}}' "$image")"
         say "$image built in $((SECONDS - start)) s: $(( (size - base_size) / 1000000 )) MB above the base"
     done
+    rm -rf "$logs"
 }
 
 case "${1:-}" in

@@ -11,9 +11,10 @@
 #   tools/tier-docker.sh env         prints DOCKER_HOST=, DOCKER_CONFIG=, PATH= and BASE_IMAGE= lines
 #   tools/tier-docker.sh base        imports the base image into the running engine, prints it
 #   tools/tier-docker.sh check       exits 0 when bootstrap is done, else prints what is missing
-#   tools/tier-docker.sh images      builds the five service images (and the compose dev image)
-#                                    on the private engine, saves the five into one archive in
-#                                    the cache, and prints its absolute path as the last line
+#   tools/tier-docker.sh images      builds the five service images on the private engine
+#                                    (started for it and stopped after when not running), saves
+#                                    them into one archive in the cache keyed by a hash of the
+#                                    build inputs, and prints its absolute path as the last line
 #
 # Everything but that path goes to stderr. The engine runs with --iptables=false
 # --ip-forward=false --ip-masq=false: containers reach nothing past this host, and the builds
@@ -253,13 +254,17 @@ cmd_images() {
     engine_env
     if ! engine_up; then cmd_start; started=1; fi
     load_base
-    BASE_IMAGE="$(base_image)" TAG="$tag" bash "$HERE/build-images.sh" build >&2
+    BASE_IMAGE="$(base_image)" TAG="$tag" SERVICES="topology allocator dra-plugin nri-plugin api" \
+        bash "$HERE/build-images.sh" build >&2
     mkdir -p "$DRACPU_CACHE/images"
     local images=()
     for svc in topology allocator dra-plugin nri-plugin api; do images+=("localhost/dracpu-$svc:$tag"); done
     say "saving ${images[*]}"
     docker save -o "$archive.partial" "${images[@]}"
     mv "$archive.partial" "$archive"
+    # Older archives (other build inputs): the newest three stay.
+    find "$DRACPU_CACHE/images" -maxdepth 1 -name 'dracpu-images-*.tar' -printf '%T@ %p\n' \
+        | sort -rn | tail -n +4 | cut -d' ' -f2- | xargs -r rm -f
     ((started)) && cmd_stop
     say "archive $archive ($(du -m "$archive" | cut -f1) MB)"
     printf '%s\n' "$archive"

@@ -5,17 +5,18 @@ and the kernel, not from the compose file), and `down -v` leaves nothing behind.
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from docker_engine import COMPOSE_FILE, Engine
 
-pytestmark = pytest.mark.docker
+# The first test builds every image (minutes, cold); the stack takes a minute to start.
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 PROJECT = "dracpu-tests"
 LONG_RUNNING = [
@@ -151,19 +152,25 @@ def test_container_runs_unprivileged_on_a_read_only_root(stack: Stack, service: 
     assert "ro" in root_mount_options(pid)
 
 
+def claims(stack: Stack) -> dict[str, dict[str, Any]]:
+    document = httpx.get(stack.api + "/v1/claims", timeout=30).json()
+    return {claim["name"]: claim for claim in document["claims"]}
+
+
 def test_claim_and_release_through_the_stack(stack: Stack) -> None:
     made = stack.compose("run", "--rm", "dev", "claim", "--cpus", "2", "--name", "compose-claim")
-    assert "compose-claim" in made
-    claims = httpx.get(stack.api + "/v1/claims", timeout=30).json()
-    mine = [c for c in json.dumps(claims).split('"') if c == "compose-claim"]
-    assert mine, claims
-    allocator = stack.container("allocator")
-    state_volume = [m for m in allocator["Mounts"] if m["Destination"] == "/dracpu/state"]  # type: ignore[index, union-attr]
-    assert state_volume
+    fields = dict(word.split("=", 1) for word in made.split() if "=" in word)
+    assert fields["claim"] == "default/compose-claim"
+    # The allocator's view through the api: two CPUs, owned by the runtime simulator's
+    # running container, the same CPUs the container was given.
+    claim = claims(stack)["compose-claim"]
+    assert claim["cpu_count"] == 2
+    assert claim["owner"]["running"] is True
+    assert claim["owner"]["container_id"] == fields["container"]
+    assert claim["cpus"] == fields["cpus"] == fields["cpuset"]
     released = stack.compose("run", "--rm", "dev", "release", "compose-claim")
-    assert "compose-claim" in released
-    claims = httpx.get(stack.api + "/v1/claims", timeout=30).json()
-    assert "compose-claim" not in json.dumps(claims)
+    assert released.startswith("released claim=default/compose-claim")
+    assert "compose-claim" not in claims(stack)
 
 
 def test_down_removes_everything(stack: Stack) -> None:

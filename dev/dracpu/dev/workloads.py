@@ -105,9 +105,13 @@ def scheduling(layout: RunLayout, *, compose: bool = False) -> Iterator[None]:
     """One scheduling decision at a time, as the one scheduler would make them."""
     # A compose stack's run folder is the read-only root of the container: its workloads
     # volume holds the lock.
-    folder = layout.workloads_dir if compose else layout.root
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "scheduler.lock").open("a", encoding="utf-8") as handle:
+    lock = (layout.workloads_dir if compose else layout.root) / "scheduler.lock"
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock.open("a", encoding="utf-8")
+    except OSError as exc:
+        raise UnavailableError(f"cannot lock {lock}: {exc.strerror or exc}") from exc
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 

@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2
 from dracpu.core import config as driver_config
 from dracpu.core import log as logging
 from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.errors import UnavailableError
 from dracpu.core.rpc import DEFAULT_SOCKETS, start_server
 from dracpu.core.signals import stop_event
 from dracpu.dra_plugin import health as health_service
@@ -140,8 +141,13 @@ async def serve(args: argparse.Namespace) -> int:
     )
     view = PluginView(node, paths, registration, publisher, cluster)
 
-    paths.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
-    paths.registrar_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        paths.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+        paths.registrar_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UnavailableError(
+            f"cannot listen on {paths.dra_socket}: {exc.filename}: {exc.strerror or exc}"
+        ) from exc
 
     def register_dra(server: grpc.aio.Server) -> None:
         kubelet_api.add_to_server(server, node_service)
