@@ -46,7 +46,13 @@ class DriverStack:
         self.configure(**(config or {}))
 
     def configure(self, **fields: Any) -> None:
-        document = {"apiVersion": "v1alpha1", "hostnameOverride": self.node, **fields}
+        # No shared-pool floor unless a test asks: these tests count every CPU's device.
+        document = {
+            "apiVersion": "v1alpha1",
+            "hostnameOverride": self.node,
+            "minSharedCPUs": 0,
+            **fields,
+        }
         (self.root / "config.yaml").write_text(yaml.safe_dump(document))
 
     def sock(self, name: str) -> Path:

@@ -118,6 +118,11 @@ class Cluster:
     def crictl(self, *args: str) -> str:
         return run([*self.crictl_argv, *args])
 
+    def ctr(self, *args: str) -> str:
+        return run(
+            [self.env["CTR"], "--address", self.env["CONTAINERD_SOCKET"], "-n", "k8s.io", *args]
+        )
+
     def chart_values(self, *extra: str) -> list[str]:
         """The chart's settings for this node: host network (no pod network here), the
         kubelet root, NRI socket and state dir of this cluster, the images imported into

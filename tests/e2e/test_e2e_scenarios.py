@@ -88,6 +88,51 @@ def test_claiming_everything_published_keeps_a_shared_pool(clean: Cluster) -> No
     assert not node.get("resourceclaim", "more").get("status", {}).get("allocation")
 
 
+def test_pod_level_resources_claimed_containers_and_a_sidecar(clean: Cluster) -> None:
+    """Pod-level resources, each claimed container on its own claim's CPUs, a native sidecar
+    (restartable init container) and an unclaimed container on the shared pool."""
+    node = clean
+    claimed = min(2, grouped_capacity(node))  # a 2-CPU node publishes one
+    names = [f"app{i}" for i in range(claimed)]
+    for name in names:
+        node.apply(claim_manifest(name, [cpus_request(1)]))
+    manifest = json.loads(
+        pod_manifest(
+            "mixed",
+            [*((n, [n]) for n in names), ("plain", [])],
+            [(n, n) for n in names],
+            extra_spec={
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "64Mi"},
+                    "limits": {"cpu": "2", "memory": "256Mi"},
+                },
+                "initContainers": [
+                    {
+                        "name": "sidecar",
+                        "image": "localhost/dracpu-realnode:1",
+                        "imagePullPolicy": "Never",
+                        "restartPolicy": "Always",
+                        "command": ["sleep", "3600"],
+                    }
+                ],
+            },
+        )
+    )
+    with step(f"pod with {claimed} claimed containers, a sidecar and a shared container"):
+        start_pod(node, "mixed", json.dumps(manifest))
+    stored = node.get("pod", "mixed")
+    say(f"pod-level resources kept by the API server: {'resources' in stored['spec']}")
+    held = CPUSet()
+    for name in names:
+        cpus = node.cpus_of("mixed", name)
+        assert cpus == claim_cpus(node.env_of("mixed", name)) and len(cpus) == 1
+        assert cpus.isdisjoint(held)
+        held = held | cpus
+    for shared in ("plain", "sidecar"):
+        cpus = node.cpus_of("mixed", shared)
+        assert cpus and cpus.isdisjoint(held), (shared, cpus, held)
+
+
 def test_an_oversize_claim_is_unschedulable(clean: Cluster) -> None:
     node = clean
     node.apply(claim_manifest("huge", [cpus_request(len(online()) + 1)]))
@@ -223,6 +268,42 @@ def test_mode_change_with_a_claim_held_never_hands_its_cpu_out(clean: Cluster) -
                 timeout=120,
                 what="grouped devices published again",
             )
+
+
+def test_upgrading_one_image_with_on_delete(clean: Cluster) -> None:
+    """`helm upgrade` of the api image's tag with updateStrategy OnDelete: nothing moves until
+    the pod is deleted; then the new pod runs the new tag, Ready, with claims kept."""
+    node = clean
+    node.apply(claim_manifest("kept", [cpus_request(1)]))
+    start_pod(node, "kept", pod_manifest("kept", [("work", ["c"])], [("c", "kept")]))
+    pinned = node.cpus_of("kept", "work")
+    tag = "0.1.0-next"
+    image = "localhost/dracpu-api"
+    node.ctr("images", "tag", "--force", f"{image}:0.1.0", f"{image}:{tag}")
+    before = node.driver_pod()
+    assert before is not None
+    try:
+        with step("helm upgrade of the api image tag, OnDelete"):
+            node.install("updateStrategy.type=OnDelete", f"api.image.tag={tag}")
+            still = node.driver_pod()
+            assert still is not None and still["metadata"]["uid"] == before["metadata"]["uid"]
+            node.kubectl(
+                "delete", "pod", before["metadata"]["name"], "-n", NAMESPACE, "--wait=true"
+            )
+            after = wait_until(node.driver_ready, timeout=120, what="new driver pod Ready")
+        images = {c["name"]: c["image"] for c in after["spec"]["containers"]}
+        assert images["api"] == f"{image}:{tag}"
+        assert all(v.endswith(":0.1.0") for k, v in images.items() if k != "api"), images
+        assert node.cpus_of("kept", "work") == pinned
+    finally:
+        with step("helm upgrade back to the chart's tags"):
+            current = node.driver_pod()
+            node.install()
+            if current is not None:
+                node.kubectl(
+                    "delete", "pod", current["metadata"]["name"], "-n", NAMESPACE, "--wait=true"
+                )
+            wait_until(node.driver_ready, timeout=120, what="driver pod Ready")
 
 
 def test_uninstall_leaves_nothing_behind(driver: Cluster) -> None:
