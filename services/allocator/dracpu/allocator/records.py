@@ -47,7 +47,7 @@ def digest(body: object) -> str:
 
 def record_to_json(record: ClaimRecord) -> dict[str, Any]:
     owner = record.owner
-    return {
+    body: dict[str, Any] = {
         "uid": record.uid,
         "namespace": record.namespace,
         "name": record.name,
@@ -75,12 +75,22 @@ def record_to_json(record: ClaimRecord) -> dict[str, Any]:
             for a in record.allocations
         ],
     }
+    if record.pods_known:
+        # Absent from records of an older dra-plugin, which still load (and older builds
+        # reading this record ignore the key).
+        body["reservedFor"] = list(record.pods)
+    return body
 
 
 def record_from_json(item: dict[str, Any]) -> ClaimRecord:
     """KeyError, TypeError, ValueError or CPUSetError on malformed content."""
     owner = item["owner"]
+    pods = item.get("reservedFor")
+    if pods is not None and not (isinstance(pods, list) and all(isinstance(p, str) for p in pods)):
+        raise TypeError("reservedFor is not a list of pod UIDs")
     return ClaimRecord(
+        pods=tuple(pods or ()),
+        pods_known=pods is not None,
         uid=str(item["uid"]),
         namespace=str(item["namespace"]),
         name=str(item["name"]),

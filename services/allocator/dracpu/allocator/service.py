@@ -137,6 +137,8 @@ def prepare_input(request: Any) -> claims.PrepareInput:
             )
             for c in request.configs
         ),
+        pods=tuple(request.reserved_for_pod_uids),
+        pods_known=request.reserved_for_known,
     )
 
 
@@ -250,7 +252,11 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
         return pb.AdoptResponse(
             outcomes=[
                 pb.AdoptOutcome(
-                    claim_uid=r.uid, accepted=r.accepted, recovered=r.recovered, error=r.error
+                    claim_uid=r.uid,
+                    accepted=r.accepted,
+                    recovered=r.recovered,
+                    error=r.error,
+                    quarantined=r.quarantined,
                 )
                 for r in outcome.results
             ],

@@ -52,6 +52,14 @@ class ConflictError(DracpuError):
     http_status = 409
 
 
+class ForbiddenError(DracpuError):
+    """A caller or container that may not do what it asks (another pod's claim, a mutating
+    call on the read-only socket)."""
+
+    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+    http_status = 403
+
+
 class InsufficientCPUsError(DracpuError):
     """A request that cannot be met from the CPUs that are free."""
 
@@ -83,6 +91,7 @@ class ProtocolError(DracpuError):
 _BY_CODE: dict[grpc.StatusCode, type[DracpuError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidInputError,
     grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.PERMISSION_DENIED: ForbiddenError,
     grpc.StatusCode.FAILED_PRECONDITION: ConflictError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: InsufficientCPUsError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,

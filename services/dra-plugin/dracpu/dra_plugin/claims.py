@@ -70,6 +70,20 @@ def allocation_of(ref: ClaimRef, claim: Mapping[str, Any]) -> Mapping[str, Any]:
     return _mapping(allocation, f"claim {ref}: status.allocation")
 
 
+def reserved_pods(ref: ClaimRef, claim: Mapping[str, Any]) -> list[str]:
+    """The UIDs of the pods in status.reservedFor (core-group `pods` entries): the only pods
+    whose containers may use the claim's CPUs."""
+    status = _mapping(claim.get("status"), f"claim {ref}: status")
+    pods = []
+    for index, item in enumerate(_list(status.get("reservedFor"), f"claim {ref}: reservedFor")):
+        entry = _mapping(item, f"claim {ref}: status.reservedFor[{index}]")
+        if _text(entry.get("resource")) == "pods" and not entry.get("apiGroup"):
+            uid = _text(entry.get("uid"))
+            if uid:
+                pods.append(uid)
+    return pods
+
+
 def pod_claim_name(claim: Mapping[str, Any]) -> str | None:
     metadata = _mapping(claim.get("metadata"), "claim metadata")
     annotations = _mapping(metadata.get("annotations"), "claim annotations")
@@ -84,7 +98,11 @@ def prepare_request(
     allocation = allocation_of(ref, claim)
     devices = _mapping(allocation.get("devices"), f"claim {ref}: status.allocation.devices")
     request = allocator_pb2.PrepareRequest(
-        claim_uid=ref.uid, namespace=ref.namespace, name=ref.name
+        claim_uid=ref.uid,
+        namespace=ref.namespace,
+        name=ref.name,
+        reserved_for_pod_uids=reserved_pods(ref, claim),
+        reserved_for_known=True,
     )
     for index, item in enumerate(_list(devices.get("results"), f"claim {ref}: results")):
         where = f"claim {ref}: status.allocation.devices.results[{index}]"
