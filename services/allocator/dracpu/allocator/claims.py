@@ -390,9 +390,10 @@ def _complete_recovered(
 
 
 def _with_pods(record: ClaimRecord, request: PrepareInput) -> ClaimRecord:
-    """The record with the reservedFor pods of this prepare (an older dra-plugin sends none
-    and leaves what is recorded)."""
-    if not request.pods_known:
+    """The record with the reservedFor pods of this prepare. An older dra-plugin sends none,
+    and an empty list (the kubelet prepares only for pods in reservedFor, so only a caller that
+    is not the kubelet sends one) says nothing either: both leave what is recorded."""
+    if not request.pods_known or not request.pods:
         return record
     pods = tuple(sorted(set(request.pods)))
     if record.pods_known and record.pods == pods:
