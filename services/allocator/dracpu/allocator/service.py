@@ -15,7 +15,7 @@ from dracpu.allocator.devices import (
 )
 from dracpu.allocator.node import NodeAllocator, SharedPoolView
 from dracpu.allocator.opaque import OpaqueConfig
-from dracpu.core.errors import InvalidInputError, NotFoundError
+from dracpu.core.errors import ForbiddenError, InvalidInputError, NotFoundError
 from dracpu.core.rpc import rpc_errors
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
@@ -274,3 +274,36 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
             active_claims=summary.active_claims,
             online_cpus=summary.online,
         )
+
+
+class ReadOnlyAllocatorServicer(AllocatorServicer):
+    """The allocator's reads only, for the read-only socket the api uses: every mutating call
+    is refused with PERMISSION_DENIED, so a caller that can reach only this socket (the
+    network-facing api) cannot prepare, unprepare, attach, detach or adopt."""
+
+    @staticmethod
+    def _refuse(method: str) -> ForbiddenError:
+        return ForbiddenError(
+            f"{method} is not served on the allocator's read-only socket; only the dra-plugin "
+            f"and nri-plugin, on the allocator's own socket, may change allocation state"
+        )
+
+    @rpc_errors
+    async def Prepare(self, request: Any, context: Any) -> Any:
+        raise self._refuse("Prepare")
+
+    @rpc_errors
+    async def Unprepare(self, request: Any, context: Any) -> Any:
+        raise self._refuse("Unprepare")
+
+    @rpc_errors
+    async def AttachContainer(self, request: Any, context: Any) -> Any:
+        raise self._refuse("AttachContainer")
+
+    @rpc_errors
+    async def DetachContainer(self, request: Any, context: Any) -> Any:
+        raise self._refuse("DetachContainer")
+
+    @rpc_errors
+    async def Adopt(self, request: Any, context: Any) -> Any:
+        raise self._refuse("Adopt")
