@@ -194,7 +194,7 @@ async def test_every_rpc(allocator: Running) -> None:
         (grouped("x", "1.5"), grpc.StatusCode.INVALID_ARGUMENT, "whole number"),
         (grouped("x", "2", device="cpudevnuma009"), grpc.StatusCode.NOT_FOUND, "no such device"),
         (grouped("x", "40"), grpc.StatusCode.RESOURCE_EXHAUSTED, "cannot take 40"),
-        (grouped("bad/uid", "1"), grpc.StatusCode.INVALID_ARGUMENT, "cannot name a CDI device"),
+        (grouped("bad/uid", "1"), grpc.StatusCode.INVALID_ARGUMENT, "is not a UID"),
         (
             grouped(
                 "x",

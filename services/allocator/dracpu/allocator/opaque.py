@@ -16,7 +16,6 @@ Unknown fields are refused, so a typo never silently changes a placement.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dracpu.allocator.algorithm import Policy
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.documents import load_json
 from dracpu.core.errors import CPUSetError, InvalidInputError
 
 API_VERSION = "v1alpha1"
@@ -82,10 +82,7 @@ class ClaimParameters:
 
 
 def parse_parameters(raw: bytes) -> ClaimParameters:
-    try:
-        document = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"opaque config: not valid JSON: {exc}") from None
+    document = load_json(raw or b"null", "opaque config")
     if not isinstance(document, dict):
         raise InvalidInputError("opaque config: parameters must be a JSON object")
     version = document.get("apiVersion")

@@ -22,6 +22,7 @@ from dracpu.allocator.service import (
 from dracpu.core import config as driver_config
 from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, DracpuError
 from dracpu.core.machine import Machine
 from dracpu.core.metrics import exposition
@@ -95,6 +96,21 @@ def read_only_socket(args: argparse.Namespace) -> str:
     return str(Path(args.socket).with_name("allocator-ro.sock"))
 
 
+def check_reserved(reserved: CPUSet, machine: Machine) -> None:
+    """reservedCPUs against this node's CPUs: said loudly, not refused (the same file may
+    configure nodes of several shapes, and a refusal would only restart the allocator)."""
+    missing = reserved - machine.cpu_set
+    if missing:
+        log.warning("reservedCPUs names CPUs this node does not have", cpus=missing.format())
+    if machine.online and not machine.online - reserved:
+        log.error(
+            "reservedCPUs covers every online CPU: no CPU is left for claims or for shared "
+            "containers",
+            reserved=reserved.format(),
+            online=machine.online.format(),
+        )
+
+
 async def serve(args: argparse.Namespace) -> int:
     check_socket_path(args.socket)
     ro_socket = check_socket_path(read_only_socket(args))
@@ -160,6 +176,7 @@ async def serve(args: argparse.Namespace) -> int:
                 return 0
             stopping.cancel()
             machine = waiting.result()
+        check_reserved(config.reserved, machine)
         await node.start(machine)
         await health.set(True)
         await ro_health.set(True)

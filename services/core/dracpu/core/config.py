@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.documents import read_yaml_file
 from dracpu.core.errors import ConfigError, CPUSetError
 from dracpu.core.log import get_logger
 
@@ -35,7 +35,8 @@ class DriverConfig(BaseModel):
     reserved_cpus: str = Field(default="", alias="reservedCPUs")
     hostname_override: str = Field(default="", alias="hostnameOverride")
     kubeconfig: str = Field(default="", alias="kubeconfig")
-    publish_node_allocatable_resource_mapping: bool = Field(
+    # Strict: only a YAML/JSON boolean; "yes", "1" or "on" as strings are refused.
+    publish_node_allocatable_resource_mapping: StrictBool = Field(
         default=False, alias="publishNodeAllocatableResourceMapping"
     )
     sysfs_root: str = Field(default="", alias="sysfsRoot")
@@ -111,11 +112,18 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "-v",
         "--v",
         dest="verbosity",
-        type=int,
+        type=verbosity,
         default=0,
         metavar="N",
         help="log verbosity: 0, 2 (lifecycle), 4 (allocation), 6 (debug)",
     )
+
+
+def verbosity(text: str) -> int:
+    """The -v level: 0-10 (argparse turns the ValueError into a one-line usage error)."""
+    if not text.isascii() or not text.isdigit() or len(text) > 2 or int(text) > 10:
+        raise argparse.ArgumentTypeError(f"verbosity must be 0-10, got {text[:12]!r}")
+    return int(text)
 
 
 def _describe(error: ValidationError, source: str) -> str:
@@ -139,16 +147,7 @@ def parse_document(data: object, source: str) -> DriverConfig:
 
 
 def read_file(path: str) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {path}: not valid YAML{where}") from None
+    data = read_yaml_file(path, "config file", error=ConfigError)
     parse_document(data, f"config file {path}")
     return dict(data or {})
 
