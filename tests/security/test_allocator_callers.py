@@ -66,3 +66,16 @@ async def test_the_read_only_socket_serves_reads(
         await getattr(stub, method)(request_, timeout=5)
         claim = await stub.GetClaim(pb.GetClaimRequest(claim_uid=uid), timeout=5)
     assert claim.cpus == cpus.format()
+
+
+def test_the_api_falls_back_to_an_older_allocators_only_socket(tmp_path: Any) -> None:
+    # An allocator of the previous release serves everything on allocator.sock alone.
+    from dracpu.api.backends import AllocatorBackend
+
+    read_only_path = tmp_path / "allocator-ro.sock"
+    backend = AllocatorBackend("allocator", str(read_only_path))
+    assert backend.target() == str(read_only_path)  # nothing there yet: keep the given one
+    (tmp_path / "allocator.sock").touch()
+    assert backend.target() == str(tmp_path / "allocator.sock")
+    read_only_path.touch()
+    assert backend.target() == str(read_only_path)
