@@ -78,10 +78,19 @@ def remove_stale_socket(path: Path) -> None:
         ) from None
 
 
+# A status message travels in the trailers, which a peer caps (8 KiB by default): past it the
+# caller would see RESOURCE_EXHAUSTED instead of the reason.
+MAX_STATUS_MESSAGE = 4096
+
+
 def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, DracpuError):
-        return exc.grpc_code, str(exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+        code, message = exc.grpc_code, str(exc)
+    else:
+        code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+    if len(message) > MAX_STATUS_MESSAGE:
+        message = message[: MAX_STATUS_MESSAGE - 40] + f"... ({len(message)} characters)"
+    return code, message
 
 
 def rpc_errors(method: F) -> F:
