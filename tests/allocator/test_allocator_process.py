@@ -164,15 +164,19 @@ async def test_every_rpc(allocator: Running) -> None:
     )
     outcomes = {o.claim_uid: o for o in adopted.outcomes}
     assert outcomes["u1"].accepted and not outcomes["u1"].recovered
-    assert outcomes["lost"].accepted and outcomes["lost"].recovered
-    assert (allocator.base / "cdi" / "dra.k8s.io-cpu_claim-lost.json").exists()
+    assert not outcomes["lost"].accepted and outcomes["lost"].quarantined
+    assert not (allocator.base / "cdi" / "dra.k8s.io-cpu_claim-lost.json").exists()
 
     summary = await stub.GetSummary(pb.GetSummaryRequest())
-    assert (summary.allocated_cpus, summary.available_cpus, summary.reserved_cpus) == (6, 32, 2)
-    assert (summary.active_claims, summary.online_cpus) == (2, 40)
+    assert (summary.allocated_cpus, summary.available_cpus, summary.reserved_cpus) == (4, 34, 2)
+    assert (summary.active_claims, summary.online_cpus) == (1, 40)
 
+    # Its container still runs: the CPUs stay out of the shared pool until it stops.
     released = await stub.Unprepare(pb.UnprepareRequest(claim_uid="u1"))
-    assert released.was_prepared and released.released_cpus == cpus
+    assert released.was_prepared and released.released_cpus == ""
+    assert (await stub.GetSharedPool(pb.GetSharedPoolRequest())).exclusive == cpus
+    await stub.DetachContainer(pb.DetachContainerRequest(container_id="c1b"))
+    assert (await stub.GetSharedPool(pb.GetSharedPoolRequest())).exclusive == ""
     assert not (await stub.Unprepare(pb.UnprepareRequest(claim_uid="u1"))).was_prepared
     assert not (allocator.base / "cdi" / "dra.k8s.io-cpu_claim-u1.json").exists()
     watch.cancel()
@@ -181,8 +185,8 @@ async def test_every_rpc(allocator: Running) -> None:
     version = await info.GetVersion(info_pb2.GetVersionRequest())
     assert version.service == "allocator" and version.api_version == "dracpu.allocator.v1"
     metrics = (await info.GetMetrics(info_pb2.GetMetricsRequest())).text
-    assert "dra_cpu_allocated_cpus 2.0" in metrics
-    assert "dra_cpu_resource_claims_active 1.0" in metrics
+    assert "dra_cpu_allocated_cpus 0.0" in metrics
+    assert "dra_cpu_resource_claims_active 0.0" in metrics
 
 
 @pytest.mark.parametrize(
@@ -191,7 +195,7 @@ async def test_every_rpc(allocator: Running) -> None:
         (grouped("x", "1.5"), grpc.StatusCode.INVALID_ARGUMENT, "whole number"),
         (grouped("x", "2", device="cpudevnuma009"), grpc.StatusCode.NOT_FOUND, "no such device"),
         (grouped("x", "40"), grpc.StatusCode.RESOURCE_EXHAUSTED, "cannot take 40"),
-        (grouped("bad/uid", "1"), grpc.StatusCode.INVALID_ARGUMENT, "cannot name a CDI device"),
+        (grouped("bad/uid", "1"), grpc.StatusCode.INVALID_ARGUMENT, "is not a UID"),
         (
             grouped(
                 "x",

@@ -108,7 +108,11 @@ class ClaimSequences(RuleBasedStateMachine):
         except (InsufficientCPUsError, ConflictError) as exc:
             # Refusals are for real reasons only.
             if isinstance(exc, ConflictError):
-                assert uid in before.records or before.devices.mode == "individual"
+                assert (
+                    uid in before.records
+                    or uid in before.draining
+                    or before.devices.mode == "individual"
+                )
             return
         except DracpuError as exc:
             # Individual mode may name a device twice; nothing else is malformed here.
@@ -145,7 +149,11 @@ class ClaimSequences(RuleBasedStateMachine):
         new_state, record = claims.unprepare(self.state, uid)
         assert (record is not None) == (uid in self.requests)
         if record is not None:
-            assert new_state.shared == self.state.shared | record.cpus
+            if record.container_id:  # still running: its CPUs stay out until it stops
+                assert new_state.shared == self.state.shared
+                assert new_state.draining[uid] == record
+            else:
+                assert new_state.shared == self.state.shared | record.cpus
             del self.requests[uid]
         self.state = new_state
 
@@ -167,13 +175,26 @@ class ClaimSequences(RuleBasedStateMachine):
         assert outcome.state.shared == self.state.shared
         self.state = outcome.state
 
+    @precondition(lambda self: self.state is not None)
+    @rule(pod=st.sampled_from(["p1", "p2"]), name=st.sampled_from(["x", "y"]))
+    def detach(self, pod: str, name: str) -> None:
+        assert self.state is not None
+        before = self.state
+        released = CPUSet()
+        for record in before.draining.values():
+            if record.container_id == f"{pod}-{name}":
+                released = released | record.cpus
+        new_state, _ = claims.detach(before, f"{pod}-{name}")
+        assert new_state.shared == before.shared | released
+        self.state = new_state
+
     @invariant()
     def claims_are_disjoint_and_the_pool_adds_up(self) -> None:
         if self.state is None:
             return
         state = self.state
         seen = CPUSet()
-        for record in state.records.values():
+        for record in (*state.records.values(), *state.draining.values()):
             assert record.cpus.isdisjoint(seen)
             assert record.cpus.isdisjoint(state.reserved)
             seen = seen | record.cpus

@@ -388,7 +388,8 @@ async def test_shared_pool_watchers_see_each_change(tmp_path: Path, machines: Ma
     queue = node.subscribe()
     first = await node.prepare(request("u1"))
     await node.attach(Container("c", Owner("p", "a")), {"u1": first.record.cpus})  # no pool change
-    await node.unprepare("u1")
+    await node.unprepare("u1")  # no pool change while its container runs
+    await node.detach("c")
     changes = [queue.get_nowait(), queue.get_nowait()]
     assert queue.empty()
     assert [c.exclusive for c in changes] == [first.record.cpus, CPUSet()]

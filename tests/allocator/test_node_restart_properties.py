@@ -108,7 +108,7 @@ class Restarts(RuleBasedStateMachine):
         assert loaded is not None and loaded.bad == []
         assert loaded.records == dict(published)
         union = CPUSet()
-        for record in published.values():
+        for record in (*published.values(), *self.node.state.draining.values()):
             union = union | record.cpus
         assert self.node.state.exclusive == union
 

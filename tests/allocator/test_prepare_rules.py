@@ -688,32 +688,34 @@ def test_presented_cpusets_must_parse() -> None:
 # ---- adopt (recovery from running containers) --------------------------------------------------
 
 
-def test_adopt_binds_known_claims_and_rebuilds_unknown_ones(prepared: NodeState) -> None:
+@pytest.mark.parametrize("cpus", ["15-16", "1"], ids=["free", "held-by-another-claim"])
+def test_adopt_binds_known_claims_and_quarantines_unknown_ones(
+    prepared: NodeState, cpus: str
+) -> None:
     outcome = claims.adopt(
         prepared,
         container("c1"),
-        {"one": cpus_of(prepared, "one"), "lost": CPUSet.parse("15-16")},
+        {"one": cpus_of(prepared, "one"), "lost": CPUSet.parse(cpus)},
         5,
     )
     by_uid = {r.uid: r for r in outcome.results}
     assert by_uid["one"].accepted and not by_uid["one"].recovered
-    assert by_uid["lost"].accepted and by_uid["lost"].recovered
-    assert outcome.recovered == ("lost",)
-    lost = outcome.state.records["lost"]
-    assert lost.recovered and lost.owner == POD_A and lost.cpus == CPUSet.parse("15-16")
-    assert outcome.state.shared == prepared.shared - CPUSet.parse("15-16")
+    lost = by_uid["lost"]
+    assert not lost.accepted and lost.quarantined and "quarantined" in lost.error
+    assert "lost" not in outcome.state.records and outcome.recovered == ()
+    assert outcome.state.quarantined["lost"].cpus == CPUSet.parse(cpus)
+    assert outcome.state.shared == prepared.shared
 
 
 @pytest.mark.parametrize(
     ("uid", "cpus", "message"),
     [
-        ("lost", "1", "held by claim one"),
         ("lost", "0", "are reserved"),
         ("lost", "41", "not online"),
         ("lost", "", "empty cpuset"),
         ("one", "5", "prepared with"),
     ],
-    ids=["taken", "reserved", "offline", "empty", "known-other-cpus"],
+    ids=["reserved", "offline", "empty", "known-other-cpus"],
 )
 def test_adopt_reports_conflicts(prepared: NodeState, uid: str, cpus: str, message: str) -> None:
     outcome = claims.adopt(prepared, container("c1"), {uid: CPUSet.parse(cpus)}, 5)
@@ -731,18 +733,31 @@ def test_adopt_refuses_a_claim_owned_elsewhere(prepared: NodeState) -> None:
     assert "belongs to ns/a" in outcome.results[0].error
 
 
-def test_a_recovered_claim_takes_its_results_on_the_next_prepare(machines: Machines) -> None:
+def test_a_quarantined_claim_is_confirmed_by_its_prepare(machines: Machines) -> None:
     state = state_for(machines("xeon-2s-ht"))
     adopted = claims.adopt(state, container("c1"), {"u": CPUSet.parse("3-4")}, 5).state
     outcome = claims.prepare(adopted, claim("u", result("cpudevnuma000", "2")), 6)
-    assert outcome.already_prepared
+    assert outcome.confirmed and not outcome.already_prepared
     record = outcome.record
     assert not record.recovered and record.cpus == CPUSet.parse("3-4")
     assert record.name == "name-u" and record.allocations[0].device == "cpudevnuma000"
-    with pytest.raises(ConflictError, match="do not account for"):
-        claims.prepare(adopted, claim("u", result("cpudevnuma000", "1")), 6)
-    with pytest.raises(ConflictError, match="do not hold 2 CPUs of this device"):
-        claims.prepare(adopted, claim("u", result("cpudevnuma001", "2")), 6)
+    assert record.owner == POD_A and record.container_id == "c1"
+    assert not outcome.state.quarantined
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [claim("u", result("cpudevnuma000", "1")), claim("u", result("cpudevnuma001", "2"))],
+    ids=["other-count", "other-device"],
+)
+def test_a_quarantined_claim_that_does_not_match_gets_fresh_cpus(
+    machines: Machines, request_: PrepareInput
+) -> None:
+    state = state_for(machines("xeon-2s-ht"))
+    adopted = claims.adopt(state, container("c1"), {"u": CPUSet.parse("3-4")}, 5).state
+    outcome = claims.prepare(adopted, request_, 6)
+    assert not outcome.confirmed and outcome.record.owner is None
+    assert not outcome.state.quarantined
 
 
 def test_new_topology_keeps_claims_on_offline_cpus(machines: Machines) -> None:

@@ -53,7 +53,7 @@ def test_a_json_cpus_document(tmp_path: Path, machines: Machines) -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [(None, "No such file"), ("cpus: [", "neither JSON nor YAML"), ("{}", "no `cpus` list")],
+    [(None, "No such file"), ("cpus: [", "not valid YAML"), ("{}", "no `cpus` list")],
     ids=["missing", "garbage", "no-cpus"],
 )
 def test_bad_sources_are_refused(tmp_path: Path, content: str | None, message: str) -> None:

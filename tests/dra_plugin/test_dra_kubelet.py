@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -422,8 +423,11 @@ async def test_stale_sockets_are_replaced(node: Node) -> None:
     plugin_dir = node.kubelet_root / "plugins/dra.cpu"
     registrar.mkdir(parents=True)
     plugin_dir.mkdir(parents=True)
-    (registrar / "dra.cpu-reg.sock").write_text("left over")
-    (plugin_dir / "dra.sock").write_text("left over")
+    for left_over in (registrar / "dra.cpu-reg.sock", plugin_dir / "dra.sock"):
+        # A socket of a process that died: bound, never removed. (A regular file at a socket
+        # path is refused instead, never deleted: tests/security.)
+        with socket.socket(socket.AF_UNIX) as stale:
+            stale.bind(str(left_over))
     await node.start()
     plugin = await register(node)
     assert plugin.dra_version == "v1"

@@ -114,7 +114,11 @@ def test_only_the_dra_plugin_gets_an_api_token(default: Rendered) -> None:
 HOST_PATHS = {
     "topology": {"/sys"},
     "allocator": {"/var/lib/dracpu", "/var/run/cdi"},
-    "dra-plugin": {"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"},
+    "dra-plugin": {
+        "/var/lib/kubelet/plugins/dra.cpu",
+        "/var/lib/kubelet/plugins_registry",
+        "/var/run/cdi",
+    },
     "nri-plugin": {"/var/run/nri"},
     "api": set(),
 }
@@ -128,8 +132,8 @@ def test_host_paths_are_only_where_needed(default: Rendered, name: str) -> None:
         volume = default.volume(mount["name"])
         if "hostPath" in volume:
             host_paths.add(volume["hostPath"]["path"])
-            if volume["hostPath"]["path"] == "/sys":
-                assert mount["readOnly"] is True, "/sys must be read-only"
+            if volume["hostPath"]["path"] in ("/sys", "/var/run/nri"):
+                assert mount["readOnly"] is True, f"{volume['hostPath']['path']} must be read-only"
     assert host_paths == HOST_PATHS[name]
 
 

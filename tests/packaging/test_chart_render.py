@@ -94,7 +94,7 @@ def check_kubelet_root(r: Rendered) -> None:
 
 def check_kubelet_root_slash(r: Rendered) -> None:
     assert _flags_of(r, "dra-plugin")["--kubelet-root-dir"] == "/"
-    assert r.volume("kubelet-plugins")["hostPath"]["path"] == "/plugins"
+    assert r.volume("kubelet-plugins")["hostPath"]["path"] == "/plugins/dra.cpu"
     assert r.volume("kubelet-plugins-registry")["hostPath"]["path"] == "/plugins_registry"
 
 
@@ -216,6 +216,13 @@ def test_objects_rendered(case: tuple[Case, Rendered]) -> None:
     _, rendered = case
     kinds = sorted(obj["kind"] for obj in rendered.objects)
     expected = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass"]
+    if not flags(rendered.container("api")["args"])["--bind-address"].startswith("127."):
+        network = (
+            []
+            if rendered.one("DaemonSet")["spec"]["template"]["spec"].get("hostNetwork")
+            else ["NetworkPolicy"]
+        )
+        expected += network
     assert kinds == sorted([*expected, "ServiceAccount"])
     device_class = rendered.one("DeviceClass")
     assert device_class["apiVersion"] == "resource.k8s.io/v1"
@@ -257,7 +264,7 @@ def test_every_path_flag_is_backed_by_a_mount(case: tuple[Case, Rendered]) -> No
             if flag == "--kubelet-root-dir":
                 # The root itself is not mounted; the two directories the plugin uses are, each
                 # at the same path as on the host, so the paths it hands the kubelet are true.
-                for sub in ("plugins", "plugins_registry"):
+                for sub in ("plugins/dra.cpu", "plugins_registry"):
                     inside = str(Path(value) / sub)
                     assert _host_path(rendered, name, inside) == inside
                 continue
@@ -283,7 +290,10 @@ def test_socket_paths_agree_between_containers(case: tuple[Case, Rendered]) -> N
             for flag, value in _flags_of(rendered, client).items()
             if flag.endswith("-socket") and flag not in ("--socket", "--nri-socket")
         }
-        assert given == {peer: served[peer] for peer in peers}, client
+        wanted = {peer: served[peer] for peer in peers}
+        if client == "api":  # reads only: the allocator's read-only socket
+            wanted["allocator"] = f"{SOCKET_DIR}/allocator-ro.sock"
+        assert given == wanted, client
     assert rendered.volume("sockets") == {"name": "sockets", "emptyDir": {}}
 
 

@@ -47,6 +47,8 @@ DISTRIBUTION = {
     "fastapi": "fastapi",
     "starlette": "fastapi",
     "uvicorn": "uvicorn",
+    # uvicorn's HTTP/1.1 protocol (a dependency of uvicorn): the api extends it.
+    "h11": "uvicorn",
     "httpx": "httpx",
 }
 

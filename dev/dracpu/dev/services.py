@@ -131,8 +131,9 @@ def service_commands(layout: RunLayout, options: DevOptions) -> dict[str, list[s
             options.api_address,
             "--topology-socket",
             str(sock("topology")),
+            # The read-only socket: the api cannot change allocation state.
             "--allocator-socket",
-            str(sock("allocator")),
+            str(layout.sockets / "allocator-ro.sock"),
             "--dra-plugin-socket",
             str(sock("dra-plugin")),
             "--nri-plugin-socket",

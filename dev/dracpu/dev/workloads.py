@@ -133,8 +133,10 @@ def claim_document(
     *,
     numa: int | None,
     cpuset: CPUSet | None,
+    pod_uid: str = "",
 ) -> dict[str, Any]:
-    """A ResourceClaim as the API server shows it once the scheduler allocated it."""
+    """A ResourceClaim as the API server shows it once the scheduler allocated it (and
+    reserved it for the pod, when `pod_uid` is given)."""
     grouped = results[0].consumed is not None
     exactly: dict[str, Any] = {
         "deviceClassName": DRIVER,
@@ -173,8 +175,21 @@ def claim_document(
             "creationTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         },
         "spec": spec,
-        "status": {"allocation": allocation},
+        "status": {"allocation": allocation, **_reserved_for(name, pod_uid)},
     }
+
+
+def _reserved_for(name: str, pod_uid: str) -> dict[str, Any]:
+    if not pod_uid:
+        return {}
+    return {"reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": pod_uid}]}
+
+
+def _reserved_pod(claim: dict[str, Any]) -> str:
+    for entry in (claim.get("status") or {}).get("reservedFor") or []:
+        if entry.get("resource") == "pods" and entry.get("uid"):
+            return str(entry["uid"])
+    return str(uuid.uuid4())
 
 
 def _schedule(
@@ -200,7 +215,15 @@ def _schedule(
         raise InvalidInputError("--cpuset applies only when the node is grouped by machine")
     node = next((d.node for d in devices if d.pool == results[0].pool), "")
     claim = claim_document(
-        namespace, name, str(uuid.uuid4()), cpus, results, node, numa=numa, cpuset=cpuset
+        namespace,
+        name,
+        str(uuid.uuid4()),
+        cpus,
+        results,
+        node,
+        numa=numa,
+        cpuset=cpuset,
+        pod_uid=str(uuid.uuid4()),
     )
     folder.write_claim(claim)
     return claim, results
@@ -286,7 +309,7 @@ async def _prepare_and_run(
             return workload
         container = ContainerRef(
             container_id=uuid.uuid4().hex,
-            pod_uid=str(uuid.uuid4()),
+            pod_uid=_reserved_pod(folder.read_claim(namespace, name)),
             pod_namespace=namespace,
             pod_name=f"{name}-pod",
             container_name="main",

@@ -16,7 +16,12 @@ from pathlib import Path
 
 from dracpu.allocator.durable import remove_durable, write_atomic
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import CPUSetError, InvalidInputError, StateError
+from dracpu.core.documents import decode, read_regular
+from dracpu.core.errors import CPUSetError, DracpuError, InvalidInputError, StateError
+from dracpu.core.names import MAX_UID, echo
+
+# One claim's spec is well under a kilobyte; anything much larger is not ours.
+MAX_SPEC = 1024 * 1024
 
 CDI_VERSION = "0.3.0"
 VENDOR = "dra.k8s.io"
@@ -27,12 +32,12 @@ FILE_PREFIX = f"{VENDOR}-{CLASS}_claim-"
 
 # A CDI device name allows letters, digits, '-', '_', '.', ':' with alnum first and last;
 # `claim-` supplies the first character, so the uid must end alnum and use only these.
-_UID = re.compile(r"^[A-Za-z0-9._:-]*[A-Za-z0-9]$")
+_UID = re.compile(r"[A-Za-z0-9._:-]*[A-Za-z0-9]")
 
 
 def check_uid(uid: str) -> str:
-    if not _UID.match(uid) or len(uid) > 200:
-        raise InvalidInputError(f"claim uid {uid!r} cannot name a CDI device")
+    if len(uid) > MAX_UID or not _UID.fullmatch(uid):
+        raise InvalidInputError(f"claim uid {echo(uid)} cannot name a CDI device")
     return uid
 
 
@@ -106,7 +111,7 @@ def parse_spec(path: Path, text: str) -> SpecOnDisk:
         if len(values) != 1:
             raise ValueError(f"expected one {key}... entry")
         cpus = CPUSet.parse(values[0].removeprefix(key))
-    except (ValueError, AttributeError, CPUSetError) as exc:
+    except (ValueError, AttributeError, CPUSetError, RecursionError) as exc:
         raise StateError(f"CDI spec {path} is not a claim spec of this driver: {exc}") from None
     if not cpus:
         raise StateError(f"CDI spec {path} has an empty cpuset")
@@ -119,8 +124,12 @@ def read_specs(cdi_dir: Path) -> Iterator[SpecOnDisk | StateError]:
         return
     for path in sorted(cdi_dir.glob(f"{FILE_PREFIX}*.json")):
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = decode(
+                read_regular(path, "CDI spec", limit=MAX_SPEC, error=StateError), str(path)
+            )
+        except FileNotFoundError:
+            continue
+        except DracpuError as exc:
             yield StateError(f"cannot read CDI spec {path}: {exc}")
             continue
         try:

@@ -12,6 +12,7 @@ from typing import Any
 
 from dracpu.allocator.claims import ClaimRecord
 from dracpu.allocator.records import checked_payload, digest, record_from_json, record_to_json
+from dracpu.core.documents import read_regular
 from dracpu.core.errors import CPUSetError, StateError
 
 FORMAT_VERSION = 1
@@ -83,9 +84,7 @@ def load(state_dir: Path) -> Checkpoint | None:
     """The checkpoint, None if there is none; CorruptCheckpointError if it cannot be trusted."""
     path = path_in(state_dir)
     try:
-        data = path.read_bytes()
+        data = read_regular(path, "cannot read checkpoint", error=StateError)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise StateError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
     return decode(data, str(path))

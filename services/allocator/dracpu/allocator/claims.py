@@ -12,6 +12,12 @@ Two rules keep the published devices honest (`withheld`):
 - claims the scheduler cannot see on the current devices (prepared under another device mode,
   grouping or reserved set, or rebuilt from a spec or a running container) keep their CPUs
   out of what is published, so no CPU is offered while a claim holds it.
+
+Who may use a claim: a container presents `DRA_CPUSET_<uid>=<cpus>` in its env, which the pod
+author controls, so the env only names the claim. A container is accepted only when its pod is
+in the claim's namespace and, when the dra-plugin passed the claim's `status.reservedFor`, among
+those pods. A claim the allocator has no record of is never created from a container's env: it
+is quarantined (no CPUs taken) until a prepare of that claim confirms it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from dracpu.allocator.quantity import cpu_count
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import (
     ConflictError,
+    DracpuError,
+    ForbiddenError,
     InsufficientCPUsError,
     InvalidInputError,
     NotFoundError,
@@ -88,6 +96,10 @@ class ClaimRecord:
     # Rebuilt from a CDI spec or a running container: the allocation results are unknown
     # until the kubelet prepares the claim again.
     recovered: bool = False
+    # The claim's status.reservedFor pod UIDs, when the dra-plugin passed them (pods_known);
+    # records of an older dra-plugin have none and bind the first container that attaches.
+    pods: tuple[str, ...] = ()
+    pods_known: bool = False
 
     @property
     def policy(self) -> str:
@@ -117,6 +129,8 @@ class PrepareInput:
     name: str
     results: tuple[ResultInput, ...]
     configs: tuple[opaque.OpaqueConfig, ...] = ()
+    pods: tuple[str, ...] = ()
+    pods_known: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,12 @@ class NodeState:
     machine: Machine
     devices: DeviceModel
     records: Mapping[str, ClaimRecord] = field(default_factory=dict)
+    # Unprepared while their container still runs: out of the records and their files, but
+    # their CPUs stay exclusive until that container stops (memory only).
+    draining: Mapping[str, ClaimRecord] = field(default_factory=dict)
+    # Claims a running container presented that the allocator has no record of: held aside,
+    # taking no CPUs, until a prepare of the claim confirms them (memory only).
+    quarantined: Mapping[str, ClaimRecord] = field(default_factory=dict)
     pool_generation: int = 1
     claims_generation: int = 1
     # The union of the records' CPUs when the rule that made this state already knows it
@@ -147,6 +167,8 @@ class NodeState:
             return self.known_exclusive
         mask = 0
         for record in self.records.values():
+            mask |= record.cpus.mask
+        for record in self.draining.values():
             mask |= record.cpus.mask
         return CPUSet.from_mask(mask)
 
@@ -201,8 +223,12 @@ class NodeState:
 
     @cached_property
     def withheld(self) -> CPUSet:
-        """CPUs left out of the published devices."""
-        return self.floor | self.unaccounted
+        """CPUs left out of the published devices: the floor, claims the devices do not account
+        for, and unprepared claims whose container still runs on their CPUs."""
+        draining = CPUSet()
+        for record in self.draining.values():
+            draining = draining | record.cpus
+        return self.floor | self.unaccounted | draining
 
     @cached_property
     def allocatable(self) -> CPUSet:
@@ -210,7 +236,7 @@ class NodeState:
         return self.free - self.floor
 
     def owner_of(self, cpus: CPUSet) -> ClaimRecord | None:
-        for record in self.records.values():
+        for record in (*self.records.values(), *self.draining.values()):
             if record.cpus & cpus:
                 return record
         return None
@@ -268,6 +294,7 @@ class PrepareOutcome:
     state: NodeState
     record: ClaimRecord
     already_prepared: bool
+    confirmed: bool = False  # a quarantined claim's CPUs were confirmed by this prepare
 
 
 def _where(uid: str, result: ResultInput) -> str:
@@ -479,12 +506,47 @@ def _complete_recovered(
     )
 
 
+def _with_pods(record: ClaimRecord, request: PrepareInput) -> ClaimRecord:
+    """The record with the reservedFor pods of this prepare. An older dra-plugin sends none,
+    and an empty list (the kubelet prepares only for pods in reservedFor, so only a caller that
+    is not the kubelet sends one) says nothing either: both leave what is recorded."""
+    if not request.pods_known or not request.pods:
+        return record
+    pods = tuple(sorted(set(request.pods)))
+    if record.pods_known and record.pods == pods:
+        return record
+    return replace(record, pods=pods, pods_known=True)
+
+
+def _keep_allowed_owner(record: ClaimRecord) -> ClaimRecord:
+    """A recorded owner that the claim's namespace or pods no longer allow is dropped."""
+    if record.owner is not None and _forbidden(record.uid, record, record.owner) is not None:
+        return replace(record, owner=None, container_id="")
+    return record
+
+
+def _confirm_quarantined(
+    state: NodeState, held: ClaimRecord, request: PrepareInput
+) -> ClaimRecord | None:
+    """A prepare of a quarantined claim: the running container's CPUs become the claim's when
+    they are still free and account exactly for the allocation results; None otherwise."""
+    if not held.cpus.issubset(state.shared):
+        return None
+    try:
+        record = _complete_recovered(state, held, request)
+    except DracpuError:
+        return None
+    return _keep_allowed_owner(_with_pods(record, request))
+
+
 def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutcome:
     """Prepare a claim; the same request again gives the recorded answer."""
     existing = state.records.get(request.uid)
     if existing is not None:
         if existing.recovered:
-            record = _complete_recovered(state, existing, request)
+            record = _keep_allowed_owner(
+                _with_pods(_complete_recovered(state, existing, request), request)
+            )
             records = dict(state.records)
             records[request.uid] = record
             return PrepareOutcome(state.with_records(records, pool_changed=False), record, True)
@@ -494,43 +556,81 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
                 f"claim {request.uid} is already prepared with different allocation results "
                 f"(CPUs {existing.cpus.format()})"
             )
-        return PrepareOutcome(state, existing, True)
-    allocations = allocate(state, request)
-    cpus = CPUSet()
-    for allocation in allocations:
-        cpus = cpus | allocation.cpus
-    record = ClaimRecord(
-        uid=request.uid,
-        namespace=request.namespace,
-        name=request.name,
-        cpus=cpus,
-        allocations=allocations,
-        prepared_at_ns=now_ns,
-    )
+        record = _with_pods(existing, request)
+        if record is existing:
+            return PrepareOutcome(state, existing, True)
+        records = dict(state.records)
+        records[request.uid] = record
+        return PrepareOutcome(state.with_records(records, pool_changed=False), record, True)
+    leaving = state.draining.get(request.uid)
+    if leaving is not None:
+        raise ConflictError(
+            f"claim {request.uid} was unprepared while container {leaving.container_id} still "
+            f"runs on CPUs {leaving.cpus.format()}; it can be prepared again once that stops"
+        )
+    quarantined = dict(state.quarantined)
+    held = quarantined.pop(request.uid, None)
+    confirmed = _confirm_quarantined(state, held, request) if held is not None else None
+    if confirmed is not None:
+        record = replace(confirmed, prepared_at_ns=now_ns)
+    else:
+        allocations = allocate(state, request)
+        cpus = CPUSet()
+        for allocation in allocations:
+            cpus = cpus | allocation.cpus
+        record = _with_pods(
+            ClaimRecord(
+                uid=request.uid,
+                namespace=request.namespace,
+                name=request.name,
+                cpus=cpus,
+                allocations=allocations,
+                prepared_at_ns=now_ns,
+            ),
+            request,
+        )
     records = dict(state.records)
     records[request.uid] = record
-    # A new claim's results name the devices its CPUs came from: accounted.
-    new_state = state.with_records(
-        records,
-        pool_changed=True,
-        exclusive=state.exclusive | cpus,
-        unaccounted=state.unaccounted_if_known(),
+    # A new claim's results name the devices its CPUs came from: accounted. A claim confirmed
+    # from quarantine has its accounting worked out again.
+    new_state = replace(
+        state.with_records(
+            records,
+            pool_changed=True,
+            exclusive=state.exclusive | record.cpus,
+            unaccounted=state.unaccounted_if_known() if confirmed is None else None,
+        ),
+        quarantined=quarantined,
     )
-    return PrepareOutcome(new_state, record, False)
+    return PrepareOutcome(new_state, record, False, confirmed=confirmed is not None)
 
 
 def unprepare(state: NodeState, uid: str) -> tuple[NodeState, ClaimRecord | None]:
+    """Forget a claim. When its container still runs (the kubelet unprepares after the pod's
+    containers stop, so only a stray call does this), its CPUs stay exclusive until that
+    container stops: handing them to shared containers would put both on the same CPUs."""
     record = state.records.get(uid)
     if record is None:
         return state, None
     records = dict(state.records)
     del records[uid]
     known = state.unaccounted_if_known()
+    unaccounted = known if known is not None and not known & record.cpus else None
+    if record.container_id:
+        draining = dict(state.draining)
+        draining[uid] = record
+        kept = replace(
+            state.with_records(
+                records, pool_changed=False, exclusive=state.exclusive, unaccounted=unaccounted
+            ),
+            draining=draining,
+        )
+        return kept, record
     new_state = state.with_records(
         records,
         pool_changed=True,
         exclusive=state.exclusive - record.cpus,
-        unaccounted=known if known is not None and not known & record.cpus else None,
+        unaccounted=unaccounted,
     )
     return new_state, record
 
@@ -545,7 +645,24 @@ def parse_claim_cpus(claims: Mapping[str, str]) -> dict[str, CPUSet]:
     return parsed
 
 
-def _owner_conflict(uid: str, record: ClaimRecord, owner: Owner) -> ConflictError | None:
+def _forbidden(uid: str, record: ClaimRecord, owner: Owner) -> ForbiddenError | None:
+    """Whether the claim's namespace and reservedFor pods allow this container's pod."""
+    if record.namespace and owner.pod_namespace and owner.pod_namespace != record.namespace:
+        return ForbiddenError(
+            f"claim {uid} is in namespace {record.namespace!r}; {owner.describe()} is not"
+        )
+    if record.pods_known and owner.pod_uid not in record.pods:
+        reserved = ", ".join(record.pods[:4]) + (" ..." if len(record.pods) > 4 else "")
+        return ForbiddenError(
+            f"claim {uid} is reserved for pods [{reserved}]; {owner.describe()} is not one"
+        )
+    return None
+
+
+def _owner_conflict(uid: str, record: ClaimRecord, owner: Owner) -> DracpuError | None:
+    forbidden = _forbidden(uid, record, owner)
+    if forbidden is not None:
+        return forbidden
     if record.owner is None or record.owner.key == owner.key:
         return None
     return ConflictError(
@@ -602,17 +719,37 @@ def attach(state: NodeState, container: Container, claims: Mapping[str, CPUSet])
 def detach(state: NodeState, container_id: str) -> tuple[NodeState, list[str]]:
     """The container stopped: forget it as running; its claims keep their owner, so a
     restarted container of the same pod and name gets the same CPUs."""
-    uids = sorted(
-        uid for uid, r in state.records.items() if container_id and r.container_id == container_id
-    )
-    if not uids:
+    if not container_id:
+        return state, []
+    uids = sorted(uid for uid, r in state.records.items() if r.container_id == container_id)
+    released = {u: r for u, r in state.draining.items() if r.container_id == container_id}
+    held = [u for u, r in state.quarantined.items() if r.container_id == container_id]
+    if not uids and not released and not held:
         return state, []
     records = dict(state.records)
     for uid in uids:
         records[uid] = replace(records[uid], container_id="")
-    return state.with_records(
-        records, pool_changed=False, unaccounted=state.unaccounted_if_known()
-    ), uids
+    freed = CPUSet()
+    for record in released.values():
+        freed = freed | record.cpus
+    new_state = state.with_records(
+        records,
+        pool_changed=bool(freed),
+        exclusive=state.exclusive - freed,
+        unaccounted=state.unaccounted_if_known(),
+    )
+    return (
+        replace(
+            new_state,
+            draining={u: r for u, r in state.draining.items() if u not in released},
+            quarantined={u: r for u, r in state.quarantined.items() if u not in held},
+        ),
+        sorted([*uids, *released]),
+    )
+
+
+# Quarantined claims live in memory only; a runtime reporting more is refused beyond this.
+MAX_QUARANTINED = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -621,6 +758,7 @@ class AdoptResult:
     accepted: bool
     recovered: bool
     error: str = ""
+    quarantined: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,44 +766,44 @@ class AdoptOutcome:
     state: NodeState
     results: tuple[AdoptResult, ...]
     cpus: CPUSet
-    recovered: tuple[str, ...]  # uids of records rebuilt from this report
-    changed: bool
+    recovered: tuple[str, ...]  # uids of records rebuilt from this report (always empty now)
+    changed: bool  # something durable changed
 
 
 def adopt(
     state: NodeState, container: Container, claims: Mapping[str, CPUSet], now_ns: int
 ) -> AdoptOutcome:
-    """A running container's claims, reported during recovery: bind the known ones, rebuild
-    unknown ones from the container's cpuset when those CPUs are free, report the rest."""
+    """A running container's claims, reported during recovery: bind the known ones its pod
+    may use, quarantine unknown ones (the env alone never makes a claim: a prepare of the claim
+    must confirm it), report the rest."""
     records = dict(state.records)
+    quarantined = dict(state.quarantined)
     results = []
-    recovered = []
     union = CPUSet()
-    changed = pool_changed = False
+    changed = False
     for uid in sorted(claims):
         cpus = claims[uid]
         record = records.get(uid)
         if record is None:
             problem = ""
-            if not cpus:
+            if uid in state.draining:
+                problem = "it was unprepared"
+            elif not cpus:
                 problem = "the container presents an empty cpuset"
             elif cpus - state.online:
                 problem = f"CPUs {(cpus - state.online).format()} are not online"
             elif cpus & state.reserved:
                 problem = f"CPUs {(cpus & state.reserved).format()} are reserved"
-            else:
-                holders = [r for r in records.values() if r.cpus & cpus]
-                if holders:
-                    clash = (cpus & holders[0].cpus).format()
-                    problem = f"CPUs {clash} are held by claim {holders[0].uid}"
+            elif len(quarantined) >= MAX_QUARANTINED and uid not in quarantined:
+                problem = f"{MAX_QUARANTINED} claims are quarantined already"
             if problem:
                 results.append(
                     AdoptResult(uid, False, False, f"claim {uid} cannot be recovered: {problem}")
                 )
                 continue
-            records[uid] = ClaimRecord(
+            quarantined[uid] = ClaimRecord(
                 uid=uid,
-                namespace="",
+                namespace=container.owner.pod_namespace,
                 name="",
                 cpus=cpus,
                 allocations=(),
@@ -674,10 +812,16 @@ def adopt(
                 container_id=container.container_id,
                 recovered=True,
             )
-            recovered.append(uid)
-            changed = pool_changed = True
-            union = union | cpus
-            results.append(AdoptResult(uid, True, True))
+            results.append(
+                AdoptResult(
+                    uid,
+                    False,
+                    False,
+                    f"claim {uid} is not prepared on this node; quarantined until a prepare "
+                    f"of the claim confirms CPUs {cpus.format()}",
+                    quarantined=True,
+                )
+            )
             continue
         if record.cpus != cpus:
             results.append(
@@ -700,15 +844,10 @@ def adopt(
             changed = True
         union = union | cpus
         results.append(AdoptResult(uid, True, False))
-    new_state = state
-    if changed:
-        taken = CPUSet()
-        for uid in recovered:
-            taken = taken | records[uid].cpus
-        new_state = state.with_records(
-            records, pool_changed=pool_changed, exclusive=state.exclusive | taken
-        )
-    return AdoptOutcome(new_state, tuple(results), union, tuple(recovered), changed)
+    new_state = state.with_records(records, pool_changed=False) if changed else state
+    if quarantined != state.quarantined:
+        new_state = replace(new_state, quarantined=quarantined)
+    return AdoptOutcome(new_state, tuple(results), union, (), changed)
 
 
 def retopologize(state: NodeState, machine: Machine, devices: DeviceModel) -> NodeState:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -552,6 +552,13 @@ class NodeAllocator:
             if record.uid in failed:
                 answer.set_exception(failed[record.uid])
                 continue
+            if outcome.confirmed:
+                log.warning(
+                    "quarantined claim confirmed by its prepare",
+                    claim=record.uid,
+                    cpus=record.cpus.format(),
+                    container=record.container_id,
+                )
             if outcome.already_prepared:
                 log.info(2, "claim already prepared", claim=record.uid, cpus=record.cpus.format())
             else:
@@ -597,6 +604,15 @@ class NodeAllocator:
                     log.error("cannot restore CDI spec", claim=uid, error=str(exc))
                 raise
             self._publish(new_state)
+            if uid in new_state.draining:
+                log.warning(
+                    "claim unprepared while its container runs; its CPUs stay out of the "
+                    "shared pool until the container stops",
+                    claim=uid,
+                    container=record.container_id,
+                    cpus=record.cpus.format(),
+                )
+                return replace(record, cpus=CPUSet())
             log.info(2, "claim unprepared", claim=uid, released=record.cpus.format())
             return record
 
@@ -611,6 +627,15 @@ class NodeAllocator:
         async with self._lock:
             state = self.state
             outcome = claims.attach(state, container, presented)
+            for uid in sorted(presented):
+                before = state.records[uid]
+                if before.owner is None and not before.pods_known:
+                    log.warning(
+                        "claim prepared without its reservedFor pods (an older dra-plugin); "
+                        "its first container becomes the owner",
+                        claim=uid,
+                        owner=container.owner.describe(),
+                    )
             if outcome.changed:
                 await self._io(self._write_records, state, outcome.state, sorted(presented))
                 self._publish(outcome.state)
@@ -631,9 +656,10 @@ class NodeAllocator:
         async with self._lock:
             state = self.state
             new_state, uids = claims.detach(state, container_id)
-            if uids:
+            if new_state is not state:
                 await self._io(self._write_records, state, new_state, uids)
                 self._publish(new_state)
+            if uids:
                 log.info(2, "container detached", container=container_id, claims=",".join(uids))
             return uids
 
@@ -649,25 +675,17 @@ class NodeAllocator:
             state = self.state
             outcome = claims.adopt(state, container, presented, self._clock())
             if outcome.changed:
-                written: list[str] = []
-                try:
-                    for uid in outcome.recovered:
-                        await self._io(
-                            cdi.write_spec, self.cdi_dir, uid, outcome.state.records[uid].cpus
-                        )
-                        written.append(uid)
-                    await self._io(self._write_records, state, outcome.state, sorted(presented))
-                except Exception:
-                    for uid in written:
-                        await self._undo_spec(uid)
-                    raise
+                await self._io(self._write_records, state, outcome.state, sorted(presented))
+            if outcome.state is not state:
                 self._publish(outcome.state)
             for result in outcome.results:
-                if result.recovered:
+                if result.quarantined:
                     log.warning(
-                        "claim recovered from a running container",
+                        "running container presents a claim this node has no record of; "
+                        "quarantined, no CPUs taken",
                         claim=result.uid,
                         container=container.container_id,
+                        owner=container.owner.describe(),
                     )
                 elif not result.accepted:
                     log.warning(

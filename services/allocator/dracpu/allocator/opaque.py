@@ -19,7 +19,6 @@ Unknown fields and values are refused, so a typo never silently changes a placem
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
@@ -28,6 +27,7 @@ from dracpu.allocator.algorithm import Policy
 from dracpu.allocator.isolation import CHOICES as ISOLATION_CHOICES
 from dracpu.allocator.isolation import Isolation
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.documents import load_json
 from dracpu.core.errors import CPUSetError, InvalidInputError
 
 API_VERSION = "v1alpha1"
@@ -57,10 +57,7 @@ class ClaimParameters:
 
 
 def parse_parameters(raw: bytes) -> ClaimParameters:
-    try:
-        document = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"opaque config: not valid JSON: {exc}") from None
+    document = load_json(raw or b"null", "opaque config")
     if not isinstance(document, dict):
         raise InvalidInputError("opaque config: parameters must be a JSON object")
     version = document.get("apiVersion")

@@ -5,9 +5,17 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from dracpu.core.cpuset import MAX_CPUS
 from dracpu.core.errors import InvalidInputError
+from dracpu.core.names import echo
 
-_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
+# ASCII digits, full match (a trailing newline is not part of a quantity), and bounded: the
+# API server refuses quantities with more than 18 significant digits or an exponent past 3
+# digits; these bounds only keep parsing cheap and exact.
+_QUANTITY = re.compile(
+    r"([+-]?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40}))([eE][+-]?[0-9]{1,3}|[KMGTPE]i|[numkMGTPE])?"
+)
+MAX_TEXT = 64
 
 _SUFFIX = {
     "": Decimal(1),
@@ -30,16 +38,18 @@ _SUFFIX = {
 
 
 def parse_quantity(text: str) -> Decimal:
-    match = _QUANTITY.match(text.strip())
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        raise InvalidInputError(f"{echo(text)} is not a quantity")
+    match = _QUANTITY.fullmatch(text.strip(" "))
     if match is None:
-        raise InvalidInputError(f"{text!r} is not a quantity")
+        raise InvalidInputError(f"{echo(text)} is not a quantity")
     number, suffix = match.group(1), match.group(2) or ""
     try:
         if suffix[:1] in ("e", "E"):
             return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
         return Decimal(number) * _SUFFIX[suffix]
-    except (InvalidOperation, OverflowError):
-        raise InvalidInputError(f"{text!r} is not a quantity") from None
+    except (InvalidOperation, OverflowError, ValueError):
+        raise InvalidInputError(f"{echo(text)} is not a quantity") from None
 
 
 def cpu_count(text: str, where: str) -> int:
@@ -49,4 +59,6 @@ def cpu_count(text: str, where: str) -> int:
         raise InvalidInputError(f"{where}: CPU capacity must be positive, got {text}")
     if value != value.to_integral_value():
         raise InvalidInputError(f"{where}: CPU capacity must be a whole number, got {text}")
+    if value > MAX_CPUS:
+        raise InvalidInputError(f"{where}: CPU capacity {text} is more than any node has")
     return int(value)

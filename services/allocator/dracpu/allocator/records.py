@@ -27,6 +27,7 @@ from typing import Any
 from dracpu.allocator.claims import Allocation, ClaimRecord, Owner
 from dracpu.allocator.durable import remove_durable, write_atomic
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.documents import load_json, read_regular
 from dracpu.core.errors import CPUSetError, StateError
 
 FORMAT_VERSION = 1
@@ -34,6 +35,9 @@ CLAIMS_DIR = "claims"
 SUFFIX = ".json"
 NODE_FILE = "node.json"
 GENERATIONS_FILE = "generations"
+# A claim record is a few kilobytes at most (names are bounded where they arrive); a larger
+# file, or one that is not a regular file (a FIFO would block the start), is not trusted.
+MAX_RECORD = 1024 * 1024
 
 
 class CorruptRecordError(StateError):
@@ -47,7 +51,7 @@ def digest(body: object) -> str:
 
 def record_to_json(record: ClaimRecord) -> dict[str, Any]:
     owner = record.owner
-    return {
+    body: dict[str, Any] = {
         "uid": record.uid,
         "namespace": record.namespace,
         "name": record.name,
@@ -75,12 +79,22 @@ def record_to_json(record: ClaimRecord) -> dict[str, Any]:
             for a in record.allocations
         ],
     }
+    if record.pods_known:
+        # Absent from records of an older dra-plugin, which still load (and older builds
+        # reading this record ignore the key).
+        body["reservedFor"] = list(record.pods)
+    return body
 
 
 def record_from_json(item: dict[str, Any]) -> ClaimRecord:
     """KeyError, TypeError, ValueError or CPUSetError on malformed content."""
     owner = item["owner"]
+    pods = item.get("reservedFor")
+    if pods is not None and not (isinstance(pods, list) and all(isinstance(p, str) for p in pods)):
+        raise TypeError("reservedFor is not a list of pod UIDs")
     return ClaimRecord(
+        pods=tuple(pods or ()),
+        pods_known=pods is not None,
         uid=str(item["uid"]),
         namespace=str(item["namespace"]),
         name=str(item["name"]),
@@ -125,10 +139,7 @@ def checked_payload(
 ) -> Any:
     """The payload under `key` of a versioned, checksummed JSON document; `error` naming
     `source` when the document is not JSON, of another format version, or fails its checksum."""
-    try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise error(f"{source}: not valid JSON ({exc})") from None
+    document = load_json(data, source, error=error)
     if not isinstance(document, dict):
         raise error(f"{source}: not a JSON object")
     found = document.get("formatVersion")
@@ -217,13 +228,10 @@ def load_records(state_dir: Path) -> LoadedRecords | None:
         path = directory / name
         uid = name.removesuffix(SUFFIX)
         try:
-            data = path.read_bytes()
+            data = read_regular(path, "claim record", limit=MAX_RECORD, error=CorruptRecordError)
+            loaded.records[uid] = decode_record(data, str(path), uid)
         except FileNotFoundError:
             continue
-        except OSError as exc:
-            raise StateError(f"cannot read claim record {path}: {exc.strerror or exc}") from None
-        try:
-            loaded.records[uid] = decode_record(data, str(path), uid)
         except CorruptRecordError as exc:
             loaded.bad.append(BadRecord(uid=uid, path=path, error=str(exc)))
     return loaded
@@ -273,11 +281,9 @@ def load_node(state_dir: Path) -> NodeFile | None:
     """None when absent; CorruptRecordError when it cannot be trusted."""
     path = node_path(state_dir)
     try:
-        data = path.read_bytes()
+        data = read_regular(path, "node file", limit=MAX_RECORD, error=CorruptRecordError)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise StateError(f"cannot read {path}: {exc.strerror or exc}") from None
     body = _body(data, str(path))
     try:
         if not isinstance(body, dict):

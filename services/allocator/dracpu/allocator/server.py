@@ -13,11 +13,17 @@ from prometheus_client import CollectorRegistry
 from dracpu.allocator import topology_client
 from dracpu.allocator.devices import DeviceOptions
 from dracpu.allocator.node import NodeAllocator
-from dracpu.allocator.service import API_VERSION, SERVICE_NAME, AllocatorServicer
+from dracpu.allocator.service import (
+    API_VERSION,
+    SERVICE_NAME,
+    AllocatorServicer,
+    ReadOnlyAllocatorServicer,
+)
 from dracpu.core import config as driver_config
 from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run_async
-from dracpu.core.errors import DracpuError
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import ConfigError, DracpuError
 from dracpu.core.machine import Machine
 from dracpu.core.metrics import exposition
 from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path, start_server, stop_server
@@ -32,7 +38,17 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog=PROG, description="The allocator: the node's CPU allocation state."
     )
-    parser.add_argument("--socket", default=DEFAULT_SOCKETS["allocator"], metavar="PATH")
+    parser.add_argument(
+        "--socket",
+        default=DEFAULT_SOCKETS["allocator"],
+        metavar="PATH",
+        help="every call, mutating ones included: mode 0600, for the dra-plugin and nri-plugin",
+    )
+    parser.add_argument(
+        "--read-only-socket",
+        metavar="PATH",
+        help="reads only (the api's): mode 0660; default: <socket dir>/allocator-ro.sock",
+    )
     parser.add_argument("--topology-socket", default=DEFAULT_SOCKETS["topology"], metavar="PATH")
     parser.add_argument(
         "--topology-file",
@@ -72,8 +88,39 @@ async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> No
             log.error("cannot apply the refreshed topology", error=str(exc))
 
 
+# The mutating socket is for the dra-plugin and nri-plugin only: in the chart they run as
+# the socket's owner (uid 0) while the api and topology run as 65532 and reach it through the
+# group, which this mode leaves out. The read-only socket keeps the group.
+MUTATING_MODE = 0o600
+READ_ONLY_MODE = 0o660
+
+
+def read_only_socket(args: argparse.Namespace) -> str:
+    if args.read_only_socket:
+        return str(args.read_only_socket)
+    return str(Path(args.socket).with_name("allocator-ro.sock"))
+
+
+def check_reserved(reserved: CPUSet, machine: Machine) -> None:
+    """reservedCPUs against this node's CPUs: said loudly, not refused (the same file may
+    configure nodes of several shapes, and a refusal would only restart the allocator)."""
+    missing = reserved - machine.cpu_set
+    if missing:
+        log.warning("reservedCPUs names CPUs this node does not have", cpus=missing.format())
+    if machine.online and not machine.online - reserved:
+        log.error(
+            "reservedCPUs covers every online CPU: no CPU is left for claims or for shared "
+            "containers",
+            reserved=reserved.format(),
+            online=machine.online.format(),
+        )
+
+
 async def serve(args: argparse.Namespace) -> int:
     check_socket_path(args.socket)
+    ro_socket = check_socket_path(read_only_socket(args))
+    if Path(ro_socket) == Path(args.socket):
+        raise ConfigError("--read-only-socket must differ from --socket")
     config = driver_config.load(args)
     options = DeviceOptions(
         mode=config.cpu_device_mode,
@@ -103,7 +150,22 @@ async def serve(args: argparse.Namespace) -> int:
         api_version=API_VERSION,
         health_names=[SERVICE_NAME],
         metrics=lambda: exposition(registry),
+        mode=MUTATING_MODE,
     )
+    reader = ReadOnlyAllocatorServicer(node)
+    try:
+        ro_server, ro_health = await start_server(
+            ro_socket,
+            lambda s: allocator_pb2_grpc.add_AllocatorServicer_to_server(reader, s),
+            service="allocator",
+            api_version=API_VERSION,
+            health_names=[SERVICE_NAME],
+            metrics=lambda: exposition(registry),
+            mode=READ_ONLY_MODE,
+        )
+    except BaseException:
+        await stop_server(server, health, args.socket)
+        raise
     stop = stop_event()
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -120,8 +182,10 @@ async def serve(args: argparse.Namespace) -> int:
                 return 0
             stopping.cancel()
             machine = waiting.result()
+        check_reserved(config.reserved, machine)
         await node.start(machine)
         await health.set(True)
+        await ro_health.set(True)
         log.info(0, "allocator serving", socket=args.socket, cpus=len(machine.cpus))
         if machine_from_file is None and args.topology_refresh > 0:
             tasks.append(
@@ -133,6 +197,7 @@ async def serve(args: argparse.Namespace) -> int:
     finally:
         for task in tasks:
             task.cancel()
+        await stop_server(ro_server, ro_health, ro_socket)
         await stop_server(server, health, args.socket)
         log.info(0, "allocator stopped")
     return 0

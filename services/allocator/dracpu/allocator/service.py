@@ -15,7 +15,8 @@ from dracpu.allocator.devices import (
 )
 from dracpu.allocator.node import NodeAllocator, SharedPoolView
 from dracpu.allocator.opaque import OpaqueConfig
-from dracpu.core.errors import InvalidInputError, NotFoundError
+from dracpu.core import names
+from dracpu.core.errors import ForbiddenError, InvalidInputError, NotFoundError
 from dracpu.core.rpc import rpc_errors
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
@@ -100,9 +101,72 @@ def pool_to_proto(view: SharedPoolView) -> Any:
     )
 
 
-def container_from_proto(ref: Any) -> claims.Container:
+# Bounds on one request: a kubelet claim has at most 32 requests (resource.k8s.io/v1
+# DeviceRequestsMaxSize), each result one device; configs and their JSON are as small.
+MAX_RESULTS = 128
+MAX_CONFIGS = 64
+MAX_PARAMETERS = 64 * 1024
+MAX_CLAIMS_PER_CONTAINER = 128
+MAX_QUANTITY = 64
+
+
+def check_container(ref: Any) -> None:
     if not ref.pod_uid or not ref.container_name:
         raise InvalidInputError("container reference needs pod_uid and container_name")
+    names.check_uid(ref.pod_uid, "pod uid")
+    names.check_bounded(ref.container_id, "container id")
+    if ref.pod_namespace:
+        names.check_namespace(ref.pod_namespace, "pod namespace")
+    names.check_runtime_name(ref.pod_name, "pod name")
+    names.check_runtime_name(ref.container_name, "container name")
+
+
+def check_presented(presented: Mapping[str, str]) -> None:
+    if len(presented) > MAX_CLAIMS_PER_CONTAINER:
+        raise InvalidInputError(
+            f"a container presents {len(presented)} claims; at most "
+            f"{MAX_CLAIMS_PER_CONTAINER} are accepted"
+        )
+    for uid in presented:
+        names.check_uid(uid)
+
+
+def check_prepare(request: Any) -> None:
+    """Every name of a PrepareRequest as the API server would accept it, and bounded."""
+    names.check_uid(request.claim_uid)
+    names.check_namespace(request.namespace, "claim namespace")
+    names.check_object_name(request.name, "claim name")
+    if len(request.results) > MAX_RESULTS or len(request.configs) > MAX_CONFIGS:
+        raise InvalidInputError(
+            f"claim {request.claim_uid}: {len(request.results)} results and "
+            f"{len(request.configs)} configs; at most {MAX_RESULTS} and {MAX_CONFIGS}"
+        )
+    if len(request.reserved_for_pod_uids) > MAX_RESULTS * 2:
+        raise InvalidInputError(f"claim {request.claim_uid}: reservedFor lists too many pods")
+    for pod in request.reserved_for_pod_uids:
+        names.check_uid(pod, "reservedFor pod uid")
+    for r in request.results:
+        names.check_request_name(r.request)
+        names.check_bounded(r.pool, "pool name")
+        names.check_bounded(r.device, "device name")
+        names.check_bounded(r.driver, "driver name")
+        for key, value in r.consumed_capacity.items():
+            names.check_bounded(key, "capacity name")
+            names.check_bounded(value, f"capacity {key}", MAX_QUANTITY)
+    for c in request.configs:
+        for name in c.requests:
+            names.check_request_name(name)
+        names.check_bounded(c.source, "config source")
+        names.check_bounded(c.driver, "config driver")
+        if len(c.parameters) > MAX_PARAMETERS:
+            raise InvalidInputError(
+                f"claim {request.claim_uid}: opaque parameters of {len(c.parameters)} bytes; "
+                f"at most {MAX_PARAMETERS}"
+            )
+
+
+def container_from_proto(ref: Any) -> claims.Container:
+    check_container(ref)
     return claims.Container(
         container_id=ref.container_id,
         owner=claims.Owner(
@@ -115,6 +179,7 @@ def container_from_proto(ref: Any) -> claims.Container:
 
 
 def prepare_input(request: Any) -> claims.PrepareInput:
+    check_prepare(request)
     return claims.PrepareInput(
         uid=request.claim_uid,
         namespace=request.namespace,
@@ -139,6 +204,8 @@ def prepare_input(request: Any) -> claims.PrepareInput:
             )
             for c in request.configs
         ),
+        pods=tuple(request.reserved_for_pod_uids),
+        pods_known=request.reserved_for_known,
     )
 
 
@@ -198,6 +265,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
     async def Unprepare(self, request: Any, context: Any) -> Any:
         if not request.claim_uid:
             raise InvalidInputError("claim uid is empty")
+        names.check_uid(request.claim_uid)
         record = await self.node.unprepare(request.claim_uid)
         if record is None:
             return pb.UnprepareResponse(was_prepared=False)
@@ -207,7 +275,9 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
     async def GetClaim(self, request: Any, context: Any) -> Any:
         record = self.node.state.records.get(request.claim_uid)
         if record is None:
-            raise NotFoundError(f"claim {request.claim_uid} is not prepared on this node")
+            raise NotFoundError(
+                f"claim {names.echo(request.claim_uid)} is not prepared on this node"
+            )
         return claim_to_proto(record)
 
     @rpc_errors
@@ -241,6 +311,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
     @rpc_errors
     async def AttachContainer(self, request: Any, context: Any) -> Any:
         container = container_from_proto(request.container)
+        check_presented(request.claims)
         outcome = await self.node.attach(container, claims.parse_claim_cpus(request.claims))
         return pb.AttachContainerResponse(
             cpus=outcome.cpus.format(),
@@ -252,16 +323,22 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
     async def DetachContainer(self, request: Any, context: Any) -> Any:
         if not request.container_id:
             raise InvalidInputError("container id is empty")
+        names.check_bounded(request.container_id, "container id")
         return pb.DetachContainerResponse(claim_uids=await self.node.detach(request.container_id))
 
     @rpc_errors
     async def Adopt(self, request: Any, context: Any) -> Any:
         container = container_from_proto(request.container)
+        check_presented(request.claims)
         outcome = await self.node.adopt(container, claims.parse_claim_cpus(request.claims))
         return pb.AdoptResponse(
             outcomes=[
                 pb.AdoptOutcome(
-                    claim_uid=r.uid, accepted=r.accepted, recovered=r.recovered, error=r.error
+                    claim_uid=r.uid,
+                    accepted=r.accepted,
+                    recovered=r.recovered,
+                    error=r.error,
+                    quarantined=r.quarantined,
                 )
                 for r in outcome.results
             ],
@@ -279,3 +356,36 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
             active_claims=summary.active_claims,
             online_cpus=summary.online,
         )
+
+
+class ReadOnlyAllocatorServicer(AllocatorServicer):
+    """The allocator's reads only, for the read-only socket the api uses: every mutating call
+    is refused with PERMISSION_DENIED, so a caller that can reach only this socket (the
+    network-facing api) cannot prepare, unprepare, attach, detach or adopt."""
+
+    @staticmethod
+    def _refuse(method: str) -> ForbiddenError:
+        return ForbiddenError(
+            f"{method} is not served on the allocator's read-only socket; only the dra-plugin "
+            f"and nri-plugin, on the allocator's own socket, may change allocation state"
+        )
+
+    @rpc_errors
+    async def Prepare(self, request: Any, context: Any) -> Any:
+        raise self._refuse("Prepare")
+
+    @rpc_errors
+    async def Unprepare(self, request: Any, context: Any) -> Any:
+        raise self._refuse("Unprepare")
+
+    @rpc_errors
+    async def AttachContainer(self, request: Any, context: Any) -> Any:
+        raise self._refuse("AttachContainer")
+
+    @rpc_errors
+    async def DetachContainer(self, request: Any, context: Any) -> Any:
+        raise self._refuse("DetachContainer")
+
+    @rpc_errors
+    async def Adopt(self, request: Any, context: Any) -> Any:
+        raise self._refuse("Adopt")

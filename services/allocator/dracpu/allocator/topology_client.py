@@ -4,9 +4,9 @@ gatherinfo report / JSON `cpus` document for development and tests."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
-from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
+from dracpu.core.documents import read_yaml_file
+from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 from dracpu.core.rpc import call, channel
@@ -16,16 +16,7 @@ log = get_logger("topology-client")
 
 
 def load_file(path: str) -> Machine:
-    import yaml  # only with --topology-file
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInputError(f"topology file {path}: {exc.strerror or exc}") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise InvalidInputError(f"topology file {path}: neither JSON nor YAML") from None
+    document = read_yaml_file(path, "topology file")
     return Machine.from_report(document, f"topology file {path}")
 
 

@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -43,6 +44,9 @@ class BackendUnavailable(UnavailableError):
         self.reason = reason
 
 
+READ_ONLY_ALLOCATOR = "allocator-ro.sock"
+
+
 class Backend:
     """One peer service: its socket, a channel opened on first use, the last error seen."""
 
@@ -59,9 +63,20 @@ class Backend:
         # A grpc.aio channel belongs to the event loop that opened it.
         loop = asyncio.get_running_loop()
         if self._channel is None or self._loop is not loop:
-            self._channel = channel(self.socket)
+            self._channel = channel(self.target())
             self._loop = loop
         return self._channel
+
+    def target(self) -> str:
+        """The socket to dial. An allocator of an older release has no read-only socket: when
+        `allocator-ro.sock` is absent and `allocator.sock` beside it exists, that one is used
+        (an older allocator gives it the mode the read-only socket has now)."""
+        path = Path(self.socket)
+        if path.name == READ_ONLY_ALLOCATOR and not path.exists():
+            full = path.with_name("allocator.sock")
+            if full.exists():
+                return str(full)
+        return self.socket
 
     async def close(self) -> None:
         if self._channel is not None and self._loop is asyncio.get_running_loop():
@@ -86,6 +101,8 @@ class Backend:
             raise self._failed(f"{what}: {type(exc).__name__}: {exc}") from None
 
     def _failed(self, reason: str) -> BackendUnavailable:
+        if self.target() != self.socket:
+            self._channel = None  # dial again: the allocator may have been upgraded meanwhile
         self.last_error = reason
         self.last_error_at = time.time()
         log.info(2, "backend call failed", service=self.service, error=reason)

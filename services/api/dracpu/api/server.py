@@ -10,7 +10,9 @@ import signal
 import socket
 from collections.abc import Iterator, Sequence
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dracpu.api.app import create_app
 from dracpu.api.backends import DEFAULT_TIMEOUT, Backends
@@ -50,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
             f"--{service}-socket", metavar="PATH", default=path, help=f"{service} socket"
         )
     parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection whose request headers take longer than this (default 10)",
+    )
+    parser.add_argument(
         "--backend-timeout",
         type=float,
         default=DEFAULT_TIMEOUT,
@@ -58,6 +67,45 @@ def _parser() -> argparse.ArgumentParser:
     )
     driver_config.add_config_flags(parser)
     return parser
+
+
+class HeaderDeadline(H11Protocol):  # type: ignore[misc]
+    """uvicorn's HTTP/1.1 protocol with a deadline for each request's headers: a client that
+    opens a connection, or starts a request, and then trickles (or withholds) its header bytes
+    is disconnected instead of holding the connection forever. Idle keep-alive connections
+    stay uvicorn's timeout_keep_alive."""
+
+    header_timeout = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._header_timer: asyncio.TimerHandle | None = None
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE:
+            if self._header_timer is None:
+                self._arm()
+        else:
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._header_timer = self.loop.call_later(self.header_timeout, self._expired)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _expired(self) -> None:
+        self._header_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
 
 
 class _Server(uvicorn.Server):
@@ -93,6 +141,8 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    if not 0 < args.header_timeout <= 600:
+        raise ConfigError(f"--header-timeout {args.header_timeout:g}: expected 0 < seconds <= 600")
     if not 0 < args.backend_timeout <= 60:
         raise ConfigError(f"--backend-timeout {args.backend_timeout:g}: expected 0 < seconds <= 60")
     host, port = parse_bind_address(args.bind_address)
@@ -108,8 +158,11 @@ async def _serve(args: argparse.Namespace) -> int:
     app = create_app(backends, config)
     bound_host, bound_port = listener.getsockname()[:2]
     log.info(0, "listening", address=f"http://{bound_host}:{bound_port}", **sockets)
+    protocol = type("HeaderDeadline", (HeaderDeadline,), {"header_timeout": args.header_timeout})
     server = _Server(
-        uvicorn.Config(app, log_config=None, access_log=False, lifespan="on", loop="asyncio")
+        uvicorn.Config(
+            app, log_config=None, access_log=False, lifespan="on", loop="asyncio", http=protocol
+        )
     )
     await server.serve(sockets=[listener])
     log.info(2, "stopped")

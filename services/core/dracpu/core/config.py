@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.documents import read_yaml_file
 from dracpu.core.errors import ConfigError, CPUSetError
 from dracpu.core.log import get_logger
 
@@ -34,9 +35,6 @@ _SPEC: dict[str, tuple[str, tuple[str, ...] | type]] = {
     # CPUs never published nor handed out, so shared containers always have somewhere to run.
     "min_shared_cpus": ("minSharedCPUs", int),
 }
-# YAML and flag spellings of booleans accepted besides true/false (as lenient as YAML 1.1).
-_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
-_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 
 
 class _FieldError(ValueError):
@@ -98,12 +96,9 @@ def _check(name: str, value: object) -> object:
             raise _FieldError(f"Input should be {spelled}")
         return value
     if allowed is bool:
+        # Strict: only a YAML/JSON boolean; "yes", "1" or "on" as strings are refused.
         if isinstance(value, bool):
             return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
-            return value.lower() in _TRUE
         raise _FieldError("Input should be a valid boolean")
     if allowed is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -164,11 +159,18 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "-v",
         "--v",
         dest="verbosity",
-        type=int,
+        type=verbosity,
         default=0,
         metavar="N",
         help="log verbosity: 0, 2 (lifecycle), 4 (allocation), 6 (debug)",
     )
+
+
+def verbosity(text: str) -> int:
+    """The -v level: 0-10 (argparse turns the ValueError into a one-line usage error)."""
+    if not text.isascii() or not text.isdigit() or len(text) > 2 or int(text) > 10:
+        raise argparse.ArgumentTypeError(f"verbosity must be 0-10, got {text[:12]!r}")
+    return int(text)
 
 
 def parse_document(data: object, source: str) -> DriverConfig:
@@ -192,18 +194,7 @@ def parse_document(data: object, source: str) -> DriverConfig:
 
 
 def read_file(path: str) -> dict[str, Any]:
-    import yaml  # only commands and services given a file read YAML
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {path}: not valid YAML{where}") from None
+    data = read_yaml_file(path, "config file", error=ConfigError)
     parse_document(data, f"config file {path}")
     return dict(data or {})
 

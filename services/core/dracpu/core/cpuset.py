@@ -7,12 +7,18 @@ from collections.abc import Iterable, Iterator
 from typing import Final
 
 from dracpu.core.errors import CPUSetError
+from dracpu.core.names import echo
 
 # Larger than any machine Linux supports (CONFIG_NR_CPUS tops out at 8192); a bound keeps a
 # typo such as "0-99999999" from allocating a huge bitmask.
 MAX_CPUS: Final = 65536
 
-_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
+# ASCII digits only (`\d` takes other scripts' digits too). Numbers are bounded before int():
+# a 5,000-digit string would exceed Python's digit limit and raise a bare ValueError.
+_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+_MAX_DIGITS: Final = 6
+# The longest list of distinct CPUs below MAX_CPUS is about 400,000 characters.
+MAX_TEXT: Final = 1 << 20
 
 
 class CPUSet:
@@ -43,23 +49,29 @@ class CPUSet:
         """Parse the Linux list format. An empty or blank string is the empty set."""
         if not isinstance(text, str):
             raise CPUSetError(f"CPU list must be a string, not {type(text).__name__}")
-        stripped = text.strip()
+        if len(text) > MAX_TEXT:
+            raise CPUSetError(f"CPU list of {len(text)} characters; at most {MAX_TEXT}")
+        stripped = text.strip(" \t\n")
         if not stripped:
             return EMPTY
         mask = 0
         for raw in stripped.split(","):
-            item = raw.strip()
-            match = _ITEM.match(item)
+            item = raw.strip(" \t\n")
+            match = _ITEM.fullmatch(item)
             if match is None:
-                what = "empty item" if not item else f"invalid item {item!r}"
-                raise CPUSetError(f"{what} in CPU list {text!r}")
+                what = "empty item" if not item else f"invalid item {echo(item, 24)}"
+                raise CPUSetError(f"{what} in CPU list {echo(text)}")
+            if max(len(match.group(1)), len(match.group(2) or "")) > _MAX_DIGITS:
+                raise CPUSetError(
+                    f"CPU in {echo(text)} is beyond the supported maximum {MAX_CPUS - 1}"
+                )
             first = int(match.group(1))
             last = int(match.group(2)) if match.group(2) is not None else first
             if last < first:
-                raise CPUSetError(f"reversed range {item!r} in CPU list {text!r}")
+                raise CPUSetError(f"reversed range {item!r} in CPU list {echo(text)}")
             if last >= MAX_CPUS:
                 raise CPUSetError(
-                    f"CPU {last} in {text!r} is beyond the supported maximum {MAX_CPUS - 1}"
+                    f"CPU {last} in {echo(text)} is beyond the supported maximum {MAX_CPUS - 1}"
                 )
             mask |= ((1 << (last - first + 1)) - 1) << first
         return cls.from_mask(mask)

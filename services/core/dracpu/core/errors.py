@@ -62,6 +62,14 @@ class ConflictError(DracpuError):
     http_status = 409
 
 
+class ForbiddenError(DracpuError):
+    """A caller or container that may not do what it asks (another pod's claim, a mutating
+    call on the read-only socket)."""
+
+    grpc_status = "PERMISSION_DENIED"
+    http_status = 403
+
+
 class InsufficientCPUsError(DracpuError):
     """A request that cannot be met from the CPUs that are free."""
 
@@ -93,6 +101,7 @@ class ProtocolError(DracpuError):
 _BY_CODE: dict[str, type[DracpuError]] = {
     "INVALID_ARGUMENT": InvalidInputError,
     "NOT_FOUND": NotFoundError,
+    "PERMISSION_DENIED": ForbiddenError,
     "FAILED_PRECONDITION": ConflictError,
     "RESOURCE_EXHAUSTED": InsufficientCPUsError,
     "UNAVAILABLE": UnavailableError,

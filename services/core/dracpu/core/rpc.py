@@ -7,6 +7,7 @@ import contextlib
 import functools
 import inspect
 import os
+import stat
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -44,13 +45,52 @@ def check_socket_path(path: str | os.PathLike[str]) -> str:
         raise InvalidInputError(
             f"unix socket path {text} is {size} bytes; the limit is {MAX_SOCKET_PATH}"
         )
+    try:
+        kind = os.lstat(text).st_mode
+    except OSError:
+        return text
+    if not stat.S_ISSOCK(kind):
+        raise InvalidInputError(
+            f"unix socket path {text} exists and is not a socket; refusing to replace it"
+        )
     return text
+
+
+def remove_stale_socket(path: Path) -> None:
+    """Make room for a new socket at `path`: a stale socket is removed; anything else there
+    (a directory, a regular file) is refused, never deleted."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InvalidInputError(f"unix socket path {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISSOCK(info.st_mode):
+        raise InvalidInputError(
+            f"unix socket path {path} exists and is not a socket; refusing to replace it"
+        )
+    try:
+        path.unlink()
+    except OSError as exc:
+        raise InvalidInputError(
+            f"cannot remove stale socket {path}: {exc.strerror or exc}"
+        ) from None
+
+
+# A status message travels in the trailers, which a peer caps (8 KiB by default): past it the
+# caller would see RESOURCE_EXHAUSTED instead of the reason.
+MAX_STATUS_MESSAGE = 4096
 
 
 def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, DracpuError):
-        return exc.grpc_code, str(exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+        code, message = exc.grpc_code, str(exc)
+    else:
+        code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+    if len(message) > MAX_STATUS_MESSAGE:
+        message = message[: MAX_STATUS_MESSAGE - 40] + f"... ({len(message)} characters)"
+    return code, message
 
 
 def rpc_errors(method: F) -> F:
@@ -149,12 +189,7 @@ async def start_server(
     Health starts NOT_SERVING; the caller flips it once the service is ready.
     """
     path = Path(check_socket_path(socket_path))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_socket() or path.exists():
-            path.unlink()
-    except OSError as exc:
-        raise UnavailableError(f"cannot listen on {path}: {exc.strerror or exc}") from exc
+    remove_stale_socket(path)
     if not os.access(path.parent, os.W_OK | os.X_OK):
         # gRPC would fail to bind with a message naming no reason.
         raise UnavailableError(
@@ -189,8 +224,9 @@ async def stop_server(
     """Undo start_server: report NOT_SERVING, finish in-flight calls, remove the socket."""
     await health.set(False)
     await server.stop(grace=2)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(socket_path)
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(os.lstat(socket_path).st_mode):
+            os.unlink(socket_path)
 
 
 def channel(socket_path: str | os.PathLike[str]) -> grpc.aio.Channel:

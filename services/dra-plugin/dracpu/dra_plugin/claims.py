@@ -8,11 +8,19 @@ getResourceClaims), but each failure stays with its claim instead of failing the
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dracpu.core.errors import ConflictError, InvalidInputError
+from dracpu.core.names import (
+    MAX_LABEL,
+    MAX_SUBDOMAIN,
+    check_namespace,
+    check_object_name,
+    check_uid,
+)
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 CPU_CAPACITY = "dra.cpu/cpu"
@@ -30,7 +38,15 @@ class ClaimRef:
     uid: str
 
     def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return f"{self.namespace[:MAX_LABEL]}/{self.name[:MAX_SUBDOMAIN]}"
+
+    def check(self) -> ClaimRef:
+        """The kubelet's names as the API server accepts them: a namespace or name with '/'
+        or '..' would otherwise turn into a path outside the metadata or cluster folders."""
+        check_namespace(self.namespace, "claim namespace")
+        check_object_name(self.name, "claim name")
+        check_uid(self.uid)
+        return self
 
 
 def _mapping(value: object, where: str) -> Mapping[str, Any]:
@@ -70,6 +86,20 @@ def allocation_of(ref: ClaimRef, claim: Mapping[str, Any]) -> Mapping[str, Any]:
     return _mapping(allocation, f"claim {ref}: status.allocation")
 
 
+def reserved_pods(ref: ClaimRef, claim: Mapping[str, Any]) -> list[str]:
+    """The UIDs of the pods in status.reservedFor (core-group `pods` entries): the only pods
+    whose containers may use the claim's CPUs."""
+    status = _mapping(claim.get("status"), f"claim {ref}: status")
+    pods = []
+    for index, item in enumerate(_list(status.get("reservedFor"), f"claim {ref}: reservedFor")):
+        entry = _mapping(item, f"claim {ref}: status.reservedFor[{index}]")
+        if _text(entry.get("resource")) == "pods" and not entry.get("apiGroup"):
+            uid = _text(entry.get("uid"))
+            if uid:
+                pods.append(uid)
+    return pods
+
+
 def pod_claim_name(claim: Mapping[str, Any]) -> str | None:
     metadata = _mapping(claim.get("metadata"), "claim metadata")
     annotations = _mapping(metadata.get("annotations"), "claim annotations")
@@ -84,7 +114,11 @@ def prepare_request(
     allocation = allocation_of(ref, claim)
     devices = _mapping(allocation.get("devices"), f"claim {ref}: status.allocation.devices")
     request = allocator_pb2.PrepareRequest(
-        claim_uid=ref.uid, namespace=ref.namespace, name=ref.name
+        claim_uid=ref.uid,
+        namespace=ref.namespace,
+        name=ref.name,
+        reserved_for_pod_uids=reserved_pods(ref, claim),
+        reserved_for_known=True,
     )
     for index, item in enumerate(_list(devices.get("results"), f"claim {ref}: results")):
         where = f"claim {ref}: status.allocation.devices.results[{index}]"
@@ -146,16 +180,19 @@ def share_ids(claim: Mapping[str, Any], driver: str) -> dict[tuple[str, str, str
     return out
 
 
+# ASCII digits only (int() also takes other scripts' digits), few enough for int() to accept.
+_WHOLE = re.compile(r"([0-9]{1,18})(m?)")
+
+
 def quantity_as_int(text: str) -> int | None:
     """A whole-number Kubernetes quantity ("4", "4000m") as int; None for anything else."""
-    text = text.strip()
-    try:
-        if text.endswith("m"):
-            milli = int(text[:-1])
-            return milli // 1000 if milli % 1000 == 0 else None
-        return int(text)
-    except ValueError:
+    match = _WHOLE.fullmatch(text.strip(" "))
+    if match is None:
         return None
+    number = int(match.group(1))
+    if match.group(2):
+        return number // 1000 if number % 1000 == 0 else None
+    return number
 
 
 def allocated_cpus(request: allocator_pb2.PrepareRequest) -> dict[tuple[str, str], int]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dracpu.core.errors import StateError
+from dracpu.core.names import check_namespace, check_object_name
 from dracpu.dra_plugin.claims import ClaimRef, base_request
 from dracpu.pb.allocator.v1 import allocator_pb2
 
@@ -88,6 +89,10 @@ class MetadataWriter:
         self.cdi_dir = cdi_dir
 
     def claim_dir(self, namespace: str, name: str) -> Path:
+        # Checked here as well as where the kubelet's names arrive: this path is removed
+        # recursively on unprepare, so it must never leave the metadata dir.
+        check_namespace(namespace, "claim namespace")
+        check_object_name(name, "claim name")
         return self.metadata_dir / f"{namespace}_{name}"
 
     def metadata_file(self, namespace: str, name: str, request: str) -> Path:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dracpu.core.errors import DracpuError
+from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.allocator_client import AllocatorClient
 from dracpu.dra_plugin.claims import (
@@ -34,6 +34,8 @@ from dracpu.dra_plugin.plugin_metrics import PluginMetrics
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 log = get_logger("dra")
+
+MAX_CONCURRENT_CALLS = 64
 
 
 @dataclass
@@ -75,11 +77,19 @@ class NodeService:
         self.metadata = metadata
         self.metrics = metrics
         self._locks = KeyedLock()
+        # A batch of thousands of claims goes to the allocator (and the API server) a bounded
+        # number at a time, rather than as thousands of concurrent calls.
+        self._calls = asyncio.Semaphore(MAX_CONCURRENT_CALLS)
+
+    async def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        ref.check()
+        async with self._calls:
+            return await self.cluster.get_claim(ref.namespace, ref.name)
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
         log.info(4, "preparing claims", count=len(claims))
         objects = await asyncio.gather(
-            *(self.cluster.get_claim(c.namespace, c.name) for c in claims), return_exceptions=True
+            *(self._get_claim(c) for c in claims), return_exceptions=True
         )
         outcomes = await asyncio.gather(
             *(self._prepare_one(c, o) for c, o in zip(claims, objects, strict=True))
@@ -91,11 +101,13 @@ class NodeService:
     ) -> PrepareOutcome:
         start = time.perf_counter()
         try:
+            if isinstance(claim, InvalidInputError):
+                raise claim
             if isinstance(claim, BaseException):
                 if isinstance(claim, DracpuError) and not str(claim).startswith("retrieve claim"):
                     raise type(claim)(f"retrieve claim {ref}: {claim}")
                 raise claim
-            async with self._locks.hold(ref.uid):
+            async with self._locks.hold(ref.uid), self._calls:
                 outcome = await self._prepare_locked(ref, claim)
         except Exception as exc:
             outcome = PrepareOutcome(error=_error_text(exc))
@@ -194,7 +206,8 @@ class NodeService:
 
     async def _unprepare_one(self, ref: ClaimRef) -> str:
         try:
-            async with self._locks.hold(ref.uid):
+            ref.check()
+            async with self._locks.hold(ref.uid), self._calls:
                 response = await self.allocator.unprepare(ref.uid)
                 self.metadata.remove(ref)
         except Exception as exc:

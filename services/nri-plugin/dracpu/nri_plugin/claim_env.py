@@ -2,7 +2,8 @@
 
 Rules (as the reference driver's parseDRAEnvToClaimAllocations): only entries starting with
 `DRA_CPUSET` matter; one without `=` is malformed; a key that is not `DRA_CPUSET_<uid>` is
-ignored; a value that is not a non-empty Linux CPU list is malformed.
+ignored; a value that is not a non-empty Linux CPU list is malformed. Two entries for one
+claim are malformed too (the pod spec can add one next to the CDI spec's: no silent winner).
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from collections.abc import Iterable
 from typing import Final
 
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import CPUSetError, InvalidInputError
+from dracpu.core.errors import InvalidInputError
+from dracpu.core.names import check_uid, echo
 
 PREFIX: Final = "DRA_CPUSET"
+MAX_CLAIMS: Final = 128
 
 
 def parse_claim_env(env: Iterable[str]) -> dict[str, CPUSet]:
@@ -24,15 +27,20 @@ def parse_claim_env(env: Iterable[str]) -> dict[str, CPUSet]:
             continue
         key, sep, value = entry.partition("=")
         if not sep:
-            raise InvalidInputError(f"malformed DRA env entry {entry!r}: no '='")
+            raise InvalidInputError(f"malformed DRA env entry {echo(entry)}: no '='")
         uid = key.removeprefix(PREFIX + "_")
         if uid == key or not uid:
             continue
         try:
+            check_uid(uid)
             cpus = CPUSet.parse(value)
-        except CPUSetError as exc:
-            raise InvalidInputError(f"malformed DRA env entry {entry!r}: {exc}") from None
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"malformed DRA env entry {echo(entry)}: {exc}") from None
         if not cpus:
-            raise InvalidInputError(f"malformed DRA env entry {entry!r}: empty cpuset")
+            raise InvalidInputError(f"malformed DRA env entry {echo(entry)}: empty cpuset")
+        if uid in claims:
+            raise InvalidInputError(f"DRA env names claim {uid} twice")
+        if len(claims) >= MAX_CLAIMS:
+            raise InvalidInputError(f"DRA env names more than {MAX_CLAIMS} claims")
         claims[uid] = cpus
     return claims

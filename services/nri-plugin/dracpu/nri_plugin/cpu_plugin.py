@@ -235,9 +235,20 @@ class CPUPlugin:
             log.error("adopt failed; container left as it is", container=ctr.id, error=str(exc))
             return None
         accepted = tuple(sorted(o.claim_uid for o in reply.outcomes if o.accepted))
+        # Claims the allocator has no record of: it took no CPUs for them. The container keeps
+        # the CPUs it runs on (a prepare of the claim may confirm them) and is tracked, so its
+        # stop reaches the allocator; nothing else is moved for it.
+        held = tuple(sorted(o.claim_uid for o in reply.outcomes if o.quarantined))
         for outcome in reply.outcomes:
             if outcome.accepted:
                 log.info(2, "claim adopted", claim=outcome.claim_uid, recovered=outcome.recovered)
+            elif outcome.quarantined:
+                log.warning(
+                    "claim on running container quarantined",
+                    container=ctr.id,
+                    claim=outcome.claim_uid,
+                    reason=outcome.error,
+                )
             else:
                 log.error(
                     "claim on running container not accepted",
@@ -246,9 +257,12 @@ class CPUPlugin:
                     error=outcome.error,
                 )
         self._note_pool(reply.shared_pool)
-        if not accepted:
+        if not accepted and not held:
             return record
-        return _record(pod, ctr, accepted, CPUSet.parse(reply.cpus))
+        cpus = CPUSet.parse(reply.cpus)
+        for uid in held:
+            cpus = cpus | claims[uid]
+        return _record(pod, ctr, tuple(sorted(accepted + held)), cpus)
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container

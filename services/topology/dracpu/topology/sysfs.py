@@ -6,7 +6,9 @@ missing or garbled file means (skip the CPU, use a default) and can say why.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass
 
 from dracpu.core.cpuset import CPUSet
@@ -33,6 +35,9 @@ class SysfsReader:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.fspath(root)
         self._prefix = self.root.rstrip("/") + "/"
+        # Where the tree really is: a file whose real path leaves it (a symlink planted in a
+        # copied or fake tree) is not read.
+        self._real = os.path.realpath(self.root).rstrip("/") + "/"
 
     def path(self, relative: str) -> str:
         return self._prefix + relative
@@ -42,8 +47,16 @@ class SysfsReader:
         # os.open/os.read: discovery reads thousands of tiny files, and buffered file objects
         # cost more than the read itself.
         try:
-            fd = os.open(self._prefix + relative, os.O_RDONLY | os.O_CLOEXEC)
+            # Non-blocking, then fstat: a FIFO is refused instead of waiting for a writer.
+            fd = os.open(self._prefix + relative, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISDIR(mode):
+                    return Missing(relative, os.strerror(errno.EISDIR))
+                if not stat.S_ISREG(mode):
+                    return Missing(relative, "not a regular file")
+                if not self._inside(fd):
+                    return Missing(relative, "leads outside the sysfs tree")
                 data = os.read(fd, _MAX_READ)
             finally:
                 os.close(fd)
@@ -55,6 +68,13 @@ class SysfsReader:
             return data.decode("ascii").strip()
         except UnicodeDecodeError:
             return Missing(relative, "not ASCII text")
+
+    def _inside(self, fd: int) -> bool:
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return True  # no /proc: nothing to check against
+        return real.startswith(self._real)
 
     def integer(self, relative: str) -> int | Missing:
         text = self.text(relative)

@@ -1,0 +1,103 @@
+"""The chart's least privilege, as rendered by the real helm: only this driver's kubelet plugin
+dir is mounted, the NRI dir read-only, the api's port behind a NetworkPolicy, system
+directories refused as host paths, and (where the cluster serves it) a ValidatingAdmissionPolicy
+that keeps the ServiceAccount to ResourceSlices of driver dra.cpu on its own node."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "packaging"))
+
+from helm_chart import CHART, KUBE_VERSION, ensure_helm
+
+pytestmark = pytest.mark.security
+
+VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    binary, why_not = ensure_helm()
+    if binary is None:
+        pytest.skip(why_not)
+    return binary
+
+
+def template(helm: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(helm), "template", "dracpu", str(CHART), "--namespace", "kube-system",
+         "--kube-version", KUBE_VERSION, *extra],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def objects(helm: Path, *extra: str) -> list[dict[str, Any]]:
+    result = template(helm, *extra)
+    assert result.returncode == 0, result.stderr
+    return [o for o in yaml.safe_load_all(result.stdout) if o]
+
+
+def of_kind(found: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in found if o["kind"] == kind]
+
+
+def test_mounts_are_least_privilege(helm: Path) -> None:
+    [daemonset] = of_kind(objects(helm), "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host["kubelet-plugins"] == "/var/lib/kubelet/plugins/dra.cpu"
+    nri = next(c for c in pod["containers"] if c["name"] == "nri-plugin")
+    [mount] = [m for m in nri["volumeMounts"] if m["name"] == "nri"]
+    assert mount["readOnly"] is True
+    api = next(c for c in pod["containers"] if c["name"] == "api")
+    assert "/run/dracpu/allocator-ro.sock" in api["args"]
+
+
+def test_the_api_port_is_behind_a_network_policy(helm: Path) -> None:
+    [policy] = of_kind(objects(helm), "NetworkPolicy")
+    [rule] = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}
+    ]
+    assert not of_kind(objects(helm, "--set", "api.networkPolicy.enabled=false"), "NetworkPolicy")
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "allocator.stateDir=/",
+        "allocator.stateDir=/etc",
+        "allocator.stateDir=/usr/lib/x",
+        "allocator.stateDir=/var/lib/../../etc",
+        "nriPlugin.nriSocket=/etc/shadow",
+        "nriPlugin.nriSocket=/proc/1/root.sock",
+    ],
+)
+def test_dangerous_host_paths_are_refused(helm: Path, setting: str) -> None:
+    result = template(helm, "--set", setting)
+    assert result.returncode != 0 and "schema" in result.stderr
+
+
+def test_the_admission_policy_where_the_api_exists(helm: Path) -> None:
+    assert not of_kind(objects(helm), "ValidatingAdmissionPolicy")
+    found = objects(helm, "--api-versions", VAP)
+    [policy] = of_kind(found, "ValidatingAdmissionPolicy")
+    [binding] = of_kind(found, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    spec = policy["spec"]
+    assert spec["matchConstraints"]["resourceRules"][0]["resources"] == ["resourceslices"]
+    assert "system:serviceaccount:kube-system:dracpu" in spec["matchConditions"][0]["expression"]
+    text = yaml.safe_dump(spec)
+    assert "authentication.kubernetes.io/node-name" in text
+    assert "spec.driver == 'dra.cpu'" in text and "spec.nodeName" in text
+    off = objects(helm, "--api-versions", VAP, "--set", "rbac.admissionPolicy=false")
+    assert not of_kind(off, "ValidatingAdmissionPolicy")
