@@ -16,7 +16,6 @@ from dracpu.core.errors import DracpuError, InvalidInputError
 MAX_DOCUMENT = 16 * 1024 * 1024
 
 
-
 def read_regular(
     path: str | os.PathLike[str],
     what: str,
