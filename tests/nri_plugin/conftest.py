@@ -3,47 +3,24 @@ temporary NRI socket, and the plugin (in-process) connected to both. See nri_bed
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import nri_bed
 import pytest
 from nri_bed import (
     Allocator,
     Bed,
-    allocator_command,
     new_plugin,
-    start_process,
-    stop_process,
     stop_tasks,
-    wait_serving,
-    write_topology_report,
 )
 
 from dracpu.dev.runtime_sim import RuntimeProfile, RuntimeSim
 from dracpu.nri_plugin.compat import UnsolicitedMode
 
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """Unix socket paths must fit in 107 bytes: keep the directory short."""
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="nri-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-async def allocator(short_tmp: Path) -> AsyncIterator[Allocator]:
-    report = write_topology_report(short_tmp)
-    socket = short_tmp / "alloc.sock"
-    log = short_tmp / "allocator.log"
-    process = start_process(allocator_command(short_tmp, socket, report), log)
-    try:
-        await wait_serving(socket, process, log)
-        yield Allocator(socket, short_tmp, process)
-    finally:
-        stop_process(process)
+# The bed's fixtures, shared with the other conftest that drives it.
+short_tmp = nri_bed.short_tmp
+allocator = nri_bed.allocator
 
 
 @pytest.fixture

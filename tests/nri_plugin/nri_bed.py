@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError
@@ -205,3 +210,28 @@ async def prepare_seen(bed: Bed, count: int) -> tuple[str, CPUSet]:
     pool = await bed.allocator.shared()
     await wait_until(lambda: bed.plugin.shared_pool == pool, what="plugin to see the pool")
     return uid, cpus
+
+
+# ---- fixtures shared by the conftests that use this bed (nri_plugin, security) ----------------
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """Unix socket paths must fit in 107 bytes: keep the directory short."""
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="bed-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def allocator(short_tmp: Path) -> AsyncIterator[Allocator]:
+    """The real allocator process on a short temporary socket."""
+    report = write_topology_report(short_tmp)
+    socket = short_tmp / "alloc.sock"
+    log = short_tmp / "allocator.log"
+    process = start_process(allocator_command(short_tmp, socket, report), log)
+    try:
+        await wait_serving(socket, process, log)
+        yield Allocator(socket, short_tmp, process)
+    finally:
+        stop_process(process)
