@@ -279,14 +279,18 @@ def test_a_released_foreign_claim_is_offered_again(machines: Machines) -> None:
     assert published(released).by_name["cpudev000"].cpus == CPUSet.parse("0")
 
 
-def test_a_recovered_claim_is_withheld_until_the_kubelet_prepares_it_again(
+def test_a_claim_seen_only_in_a_containers_env_withholds_nothing_until_prepared(
     machines: Machines,
 ) -> None:
+    # A container's env cannot be trusted, so adopting it quarantines the claim: no CPU is
+    # taken, none withheld from the devices; the kubelet's prepare then confirms it in place.
     state = state_for(machines("single-4c8t"), mode="individual")
     container = claims.Container("ctr", claims.Owner("pod", "c"))
     adopted = claims.adopt(state, container, {"r": CPUSet.parse("1")}, 1).state
-    assert adopted.unaccounted == CPUSet.parse("1")
-    assert "cpudev002" not in published(adopted).by_name
+    assert "r" in adopted.quarantined
+    assert not adopted.unaccounted
+    assert published(adopted).by_name["cpudev002"].cpus == CPUSet.parse("1")
     completed = claims.prepare(adopted, individual("r", "cpudev002"), 2).state
     assert not completed.unaccounted
+    assert completed.records["r"].cpus == CPUSet.parse("1")
     assert published(completed).by_name["cpudev002"].cpus == CPUSet.parse("1")

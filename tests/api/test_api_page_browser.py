@@ -167,7 +167,7 @@ PAGE_FACTS = """(() => {
     legendClaims: [...q('#legend li[data-claim]')].map((li) => li.dataset.claim).sort(),
     legendRoles: [...q('#legend li[data-role]')].map((li) => li.dataset.role),
     svgWidth: document.querySelector('#cpu-map').getBoundingClientRect().width,
-    cpu20Title: document.querySelector('g.thread[data-cpu="20"] > title').textContent,
+    cpu21Title: document.querySelector('g.thread[data-cpu="21"] > title').textContent,
   };
 })()"""
 
@@ -216,6 +216,8 @@ def test_cpu_map_renders_in_chromium(browser: str, stack: Stack) -> None:
     assert facts["legendClaims"] == sorted(c["uid"] for c in claims.values())
     assert facts["legendRoles"] == ["reserved", "shared"]
     assert facts["svgWidth"] > 0
-    # CPU 20 is core 0's second thread, in the db claim (0-1,20-21).
-    assert facts["cpu20Title"].startswith("CPU 20 — socket 0, NUMA node 0, ")
-    assert facts["cpu20Title"].endswith(f"claim team-a/db (uid {claims['db']['uid']})")
+    # CPU 21 is core 1's second thread, in the db claim (1-2,21-22: CPU 0 is the shared-pool
+    # floor).
+    assert CPUSet.parse("21").issubset(CPUSet.parse(claims["db"]["cpus"]))
+    assert facts["cpu21Title"].startswith("CPU 21 — socket 0, NUMA node 0, ")
+    assert facts["cpu21Title"].endswith(f"claim team-a/db (uid {claims['db']['uid']})")

@@ -181,7 +181,7 @@ class Chaos:
 
     def _prepare(self) -> None:
         name = self._name("c")
-        claim = self.dev.claim(name, cpus=1)
+        claim = self.dev.claim(name, cpus=1, pod_uid=self.node.pod_uid(self.pod))
         self.book.claims[claim.uid] = Live(
             claim.name, claim.uid, CPUSet.parse(claim.cpuset), claim.cdi_devices
         )

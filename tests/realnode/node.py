@@ -170,6 +170,7 @@ class ContainerdNode:
         self.process: subprocess.Popen[bytes] | None = None
         self._log: Any = None
         self._pods: dict[str, Path] = {}  # pod id -> its sandbox config file
+        self._pod_uids: dict[str, str] = {}  # pod id -> the UID it was started with
         self._started = False
 
     # -- configuration ----------------------------------------------------------------------
@@ -398,11 +399,20 @@ state = "{b}/state"
         }
 
     def run_pod(self, name: str, uid: str = "", namespace: str = "default") -> str:
-        """RunPodSandbox; returns the pod id."""
+        """RunPodSandbox; returns the pod id (`pod_uid` gives the pod's UID)."""
+        uid = uid or str(uuid.uuid4())
         path = self._write(f"pod-{name}", self.pod_config(name, uid, namespace))
         pod_id = self.crictl("runp", str(path)).stdout.strip()
         self._pods[pod_id] = path
+        self._pod_uids[pod_id] = uid
         return pod_id
+
+    def pod_uid(self, pod_id: str) -> str:
+        """The UID of a pod this node object started: what a claim's reservedFor names."""
+        try:
+            return self._pod_uids[pod_id]
+        except KeyError:
+            raise NodeError(f"pod {pod_id} was not started by this node object") from None
 
     def create_container(
         self,

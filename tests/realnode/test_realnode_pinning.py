@@ -21,7 +21,7 @@ def test_claimed_and_shared_containers_are_pinned_and_release_grows_the_pool(
 ) -> None:
     node, dev = stack.node, stack.dev
     pod = node.run_pod("pinning")
-    claim = dev.claim("pin1")
+    claim = dev.claim("pin1", pod_uid=node.pod_uid(pod))
     claimed = node.run_container(pod, "claimed", cdi_devices=claim.cdi_devices)
     shared = node.run_container(pod, "shared")
     pool = dev.shared_pool()
@@ -91,7 +91,7 @@ def test_after_a_restart_the_plugin_knows_the_containers_and_pins_new_ones(
 ) -> None:
     node, dev = stack.node, stack.dev
     pod = node.run_pod(f"restart-{restart}")
-    claim = dev.claim(f"rs-{restart}")
+    claim = dev.claim(f"rs-{restart}", pod_uid=node.pod_uid(pod))
     claimed = node.run_container(pod, "claimed", cdi_devices=claim.cdi_devices)
     shared = node.run_container(pod, "shared")
     pool = dev.shared_pool()

@@ -28,7 +28,9 @@ def test_a_stopped_plugin_is_dropped_and_reconnecting_re_pins_what_started_meanw
 ) -> None:
     node, dev = stack.node, stack.dev
     pod = node.run_pod("window")
-    claim = dev.claim("window")  # the pool is now smaller than the machine
+    claim = dev.claim(
+        "window", pod_uid=node.pod_uid(pod)
+    )  # the pool is now smaller than the machine
     pool = dev.shared_pool()
     assert pool != ONLINE
     pid = dev.service_pid("nri-plugin")

@@ -43,7 +43,7 @@ def test_pool_growth_reaches_running_containers_as_the_runtime_allows(
     assert "with NRI version v0.12" in node.log_text()
 
     pod = node.run_pod("matrix")
-    claim = dev.claim("matrix")
+    claim = dev.claim("matrix", pod_uid=node.pod_uid(pod))
     claimed = node.run_container(pod, "claimed", cdi_devices=claim.cdi_devices)
     shared = node.run_container(pod, "shared")
     small = dev.shared_pool()

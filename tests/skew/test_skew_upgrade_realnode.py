@@ -90,10 +90,17 @@ def walk(release: Build, head: Build) -> Iterator[tuple[Stack, ContainerdNode]]:
                 shutil.rmtree(base, ignore_errors=True)
 
 
-def prepare(stack: Stack, cpus: int) -> Workload:
+def prepare(stack: Stack, cpus: int, pod_uid: str) -> Workload:
+    """A claim in the pod's namespace, reserved for the pod, as the scheduler would."""
     return asyncio.run(
         workloads.claim(
-            stack.layout, cpus=cpus, numa=None, name=None, namespace="upgrade", cpuset=None
+            stack.layout,
+            cpus=cpus,
+            numa=None,
+            name=None,
+            namespace="upgrade",
+            cpuset=None,
+            pod_uid=pod_uid,
         )
     )
 
@@ -104,8 +111,8 @@ def test_each_service_upgraded_in_turn_keeps_containers_pinned(
     stack, node = walk
     wait_for(lambda: "plugin registered" in stack.log("kubelet-sim"), "plugin registration")
     cdi = DevUp(stack.layout.root, 0)
-    pod = node.run_pod("upgrade")
-    claims = [prepare(stack, 1) for _ in range(CLAIMS)]
+    pod = node.run_pod("upgrade", namespace="upgrade")
+    claims = [prepare(stack, 1, node.pod_uid(pod)) for _ in range(CLAIMS)]
     expected: dict[int, CPUSet] = {}
     for number, made in enumerate(claims):
         container = node.run_container(

@@ -121,6 +121,12 @@ def build_parser() -> ArgumentParser:
         metavar="CPUS",
         help="the exact CPUs (groupBy machine only, sent as the claim's opaque config)",
     )
+    claim.add_argument(
+        "--pod-uid",
+        metavar="UID",
+        help="the pod the claim is reserved for (status.reservedFor), e.g. a pod a real "
+        "runtime runs; default a new UID, the pod the runtime simulator then creates",
+    )
 
     release = commands.add_parser("release", help="stop the claim's container and unprepare it")
     run_dir(release)
@@ -191,6 +197,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             cpuset=args.cpuset,
             compose=args.compose,
+            pod_uid=args.pod_uid,
         )
         print(outcome.describe())
         return 0

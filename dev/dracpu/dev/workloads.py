@@ -23,6 +23,7 @@ from dracpu.core.errors import (
     NotFoundError,
     UnavailableError,
 )
+from dracpu.core.names import check_uid
 from dracpu.dev.cdi_specs import resolve_env
 from dracpu.dev.cluster_folder import ClusterFolder, check_name
 from dracpu.dev.layout import RunLayout
@@ -200,6 +201,7 @@ def _schedule(
     name: str,
     namespace: str,
     cpuset: CPUSet | None,
+    pod_uid: str | None = None,
 ) -> tuple[dict[str, Any], list[Result]]:
     if folder.claim_path(namespace, name).exists():
         raise ConflictError(f"claim {namespace}/{name} already exists")
@@ -223,7 +225,7 @@ def _schedule(
         node,
         numa=numa,
         cpuset=cpuset,
-        pod_uid=str(uuid.uuid4()),
+        pod_uid=pod_uid or str(uuid.uuid4()),
     )
     folder.write_claim(claim)
     return claim, results
@@ -250,8 +252,11 @@ async def claim(
     namespace: str,
     cpuset: str | None,
     compose: bool = False,
+    pod_uid: str | None = None,
 ) -> Workload:
     check_name("namespace", namespace)
+    if pod_uid is not None:
+        check_uid(pod_uid, "pod uid")
     if name is not None:
         check_name("claim name", name)
     exact = CPUSet.parse(cpuset) if cpuset is not None else None
@@ -264,7 +269,13 @@ async def claim(
     with scheduling(layout, compose=compose):
         name = name or next_name(folder, namespace)
         document, results = _schedule(
-            folder, cpus=cpus, numa=numa, name=name, namespace=namespace, cpuset=exact
+            folder,
+            cpus=cpus,
+            numa=numa,
+            name=name,
+            namespace=namespace,
+            cpuset=exact,
+            pod_uid=pod_uid,
         )
     uid = document["metadata"]["uid"]
     workload = Workload(
