@@ -40,6 +40,11 @@ class RunLayout:
         return self.sockets / f"{service}.sock"
 
     @property
+    def allocator_read_only_socket(self) -> Path:
+        """The allocator's read-only socket (next to its own, as the allocator names it)."""
+        return self.sockets / "allocator-ro.sock"
+
+    @property
     def kubelet_root(self) -> Path:
         return self.root / "kubelet"
 
@@ -107,6 +112,7 @@ class RunLayout:
     def all_sockets(self) -> list[Path]:
         return [
             *(self.socket(name) for name in ("topology", "allocator", "dra-plugin", "nri-plugin")),
+            self.allocator_read_only_socket,
             self.kubelet_sim_socket,
             self.runtime_sim_socket,
             self.registration_socket,

@@ -133,7 +133,7 @@ def service_commands(layout: RunLayout, options: DevOptions) -> dict[str, list[s
             str(sock("topology")),
             # The read-only socket: the api cannot change allocation state.
             "--allocator-socket",
-            str(layout.sockets / "allocator-ro.sock"),
+            str(layout.allocator_read_only_socket),
             "--dra-plugin-socket",
             str(sock("dra-plugin")),
             "--nri-plugin-socket",
