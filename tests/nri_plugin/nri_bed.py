@@ -8,6 +8,7 @@ one NUMA node, so the grouped device is `cpudevnuma000` with capacity dra.cpu/cp
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import shutil
 import signal
@@ -41,10 +42,14 @@ BIN = Path(sys.executable).parent
 
 
 async def wait_until(predicate: object, timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll a condition with a deadline (never a bare sleep as synchronisation)."""
+    """Poll a condition (a plain or async callable) with a deadline (never a bare sleep as
+    synchronisation)."""
     deadline = time.monotonic() + timeout
     while True:
-        if predicate():  # type: ignore[operator]
+        result = predicate()  # type: ignore[operator]
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")

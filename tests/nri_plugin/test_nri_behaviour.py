@@ -215,6 +215,35 @@ async def test_a_container_removed_while_disconnected_goes_at_the_next_synchroni
     await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
     await bed.runtime.wait_plugin()
     assert [r.container_id for r in bed.plugin.registry] == [kept]
+    # The allocator hears of the missed stop too: the claim no longer names a running container.
+    async def detached() -> bool:
+        return not (await bed.allocator.claim(uid)).owner.container_id
+
+    await wait_until(detached, what="the allocator to detach the removed container")
+
+
+async def test_cpus_held_for_an_unprepared_claim_return_when_its_container_went_unseen(
+    bed: Bed,
+) -> None:
+    # Unprepared while its container runs: the CPUs stay out of the pool until it stops. The
+    # stop comes while the plugin is away; the next Synchronize hands them back.
+    uid, cpus = await prepare_seen(bed, 2)
+    pod = bed.runtime.add_pod("db")
+    pinned = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    await bed.allocator.unprepare(uid)
+    assert await bed.allocator.shared() == ONLINE - cpus
+    connects = bed.stub.status.connects
+    await bed.runtime.stop()
+    await bed.runtime.stop_container(pinned)
+    await bed.runtime.remove_container(pinned)
+    await bed.runtime.start()
+    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await bed.runtime.wait_plugin()
+
+    async def pool_whole() -> bool:
+        return await bed.allocator.shared() == ONLINE
+
+    await wait_until(pool_whole, what="the held CPUs back in the shared pool")
 
 
 @pytest.mark.parametrize("profile", [pytest.param(RuntimeProfile(sync_chunk=7), id="chunks-of-7")])

@@ -748,6 +748,17 @@ def detach(state: NodeState, container_id: str) -> tuple[NodeState, list[str]]:
     )
 
 
+def running_containers(state: NodeState) -> set[str]:
+    """Every container this state holds as running: owners of prepared claims, containers of
+    unprepared claims still draining, and containers holding quarantined claims."""
+    return {
+        record.container_id
+        for group in (state.records, state.draining, state.quarantined)
+        for record in group.values()
+        if record.container_id
+    }
+
+
 # Quarantined claims live in memory only; a runtime reporting more is refused beyond this.
 MAX_QUARANTINED = 1024
 

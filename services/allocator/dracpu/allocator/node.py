@@ -663,6 +663,20 @@ class NodeAllocator:
                 log.info(2, "container detached", container=container_id, claims=",".join(uids))
             return uids
 
+    async def reconcile(self, live: set[str]) -> list[str]:
+        """Detach every container held as running that the runtime no longer runs; returns
+        their ids."""
+        gone = sorted(claims.running_containers(self.state) - live)
+        for container_id in gone:
+            await self.detach(container_id)
+        if gone:
+            log.warning(
+                "containers the runtime no longer runs were detached (their stop was missed)",
+                containers=",".join(gone[:20]),
+                count=len(gone),
+            )
+        return gone
+
     async def adopt(
         self, container: claims.Container, presented: Mapping[str, CPUSet]
     ) -> claims.AdoptOutcome:

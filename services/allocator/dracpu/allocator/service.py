@@ -327,6 +327,14 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
         return pb.DetachContainerResponse(claim_uids=await self.node.detach(request.container_id))
 
     @rpc_errors
+    async def ReconcileContainers(self, request: Any, context: Any) -> Any:
+        live = set(request.live_container_ids)
+        for container_id in live:
+            names.check_bounded(container_id, "container id")
+        detached = await self.node.reconcile(live)
+        return pb.ReconcileContainersResponse(detached_container_ids=detached)
+
+    @rpc_errors
     async def Adopt(self, request: Any, context: Any) -> Any:
         container = container_from_proto(request.container)
         check_presented(request.claims)
@@ -389,3 +397,7 @@ class ReadOnlyAllocatorServicer(AllocatorServicer):
     @rpc_errors
     async def Adopt(self, request: Any, context: Any) -> Any:
         raise self._refuse("Adopt")
+
+    @rpc_errors
+    async def ReconcileContainers(self, request: Any, context: Any) -> Any:
+        raise self._refuse("ReconcileContainers")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol
 
 import grpc
 
 from dracpu.core import rpc
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import from_grpc_code
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 
 
@@ -18,6 +19,8 @@ class AllocatorAPI(Protocol):
     ) -> allocator_pb2.AttachContainerResponse: ...
 
     async def detach(self, container_id: str) -> None: ...
+
+    async def reconcile(self, live_container_ids: Sequence[str]) -> list[str]: ...
 
     async def adopt(
         self, container: allocator_pb2.ContainerRef, claims: Mapping[str, CPUSet]
@@ -60,6 +63,20 @@ class AllocatorClient:
             self._stub.DetachContainer(request, timeout=self.timeout, wait_for_ready=True),
             f"detach container {container_id}",
         )
+
+    async def reconcile(self, live_container_ids: Sequence[str]) -> list[str]:
+        """Tell the allocator every live container; it detaches the ones it held as running
+        that are gone. An older allocator without the call detaches nothing."""
+        request = allocator_pb2.ReconcileContainersRequest(live_container_ids=live_container_ids)
+        try:
+            reply = await self._stub.ReconcileContainers(
+                request, timeout=self.timeout, wait_for_ready=True
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return []
+            raise from_grpc_code(exc.code(), f"reconcile containers: {exc.details()}") from None
+        return list(reply.detached_container_ids)
 
     async def adopt(
         self, container: allocator_pb2.ContainerRef, claims: Mapping[str, CPUSet]

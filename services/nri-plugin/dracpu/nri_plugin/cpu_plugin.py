@@ -169,6 +169,9 @@ class CPUPlugin:
                 record = await self._recover(pod, ctr)
                 if record is not None:
                     registry.put(record)
+            await self._reconcile(
+                [ctr.id for ctr in containers if ctr.state != api_pb2.CONTAINER_STOPPED]
+            )
             pool = await self._fetch_pool()
             updates: list[api_pb2.ContainerUpdate] = []
             repinned: list[ContainerRecord] = []
@@ -195,6 +198,17 @@ class CPUPlugin:
         )
         self._report_repinned(repinned)
         return updates
+
+    async def _reconcile(self, live: list[str]) -> None:
+        """Containers that stopped while we were away: the allocator learns it here (their
+        claims' CPUs held for them go back to the pool)."""
+        try:
+            gone = await self._allocator.reconcile(live)
+        except DracpuError as exc:
+            log.error("reconcile with the allocator failed", error=str(exc))
+            return
+        if gone:
+            log.info(2, "containers stopped while disconnected detached", containers=",".join(gone))
 
     def _report_repinned(self, repinned: Sequence[ContainerRecord]) -> None:
         window = 0.0
