@@ -215,6 +215,7 @@ async def test_a_container_removed_while_disconnected_goes_at_the_next_synchroni
     await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
     await bed.runtime.wait_plugin()
     assert [r.container_id for r in bed.plugin.registry] == [kept]
+
     # The allocator hears of the missed stop too: the claim no longer names a running container.
     async def detached() -> bool:
         return not (await bed.allocator.claim(uid)).owner.container_id
