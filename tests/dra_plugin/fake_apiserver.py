@@ -40,6 +40,8 @@ class Store:
         self.events: list[tuple[int, str, dict[str, Any]]] = []  # slices only
         self.compacted = 0
         self.changed = threading.Condition(self.lock)
+        # Set when the server stops: open watches end, so no client thread waits on one.
+        self.closed = False
         # Gates the real server may lack: a device field silently dropped on write, or writes
         # using a field refused with (code, reason, message).
         self.drop_device_fields: set[str] = set()
@@ -213,7 +215,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
             return None
         try:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not s.closed:
                 for version, kind, obj in s.events:
                     if version > since and matches(obj):
                         line({"type": kind, "object": obj})
@@ -257,5 +259,8 @@ def fake_apiserver(directory: Path) -> Iterator[tuple[Store, Path]]:
     try:
         yield store, kubeconfig
     finally:
+        with store.lock:
+            store.closed = True
+            store.changed.notify_all()
         server.shutdown()
         server.server_close()

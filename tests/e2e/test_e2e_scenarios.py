@@ -309,6 +309,16 @@ def test_upgrading_one_image_with_on_delete(clean: Cluster) -> None:
 def test_uninstall_leaves_nothing_behind(driver: Cluster) -> None:
     """Runs last (file order): helm uninstall removes slices, sockets, CDI specs and records."""
     node = driver
+    with step("workloads gone, their claims unprepared by the kubelet"):
+        # The kubelet unprepares a deleted pod's claims on its own schedule; a claim still
+        # prepared when the driver goes keeps its files (nothing is left to unprepare it).
+        node.kubectl("delete", "pods", "--all", "-n", "default", "--wait=true", "--timeout=120s")
+        node.kubectl("delete", "resourceclaims", "--all", "-n", "default", "--wait=true")
+        wait_until(
+            lambda: not list(Path("/var/run/cdi").glob("dra.k8s.io-cpu_claim-*")),
+            timeout=120,
+            what="every claim unprepared",
+        )
     with step("helm uninstall"):
         node.helm("uninstall", "dra-driver-cpu", "-n", NAMESPACE, "--wait")
         wait_until(lambda: node.driver_pod() is None, timeout=120, what="driver pod gone")
