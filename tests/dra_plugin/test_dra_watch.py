@@ -81,6 +81,10 @@ async def publishing(
         try:
             yield store, publisher, watch
         finally:
+            # Open watches end first, so the thread reading one finishes on its own.
+            with store.lock:
+                store.closed = True
+                store.changed.notify_all()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
