@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from skew_bench import Bench, wait_for
+from skew_bench import Bench, exercise, swap, wait_for
 from skew_builds import Build
 from skew_stack import SERVICES, Stack
 
@@ -66,3 +66,20 @@ def running(base: Build, head: Build) -> Iterator[Run]:
             print(f"skew: logs kept in {stack.layout.logs_dir}")
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def visit(bench: Bench, service: str, guest: Build, home: Build) -> None:
+    """Run `service` from `guest` on a node of `home` and exercise the node, then put the
+    node's own build back and exercise it again. A failure puts it back first, so the next
+    case starts clean."""
+    ok = False
+    try:
+        away = swap(bench, service, guest)
+        print(f"skew: {service} {home.label} -> {guest.label}: away {away:.2f}s")
+        exercise(bench)
+        ok = True
+    finally:
+        if not ok:
+            bench.stack.replace(service, home)
+    swap(bench, service, home)
+    exercise(bench)

@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from skew_bench import exercise, swap
 from skew_builds import Build
-from skew_runs import Run, running
+from skew_runs import Run, running, visit
 from skew_stack import DRIVER_SERVICES
 
 pytestmark = [pytest.mark.skew, pytest.mark.timeout(900)]
@@ -25,15 +24,4 @@ def release_run(head: Build, release: Build) -> Iterator[Run]:
 def test_head_service_among_release(
     service: str, release_run: Run, head: Build, release: Build
 ) -> None:
-    bench = release_run.bench
-    ok = False
-    try:
-        away = swap(bench, service, head)
-        print(f"skew: {service} {release.label} -> {head.label}: away {away:.2f}s")
-        exercise(bench)
-        ok = True
-    finally:
-        if not ok:  # back to the node's own build, so the next case starts clean
-            bench.stack.replace(service, release)
-    swap(bench, service, release)
-    exercise(bench)
+    visit(release_run.bench, service, head, release)

@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from skew_bench import exercise, swap
 from skew_builds import Build
-from skew_runs import Run, running
+from skew_runs import Run, running, visit
 from skew_stack import DRIVER_SERVICES
 
 pytestmark = [pytest.mark.skew, pytest.mark.timeout(900)]
@@ -25,15 +24,4 @@ def head_run(head: Build, release: Build) -> Iterator[Run]:
 def test_release_service_among_head(
     service: str, head_run: Run, head: Build, release: Build
 ) -> None:
-    bench = head_run.bench
-    ok = False
-    try:
-        away = swap(bench, service, release)
-        print(f"skew: {service} {head.label} -> {release.label}: away {away:.2f}s")
-        exercise(bench)
-        ok = True
-    finally:
-        if not ok:  # back to the node's own build, so the next case starts clean
-            bench.stack.replace(service, head)
-    swap(bench, service, head)
-    exercise(bench)
+    visit(head_run.bench, service, release, head)
