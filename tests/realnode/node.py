@@ -12,7 +12,9 @@ Cpus_allowed_list), restarts or stops containerd by its PID, and tears everythin
 Teardown is idempotent and also cleans what a killed run left: the base directory holds a
 record (`node.json`) of the containerd PID and the cgroup parent; `cleanup_leftovers(base)`
 kills the processes in that cgroup parent and the shims serving this node's socket, unmounts
-everything mounted under the base directory and removes the cgroups.
+everything mounted under the base directory and removes the cgroups. A node holds an exclusive
+lock on `node.lock` in its base for as long as its test process lives, so a later start can
+tell a killed run's node (lock free) from a live one and sweep it (`sweep_abandoned`).
 
 Every path is derived from `base`; keep it short (unix socket paths must fit 108 bytes).
 """
@@ -20,6 +22,7 @@ Every path is derived from `base`; keep it short (unix socket paths must fit 108
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -30,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
 CONTAINERD_VERSIONS = ("v2.4.2", "v2.3.7")
@@ -40,6 +43,7 @@ IMAGE_NAME = "localhost/dracpu-realnode:1"
 RUNC = Path("/usr/sbin/runc")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 RECORD = "node.json"
+LOCK = "node.lock"
 
 T = TypeVar("T")
 
@@ -172,6 +176,7 @@ class ContainerdNode:
         self._pods: dict[str, Path] = {}  # pod id -> its sandbox config file
         self._pod_uids: dict[str, str] = {}  # pod id -> the UID it was started with
         self._started = False
+        self._lock: TextIO | None = None
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -227,6 +232,13 @@ state = "{b}/state"
     disable_connections = false
 """
 
+    def _hold_lock(self) -> None:
+        """Mark this base as in use until this process ends (the kernel drops the lock then)."""
+        self.base.mkdir(parents=True, exist_ok=True)
+        handle = (self.base / LOCK).open("a")
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._lock = handle
+
     def _record(self) -> None:
         (self.base / RECORD).write_text(
             json.dumps(
@@ -246,7 +258,9 @@ state = "{b}/state"
         if self.running:
             return
         if not self._started:
+            sweep_abandoned()  # nodes of killed runs elsewhere under /tmp
             cleanup_leftovers(self.base)  # of an earlier, killed run on this base only
+            self._hold_lock()
         self._started = True
         for sub in (
             "run",
@@ -611,6 +625,28 @@ def cleanup_leftovers(base: Path) -> None:
     if parent:
         _remove_cgroups(parent)
     record_file.unlink(missing_ok=True)
+
+
+def sweep_abandoned(root: Path = Path("/tmp"), pattern: str = "dracpu-*") -> list[Path]:
+    """Clean the nodes that killed runs left under `root` (their lock is free): processes,
+    mounts and cgroups go, the directories (logs) stay. Returns the bases cleaned."""
+    cleaned = []
+    for record in sorted(root.glob(f"{pattern}/{RECORD}")) + sorted(
+        root.glob(f"{pattern}/*/{RECORD}")
+    ):
+        base = record.parent
+        try:
+            handle = (base / LOCK).open("a")
+        except OSError:
+            continue
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live run holds it
+            cleanup_leftovers(base)
+            cleaned.append(base)
+    return cleaned
 
 
 def _unmount_under(base: Path) -> None:
