@@ -24,6 +24,13 @@ RELEASE = "dra-driver-cpu"
 NAMESPACE = "kube-system"
 SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
 TEST_IMAGE = "localhost/dracpu-realnode:1"  # busybox + pause, imported by tools/cluster.sh
+# A container that sleeps and ends at once on SIGTERM (a bare `sleep` as PID 1 ignores it).
+SLEEP = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+# Graceful deletion: the API server keeps a deleted pod until its kubelet has stopped it and
+# unprepared its claims (kubelet.go syncTerminatedPod, then the status manager's final delete).
+# With 0 the pod is removed at once, its claims are deallocated while still prepared, and the
+# next claim's NodePrepareResources finds their CPUs still taken.
+GRACE_SECONDS = 1
 _START = time.monotonic()
 
 
@@ -206,6 +213,22 @@ class Cluster:
             return None  # not created yet, or deleted
         return found if found.get("status", {}).get("phase") == "Running" else None
 
+    def events_of(self, pod: str, namespace: str = "default") -> list[dict[str, Any]]:
+        """Events of the pod now called `pod` (not of an earlier pod of the same name)."""
+        try:
+            uid = self.get("pod", pod, namespace)["metadata"]["uid"]
+        except CommandError:
+            return []
+        events: list[dict[str, Any]] = self.get("events", namespace=namespace)["items"]
+        return [e for e in events if e["involvedObject"].get("uid") == uid]
+
+    def prepare_failure(self, pod: str, namespace: str = "default") -> str | None:
+        """The kubelet's FailedPrepareDynamicResources message for the pod, if any."""
+        for event in self.events_of(pod, namespace):
+            if event.get("reason") == "FailedPrepareDynamicResources":
+                return str(event.get("message", ""))
+        return None
+
 
 def pod_manifest(
     name: str,
@@ -220,7 +243,7 @@ def pod_manifest(
     key = "resourceClaimTemplateName" if template else "resourceClaimName"
     spec: dict[str, Any] = {
         "hostNetwork": True,
-        "terminationGracePeriodSeconds": 0,
+        "terminationGracePeriodSeconds": GRACE_SECONDS,
         "tolerations": [{"operator": "Exists"}],
         "resourceClaims": [{"name": n, key: ref} for n, ref in claims],
         "containers": [
@@ -228,7 +251,7 @@ def pod_manifest(
                 "name": c,
                 "image": TEST_IMAGE,
                 "imagePullPolicy": "Never",
-                "command": ["sleep", "3600"],
+                "command": SLEEP,
                 "resources": {"claims": [{"name": u} for u in uses]},
             }
             for c, uses in containers

@@ -15,6 +15,8 @@ import pytest
 from e2e.cluster import (
     NAMESPACE,
     SERVICES,
+    SLEEP,
+    TEST_IMAGE,
     Cluster,
     claim_cpus,
     claim_manifest,
@@ -47,8 +49,20 @@ def clean(driver: Cluster) -> Iterator[Cluster]:
 
 
 def start_pod(node: Cluster, name: str, manifest: str) -> None:
+    """Apply and wait for Running. A failed NodePrepareResources fails at once: the kubelet
+    retries it only at its next periodic sync of the pod (60-90 s, pod_workers.go), so
+    waiting would only hide the driver's error."""
     node.apply(manifest)
-    wait_until(lambda: node.running(name), timeout=90, what=f"pod {name} Running")
+
+    def started() -> bool:
+        if node.running(name):
+            return True
+        failed = node.prepare_failure(name)
+        if failed:
+            raise AssertionError(f"pod {name}: {failed}")
+        return False
+
+    wait_until(started, timeout=90, what=f"pod {name} Running")
 
 
 def test_grouped_claim_pins_and_the_shared_pool_steps_aside(clean: Cluster) -> None:
@@ -109,10 +123,10 @@ def test_pod_level_resources_claimed_containers_and_a_sidecar(clean: Cluster) ->
                 "initContainers": [
                     {
                         "name": "sidecar",
-                        "image": "localhost/dracpu-realnode:1",
+                        "image": TEST_IMAGE,
                         "imagePullPolicy": "Never",
                         "restartPolicy": "Always",
-                        "command": ["sleep", "3600"],
+                        "command": SLEEP,
                     }
                 ],
             },
