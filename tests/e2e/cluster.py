@@ -201,6 +201,23 @@ class Cluster:
                 return CPUSet.parse(line.split(":", 1)[1].strip())
         raise AssertionError(f"/proc/{pid}/status has no Cpus_allowed_list")
 
+    def cgroup_cpuset_of(self, pod: str, container: str, namespace: str = "default") -> CPUSet:
+        """cpuset.cpus of the container's cgroup (the cpuset hierarchy on cgroup v1, the
+        unified one on v2), as the runtime wrote it."""
+        pid = self.container_pid(pod, container, namespace)
+        unified: Path | None = None
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "cpuset" in controllers.split(","):
+                return CPUSet.parse(
+                    Path(f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus").read_text().strip()
+                )
+            if controllers == "":
+                unified = Path(f"/sys/fs/cgroup{path}/cpuset.cpus")
+        if unified is None:
+            raise AssertionError(f"/proc/{pid}/cgroup names no cpuset cgroup")
+        return CPUSet.parse(unified.read_text().strip())
+
     def env_of(self, pod: str, container: str, namespace: str = "default") -> dict[str, str]:
         pid = self.container_pid(pod, container, namespace)
         raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -221,6 +238,35 @@ class Cluster:
             return []
         events: list[dict[str, Any]] = self.get("events", namespace=namespace)["items"]
         return [e for e in events if e["involvedObject"].get("uid") == uid]
+
+    def scheduling_failure(self, pod: str, namespace: str = "default") -> str | None:
+        """The scheduler's latest FailedScheduling message for the pod, if any."""
+        failed = [
+            e for e in self.events_of(pod, namespace) if e.get("reason") == "FailedScheduling"
+        ]
+        if not failed:
+            return None
+        latest = max(failed, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return str(latest.get("message", ""))
+
+    def cpu_allocatable_millis(self) -> int:
+        return cpu_millis(self.get("node", self.node, namespace="")["status"]["allocatable"]["cpu"])
+
+    def cpu_requested_millis(self) -> int:
+        """The cpu the pods bound to the node request (containers only; no pod here has
+        init containers that ask for more)."""
+        total = 0
+        for pod in json.loads(self.kubectl("get", "pods", "--all-namespaces", "-o", "json"))[
+            "items"
+        ]:
+            if pod["spec"].get("nodeName") != self.node:
+                continue
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            for container in pod["spec"]["containers"]:
+                requests = container.get("resources", {}).get("requests", {})
+                total += cpu_millis(requests.get("cpu", "0"))
+        return total
 
     def prepare_failure(self, pod: str, namespace: str = "default") -> str | None:
         """The kubelet's FailedPrepareDynamicResources message for the pod, if any."""
@@ -281,6 +327,13 @@ def cpus_request(count: int, name: str = "cpus") -> dict[str, Any]:
             "capacity": {"requests": {"dra.cpu/cpu": str(count)}},
         },
     }
+
+
+def cpu_millis(quantity: str) -> int:
+    """A cpu quantity (`2`, `1500m`, `0.5`) in millicores."""
+    if quantity.endswith("m"):
+        return int(quantity[:-1])
+    return round(float(quantity) * 1000)
 
 
 def claim_cpus(env: dict[str, str]) -> CPUSet:
