@@ -66,6 +66,22 @@ def start_pod(node: Cluster, name: str, manifest: str) -> None:
     wait_until(started, timeout=90, what=f"pod {name} Running")
 
 
+def test_the_kubelet_registers_the_plugin_from_its_own_registry_dir(driver: Cluster) -> None:
+    """The chart mounts only <kubelet root>/plugins_registry/dra.cpu; the kubelet's plugin
+    watcher finds the socket there (the other scenarios' claims are prepared through it)."""
+    node = driver
+    registry = Path(node.kubelet_root) / "plugins_registry"
+    socket = registry / "dra.cpu" / "dra.cpu-reg.sock"
+    assert socket.is_socket()
+    assert sorted(p.name for p in registry.glob("dra.cpu*")) == ["dra.cpu"]
+    registering = f'RegisterPlugin started" plugin={{"SocketPath":"{socket}"'
+    wait_until(
+        lambda: registering in (node.dir / "logs/kubelet.log").read_text(),
+        timeout=30,
+        what="the kubelet registering the plugin from plugins_registry/dra.cpu",
+    )
+
+
 def test_grouped_claim_pins_and_the_shared_pool_steps_aside(clean: Cluster) -> None:
     node = clean
     with step("grouped claim of 1 CPU and a shared pod"):
@@ -462,7 +478,7 @@ def test_uninstall_leaves_nothing_behind(driver: Cluster) -> None:
     leftovers = {
         "plugin sockets": sorted(str(p) for p in (node.dir / "kubelet/plugins").rglob("*.sock")),
         "registration sockets": sorted(
-            str(p) for p in (node.dir / "kubelet/plugins_registry").glob("dra.cpu*")
+            str(p) for p in (node.dir / "kubelet/plugins_registry").rglob("dra.cpu*.sock")
         ),
         "CDI specs": sorted(str(p) for p in Path("/var/run/cdi").glob("dra.k8s.io-cpu_*")),
         "claim records": sorted(str(p) for p in (node.state_dir / "claims").glob("*.json")),
