@@ -21,6 +21,10 @@
 #   DRACPU_CLUSTER_BRIDGE (dracpu-node0)       DRACPU_CLUSTER_NODE_IP (198.18.20.1)
 #   DRACPU_CLUSTER_SERVICE_IP (10.96.0.1)      DRACPU_CLUSTER_KUBELET_PORT (17250)
 #   DRACPU_CLUSTER_NRI_SOCKET (/var/run/nri/nri.sock, the chart's default)
+#   DRACPU_CLUSTER_FEATURE_GATES (DRANodeAllocatableResources=true): feature gates of every
+#     component, the control plane's and the kubelet's; the node then declares the feature, so
+#     the chart's publishNodeAllocatableResourceMapping can be tried. Without the mapping in the
+#     slices the gate changes nothing.
 #   DRACPU_CLUSTER_IMAGES: docker-save archive of the driver images (default: built with
 #     `tools/tier-docker.sh images`); DRACPU_CLUSTER_APISERVER_FLAGS: extra kube-apiserver flags
 #   DRACPU_CP_* ports of tools/controlplane.sh (this script's defaults: 17379/17380/17443/17459/17457)
@@ -38,6 +42,8 @@ NODE_IP="${DRACPU_CLUSTER_NODE_IP:-198.18.20.1}"
 SERVICE_IP="${DRACPU_CLUSTER_SERVICE_IP:-10.96.0.1}"
 KUBELET_PORT="${DRACPU_CLUSTER_KUBELET_PORT:-17250}"
 NRI_SOCKET="${DRACPU_CLUSTER_NRI_SOCKET:-/var/run/nri/nri.sock}"
+FEATURE_GATES="${DRACPU_CLUSTER_FEATURE_GATES-DRANodeAllocatableResources=true}"
+export DRACPU_CP_FEATURE_GATES="$FEATURE_GATES"
 export DRACPU_CP_ETCD_PORT="${DRACPU_CP_ETCD_PORT:-17379}"
 export DRACPU_CP_ETCD_PEER_PORT="${DRACPU_CP_ETCD_PEER_PORT:-17380}"
 export DRACPU_CP_APISERVER_PORT="${DRACPU_CP_APISERVER_PORT:-17443}"
@@ -187,7 +193,19 @@ serializeImagePulls: false
 evictionHard: {memory.available: "50Mi", nodefs.available: "2%", imagefs.available: "2%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+featureGates: {$(gates_yaml)}
 EOF
+    echo "$FEATURE_GATES" >"$RUN/feature-gates"
+}
+
+# The feature gates as the flow-style map of a KubeletConfiguration: `A: true, B: false`.
+gates_yaml() {
+    local gate gates out=()
+    IFS=, read -ra gates <<<"$FEATURE_GATES"
+    for gate in "${gates[@]}"; do
+        [[ -n "$gate" ]] && out+=("${gate%%=*}: ${gate#*=}")
+    done
+    (IFS=,; echo "${out[*]}")
 }
 
 network_up() {
@@ -235,7 +253,7 @@ cmd_up() {
     local reasons
     reasons="$(missing)"
     [[ -z "$reasons" ]] || die "cannot start the cluster: $(echo "$reasons" | paste -sd ';' -)"
-    if cmd_status && node_ready; then
+    if cmd_status && node_ready && [[ "$(cat "$RUN/feature-gates" 2>/dev/null)" == "$FEATURE_GATES" ]]; then
         say "already running"
         echo "$KUBECONFIG_PATH"
         return 0
@@ -332,6 +350,7 @@ NODE_NAME=$NODE_NAME
 NODE_IP=$NODE_IP
 KUBELET_ROOT=$DIR/kubelet
 NRI_SOCKET=$NRI_SOCKET
+FEATURE_GATES=$FEATURE_GATES
 EOF
 }
 

@@ -12,6 +12,8 @@
 #   DRACPU_CP_ETCD_PORT (16379), DRACPU_CP_ETCD_PEER_PORT (16380),
 #   DRACPU_CP_APISERVER_PORT (16443), DRACPU_CP_SCHEDULER_PORT (16459),
 #   DRACPU_CP_CONTROLLER_MANAGER_PORT (16457)
+# Feature gates: DRACPU_CP_FEATURE_GATES (e.g. `A=true,B=false`, default none), passed to the
+# API server, the scheduler and the controller-manager alike.
 # Binaries: DRACPU_CP_BIN (default <cache>/kubernetes-<v>/bin), DRACPU_CP_ETCD
 # (default <cache>/etcd-<v>/bin/etcd).
 #
@@ -42,6 +44,7 @@ SCHEDULER_PORT="${DRACPU_CP_SCHEDULER_PORT:-16459}"
 CONTROLLER_MANAGER_PORT="${DRACPU_CP_CONTROLLER_MANAGER_PORT:-16457}"
 SERVICE_CIDR="${DRACPU_CP_SERVICE_CIDR:-10.96.0.0/16}"
 READY_TIMEOUT="${DRACPU_CP_READY_TIMEOUT:-120}"
+FEATURE_GATES="${DRACPU_CP_FEATURE_GATES:-}"
 PROCESSES="etcd apiserver scheduler controller-manager"
 
 die() { echo "controlplane: error: $*" >&2; exit 2; }
@@ -204,6 +207,7 @@ DRACPU_CP_APISERVER_PORT=$APISERVER_PORT
 DRACPU_CP_SCHEDULER_PORT=$SCHEDULER_PORT
 DRACPU_CP_CONTROLLER_MANAGER_PORT=$CONTROLLER_MANAGER_PORT
 DRACPU_CP_SERVICE_CIDR=$SERVICE_CIDR
+DRACPU_CP_FEATURE_GATES=$FEATURE_GATES
 EOF
 }
 
@@ -220,7 +224,7 @@ cmd_up() {
     dir="$(cd "$dir" && pwd)"
     pki="$dir/pki"
     local wanted
-    wanted="$(printf '%s\n' "$APISERVER_PORT" "$ETCD_PORT" "$@")"
+    wanted="$(printf '%s\n' "$APISERVER_PORT" "$ETCD_PORT" "gates=$FEATURE_GATES" "$@")"
     if all_running "$dir" && [[ "$(cat "$dir/apiserver.args" 2>/dev/null)" == "$wanted" ]] \
         && apiserver_ready "$dir"; then
         say "already up in $dir (https://127.0.0.1:$APISERVER_PORT)"
@@ -262,7 +266,7 @@ cmd_up() {
         --requestheader-client-ca-file="$pki/ca.crt" --requestheader-allowed-names=front-proxy-client \
         --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
         --requestheader-extra-headers-prefix=X-Remote-Extra- \
-        "$@"
+        ${FEATURE_GATES:+"--feature-gates=$FEATURE_GATES"} "$@"
     wait_for "$dir" "apiserver /readyz" apiserver apiserver_ready "$dir"
     say "kube-apiserver ready"
 
@@ -270,7 +274,8 @@ cmd_up() {
         --kubeconfig="$dir/scheduler.kubeconfig" \
         --authentication-kubeconfig="$dir/scheduler.kubeconfig" \
         --authorization-kubeconfig="$dir/scheduler.kubeconfig" \
-        --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false
+        --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false \
+        ${FEATURE_GATES:+"--feature-gates=$FEATURE_GATES"}
     start "$dir" controller-manager "$BIN/kube-controller-manager" \
         --kubeconfig="$dir/controller-manager.kubeconfig" \
         --authentication-kubeconfig="$dir/controller-manager.kubeconfig" \
@@ -279,7 +284,8 @@ cmd_up() {
         --root-ca-file="$pki/ca.crt" --service-account-private-key-file="$pki/sa.key" \
         --use-service-account-credentials=true \
         --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
-        --service-cluster-ip-range="$SERVICE_CIDR"
+        --service-cluster-ip-range="$SERVICE_CIDR" \
+        ${FEATURE_GATES:+"--feature-gates=$FEATURE_GATES"}
     wait_for "$dir" "the default ServiceAccount" controller-manager default_sa "$dir"
     pid_of "$dir" scheduler >/dev/null || die "kube-scheduler exited (log: $dir/logs/scheduler.log)"
     say "up in $dir: https://127.0.0.1:$APISERVER_PORT, KUBECONFIG=$dir/admin.kubeconfig"

@@ -156,7 +156,7 @@ def scenario() -> dict[str, object]:
                 dra_plugin_pb2.PluginStatus(
                     node_name="node-a",
                     registered=True,
-                    registration_socket="/var/lib/kubelet/plugins_registry/dra.cpu-reg.sock",
+                    registration_socket="/var/lib/kubelet/plugins_registry/dra.cpu/dra.cpu-reg.sock",
                     dra_socket="/var/lib/kubelet/plugins/dra.cpu/dra.sock",
                     published_generation=7,
                     slice_count=1,

@@ -76,7 +76,7 @@ async def test_registration_advertises_both_dra_versions_and_health(started: Nod
         "v1alpha1.DRAResourceHealth",
     ]
     assert (plugin.dra_version, plugin.health_version) == ("v1", "v1")
-    registration_socket = started.kubelet_root / "plugins_registry/dra.cpu-reg.sock"
+    registration_socket = started.kubelet_root / "plugins_registry/dra.cpu/dra.cpu-reg.sock"
     assert plugin.registration_socket == registration_socket
 
     async def registered() -> bool:
@@ -402,7 +402,7 @@ async def test_rejected_plugin_keeps_serving_and_says_why(node: Node) -> None:
 
     await eventually(warned, what="the registration watchdog warning")
     line = next(x for x in node.log("plugin").read_text().splitlines() if "has not registered" in x)
-    assert f"registrar_dir={node.kubelet_root}/plugins_registry" in line
+    assert f"registrar_dir={node.kubelet_root}/plugins_registry/dra.cpu" in line
     view = await status(node)
     assert (view.registered, view.registration_error) == (False, "version skew test")
     assert await registration_health(node) == "NOT_SERVING"
@@ -419,7 +419,7 @@ async def test_rejected_plugin_keeps_serving_and_says_why(node: Node) -> None:
 
 
 async def test_stale_sockets_are_replaced(node: Node) -> None:
-    registrar = node.kubelet_root / "plugins_registry"
+    registrar = node.kubelet_root / "plugins_registry/dra.cpu"
     plugin_dir = node.kubelet_root / "plugins/dra.cpu"
     registrar.mkdir(parents=True)
     plugin_dir.mkdir(parents=True)
@@ -446,7 +446,7 @@ def test_kubelet_root_too_long_is_refused_with_the_budget(tmp_path: Path) -> Non
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr
-    budget = 107 - len("/plugins_registry/dra.cpu-reg.sock")
+    budget = 107 - len("/plugins_registry/dra.cpu/dra.cpu-reg.sock")
     assert f"may use at most {budget} bytes and uses 95" in lines[0]
     assert "Traceback" not in run.stderr
 
@@ -509,5 +509,5 @@ async def test_watchdog_when_no_kubelet_ever_calls(node: Node) -> None:
 
     line = await eventually(warned, what="the watchdog warning")
     assert "the kubelet never contacted the plugin" in line
-    assert f"registrar_dir={node.kubelet_root}/plugins_registry" in line
+    assert f"registrar_dir={node.kubelet_root}/plugins_registry/dra.cpu" in line
     assert await rpc.check_health(node.sock("plugin")) == "SERVING"

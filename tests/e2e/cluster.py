@@ -24,6 +24,13 @@ RELEASE = "dra-driver-cpu"
 NAMESPACE = "kube-system"
 SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
 TEST_IMAGE = "localhost/dracpu-realnode:1"  # busybox + pause, imported by tools/cluster.sh
+# A container that sleeps and ends at once on SIGTERM (a bare `sleep` as PID 1 ignores it).
+SLEEP = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+# Graceful deletion: the API server keeps a deleted pod until its kubelet has stopped it and
+# unprepared its claims (kubelet.go syncTerminatedPod, then the status manager's final delete).
+# With 0 the pod is removed at once, its claims are deallocated while still prepared, and the
+# next claim's NodePrepareResources finds their CPUs still taken.
+GRACE_SECONDS = 1
 _START = time.monotonic()
 
 
@@ -194,6 +201,23 @@ class Cluster:
                 return CPUSet.parse(line.split(":", 1)[1].strip())
         raise AssertionError(f"/proc/{pid}/status has no Cpus_allowed_list")
 
+    def cgroup_cpuset_of(self, pod: str, container: str, namespace: str = "default") -> CPUSet:
+        """cpuset.cpus of the container's cgroup (the cpuset hierarchy on cgroup v1, the
+        unified one on v2), as the runtime wrote it."""
+        pid = self.container_pid(pod, container, namespace)
+        unified: Path | None = None
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "cpuset" in controllers.split(","):
+                return CPUSet.parse(
+                    Path(f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus").read_text().strip()
+                )
+            if controllers == "":
+                unified = Path(f"/sys/fs/cgroup{path}/cpuset.cpus")
+        if unified is None:
+            raise AssertionError(f"/proc/{pid}/cgroup names no cpuset cgroup")
+        return CPUSet.parse(unified.read_text().strip())
+
     def env_of(self, pod: str, container: str, namespace: str = "default") -> dict[str, str]:
         pid = self.container_pid(pod, container, namespace)
         raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -205,6 +229,51 @@ class Cluster:
         except CommandError:
             return None  # not created yet, or deleted
         return found if found.get("status", {}).get("phase") == "Running" else None
+
+    def events_of(self, pod: str, namespace: str = "default") -> list[dict[str, Any]]:
+        """Events of the pod now called `pod` (not of an earlier pod of the same name)."""
+        try:
+            uid = self.get("pod", pod, namespace)["metadata"]["uid"]
+        except CommandError:
+            return []
+        events: list[dict[str, Any]] = self.get("events", namespace=namespace)["items"]
+        return [e for e in events if e["involvedObject"].get("uid") == uid]
+
+    def scheduling_failure(self, pod: str, namespace: str = "default") -> str | None:
+        """The scheduler's latest FailedScheduling message for the pod, if any."""
+        failed = [
+            e for e in self.events_of(pod, namespace) if e.get("reason") == "FailedScheduling"
+        ]
+        if not failed:
+            return None
+        latest = max(failed, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return str(latest.get("message", ""))
+
+    def cpu_allocatable_millis(self) -> int:
+        return cpu_millis(self.get("node", self.node, namespace="")["status"]["allocatable"]["cpu"])
+
+    def cpu_requested_millis(self) -> int:
+        """The cpu the pods bound to the node request (containers only; no pod here has
+        init containers that ask for more)."""
+        total = 0
+        for pod in json.loads(self.kubectl("get", "pods", "--all-namespaces", "-o", "json"))[
+            "items"
+        ]:
+            if pod["spec"].get("nodeName") != self.node:
+                continue
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            for container in pod["spec"]["containers"]:
+                requests = container.get("resources", {}).get("requests", {})
+                total += cpu_millis(requests.get("cpu", "0"))
+        return total
+
+    def prepare_failure(self, pod: str, namespace: str = "default") -> str | None:
+        """The kubelet's FailedPrepareDynamicResources message for the pod, if any."""
+        for event in self.events_of(pod, namespace):
+            if event.get("reason") == "FailedPrepareDynamicResources":
+                return str(event.get("message", ""))
+        return None
 
 
 def pod_manifest(
@@ -220,7 +289,7 @@ def pod_manifest(
     key = "resourceClaimTemplateName" if template else "resourceClaimName"
     spec: dict[str, Any] = {
         "hostNetwork": True,
-        "terminationGracePeriodSeconds": 0,
+        "terminationGracePeriodSeconds": GRACE_SECONDS,
         "tolerations": [{"operator": "Exists"}],
         "resourceClaims": [{"name": n, key: ref} for n, ref in claims],
         "containers": [
@@ -228,7 +297,7 @@ def pod_manifest(
                 "name": c,
                 "image": TEST_IMAGE,
                 "imagePullPolicy": "Never",
-                "command": ["sleep", "3600"],
+                "command": SLEEP,
                 "resources": {"claims": [{"name": u} for u in uses]},
             }
             for c, uses in containers
@@ -258,6 +327,13 @@ def cpus_request(count: int, name: str = "cpus") -> dict[str, Any]:
             "capacity": {"requests": {"dra.cpu/cpu": str(count)}},
         },
     }
+
+
+def cpu_millis(quantity: str) -> int:
+    """A cpu quantity (`2`, `1500m`, `0.5`) in millicores."""
+    if quantity.endswith("m"):
+        return int(quantity[:-1])
+    return round(float(quantity) * 1000)
 
 
 def claim_cpus(env: dict[str, str]) -> CPUSet:

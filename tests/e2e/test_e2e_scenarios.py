@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e.cluster import (
     NAMESPACE,
     SERVICES,
+    SLEEP,
+    TEST_IMAGE,
     Cluster,
     claim_cpus,
     claim_manifest,
@@ -47,8 +50,36 @@ def clean(driver: Cluster) -> Iterator[Cluster]:
 
 
 def start_pod(node: Cluster, name: str, manifest: str) -> None:
+    """Apply and wait for Running. A failed NodePrepareResources fails at once: the kubelet
+    retries it only at its next periodic sync of the pod (60-90 s, pod_workers.go), so
+    waiting would only hide the driver's error."""
     node.apply(manifest)
-    wait_until(lambda: node.running(name), timeout=90, what=f"pod {name} Running")
+
+    def started() -> bool:
+        if node.running(name):
+            return True
+        failed = node.prepare_failure(name)
+        if failed:
+            raise AssertionError(f"pod {name}: {failed}")
+        return False
+
+    wait_until(started, timeout=90, what=f"pod {name} Running")
+
+
+def test_the_kubelet_registers_the_plugin_from_its_own_registry_dir(driver: Cluster) -> None:
+    """The chart mounts only <kubelet root>/plugins_registry/dra.cpu; the kubelet's plugin
+    watcher finds the socket there (the other scenarios' claims are prepared through it)."""
+    node = driver
+    registry = Path(node.kubelet_root) / "plugins_registry"
+    socket = registry / "dra.cpu" / "dra.cpu-reg.sock"
+    assert socket.is_socket()
+    assert sorted(p.name for p in registry.glob("dra.cpu*")) == ["dra.cpu"]
+    registering = f'RegisterPlugin started" plugin={{"SocketPath":"{socket}"'
+    wait_until(
+        lambda: registering in (node.dir / "logs/kubelet.log").read_text(),
+        timeout=30,
+        what="the kubelet registering the plugin from plugins_registry/dra.cpu",
+    )
 
 
 def test_grouped_claim_pins_and_the_shared_pool_steps_aside(clean: Cluster) -> None:
@@ -109,10 +140,10 @@ def test_pod_level_resources_claimed_containers_and_a_sidecar(clean: Cluster) ->
                 "initContainers": [
                     {
                         "name": "sidecar",
-                        "image": "localhost/dracpu-realnode:1",
+                        "image": TEST_IMAGE,
                         "imagePullPolicy": "Never",
                         "restartPolicy": "Always",
-                        "command": ["sleep", "3600"],
+                        "command": SLEEP,
                     }
                 ],
             },
@@ -306,6 +337,127 @@ def test_upgrading_one_image_with_on_delete(clean: Cluster) -> None:
             wait_until(node.driver_ready, timeout=120, what="driver pod Ready")
 
 
+MAPPING_GATE = "DRANodeAllocatableResources"
+SHARING_REFUSED = "has a mapped device and cannot be shared across pods"
+
+
+def restart_driver_with(node: Cluster, *values: str) -> dict[str, Any]:
+    """`helm upgrade` with `values`; the config checksum changes, so the DaemonSet replaces the
+    pod. Returns the new pod once Ready."""
+    old = node.driver_pod()
+    node.install(*values)
+    if old is not None:
+        node.delete("pod", old["metadata"]["name"], namespace=NAMESPACE)
+    uid = old["metadata"]["uid"] if old else ""
+
+    def replaced() -> dict[str, Any] | None:
+        pod = node.driver_ready()
+        return pod if pod and pod["metadata"]["uid"] != uid else None
+
+    return wait_until(replaced, timeout=120, what="new driver pod Ready")
+
+
+def test_node_allocatable_mapping_counts_claimed_cpus(clean: Cluster) -> None:
+    """publishNodeAllocatableResourceMapping with the DRANodeAllocatableResources gate on
+    every component (tools/cluster.sh): the slices map each device's CPUs to the node's `cpu`,
+    and kube-scheduler counts a claim's CPUs against the node's allocatable cpu and keeps a
+    mapped claim to one pod."""
+    node = clean
+    declared = node.get("node", node.node, namespace="")["status"].get("declaredFeatures", [])
+    if MAPPING_GATE not in node.env.get("FEATURE_GATES", "") or MAPPING_GATE not in declared:
+        pytest.skip(f"the cluster runs without {MAPPING_GATE} (node declares {declared})")
+    try:
+        with step("helm upgrade with publishNodeAllocatableResourceMapping=true"):
+            restart_driver_with(node, "driverConfig.publishNodeAllocatableResourceMapping=true")
+            wait_until(
+                lambda: (
+                    node.published()
+                    and all("nodeAllocatableResources" in d for d in node.published().values())
+                ),
+                timeout=120,
+                what="devices published with nodeAllocatableResources",
+            )
+        for device in node.published().values():
+            assert device["nodeAllocatableResources"] == {
+                "cpu": {"mapping": {"capacityKey": "dra.cpu/cpu", "capacityMultiplier": "1"}}
+            }, device
+        allocatable = node.cpu_allocatable_millis()
+        requested = node.cpu_requested_millis()  # the driver pod's own requests
+        with step("claimed pod on a mapped device"):
+            node.apply(claim_manifest("mapped", [cpus_request(1)]))
+            start_pod(node, "mapped", pod_manifest("mapped", [("work", ["c"])], [("c", "mapped")]))
+        claimed = claim_cpus(node.env_of("mapped", "work"))
+        assert len(claimed) == 1
+        assert node.cpus_of("mapped", "work") == claimed
+        assert node.cgroup_cpuset_of("mapped", "work") == claimed
+        # What kube-scheduler recorded for the claim when it bound the pod.
+        status = node.get("pod", "mapped")["status"]
+        recorded = status.get("nodeAllocatableResourceClaimStatuses")
+        say(f"mapped pod: qosClass={status.get('qosClass')} claim statuses={json.dumps(recorded)}")
+        assert [(r["resourceClaimName"], r["mapping"]) for r in recorded] == [
+            ("mapped", [{"name": "cpu", "quantity": "1"}])
+        ], recorded
+
+        with step("a second pod on the mapped claim refused by kube-scheduler"):
+            node.apply(pod_manifest("sharer", [("work", ["c"])], [("c", "mapped")]))
+            message = wait_until(
+                lambda: node.scheduling_failure("sharer"),
+                timeout=60,
+                what="FailedScheduling for the pod sharing a mapped claim",
+            )
+        say(f"scheduler on the shared claim: {message}")
+        assert f"node allocatable resource claim mapped {SHARING_REFUSED}" in message, message
+        assert node.get("pod", "sharer")["status"]["phase"] == "Pending"
+        assert not node.get("pod", "sharer")["spec"].get("nodeName")
+        node.delete("pod", "sharer")
+
+        # Fits the node's cpu only if the claim's CPU is not counted.
+        big = allocatable - requested - 500
+        assert big > 0, (allocatable, requested)
+        with step(f"a pod requesting {big}m cpu: unschedulable while the claim holds a CPU"):
+            node.apply(
+                pod_manifest(
+                    "big",
+                    [("work", [])],
+                    extra_spec={
+                        "containers": [
+                            {
+                                "name": "work",
+                                "image": TEST_IMAGE,
+                                "imagePullPolicy": "Never",
+                                "command": SLEEP,
+                                "resources": {"requests": {"cpu": f"{big}m"}},
+                            }
+                        ]
+                    },
+                )
+            )
+            message = wait_until(
+                lambda: node.scheduling_failure("big"),
+                timeout=60,
+                what="FailedScheduling for the pod that no longer fits",
+            )
+        say(f"scheduler on the cpu request: {message}")
+        assert "Insufficient cpu" in message, message
+        assert node.get("pod", "big")["status"]["phase"] == "Pending"
+        with step("claimed pod deleted: the cpu request fits again"):
+            node.delete("pod", "mapped")
+            wait_until(lambda: node.running("big"), timeout=90, what="pod big Running")
+    finally:
+        with step("helm upgrade back to the chart's defaults"):
+            node.kubectl("delete", "pods", "--all", "-n", "default", "--wait=true")
+            node.kubectl("delete", "resourceclaims", "--all", "-n", "default", "--wait=true")
+            restart_driver_with(node)
+            wait_until(
+                lambda: (
+                    node.published()
+                    and not any("nodeAllocatableResources" in d for d in node.published().values())
+                ),
+                timeout=120,
+                what="devices published without the mapping",
+            )
+
+
 def test_uninstall_leaves_nothing_behind(driver: Cluster) -> None:
     """Runs last (file order): helm uninstall removes slices, sockets, CDI specs and records."""
     node = driver
@@ -326,7 +478,7 @@ def test_uninstall_leaves_nothing_behind(driver: Cluster) -> None:
     leftovers = {
         "plugin sockets": sorted(str(p) for p in (node.dir / "kubelet/plugins").rglob("*.sock")),
         "registration sockets": sorted(
-            str(p) for p in (node.dir / "kubelet/plugins_registry").glob("dra.cpu*")
+            str(p) for p in (node.dir / "kubelet/plugins_registry").rglob("dra.cpu*.sock")
         ),
         "CDI specs": sorted(str(p) for p in Path("/var/run/cdi").glob("dra.k8s.io-cpu_*")),
         "claim records": sorted(str(p) for p in (node.state_dir / "claims").glob("*.json")),

@@ -116,7 +116,7 @@ HOST_PATHS = {
     "allocator": {"/var/lib/dracpu", "/var/run/cdi"},
     "dra-plugin": {
         "/var/lib/kubelet/plugins/dra.cpu",
-        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins_registry/dra.cpu",
         "/var/run/cdi",
     },
     "nri-plugin": {"/var/run/nri"},

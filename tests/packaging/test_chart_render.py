@@ -86,7 +86,7 @@ def check_kubelet_root(r: Rendered) -> None:
         "/mnt/data/kubelet/plugins/dra.cpu/dra.sock"
     )
     assert r.volume("kubelet-plugins-registry")["hostPath"]["path"] == (
-        "/mnt/data/kubelet/plugins_registry"
+        "/mnt/data/kubelet/plugins_registry/dra.cpu"
     )
     rendered_text = yaml.safe_dump_all(r.objects)
     assert "/var/lib/kubelet" not in rendered_text
@@ -95,7 +95,7 @@ def check_kubelet_root(r: Rendered) -> None:
 def check_kubelet_root_slash(r: Rendered) -> None:
     assert _flags_of(r, "dra-plugin")["--kubelet-root-dir"] == "/"
     assert r.volume("kubelet-plugins")["hostPath"]["path"] == "/plugins/dra.cpu"
-    assert r.volume("kubelet-plugins-registry")["hostPath"]["path"] == "/plugins_registry"
+    assert r.volume("kubelet-plugins-registry")["hostPath"]["path"] == "/plugins_registry/dra.cpu"
 
 
 def check_images(r: Rendered) -> None:
@@ -264,7 +264,7 @@ def test_every_path_flag_is_backed_by_a_mount(case: tuple[Case, Rendered]) -> No
             if flag == "--kubelet-root-dir":
                 # The root itself is not mounted; the two directories the plugin uses are, each
                 # at the same path as on the host, so the paths it hands the kubelet are true.
-                for sub in ("plugins/dra.cpu", "plugins_registry"):
+                for sub in ("plugins/dra.cpu", "plugins_registry/dra.cpu"):
                     inside = str(Path(value) / sub)
                     assert _host_path(rendered, name, inside) == inside
                 continue

@@ -53,6 +53,14 @@ def test_mounts_are_least_privilege(helm: Path) -> None:
     pod = daemonset["spec"]["template"]["spec"]
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert host["kubelet-plugins"] == "/var/lib/kubelet/plugins/dra.cpu"
+    # The kubelet's plugin watcher finds registration sockets in subdirectories, so only the
+    # driver's own one is mounted, not every plugin's registration socket.
+    assert host["kubelet-plugins-registry"] == "/var/lib/kubelet/plugins_registry/dra.cpu"
+    assert not any(
+        path
+        in ("/var/lib/kubelet", "/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry")
+        for path in host.values()
+    ), host
     nri = next(c for c in pod["containers"] if c["name"] == "nri-plugin")
     [mount] = [m for m in nri["volumeMounts"] if m["name"] == "nri"]
     assert mount["readOnly"] is True

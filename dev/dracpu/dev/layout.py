@@ -50,7 +50,7 @@ class RunLayout:
 
     @property
     def registration_socket(self) -> Path:
-        return self.kubelet_root / "plugins_registry" / f"{DRIVER_NAME}-reg.sock"
+        return self.kubelet_root / "plugins_registry" / DRIVER_NAME / f"{DRIVER_NAME}-reg.sock"
 
     @property
     def dra_socket(self) -> Path:
@@ -134,7 +134,7 @@ class RunLayout:
         """Folders `dev up` creates before starting anything."""
         return [
             self.sockets,
-            self.kubelet_root / "plugins_registry",
+            self.registration_socket.parent,
             self.kubelet_root / "plugins" / DRIVER_NAME,
             self.nri_socket.parent,
             self.cdi_dir,

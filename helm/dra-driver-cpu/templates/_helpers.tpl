@@ -78,7 +78,7 @@ in text, not only after the kernel collapses `//`.
 {{- $clean := clean $root -}}
 {{- /* sun_path holds 107 bytes plus the NUL; the registration socket is the longest path
        the dra-plugin creates under the root. */ -}}
-{{- $socket := clean (printf "%s/plugins_registry/dra.cpu-reg.sock" $clean) -}}
+{{- $socket := clean (printf "%s/plugins_registry/dra.cpu/dra.cpu-reg.sock" $clean) -}}
 {{- if gt (len $socket) 107 -}}
 {{- fail (printf "kubeletRootDir %q is too long: the registration socket %q would be %d bytes, over the 107 a unix socket path can hold" $clean $socket (len $socket)) -}}
 {{- end -}}
@@ -90,8 +90,10 @@ in text, not only after the kernel collapses `//`.
 {{- printf "%s/plugins" . | clean -}}
 {{- end }}
 
+{{/* The driver's own directory under plugins_registry: the kubelet's plugin watcher finds
+     registration sockets in subdirectories too, so no other plugin's socket is mounted. */}}
 {{- define "dracpu.pluginsRegistryDir" -}}
-{{- printf "%s/plugins_registry" . | clean -}}
+{{- printf "%s/plugins_registry/dra.cpu" . | clean -}}
 {{- end }}
 
 {{/*

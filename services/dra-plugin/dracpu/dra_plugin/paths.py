@@ -21,7 +21,10 @@ class KubeletPaths:
 
     @property
     def registrar_dir(self) -> Path:
-        return self.root / "plugins_registry"
+        # A directory of our own: the kubelet's plugin watcher also watches the subdirectories
+        # of plugins_registry (pluginwatcher/plugin_watcher.go traversePluginDir), so the
+        # chart mounts only this one, not every plugin's registration socket.
+        return self.root / "plugins_registry" / self.driver
 
     @property
     def registration_socket(self) -> Path:

@@ -1,8 +1,9 @@
 """Kubelet plugin-watcher registration (pluginregistration.Registration).
 
-The kubelet finds our socket under its plugins_registry dir, asks GetInfo, and tells us the
-outcome through NotifyRegistrationStatus. We record that outcome for the status view and the
-registration watchdog; a plugin the kubelet has not registered keeps serving.
+The kubelet finds our socket in our own directory under its plugins_registry dir, asks GetInfo,
+and tells us the outcome through NotifyRegistrationStatus. We record that outcome for the
+status view and the registration watchdog; a plugin the kubelet has not registered keeps
+serving.
 """
 
 from __future__ import annotations

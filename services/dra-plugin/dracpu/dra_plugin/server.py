@@ -2,7 +2,7 @@
 
 Serves the DRA node service (v1 and v1beta1) and device health on
 <kubelet-root>/plugins/dra.cpu/dra.sock, registers through
-<kubelet-root>/plugins_registry/dra.cpu-reg.sock, publishes the allocator's devices as
+<kubelet-root>/plugins_registry/dra.cpu/dra.cpu-reg.sock, publishes the allocator's devices as
 ResourceSlices, and answers the read-only DRAPluginView on --socket.
 """
 
