@@ -90,6 +90,17 @@ class Cluster:
         self.state_dir = self.dir / "dracpu-state"
         self.api_port = int(os.environ.get("DRACPU_E2E_API_PORT", "17080"))
         self.helm_bin = str(ROOT / ".tools/bin/helm")
+        self.kubelet_log = self.dir / "logs/kubelet.log"
+        # A kubelet left running by an earlier run keeps its log: read only what this run adds.
+        log = self.kubelet_log
+        self._kubelet_log_start = log.stat().st_size if log.exists() else 0
+
+    def kubelet_log_of_this_run(self) -> str:
+        """The kubelet's log lines written since this run began."""
+        with self.kubelet_log.open("rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(self._kubelet_log_start if size >= self._kubelet_log_start else 0)
+            return log.read().decode("utf-8", "replace")
 
     # ---- tools --------------------------------------------------------------------------------
 

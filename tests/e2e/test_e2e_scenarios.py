@@ -76,7 +76,7 @@ def test_the_kubelet_registers_the_plugin_from_its_own_registry_dir(driver: Clus
     assert sorted(p.name for p in registry.glob("dra.cpu*")) == ["dra.cpu"]
     registering = f'RegisterPlugin started" plugin={{"SocketPath":"{socket}"'
     wait_until(
-        lambda: registering in (node.dir / "logs/kubelet.log").read_text(),
+        lambda: registering in node.kubelet_log_of_this_run(),
         timeout=30,
         what="the kubelet registering the plugin from plugins_registry/dra.cpu",
     )
