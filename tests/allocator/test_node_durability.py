@@ -158,6 +158,39 @@ async def test_failed_record_removal_on_unprepare_keeps_the_claim_and_its_spec(
     assert cdi.spec_path(tmp_path / "cdi", "u1").exists()
 
 
+async def test_concurrent_unprepares_go_together_and_a_failed_one_keeps_only_its_claim(
+    tmp_path: Path, machines: Machines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = node_in(tmp_path)
+    await node.start(machines("xeon-2s-ht"))
+    uids = [f"u{i}" for i in range(6)]
+    for uid in uids:
+        await node.prepare(request(uid, count=1))
+    kept = node.state.records["u3"].cpus
+    remove = records.remove_record
+
+    def failing(state_dir: Path, uid: str) -> bool:
+        if uid == "u3":
+            raise StateError("cannot remove claim record: disk says no")
+        return remove(state_dir, uid)
+
+    monkeypatch.setattr(records, "remove_record", failing)
+    answers = await asyncio.gather(
+        *(node.unprepare(uid) for uid in [*uids, "never-prepared", "u1"]),
+        return_exceptions=True,
+    )
+    assert isinstance(answers[3], StateError)
+    assert all(a is not None and not isinstance(a, BaseException) for a in answers[:3])
+    assert answers[6] is None  # nothing was prepared under that UID
+    assert answers[7] == answers[1]  # the same claim twice in one batch: one answer
+    assert set(node.state.records) == {"u3"}
+    assert node.state.records["u3"].cpus == kept and not kept & node.state.shared
+    assert saved(tmp_path) == {"u3": node.state.records["u3"]}
+    assert [p.name for p in (tmp_path / "cdi").glob("*.json")] == [
+        cdi.spec_path(tmp_path / "cdi", "u3").name
+    ]
+
+
 async def test_rebuild_from_cdi_specs_when_nothing_is_saved(
     tmp_path: Path, machines: Machines, logs: io.StringIO
 ) -> None:

@@ -122,11 +122,17 @@ class ControlPlane:
         out = self._script("client", str(self.root), name, common_name, *[organization][:1])
         return Path(out.strip().splitlines()[-1])
 
-    def token_kubeconfig(self, namespace: str, service_account: str, path: Path) -> Path:
-        """A kubeconfig authenticating with a fresh token of the ServiceAccount."""
+    def token_kubeconfig(
+        self, namespace: str, service_account: str, path: Path, *, bound_pod: str = ""
+    ) -> Path:
+        """A kubeconfig authenticating with a fresh token of the ServiceAccount. With
+        `bound_pod` the token is bound to that pod of `namespace`, as the kubelet mounts it:
+        the server then adds the pod's node to the token's user info."""
+        bound = ("--bound-object-kind", "Pod", "--bound-object-name", bound_pod)
         token = self.kubectl(
-            "create", "token", service_account, "-n", namespace, "--duration=2h"
-        ).strip()
+            "create", "token", service_account, "-n", namespace, "--duration=2h",
+            *(bound if bound_pod else ()),
+        ).strip()  # fmt: skip
         settings = self.settings()
         path.write_text(
             yaml.safe_dump(

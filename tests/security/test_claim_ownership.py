@@ -116,6 +116,33 @@ async def test_a_forged_claim_in_the_env_is_quarantined_at_resync(bed: Bed) -> N
     assert "quarantined" in log and "made-up" in log
 
 
+async def test_a_forged_claim_does_not_keep_cpus_a_later_claim_takes(bed: Bed) -> None:
+    # The made-up claim names CPUs of the pool: quarantine takes none of them, so the
+    # container runs on the pool and follows it when a real claim takes those CPUs.
+    connects = bed.stub.status.connects
+    await bed.runtime.stop()
+    pod = bed.runtime.add_pod("p-forger", namespace="ns")
+    forged = await bed.runtime.create_container(
+        pod, "app", claim_env(("made-up", CPUSet.parse("4-7"))), container_id="forged"
+    )
+    await bed.runtime.start()
+    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await bed.runtime.wait_plugin()
+    await wait_until(
+        lambda: CPUSet.parse(bed.runtime.cpus(forged)) == ONLINE, what="forged on the pool"
+    )
+    owner = bed.runtime.add_pod("p-owner", namespace="t")
+    uid, cpus = await prepare(bed, 4, pods=(pod_uid(bed, owner),))
+    legit = await bed.runtime.create_container(owner, "app", claim_env((uid, cpus)))
+    assert CPUSet.parse(bed.runtime.cpus(legit)) == cpus
+    await wait_until(
+        lambda: CPUSet.parse(bed.runtime.cpus(forged)) == ONLINE - cpus,
+        what="the forged container to follow the pool",
+    )
+    record = bed.plugin.registry.get(forged)
+    assert record is not None and not record.exclusive and record.quarantined == ("made-up",)
+
+
 async def test_a_quarantined_claim_is_confirmed_by_its_prepare(bed: Bed) -> None:
     # A legitimate claim whose state was lost: the container keeps running where it was, and
     # the kubelet's prepare confirms the CPUs.

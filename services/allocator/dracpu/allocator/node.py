@@ -102,6 +102,8 @@ class NodeAllocator:
         self._watchers: set[asyncio.Queue[SharedPoolView]] = set()
         self._waiting: list[tuple[claims.PrepareInput, asyncio.Future[claims.PrepareOutcome]]] = []
         self._batches: asyncio.Task[None] | None = None
+        self._leaving: list[tuple[str, asyncio.Future[claims.ClaimRecord | None]]] = []
+        self._unprepares: asyncio.Task[None] | None = None
         self._metrics: dict[str, Any] = metrics.build("allocator", registry) if registry else {}
         self._health = HealthBook()
         self._topology_error = ""
@@ -582,39 +584,91 @@ class NodeAllocator:
             log.error("cannot roll back CDI spec", claim=uid, error=str(exc))
 
     async def unprepare(self, uid: str) -> claims.ClaimRecord | None:
-        return await self._serialized(self._unprepare(uid))
+        """Unprepares that arrive while others are being removed wait and then go together
+        (a node drained at once unprepares thousands): their files removed at once, one
+        publish. Each is answered once its own files are gone; a failed one keeps its claim
+        without touching the others."""
+        answer: asyncio.Future[claims.ClaimRecord | None]
+        answer = asyncio.get_running_loop().create_future()
+        answer.add_done_callback(_retrieve)
+        self._leaving.append((uid, answer))
+        if self._unprepares is None or self._unprepares.done():
+            # Runs to its end even when every caller goes away (a client timeout cancels the
+            # handler): files removed must be published, and the lock held until then.
+            self._unprepares = asyncio.ensure_future(self._unprepare_batches())
+            self._unprepares.add_done_callback(_retrieve)
+        return await asyncio.shield(answer)
 
-    async def _unprepare(self, uid: str) -> claims.ClaimRecord | None:
-        async with self._lock:
-            state = self.state
-            new_state, record = claims.unprepare(state, uid)
-            if record is None:
-                # Nothing recorded; a stray spec of this claim must not outlive it.
-                removed = await self._io(cdi.remove_spec, self.cdi_dir, uid)
-                log.info(2, "claim was not prepared", claim=uid, removed_stray_spec=removed)
-                return None
-            await self._io(cdi.remove_spec, self.cdi_dir, uid)
-            try:
-                await self._io(records.remove_record, self.state_dir, uid)
-            except Exception:
-                # Keep the claim: put its spec back so disk and memory agree again.
+    async def _unprepare_batches(self) -> None:
+        while self._leaving:
+            async with self._lock:
+                batch, self._leaving = self._leaving, []
                 try:
-                    await self._io(cdi.write_spec, self.cdi_dir, uid, record.cpus)
-                except StateError as exc:
-                    log.error("cannot restore CDI spec", claim=uid, error=str(exc))
-                raise
-            self._publish(new_state)
-            if uid in new_state.draining:
+                    await self._unprepare_batch(batch)
+                except BaseException as exc:
+                    for _, answer in batch:
+                        if not answer.done():
+                            answer.set_exception(exc)
+                    raise
+
+    async def _unprepare_batch(
+        self, batch: list[tuple[str, asyncio.Future[claims.ClaimRecord | None]]]
+    ) -> None:
+        published = self.state
+        uids = sorted({uid for uid, _ in batch})
+        removed = await asyncio.gather(
+            *(self._remove_claim_files(uid, published.records.get(uid)) for uid in uids),
+            return_exceptions=True,
+        )
+        state = published
+        answers: dict[str, claims.ClaimRecord | BaseException | None] = {}
+        for uid, result in zip(uids, removed, strict=True):
+            if isinstance(result, BaseException):
+                answers[uid] = result
+                continue
+            state, record = claims.unprepare(state, uid)
+            answers[uid] = record
+        if state is not published:
+            self._publish(state)
+        for uid in uids:
+            gone = answers[uid]
+            if gone is None or isinstance(gone, BaseException):
+                continue
+            if uid in state.draining:
                 log.warning(
                     "claim unprepared while its container runs; its CPUs stay out of the "
                     "shared pool until the container stops",
                     claim=uid,
-                    container=record.container_id,
-                    cpus=record.cpus.format(),
+                    container=gone.container_id,
+                    cpus=gone.cpus.format(),
                 )
-                return replace(record, cpus=CPUSet())
-            log.info(2, "claim unprepared", claim=uid, released=record.cpus.format())
-            return record
+                answers[uid] = replace(gone, cpus=CPUSet())
+            else:
+                log.info(2, "claim unprepared", claim=uid, released=gone.cpus.format())
+        for uid, answer in batch:
+            outcome = answers[uid]
+            if isinstance(outcome, BaseException):
+                answer.set_exception(outcome)
+            else:
+                answer.set_result(outcome)
+
+    async def _remove_claim_files(self, uid: str, record: claims.ClaimRecord | None) -> None:
+        """The claim's CDI spec and record; when the record cannot be removed the spec is put
+        back, so disk and memory agree again and the claim stays prepared."""
+        if record is None:
+            # Nothing recorded; a stray spec of this claim must not outlive it.
+            removed = await self._io(cdi.remove_spec, self.cdi_dir, uid)
+            log.info(2, "claim was not prepared", claim=uid, removed_stray_spec=removed)
+            return
+        await self._io(cdi.remove_spec, self.cdi_dir, uid)
+        try:
+            await self._io(records.remove_record, self.state_dir, uid)
+        except Exception:
+            try:
+                await self._io(cdi.write_spec, self.cdi_dir, uid, record.cpus)
+            except StateError as exc:
+                log.error("cannot restore CDI spec", claim=uid, error=str(exc))
+            raise
 
     async def attach(
         self, container: claims.Container, presented: Mapping[str, CPUSet]

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from dracpu.core.cpuset import EMPTY, CPUSet
@@ -249,9 +249,12 @@ class CPUPlugin:
             log.error("adopt failed; container left as it is", container=ctr.id, error=str(exc))
             return None
         accepted = tuple(sorted(o.claim_uid for o in reply.outcomes if o.accepted))
-        # Claims the allocator has no record of: it took no CPUs for them. The container keeps
-        # the CPUs it runs on (a prepare of the claim may confirm them) and is tracked, so its
-        # stop reaches the allocator; nothing else is moved for it.
+        # Claims the allocator has no record of: it took no CPUs for them, so they stay in the
+        # shared pool and a prepare of another claim may take them. Pinning the container to
+        # the CPUs its env names would let it keep them next to that claim's container: it
+        # runs on the shared pool instead, and is tracked with them so its stop reaches the
+        # allocator. A prepare that confirms such a claim takes effect when the container
+        # starts again (CreateContainer attaches it).
         held = tuple(sorted(o.claim_uid for o in reply.outcomes if o.quarantined))
         for outcome in reply.outcomes:
             if outcome.accepted:
@@ -271,12 +274,9 @@ class CPUPlugin:
                     error=outcome.error,
                 )
         self._note_pool(reply.shared_pool)
-        if not accepted and not held:
-            return record
-        cpus = CPUSet.parse(reply.cpus)
-        for uid in held:
-            cpus = cpus | claims[uid]
-        return _record(pod, ctr, tuple(sorted(accepted + held)), cpus)
+        if not accepted:
+            return replace(record, quarantined=held)
+        return replace(_record(pod, ctr, accepted, CPUSet.parse(reply.cpus)), quarantined=held)
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -341,9 +341,10 @@ class CPUPlugin:
                 log.info(4, "event for unknown container ignored", container=ctr.id, event=why)
                 return
             log.info(2, f"container {why}", container=ctr.id, claims=",".join(record.claims))
-            if record.exclusive:
+            if record.exclusive or record.quarantined:
                 # The claim keeps its CPUs until unprepare; the allocator only learns that
-                # this container no longer runs, so a restart may attach again.
+                # this container no longer runs, so a restart may attach again (and a
+                # quarantined claim of it is forgotten).
                 try:
                     await self._allocator.detach(ctr.id)
                 except DracpuError as exc:

@@ -22,6 +22,9 @@ class ContainerRecord:
     # runtime may run the container on `cpus` or on what it had before. Such a container is
     # stale whatever the pool is, so the next push re-sends it.
     confirmed: bool = True
+    # Claim UIDs its env names that the allocator holds in quarantine (no record of them on
+    # this node): they do not make the container exclusive, it runs on the shared pool.
+    quarantined: tuple[str, ...] = ()
 
     @property
     def exclusive(self) -> bool:

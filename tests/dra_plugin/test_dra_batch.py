@@ -1,0 +1,108 @@
+"""A kubelet unpreparing thousands of claims in one NodeUnprepareResources call (a node drained
+at once): every claim succeeds within the kubelet's call deadline, and no record or CDI spec
+of any of them is left. Real topology, allocator and dra-plugin processes on a 3,072-CPU
+fixture; the kubelet stand-in makes the calls."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import Node, claim, result
+
+from dracpu.dev.kubelet_sim import DRA_CALL_TIMEOUT, Claim, KubeletSim
+from dracpu.topology.fixtures import MachineSpec, write_fixture
+
+pytestmark = pytest.mark.timeout(300)
+
+CLAIMS = 3000
+NUMA_NODES = 8
+PREPARE_BATCH = 500
+# 2 sockets x 768 cores x 2 threads: 3,072 CPUs in 8 NUMA nodes of 384, room for 3,000
+# one-CPU claims next to the shared pool.
+MACHINE = MachineSpec(
+    "3072 CPUs: 2 sockets x 768 cores with SMT, 8 NUMA nodes, L3 per 8 cores",
+    sockets=2,
+    cores_per_socket=768,
+    threads_per_core=2,
+    numa_per_socket=NUMA_NODES // 2,
+    cores_per_l3=8,
+)
+
+
+@pytest.fixture(scope="module")
+def huge_sysfs() -> Iterator[Path]:
+    # Tens of thousands of small files the services only read: written to memory where there is a
+    # tmpfs (several times faster than a disk-backed /tmp), the claims' files stay on /tmp.
+    shm = Path("/dev/shm")
+    root = Path(tempfile.mkdtemp(prefix="dphuge", dir=shm if shm.is_dir() else None))
+    try:
+        yield write_fixture(MACHINE, root / "sys")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def node(huge_sysfs: Path) -> Iterator[Node]:
+    made = Node(sysfs=huge_sysfs)
+    made.configure(groupBy="numanode")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def write_claims(node: Node, count: int) -> list[Claim]:
+    """`count` allocated one-CPU claims spread over the NUMA nodes' devices, as files of the
+    cluster folder the dra-plugin reads."""
+    directory = node.cluster / "resourceclaims" / "default"
+    directory.mkdir(parents=True, exist_ok=True)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    made = []
+    for i in range(count):
+        name, uid = f"batch-{i:04d}", str(uuid.uuid4())
+        device = f"cpudevnuma{i % NUMA_NODES:03d}"
+        document = claim(name, uid, [result(device, cpus=1)])
+        (directory / f"{name}.yaml").write_text(yaml.dump(document, Dumper=dumper))
+        made.append(Claim("default", name, uid))
+    return made
+
+
+def leftovers(node: Node, claims: list[Claim]) -> list[str]:
+    uids = {c.uid for c in claims}
+    on_disk = [p.name for p in node.cdi.glob("*") if any(u in p.name for u in uids)]
+    records = node.state / "claims"
+    if records.is_dir():
+        on_disk += [p.name for p in records.iterdir() if any(u in p.name for u in uids)]
+    return on_disk
+
+
+async def test_three_thousand_claims_unprepared_in_one_call(node: Node) -> None:
+    await node.start()
+    claims = write_claims(node, CLAIMS)
+    plugin = await KubeletSim(node.kubelet_root).register("dra.cpu", timeout=30)
+    try:
+        for start in range(0, CLAIMS, PREPARE_BATCH):
+            batch = claims[start : start + PREPARE_BATCH]
+            prepared = await plugin.prepare(batch)
+            failed = {uid: r.error for uid, r in prepared.items() if r.error}
+            assert not failed, f"{len(failed)} prepares failed, e.g. {next(iter(failed.items()))}"
+        assert len(list(node.cdi.glob("*.json"))) >= CLAIMS
+
+        started = time.monotonic()
+        errors = await plugin.unprepare(claims)  # the kubelet's deadline: DRA_CALL_TIMEOUT
+        took = time.monotonic() - started
+    finally:
+        await plugin.close()
+    failed = {uid: e for uid, e in errors.items() if e}
+    assert not failed, (
+        f"{len(failed)} of {CLAIMS} unprepares failed, e.g. {next(iter(failed.values()))}"
+    )
+    assert took < DRA_CALL_TIMEOUT
+    assert not leftovers(node, claims)
