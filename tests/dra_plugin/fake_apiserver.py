@@ -4,7 +4,8 @@ Stores ResourceClaims, Nodes and ResourceSlices in memory and implements what th
 does for them that matters here: generateName, uid and resourceVersion, field selectors on
 spec.driver / spec.nodeName, 409 Conflict on a stale resourceVersion or failed delete
 preconditions, 404 Status objects, and watches of slices from a resourceVersion (410 Gone for
-a version older than the last `compact()`).
+a version older than the last `compact()`). Optionally over TLS (a server-side SSL context),
+recording each request's bearer token and client certificate name.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import copy
 import itertools
 import json
 import secrets
+import select
+import socket
+import ssl
 import threading
 import time
 import uuid
@@ -37,6 +41,9 @@ class Store:
         self.versions = itertools.count(1)
         self.version = 0
         self.requests: list[tuple[str, str]] = []
+        # Per request: the Authorization header and the client certificate's common name.
+        self.credentials: list[tuple[str, str]] = []
+        self.open_watches = 0
         self.events: list[tuple[int, str, dict[str, Any]]] = []  # slices only
         self.compacted = 0
         self.changed = threading.Condition(self.lock)
@@ -46,6 +53,8 @@ class Store:
         # using a field refused with (code, reason, message).
         self.drop_device_fields: set[str] = set()
         self.refuse: dict[str, tuple[int, str, str]] = {}
+        # When set, requests without exactly this Authorization header get 401.
+        self.require_token = ""
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.version = next(self.versions)
@@ -109,6 +118,9 @@ class Handler(BaseHTTPRequestHandler):
         s = self.store
         with s.lock:
             s.requests.append((method, self.path))
+            s.credentials.append((self.headers.get("Authorization", ""), self._peer_name()))
+            if s.require_token and self.headers.get("Authorization") != s.require_token:
+                return self._send(401, _status(401, "Unauthorized", "Unauthorized"))
             if method == "GET" and url.path.startswith("/apis/resource.k8s.io/v1/namespaces/"):
                 key = (parts[4], parts[6])
                 if key in s.claims:
@@ -184,6 +196,25 @@ class Handler(BaseHTTPRequestHandler):
                     return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
             return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
 
+    def _peer_name(self) -> str:
+        if not isinstance(self.connection, ssl.SSLSocket):
+            return ""
+        peer = self.connection.getpeercert() or {}
+        names = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
+        return names[0] if names else ""
+
+    def _client_gone(self) -> bool:
+        """The client closed its end of the watch (EOF while we wait for events)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            if isinstance(self.connection, ssl.SSLSocket):
+                return self.connection.recv(1) == b""
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
     def _gated(self, obj: dict[str, Any]) -> tuple[int, str, str] | None:
         """Apply the store's missing gates to a slice being written (lock held)."""
         for device in obj.get("spec", {}).get("devices") or []:
@@ -214,8 +245,11 @@ class Handler(BaseHTTPRequestHandler):
             line({"type": "ERROR", "object": gone})
             self.wfile.write(b"0\r\n\r\n")
             return None
+        s.open_watches += 1
         try:
             while time.monotonic() < deadline and not s.closed:
+                if self._client_gone():
+                    return None
                 for version, kind, obj in s.events:
                     if version > since and matches(obj):
                         line({"type": kind, "object": obj})
@@ -225,6 +259,8 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             pass  # the client went away
+        finally:
+            s.open_watches -= 1
         return None
 
     def do_GET(self) -> None:
@@ -241,18 +277,24 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def fake_apiserver(directory: Path) -> Iterator[tuple[Store, Path]]:
-    """Serve on 127.0.0.1; yields the store and a kubeconfig file pointing at it."""
+def fake_apiserver(
+    directory: Path, tls: ssl.SSLContext | None = None
+) -> Iterator[tuple[Store, Path]]:
+    """Serve on 127.0.0.1 (https with `tls`); yields the store and a kubeconfig file pointing
+    at it (with no CA: tests that use TLS write their own)."""
     store = Store()
     handler = type("BoundHandler", (Handler,), {"store": store})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     host, port = server.server_address[:2]
+    scheme = "https" if tls is not None else "http"
     kubeconfig = directory / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": f"http://{host}:{port}"}}],
+        "clusters": [{"name": "fake", "cluster": {"server": f"{scheme}://{host}:{port}"}}],
         "users": [{"name": "fake", "user": {}}],
         "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
     }))  # fmt: skip

@@ -16,6 +16,7 @@ import base64
 import binascii
 import contextlib
 import os
+import re
 import ssl
 import tempfile
 import time
@@ -49,7 +50,7 @@ UNSUPPORTED_USER = {
     "as-groups": "impersonation (as-groups)",
     "as-user-extra": "impersonation (as-user-extra)",
 }
-UNSUPPORTED_CLUSTER = {"proxy-url": "a proxy for this cluster only; HTTPS_PROXY applies to all"}
+UNSUPPORTED_CLUSTER = {"proxy-url": "the HTTPS_PROXY environment variable is honoured instead"}
 
 
 class _Invalid(Exception):
@@ -363,18 +364,18 @@ def _load_client_certificate(
             assert path is not None
             paths.append(path)
         cert, key = paths
+        for path in paths:
+            if not path.is_file():
+                raise _Invalid(f"{who}: {path} does not exist")
         try:
             context.load_cert_chain(str(cert), str(key))
-        except FileNotFoundError as exc:
-            raise _Invalid(f"{who}: {exc.filename} does not exist") from None
         except (OSError, ValueError) as exc:
             raise _Invalid(f"{who}: client certificate and key do not load: "
                            f"{_ssl_reason(exc)}") from None  # fmt: skip
 
 
 def _ssl_reason(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError) and exc.reason:
-        return str(exc.reason).replace("_", " ").lower()
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    """OpenSSL's words without the source location ssl appends."""
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    text = " ".join(text.split())
+    return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", text) or type(exc).__name__
