@@ -96,105 +96,111 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # chunked watch streams
     store: Store
     _pending: dict[str, Any]  # the body of the slice write being handled
+    _raw: bytes  # the request body as received
+    _reply: tuple[int, bytes] | None  # status and body, written once the lock is released
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _send(self, code: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._reply = (code, json.dumps(body).encode())
 
     def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length", 0))
-        return json.loads(self.rfile.read(length) or b"{}")
+        return json.loads(self._raw or b"{}")
 
     def _route(self, method: str) -> None:
+        # Socket I/O never waits with the lock held: the client may run on the event loop of a
+        # test that takes the lock itself. The request body is read first, the reply written after.
+        self._raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._reply = None
+        with self.store.lock:
+            self._handle(method)
+        if self._reply is not None:
+            code, data = self._reply
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    def _handle(self, method: str) -> None:
+        """Route one request (lock held); _send sets the reply."""
         url = urlparse(self.path)
         parts = url.path.strip("/").split("/")
         s = self.store
-        with s.lock:
-            s.requests.append((method, self.path))
-            s.credentials.append((self.headers.get("Authorization", ""), self._peer_name()))
-            if s.require_token and self.headers.get("Authorization") != s.require_token:
-                return self._send(401, _status(401, "Unauthorized", "Unauthorized"))
-            if method == "GET" and url.path.startswith("/apis/resource.k8s.io/v1/namespaces/"):
-                key = (parts[4], parts[6])
-                if key in s.claims:
-                    return self._send(200, s.claims[key])
-                return self._send(
-                    404, _status(404, "NotFound", f"resourceclaims {key[1]} not found")
-                )
-            if method == "GET" and url.path.startswith("/api/v1/nodes/"):
-                if parts[3] in s.nodes:
-                    return self._send(200, s.nodes[parts[3]])
-                return self._send(404, _status(404, "NotFound", "node not found"))
-            if url.path == SLICES and method == "GET":
-                query = parse_qs(url.query)
-                selector = query.get("fieldSelector", [""])[0]
-                wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
+        s.requests.append((method, self.path))
+        s.credentials.append((self.headers.get("Authorization", ""), self._peer_name()))
+        if s.require_token and self.headers.get("Authorization") != s.require_token:
+            return self._send(401, _status(401, "Unauthorized", "Unauthorized"))
+        if method == "GET" and url.path.startswith("/apis/resource.k8s.io/v1/namespaces/"):
+            key = (parts[4], parts[6])
+            if key in s.claims:
+                return self._send(200, s.claims[key])
+            return self._send(404, _status(404, "NotFound", f"resourceclaims {key[1]} not found"))
+        if method == "GET" and url.path.startswith("/api/v1/nodes/"):
+            if parts[3] in s.nodes:
+                return self._send(200, s.nodes[parts[3]])
+            return self._send(404, _status(404, "NotFound", "node not found"))
+        if url.path == SLICES and method == "GET":
+            query = parse_qs(url.query)
+            selector = query.get("fieldSelector", [""])[0]
+            wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
 
-                def matches(obj: dict[str, Any]) -> bool:
-                    spec = obj["spec"]
-                    return all(spec.get(k.removeprefix("spec.")) == v for k, v in wanted.items())
+            def matches(obj: dict[str, Any]) -> bool:
+                spec = obj["spec"]
+                return all(spec.get(k.removeprefix("spec.")) == v for k, v in wanted.items())
 
-                if query.get("watch", [""])[0].lower() in ("true", "1"):
-                    return self._watch(query, matches)
-                items = [obj for obj in s.slices.values() if matches(obj)]
-                listed = {
-                    "kind": "ResourceSliceList",
-                    "apiVersion": "resource.k8s.io/v1",
-                    "items": items,
-                    "metadata": {"resourceVersion": str(s.version)},
-                }
-                return self._send(200, listed)
-            if url.path.startswith(SLICES) and method in ("POST", "PUT"):
-                obj = self._body()
-                refused = self._gated(obj)
-                if refused is not None:
-                    return self._send(refused[0], _status(*refused))
-                self._pending = obj
-            if url.path == SLICES and method == "POST":
+            if query.get("watch", [""])[0].lower() in ("true", "1"):
+                return self._watch(query, matches)
+            items = [obj for obj in s.slices.values() if matches(obj)]
+            listed = {
+                "kind": "ResourceSliceList",
+                "apiVersion": "resource.k8s.io/v1",
+                "items": items,
+                "metadata": {"resourceVersion": str(s.version)},
+            }
+            return self._send(200, listed)
+        if url.path.startswith(SLICES) and method in ("POST", "PUT"):
+            obj = self._body()
+            refused = self._gated(obj)
+            if refused is not None:
+                return self._send(refused[0], _status(*refused))
+            self._pending = obj
+        if url.path == SLICES and method == "POST":
+            obj = self._pending
+            meta = obj["metadata"]
+            name = meta.get("name") or meta.pop("generateName") + secrets.token_hex(3)[:5]
+            meta.update(name=name, uid=str(uuid.uuid4()))
+            s.slices[name] = s.stamp(obj)
+            s.record("ADDED", obj)
+            return self._send(201, obj)
+        if url.path.startswith(SLICES + "/"):
+            name = parts[4]
+            current = s.slices.get(name)
+            if current is None:
+                return self._send(404, _status(404, "NotFound", f"{name} not found"))
+            if method == "PUT":
                 obj = self._pending
-                meta = obj["metadata"]
-                name = meta.get("name") or meta.pop("generateName") + secrets.token_hex(3)[:5]
-                meta.update(name=name, uid=str(uuid.uuid4()))
+                if obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                    return self._send(409, _status(409, "Conflict", "object was modified"))
+                obj["metadata"]["uid"] = current["metadata"]["uid"]
                 s.slices[name] = s.stamp(obj)
-                s.record("ADDED", obj)
-                return self._send(201, obj)
-            if url.path.startswith(SLICES + "/"):
-                name = parts[4]
-                current = s.slices.get(name)
-                if current is None:
-                    return self._send(404, _status(404, "NotFound", f"{name} not found"))
-                if method == "PUT":
-                    obj = self._pending
-                    if (
-                        obj["metadata"].get("resourceVersion")
-                        != current["metadata"]["resourceVersion"]
-                    ):
-                        return self._send(409, _status(409, "Conflict", "object was modified"))
-                    obj["metadata"]["uid"] = current["metadata"]["uid"]
-                    s.slices[name] = s.stamp(obj)
-                    s.record("MODIFIED", obj)
-                    return self._send(200, obj)
-                if method == "DELETE":
-                    pre = self._body().get("preconditions") or {}
-                    meta = current["metadata"]
-                    if (
-                        pre.get("uid", meta["uid"]) != meta["uid"]
-                        or pre.get("resourceVersion", meta["resourceVersion"])
-                        != meta["resourceVersion"]
-                    ):
-                        return self._send(409, _status(409, "Conflict", "precondition failed"))
-                    del s.slices[name]
-                    s.stamp(current)
-                    s.record("DELETED", current)
-                    return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
-            return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
+                s.record("MODIFIED", obj)
+                return self._send(200, obj)
+            if method == "DELETE":
+                pre = self._body().get("preconditions") or {}
+                meta = current["metadata"]
+                if (
+                    pre.get("uid", meta["uid"]) != meta["uid"]
+                    or pre.get("resourceVersion", meta["resourceVersion"])
+                    != meta["resourceVersion"]
+                ):
+                    return self._send(409, _status(409, "Conflict", "precondition failed"))
+                del s.slices[name]
+                s.stamp(current)
+                s.record("DELETED", current)
+                return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
+        return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
 
     def _peer_name(self) -> str:
         if not isinstance(self.connection, ssl.SSLSocket):
@@ -250,12 +256,17 @@ class Handler(BaseHTTPRequestHandler):
             while time.monotonic() < deadline and not s.closed:
                 if self._client_gone():
                     return None
-                for version, kind, obj in s.events:
-                    if version > since and matches(obj):
+                due = [(kind, obj) for version, kind, obj in s.events
+                       if version > since and matches(obj)]  # fmt: skip
+                since = s.version
+                s.lock.release()  # written without the lock (see _route)
+                try:
+                    for kind, obj in due:
                         line({"type": kind, "object": obj})
-                        since = version
-                since = max(since, s.version)
-                s.changed.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                finally:
+                    s.lock.acquire()
+                if since == s.version:
+                    s.changed.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             pass  # the client went away
