@@ -262,7 +262,7 @@ def test_in_cluster(service_account: Path, host: str, server: str) -> None:
                      id="not-in-a-pod"),
         pytest.param({"KUBERNETES_SERVICE_PORT": "https"}, "",
                      "KUBERNETES_SERVICE_PORT 'https' is not a port number", id="bad-port"),
-        pytest.param({}, "ca.crt", "CA .*ca.crt: .*ca.crt does not exist", id="no-ca"),
+        pytest.param({}, "ca.crt", "service account CA: .*/ca.crt does not exist", id="no-ca"),
         pytest.param({}, "token", "cannot read token file .*token: No such file", id="no-token"),
     ],
 )  # fmt: skip

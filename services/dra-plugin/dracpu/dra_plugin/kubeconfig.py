@@ -159,8 +159,9 @@ def in_cluster(
             raise _Invalid(f"KUBERNETES_SERVICE_PORT {port!r} is not a port number")
         if ":" in host:  # an IPv6 address (net.JoinHostPort)
             host = f"[{host}]"
-        ca = directory / "ca.crt"
-        tls = _context(ca_file=ca, ca_data=None, insecure=False, what=f"CA {ca}")
+        tls = _context(
+            ca_file=directory / "ca.crt", ca_data=None, insecure=False, what="service account CA"
+        )
         auth = BearerAuth(file=TokenFile(directory / "token", clock=clock))
     except _Invalid as exc:
         raise ConfigError(f"cannot load {source}: {exc}") from None
