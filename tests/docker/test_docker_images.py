@@ -11,9 +11,8 @@ from docker_engine import SERVICES, Engine
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 MB = 1_000_000
-# Size above the base image. The dra-plugin carries the official kubernetes client, whose
-# generated models and its google-auth/cryptography dependencies alone take about 40 MB.
-BUDGET = {"topology": 40, "allocator": 40, "nri-plugin": 40, "api": 40, "dra-plugin": 75}
+# Size above the base image.
+BUDGET = {"topology": 40, "allocator": 40, "nri-plugin": 40, "api": 40, "dra-plugin": 40}
 # Each gRPC service given its default sockets on a read-only root with no volume: the first
 # socket it would create, and what else it needs to get that far.
 NO_SOCKET_VOLUME = {

@@ -4,7 +4,8 @@ Stores ResourceClaims, Nodes and ResourceSlices in memory and implements what th
 does for them that matters here: generateName, uid and resourceVersion, field selectors on
 spec.driver / spec.nodeName, 409 Conflict on a stale resourceVersion or failed delete
 preconditions, 404 Status objects, and watches of slices from a resourceVersion (410 Gone for
-a version older than the last `compact()`).
+a version older than the last `compact()`). Optionally over TLS (a server-side SSL context),
+recording each request's bearer token and client certificate name.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import copy
 import itertools
 import json
 import secrets
+import select
+import socket
+import ssl
 import threading
 import time
 import uuid
@@ -37,6 +41,9 @@ class Store:
         self.versions = itertools.count(1)
         self.version = 0
         self.requests: list[tuple[str, str]] = []
+        # Per request: the Authorization header and the client certificate's common name.
+        self.credentials: list[tuple[str, str]] = []
+        self.open_watches = 0
         self.events: list[tuple[int, str, dict[str, Any]]] = []  # slices only
         self.compacted = 0
         self.changed = threading.Condition(self.lock)
@@ -46,6 +53,8 @@ class Store:
         # using a field refused with (code, reason, message).
         self.drop_device_fields: set[str] = set()
         self.refuse: dict[str, tuple[int, str, str]] = {}
+        # When set, requests without exactly this Authorization header get 401.
+        self.require_token = ""
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.version = next(self.versions)
@@ -87,102 +96,130 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # chunked watch streams
     store: Store
     _pending: dict[str, Any]  # the body of the slice write being handled
+    _raw: bytes  # the request body as received
+    _reply: tuple[int, bytes] | None  # status and body, written once the lock is released
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _send(self, code: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._reply = (code, json.dumps(body).encode())
 
     def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length", 0))
-        return json.loads(self.rfile.read(length) or b"{}")
+        return json.loads(self._raw or b"{}")
 
     def _route(self, method: str) -> None:
+        # Socket I/O never waits with the lock held: the client may run on the event loop of a
+        # test that takes the lock itself. The request body is read first, the reply written after.
+        self._raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._reply = None
+        with self.store.lock:
+            self._handle(method)
+        if self._reply is not None:
+            code, data = self._reply
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    def _handle(self, method: str) -> None:
+        """Route one request (lock held); _send sets the reply."""
         url = urlparse(self.path)
         parts = url.path.strip("/").split("/")
         s = self.store
-        with s.lock:
-            s.requests.append((method, self.path))
-            if method == "GET" and url.path.startswith("/apis/resource.k8s.io/v1/namespaces/"):
-                key = (parts[4], parts[6])
-                if key in s.claims:
-                    return self._send(200, s.claims[key])
-                return self._send(
-                    404, _status(404, "NotFound", f"resourceclaims {key[1]} not found")
-                )
-            if method == "GET" and url.path.startswith("/api/v1/nodes/"):
-                if parts[3] in s.nodes:
-                    return self._send(200, s.nodes[parts[3]])
-                return self._send(404, _status(404, "NotFound", "node not found"))
-            if url.path == SLICES and method == "GET":
-                query = parse_qs(url.query)
-                selector = query.get("fieldSelector", [""])[0]
-                wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
+        s.requests.append((method, self.path))
+        s.credentials.append((self.headers.get("Authorization", ""), self._peer_name()))
+        if s.require_token and self.headers.get("Authorization") != s.require_token:
+            return self._send(401, _status(401, "Unauthorized", "Unauthorized"))
+        if method == "GET" and url.path.startswith("/apis/resource.k8s.io/v1/namespaces/"):
+            key = (parts[4], parts[6])
+            if key in s.claims:
+                return self._send(200, s.claims[key])
+            return self._send(404, _status(404, "NotFound", f"resourceclaims {key[1]} not found"))
+        if method == "GET" and url.path.startswith("/api/v1/nodes/"):
+            if parts[3] in s.nodes:
+                return self._send(200, s.nodes[parts[3]])
+            return self._send(404, _status(404, "NotFound", "node not found"))
+        if url.path == SLICES and method == "GET":
+            query = parse_qs(url.query)
+            selector = query.get("fieldSelector", [""])[0]
+            wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
 
-                def matches(obj: dict[str, Any]) -> bool:
-                    spec = obj["spec"]
-                    return all(spec.get(k.removeprefix("spec.")) == v for k, v in wanted.items())
+            def matches(obj: dict[str, Any]) -> bool:
+                spec = obj["spec"]
+                return all(spec.get(k.removeprefix("spec.")) == v for k, v in wanted.items())
 
-                if query.get("watch", [""])[0].lower() in ("true", "1"):
-                    return self._watch(query, matches)
-                items = [obj for obj in s.slices.values() if matches(obj)]
-                listed = {
-                    "kind": "ResourceSliceList",
-                    "apiVersion": "resource.k8s.io/v1",
-                    "items": items,
-                    "metadata": {"resourceVersion": str(s.version)},
-                }
-                return self._send(200, listed)
-            if url.path.startswith(SLICES) and method in ("POST", "PUT"):
-                obj = self._body()
-                refused = self._gated(obj)
-                if refused is not None:
-                    return self._send(refused[0], _status(*refused))
-                self._pending = obj
-            if url.path == SLICES and method == "POST":
+            if query.get("watch", [""])[0].lower() in ("true", "1"):
+                return self._watch(query, matches)
+            items = [obj for obj in s.slices.values() if matches(obj)]
+            listed = {
+                "kind": "ResourceSliceList",
+                "apiVersion": "resource.k8s.io/v1",
+                "items": items,
+                "metadata": {"resourceVersion": str(s.version)},
+            }
+            return self._send(200, listed)
+        if url.path.startswith(SLICES) and method in ("POST", "PUT"):
+            obj = self._body()
+            refused = self._gated(obj)
+            if refused is not None:
+                return self._send(refused[0], _status(*refused))
+            self._pending = obj
+        if url.path == SLICES and method == "POST":
+            obj = self._pending
+            meta = obj["metadata"]
+            name = meta.get("name") or meta.pop("generateName") + secrets.token_hex(3)[:5]
+            meta.update(name=name, uid=str(uuid.uuid4()))
+            s.slices[name] = s.stamp(obj)
+            s.record("ADDED", obj)
+            return self._send(201, obj)
+        if url.path.startswith(SLICES + "/"):
+            name = parts[4]
+            current = s.slices.get(name)
+            if current is None:
+                return self._send(404, _status(404, "NotFound", f"{name} not found"))
+            if method == "PUT":
                 obj = self._pending
-                meta = obj["metadata"]
-                name = meta.get("name") or meta.pop("generateName") + secrets.token_hex(3)[:5]
-                meta.update(name=name, uid=str(uuid.uuid4()))
+                if obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                    return self._send(409, _status(409, "Conflict", "object was modified"))
+                obj["metadata"]["uid"] = current["metadata"]["uid"]
                 s.slices[name] = s.stamp(obj)
-                s.record("ADDED", obj)
-                return self._send(201, obj)
-            if url.path.startswith(SLICES + "/"):
-                name = parts[4]
-                current = s.slices.get(name)
-                if current is None:
-                    return self._send(404, _status(404, "NotFound", f"{name} not found"))
-                if method == "PUT":
-                    obj = self._pending
-                    if (
-                        obj["metadata"].get("resourceVersion")
-                        != current["metadata"]["resourceVersion"]
-                    ):
-                        return self._send(409, _status(409, "Conflict", "object was modified"))
-                    obj["metadata"]["uid"] = current["metadata"]["uid"]
-                    s.slices[name] = s.stamp(obj)
-                    s.record("MODIFIED", obj)
-                    return self._send(200, obj)
-                if method == "DELETE":
-                    pre = self._body().get("preconditions") or {}
-                    meta = current["metadata"]
-                    if (
-                        pre.get("uid", meta["uid"]) != meta["uid"]
-                        or pre.get("resourceVersion", meta["resourceVersion"])
-                        != meta["resourceVersion"]
-                    ):
-                        return self._send(409, _status(409, "Conflict", "precondition failed"))
-                    del s.slices[name]
-                    s.stamp(current)
-                    s.record("DELETED", current)
-                    return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
-            return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
+                s.record("MODIFIED", obj)
+                return self._send(200, obj)
+            if method == "DELETE":
+                pre = self._body().get("preconditions") or {}
+                meta = current["metadata"]
+                if (
+                    pre.get("uid", meta["uid"]) != meta["uid"]
+                    or pre.get("resourceVersion", meta["resourceVersion"])
+                    != meta["resourceVersion"]
+                ):
+                    return self._send(409, _status(409, "Conflict", "precondition failed"))
+                del s.slices[name]
+                s.stamp(current)
+                s.record("DELETED", current)
+                return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
+        return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
+
+    def _peer_name(self) -> str:
+        if not isinstance(self.connection, ssl.SSLSocket):
+            return ""
+        peer = self.connection.getpeercert() or {}
+        names = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
+        return names[0] if names else ""
+
+    def _client_gone(self) -> bool:
+        """The client closed its end of the watch (EOF while we wait for events)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            if isinstance(self.connection, ssl.SSLSocket):
+                return self.connection.recv(1) == b""
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def _gated(self, obj: dict[str, Any]) -> tuple[int, str, str] | None:
         """Apply the store's missing gates to a slice being written (lock held)."""
@@ -214,17 +251,27 @@ class Handler(BaseHTTPRequestHandler):
             line({"type": "ERROR", "object": gone})
             self.wfile.write(b"0\r\n\r\n")
             return None
+        s.open_watches += 1
         try:
             while time.monotonic() < deadline and not s.closed:
-                for version, kind, obj in s.events:
-                    if version > since and matches(obj):
+                if self._client_gone():
+                    return None
+                due = [(kind, obj) for version, kind, obj in s.events
+                       if version > since and matches(obj)]  # fmt: skip
+                since = s.version
+                s.lock.release()  # written without the lock (see _route)
+                try:
+                    for kind, obj in due:
                         line({"type": kind, "object": obj})
-                        since = version
-                since = max(since, s.version)
-                s.changed.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                finally:
+                    s.lock.acquire()
+                if since == s.version:
+                    s.changed.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
             pass  # the client went away
+        finally:
+            s.open_watches -= 1
         return None
 
     def do_GET(self) -> None:
@@ -241,18 +288,24 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def fake_apiserver(directory: Path) -> Iterator[tuple[Store, Path]]:
-    """Serve on 127.0.0.1; yields the store and a kubeconfig file pointing at it."""
+def fake_apiserver(
+    directory: Path, tls: ssl.SSLContext | None = None
+) -> Iterator[tuple[Store, Path]]:
+    """Serve on 127.0.0.1 (https with `tls`); yields the store and a kubeconfig file pointing
+    at it (with no CA: tests that use TLS write their own)."""
     store = Store()
     handler = type("BoundHandler", (Handler,), {"store": store})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     host, port = server.server_address[:2]
+    scheme = "https" if tls is not None else "http"
     kubeconfig = directory / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": f"http://{host}:{port}"}}],
+        "clusters": [{"name": "fake", "cluster": {"server": f"{scheme}://{host}:{port}"}}],
         "users": [{"name": "fake", "user": {}}],
         "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
     }))  # fmt: skip

@@ -1,4 +1,4 @@
-"""The Kubernetes API claim source through the official client, against a loopback API server,
+"""The Kubernetes API claim source through its httpx client, against a loopback API server,
 and the whole dra-plugin process driven through it."""
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ async def publishing(
         try:
             yield store, publisher, watch
         finally:
-            # Open watches end first, so the thread reading one finishes on its own.
+            # Open watches end first, so the server thread serving one finishes on its own.
             with store.lock:
                 store.closed = True
                 store.changed.notify_all()

@@ -41,9 +41,6 @@ DISTRIBUTION = {
     "pydantic_core": "pydantic",
     "yaml": "pyyaml",
     "prometheus_client": "prometheus-client",
-    "kubernetes": "kubernetes",
-    # The kubernetes client's HTTP transport: its exceptions surface through the client.
-    "urllib3": "kubernetes",
     "fastapi": "fastapi",
     "starlette": "fastapi",
     "uvicorn": "uvicorn",

@@ -31,7 +31,11 @@ def _kubeconfig(layout: RunLayout) -> str:
 async def _claim_uid(kubeconfig: str, namespace: str, name: str) -> str:
     from dracpu.dra_plugin.kube import KubernetesAPI
 
-    claim = await KubernetesAPI(kubeconfig).get_claim(namespace, name)
+    api = KubernetesAPI(kubeconfig)
+    try:
+        claim = await api.get_claim(namespace, name)
+    finally:
+        await api.aclose()
     return str((claim.get("metadata") or {}).get("uid") or "")
 
 

@@ -7,7 +7,7 @@ dicts in the API's JSON shape, so everything above this interface is the same fo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -65,4 +65,6 @@ class SliceWatcher(Protocol):
 
     def watch_slices(
         self, driver: str, node: str, resource_version: str, timeout: float
-    ) -> AsyncIterator[WatchEvent]: ...
+    ) -> AsyncGenerator[WatchEvent, None]:
+        """A generator, so the reader can close it (and the stream under it) early."""
+        ...

@@ -1,28 +1,23 @@
-"""The Kubernetes API server as the dra-plugin's cluster (official `kubernetes` client).
+"""The Kubernetes API server as the dra-plugin's cluster, spoken to over its REST paths.
 
-The client is synchronous; its calls run in a worker thread so the event loop never blocks.
-Objects travel as plain dicts through the generic custom-objects paths, which serve built-in
-groups as well, so ResourceSlices and ResourceClaims keep the exact JSON the server stores.
-Every error carries the server's own reason (the Status object's message), not only its code.
-A watch streams in a thread of its own, one decoded event at a time.
+A small asyncio client on httpx for the few calls the plugin makes: read a ResourceClaim and a
+Node; list, watch, create, replace and delete this node's ResourceSlices. Objects travel as
+plain dicts, so ResourceSlices and ResourceClaims keep the exact JSON the server stores. Every
+error carries the server's own reason (the Status object's message), not only its code. A
+watch is one streamed response holding one JSON event per line.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import threading
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, Mapping
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
 
-import urllib3
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
+import httpx
 
 from dracpu.core.errors import (
-    ConfigError,
     ConflictError,
     DracpuError,
     InvalidInputError,
@@ -30,10 +25,18 @@ from dracpu.core.errors import (
     UnavailableError,
 )
 from dracpu.dra_plugin.cluster import Object, WatchEvent, WatchExpiredError
+from dracpu.dra_plugin.kubeconfig import ClusterAccess
+from dracpu.dra_plugin.kubeconfig import load as load_access
 
-GROUP = "resource.k8s.io"
-VERSION = "v1"
-T = TypeVar("T")
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+SLICES = f"{RESOURCE_API}/resourceslices"
+CONNECT_TIMEOUT = 10.0
+# A request the server has not answered by then is failed and retried by its caller (the
+# publisher's next round, the kubelet's next prepare) rather than waited on for ever.
+REQUEST_TIMEOUT = 60.0
+# A watch is silent while nothing changes: it may read nothing until the server ends it.
+WATCH_GRACE = 30.0
+USER_AGENT = "dracpu-dra-plugin"
 
 
 def server_message(body: Any) -> str:
@@ -44,16 +47,17 @@ def server_message(body: Any) -> str:
         try:
             body = json.loads(body)
         except ValueError:
-            return str(body).strip()[:500]
+            return " ".join(str(body).split())[:500]
     if isinstance(body, Mapping):
         return str(body.get("message") or "")
     return ""
 
 
-def _error(exc: ApiException, what: str) -> DracpuError:
-    status = int(exc.status or 0)
-    detail = f"{what}: {exc.status} {exc.reason}"
-    message = server_message(exc.body)
+def _error(response: httpx.Response, what: str) -> DracpuError:
+    status = response.status_code
+    reason = response.reason_phrase or _phrase(status)
+    detail = f"{what}: {status} {reason}".rstrip()
+    message = server_message(response.content)
     if message:
         detail += f": {message}"
     if status == 404:
@@ -65,47 +69,86 @@ def _error(exc: ApiException, what: str) -> DracpuError:
     return UnavailableError(detail)
 
 
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _unreachable(exc: Exception, what: str) -> UnavailableError:
+    """Refused, reset, TLS, timeouts: the transport's own words, one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return UnavailableError(f"{what}: {text}")
+
+
+def _selector(driver: str, node: str) -> str:
+    return f"spec.driver={driver},spec.nodeName={node}"
+
+
 class KubernetesAPI:
-    def __init__(self, kubeconfig: str = "") -> None:
-        try:
-            if kubeconfig:
-                api_client = config.new_client_from_config(config_file=kubeconfig)
-            else:
-                configuration = client.Configuration()
-                config.load_incluster_config(client_configuration=configuration)
-                api_client = client.ApiClient(configuration)
-        except (ConfigException, OSError) as exc:
-            source = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster configuration"
-            raise ConfigError(f"cannot load {source}: {exc}") from None
-        self._custom = client.CustomObjectsApi(api_client)
-        self._core = client.CoreV1Api(api_client)
+    def __init__(self, kubeconfig: str = "", *, access: ClusterAccess | None = None) -> None:
+        self.access = access or load_access(kubeconfig)
+        # tls-server-name: httpcore sends it as SNI and checks the certificate against it.
+        self._extensions = (
+            {"sni_hostname": self.access.server_name} if self.access.server_name else {}
+        )
+        self._client = httpx.AsyncClient(
+            base_url=self.access.server,
+            # A plain http server needs no TLS context: False spares loading a CA bundle.
+            verify=self.access.tls if self.access.tls is not None else False,
+            auth=self.access.auth,
+            headers={"Accept": "application/json", "User-Agent": USER_AGENT},
+            timeout=httpx.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT),
+        )
 
     def describe(self) -> str:
         return "kubernetes"
 
-    async def _run(self, what: str, call: Callable[[], T]) -> T:
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Object:
         try:
-            return await asyncio.to_thread(call)
-        except ApiException as exc:
-            raise _error(exc, what) from None
-        except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:  # refused, TLS, ...
-            raise UnavailableError(f"{what}: {exc}") from None
+            response = await self._client.request(
+                method, path, params=params, json=body, extensions=self._extensions
+            )
+        except (httpx.HTTPError, OSError) as exc:
+            raise _unreachable(exc, what) from None
+        if response.is_error:
+            raise _error(response, what)
+        try:
+            decoded = response.json()
+        except ValueError:
+            decoded = None
+        if not isinstance(decoded, dict):
+            raise UnavailableError(f"{what}: the server answered {response.status_code} "
+                                   "without a JSON object")  # fmt: skip
+        return decoded
 
     async def get_claim(self, namespace: str, name: str) -> Object:
-        result: Object = await self._run(
+        return await self._call(
+            "GET",
+            f"{RESOURCE_API}/namespaces/{quote(namespace, safe='')}/resourceclaims/"
+            f"{quote(name, safe='')}",
             f"retrieve claim {namespace}/{name}",
-            lambda: self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, "resourceclaims", name
-            ),
         )
-        return result
 
     async def node_uid(self, name: str) -> str | None:
         try:
-            node = await self._run(f"get node {name}", lambda: self._core.read_node(name))
+            node = await self._call("GET", f"/api/v1/nodes/{quote(name, safe='')}",
+                                    f"get node {name}")  # fmt: skip
         except NotFoundError:
             return None
-        uid = node.metadata.uid if node.metadata else None
+        uid = (node.get("metadata") or {}).get("uid")
         return str(uid) if uid else None
 
     async def list_slices(self, driver: str, node: str) -> list[Object]:
@@ -114,122 +157,78 @@ class KubernetesAPI:
 
     async def list_slices_at(self, driver: str, node: str) -> tuple[list[Object], str]:
         """This node's slices of `driver` and the list's resourceVersion to watch from."""
-        selector = f"spec.driver={driver},spec.nodeName={node}"
-        result: Mapping[str, Any] = await self._run(
-            "list resourceslices",
-            lambda: self._custom.list_cluster_custom_object(
-                GROUP, VERSION, "resourceslices", field_selector=selector
-            ),
+        result = await self._call(
+            "GET", SLICES, "list resourceslices", params={"fieldSelector": _selector(driver, node)}
         )
         version = str((result.get("metadata") or {}).get("resourceVersion") or "")
         return list(result.get("items") or []), version
 
     async def watch_slices(
         self, driver: str, node: str, resource_version: str, timeout: float
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncGenerator[WatchEvent, None]:
         """Changes to this node's slices after `resource_version`, with bookmarks, until the
         server ends the watch (after `timeout` seconds). WatchExpiredError: the version is too
-        old (410), list again."""
-        selector = f"spec.driver={driver},spec.nodeName={node}"
+        old (410), list again. Closing the generator early closes the stream."""
+        what = "watch resourceslices"
         seconds = max(1, int(timeout))
-        response = await self._run(
-            "watch resourceslices",
-            lambda: self._custom.list_cluster_custom_object(
-                GROUP,
-                VERSION,
-                "resourceslices",
-                field_selector=selector,
-                watch=True,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=seconds,
-                _preload_content=False,
-                _request_timeout=(10, seconds + 30),
-            ),
-        )
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
-
-        def pump() -> None:
-            try:
-                for line in _lines(response):
-                    loop.call_soon_threadsafe(queue.put_nowait, line)
-            except BaseException as exc:  # handed to the event loop
-                loop.call_soon_threadsafe(queue.put_nowait, exc)
-            else:
-                loop.call_soon_threadsafe(queue.put_nowait, None)
-
-        thread = threading.Thread(target=pump, name="watch-resourceslices", daemon=True)
-        thread.start()
+        params = {
+            "fieldSelector": _selector(driver, node),
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(seconds),
+        }
         try:
-            while True:
-                item = await queue.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise UnavailableError(f"watch resourceslices: {item}") from None
-                yield _event(item)
-        finally:
-            # Unblocks the reading thread when we stop early (urllib3 >= 2.3 has shutdown).
-            with contextlib.suppress(Exception):
-                getattr(response, "shutdown", response.close)()
-            with contextlib.suppress(Exception):
-                response.release_conn()
+            async with self._client.stream(
+                "GET",
+                SLICES,
+                params=params,
+                timeout=httpx.Timeout(seconds + WATCH_GRACE, connect=CONNECT_TIMEOUT),
+                extensions=self._extensions,
+            ) as response:
+                if response.is_error:
+                    await response.aread()
+                    error = _error(response, what)
+                    if response.status_code == 410:
+                        raise WatchExpiredError(str(error))
+                    raise error
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield _event(line)
+        except (httpx.HTTPError, OSError) as exc:
+            raise _unreachable(exc, what) from None
 
     async def create_slice(self, obj: Mapping[str, Any]) -> Object:
-        body = dict(obj)
-        stored: Object = await self._run(
-            "create resourceslice",
-            lambda: self._custom.create_cluster_custom_object(
-                GROUP, VERSION, "resourceslices", body
-            ),
-        )
-        return stored
+        return await self._call("POST", SLICES, "create resourceslice", body=obj)
 
     async def update_slice(self, obj: Mapping[str, Any]) -> Object:
-        body = dict(obj)
-        name = str((body.get("metadata") or {}).get("name", ""))
-        stored: Object = await self._run(
-            f"update resourceslice {name}",
-            lambda: self._custom.replace_cluster_custom_object(
-                GROUP, VERSION, "resourceslices", name, body
-            ),
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        return await self._call(
+            "PUT", f"{SLICES}/{quote(name, safe='')}", f"update resourceslice {name}", body=obj
         )
-        return stored
 
     async def delete_slice(self, name: str, uid: str, resource_version: str) -> None:
-        options = client.V1DeleteOptions(
-            preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version)
-        )
+        options = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "preconditions": {"uid": uid, "resourceVersion": resource_version},
+        }
         try:
-            await self._run(
-                f"delete resourceslice {name}",
-                lambda: self._custom.delete_cluster_custom_object(
-                    GROUP, VERSION, "resourceslices", name, body=options
-                ),
-            )
+            await self._call(
+                "DELETE", f"{SLICES}/{quote(name, safe='')}", f"delete resourceslice {name}",
+                body=options,
+            )  # fmt: skip
         except NotFoundError:
             return
 
 
-def _lines(response: Any) -> Any:
-    """Complete lines of a streamed response body (events may span chunks)."""
-    pending = b""
-    for chunk in response.stream(amt=None, decode_content=True):
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.strip():
-                yield line
-    if pending.strip():
-        yield pending
-
-
-def _event(line: bytes) -> WatchEvent:
+def _event(line: str | bytes) -> WatchEvent:
     try:
         decoded = json.loads(line)
     except ValueError:
         raise UnavailableError(f"watch resourceslices: undecodable event {line[:200]!r}") from None
+    if not isinstance(decoded, dict):
+        raise UnavailableError(f"watch resourceslices: undecodable event {line[:200]!r}")
     kind = str(decoded.get("type", ""))
     obj = decoded.get("object") or {}
     if kind == "ERROR":

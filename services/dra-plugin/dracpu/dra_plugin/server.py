@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -43,6 +44,9 @@ from dracpu.dra_plugin.slice_watch import SliceWatch
 from dracpu.dra_plugin.view import PluginView
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2_grpc
 from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration_grpc
+
+if TYPE_CHECKING:
+    from dracpu.dra_plugin.kube import KubernetesAPI
 
 log = logging.get_logger("server")
 
@@ -102,6 +106,7 @@ async def serve(args: argparse.Namespace) -> int:
     driver_config.log_effective(cfg)
     node = cfg.node_name()
     cluster: Cluster
+    api: KubernetesAPI | None = None
     watch: SliceWatch | None = None
     if args.cluster_dir:
         from dracpu.dra_plugin.folder import ClusterFolder  # development runs only
@@ -213,6 +218,8 @@ async def serve(args: argparse.Namespace) -> int:
         with contextlib.suppress(OSError):
             socket.unlink()
     await allocator.close()
+    if api is not None:
+        await api.aclose()
     return 0
 
 

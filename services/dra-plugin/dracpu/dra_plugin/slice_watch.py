@@ -13,6 +13,7 @@ the publisher compares and repairs at once instead of on a timer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -129,10 +130,12 @@ class SliceWatch:
     async def _watch(self) -> None:
         timeout = self.min_watch_timeout * (1 + random.random())
         self.stats.watches += 1
-        async for event in self.source.watch_slices(
-            self.driver, self.node, self.resource_version, timeout
-        ):
-            self._apply(event)
+        # Closed at once when _apply raises, not whenever the generator is collected.
+        async with contextlib.aclosing(
+            self.source.watch_slices(self.driver, self.node, self.resource_version, timeout)
+        ) as events:
+            async for event in events:
+                self._apply(event)
 
     def _apply(self, event: WatchEvent) -> None:
         self.stats.events += 1
