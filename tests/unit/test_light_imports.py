@@ -67,3 +67,57 @@ def test_light_commands_import_no_heavy_module(argv: list[str]) -> None:
     assert loaded == [], f"dracpu {' '.join(argv)} imported {loaded}"
     # The probe ran the command for real: the help paths exit 0, bad input exits 2.
     assert report["code"] in (0, 2)
+
+
+SERVICE_PROBE = """
+import contextlib, importlib, io, json, sys
+main = importlib.import_module(sys.argv[1]).main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+    try:
+        code = main(sys.argv[2:])
+    except SystemExit as exc:
+        code = exc.code
+print(json.dumps({"code": code, "stderr": err.getvalue(), "modules": sorted(sys.modules)}))
+"""
+
+# Each service's entry module (the console script's target), and the exit code each probe ends in.
+SERVICES = {
+    "topology": "dracpu.topology.server",
+    "allocator": "dracpu.allocator.server",
+    "dra-plugin": "dracpu.dra_plugin.server",
+    "nri-plugin": "dracpu.nri_plugin.server",
+    "api": "dracpu.api.server",
+}
+SERVICE_ARGV = {
+    "help": (["--help"], 0),
+    "version": (["--version"], 0),
+    "unknown-flag": (["--no-such-flag"], 2),
+    "bad-verbosity": (["-v", "99"], 2),
+}
+
+
+@pytest.mark.parametrize("case", SERVICE_ARGV)
+@pytest.mark.parametrize("service", SERVICES)
+def test_service_command_lines_answer_before_loading_the_service(service: str, case: str) -> None:
+    """--help, --version and bad flags are answered from the argument parser alone: gRPC,
+    FastAPI, pydantic, the kubernetes client and prometheus_client are loaded only to serve."""
+    argv, expected = SERVICE_ARGV[case]
+    done = subprocess.run(
+        [sys.executable, "-c", SERVICE_PROBE, SERVICES[service], *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["code"] == expected
+    if expected:
+        # One line on stderr, no traceback.
+        assert report["stderr"].count("\n") == 1, report["stderr"]
+        assert "Traceback" not in report["stderr"]
+    loaded = [
+        heavy
+        for heavy in HEAVY
+        if any(m == heavy or m.startswith(heavy + ".") for m in report["modules"])
+    ]
+    assert loaded == [], f"dracpu-{service} {' '.join(argv)} imported {loaded}"

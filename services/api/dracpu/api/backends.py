@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from dracpu.api.deadlines import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from dracpu.core.errors import DracpuError, NotFoundError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import DEFAULT_SOCKETS, call, channel
@@ -29,8 +30,6 @@ log = get_logger("api.backends")
 
 T = TypeVar("T")
 
-# Local unix-socket calls answer in milliseconds; a second means the peer is stuck.
-DEFAULT_TIMEOUT = 1.0
 # Slack on top of the gRPC deadline before the api gives up on its own.
 _BACKSTOP = 0.5
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from dracpu.core import __version__
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import read_yaml_file
 from dracpu.core.errors import ConfigError, CPUSetError
@@ -164,6 +165,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="log verbosity: 0, 2 (lifecycle), 4 (allocation), 6 (debug)",
     )
+    parser.add_argument("--version", action="version", version=__version__)
 
 
 def verbosity(text: str) -> int:

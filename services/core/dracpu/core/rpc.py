@@ -20,40 +20,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from dracpu.core import __version__
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError, from_grpc_code
 from dracpu.core.log import get_logger
+from dracpu.core.sockets import DEFAULT_RUN_DIR as DEFAULT_RUN_DIR
+from dracpu.core.sockets import DEFAULT_SOCKETS as DEFAULT_SOCKETS
+from dracpu.core.sockets import MAX_SOCKET_PATH as MAX_SOCKET_PATH
+from dracpu.core.sockets import check_socket_path as check_socket_path
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 
 log = get_logger("rpc")
 
-# sun_path is 108 bytes including the terminating NUL.
-MAX_SOCKET_PATH = 107
-
-DEFAULT_RUN_DIR = "/run/dracpu"
-DEFAULT_SOCKETS = {
-    "topology": f"{DEFAULT_RUN_DIR}/topology.sock",
-    "allocator": f"{DEFAULT_RUN_DIR}/allocator.sock",
-    "dra-plugin": f"{DEFAULT_RUN_DIR}/dra-plugin.sock",
-    "nri-plugin": f"{DEFAULT_RUN_DIR}/nri-plugin.sock",
-}
-
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def check_socket_path(path: str | os.PathLike[str]) -> str:
-    text = os.fspath(path)
-    size = len(text.encode())
-    if size > MAX_SOCKET_PATH:
-        raise InvalidInputError(
-            f"unix socket path {text} is {size} bytes; the limit is {MAX_SOCKET_PATH}"
-        )
-    try:
-        kind = os.lstat(text).st_mode
-    except OSError:
-        return text
-    if not stat.S_ISSOCK(kind):
-        raise InvalidInputError(
-            f"unix socket path {text} exists and is not a socket; refusing to replace it"
-        )
-    return text
 
 
 def remove_stale_socket(path: Path) -> None:

@@ -21,6 +21,7 @@ import grpc
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import rpc_errors
+from dracpu.dra_plugin.intervals import RESEND_INTERVAL
 from dracpu.pb.kubelet.dra_health.v1 import api_pb2 as v1
 from dracpu.pb.kubelet.dra_health.v1 import api_pb2_grpc as v1_grpc
 from dracpu.pb.kubelet.dra_health.v1alpha1 import api_pb2 as v1alpha1
@@ -28,7 +29,6 @@ from dracpu.pb.kubelet.dra_health.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 
 log = get_logger("health")
 
-RESEND_INTERVAL = 10.0
 HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 MESSAGE = "device initialized"
 # The allocator's status words -> the enum value names of both API versions.

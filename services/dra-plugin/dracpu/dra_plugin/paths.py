@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dracpu.core.errors import ConfigError
-from dracpu.core.rpc import MAX_SOCKET_PATH
+from dracpu.core.sockets import MAX_SOCKET_PATH
 
 DRIVER_NAME = "dra.cpu"
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"

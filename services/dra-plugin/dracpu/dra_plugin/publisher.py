@@ -30,15 +30,13 @@ from dracpu.core.log import get_logger
 from dracpu.dra_plugin.allocator_client import AllocatorClient
 from dracpu.dra_plugin.api_features import FeatureSupport, MissingFeature
 from dracpu.dra_plugin.cluster import Cluster, Object
+from dracpu.dra_plugin.intervals import POLL_INTERVAL, RESYNC_INTERVAL, WATCH_RESYNC_INTERVAL
 from dracpu.dra_plugin.slice_watch import SliceWatch
 from dracpu.dra_plugin.slices import Owner, Plan, chunk_documents, device_json, plan
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 log = get_logger("slices")
 
-POLL_INTERVAL = 2.0
-RESYNC_INTERVAL = 30.0  # cluster folder: list and compare
-WATCH_RESYNC_INTERVAL = 600.0  # API server: safety net only, the watch does the work
 OWNER_RETRY = 30.0
 MAX_BACKOFF = 60.0
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import grpc
 
 from dracpu.core.log import get_logger
+from dracpu.dra_plugin.intervals import REGISTRATION_TIMEOUT
 from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2, api_pb2_grpc
 
 log = get_logger("registration")
 
 PLUGIN_TYPE = "DRAPlugin"
-REGISTRATION_TIMEOUT = 30.0
 
 
 @dataclass

@@ -9,50 +9,20 @@ ResourceSlices, and answers the read-only DRAPluginView on --socket.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-import grpc
-from grpc_health.v1 import health_pb2
 
 from dracpu.core import config as driver_config
 from dracpu.core import log as logging
 from dracpu.core.cli import ArgumentParser, run_async
-from dracpu.core.errors import UnavailableError
-from dracpu.core.rpc import DEFAULT_SOCKETS, start_server
-from dracpu.core.signals import stop_event
-from dracpu.dra_plugin import health as health_service
-from dracpu.dra_plugin import kubelet_api
-from dracpu.dra_plugin.allocator_client import AllocatorClient
-from dracpu.dra_plugin.api_features import FeatureSupport
-from dracpu.dra_plugin.cluster import Cluster
-from dracpu.dra_plugin.metadata import MetadataWriter
-from dracpu.dra_plugin.node_service import NodeService
-from dracpu.dra_plugin.paths import DEFAULT_KUBELET_ROOT, DRIVER_NAME, KubeletPaths
-from dracpu.dra_plugin.plugin_metrics import PluginMetrics
-from dracpu.dra_plugin.publisher import (
+from dracpu.core.sockets import DEFAULT_SOCKETS
+from dracpu.dra_plugin.intervals import (
     POLL_INTERVAL,
+    REGISTRATION_TIMEOUT,
+    RESEND_INTERVAL,
     RESYNC_INTERVAL,
     WATCH_RESYNC_INTERVAL,
-    SlicePublisher,
 )
-from dracpu.dra_plugin.registration import REGISTRATION_TIMEOUT, Registration
-from dracpu.dra_plugin.slice_watch import SliceWatch
-from dracpu.dra_plugin.view import PluginView
-from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2_grpc
-from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration_grpc
-
-if TYPE_CHECKING:
-    from dracpu.dra_plugin.kube import KubernetesAPI
-
-log = logging.get_logger("server")
-
-API_VERSION = "dracpu.dra_plugin.v1"
-VIEW_SERVICE = "dracpu.dra_plugin.v1.DRAPluginView"
-REGISTRATION_HEALTH = "kubelet-registration"
+from dracpu.dra_plugin.paths import DEFAULT_KUBELET_ROOT
 
 
 def parser() -> ArgumentParser:
@@ -76,7 +46,7 @@ def parser() -> ArgumentParser:
     p.add_argument(
         "--health-interval",
         type=float,
-        default=health_service.RESEND_INTERVAL,
+        default=RESEND_INTERVAL,
         metavar="SECONDS",
         help="device health resend interval (the lease is twice this)",
     )
@@ -99,135 +69,16 @@ def _positive(p: ArgumentParser, args: argparse.Namespace) -> None:
             p.error(f"--{name.replace('_', '-')} must be positive")
 
 
-async def serve(args: argparse.Namespace) -> int:
-    cfg = driver_config.load(args)
-    paths = KubeletPaths(Path(args.kubelet_root_dir).absolute())
-    paths.check()
-    driver_config.log_effective(cfg)
-    node = cfg.node_name()
-    cluster: Cluster
-    api: KubernetesAPI | None = None
-    watch: SliceWatch | None = None
-    if args.cluster_dir:
-        from dracpu.dra_plugin.folder import ClusterFolder  # development runs only
-
-        cluster = ClusterFolder(args.cluster_dir)
-    else:
-        from dracpu.dra_plugin.kube import KubernetesAPI
-
-        api = KubernetesAPI(cfg.kubeconfig)
-        cluster = api
-        watch = SliceWatch(api, DRIVER_NAME, node)
-
-    metrics = PluginMetrics()
-    allocator = AllocatorClient(args.allocator_socket)
-    device_health = health_service.DeviceHealth(node, args.health_interval)
-    node_service = NodeService(
-        driver=DRIVER_NAME,
-        cluster=cluster,
-        allocator=allocator,
-        metadata=MetadataWriter(DRIVER_NAME, paths.metadata_dir, Path(args.cdi_dir)),
-        metrics=metrics,
-    )
-    registration = Registration(
-        DRIVER_NAME,
-        paths.dra_socket,
-        [*kubelet_api.DRA_SERVICES, *health_service.HEALTH_SERVICES],
-    )
-    publisher = SlicePublisher(
-        driver=DRIVER_NAME,
-        node=node,
-        cluster=cluster,
-        allocator=allocator,
-        on_devices=device_health.set_devices,
-        poll_interval=args.poll_interval,
-        resync_interval=args.resync_interval,
-        watch=watch,
-        features=FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name)),
-    )
-    view = PluginView(node, paths, registration, publisher, cluster)
-
-    try:
-        paths.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
-        paths.registrar_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UnavailableError(
-            f"cannot listen on {paths.dra_socket}: {exc.filename}: {exc.strerror or exc}"
-        ) from exc
-
-    def register_dra(server: grpc.aio.Server) -> None:
-        kubelet_api.add_to_server(server, node_service)
-        health_service.add_to_server(server, device_health)
-
-    # The DRA endpoint must be live before the kubelet learns of it.
-    dra_server, dra_health = await start_server(
-        paths.dra_socket, register_dra, service="dra-plugin", api_version=API_VERSION
-    )
-    await dra_health.set(True)
-    reg_server, reg_health = await start_server(
-        paths.registration_socket,
-        lambda s: registration_grpc.add_RegistrationServicer_to_server(registration, s),
-        service="dra-plugin",
-        api_version=API_VERSION,
-    )
-    await reg_health.set(True)
-    view_server, view_health = await start_server(
-        args.socket,
-        lambda s: dra_plugin_pb2_grpc.add_DRAPluginViewServicer_to_server(view, s),
-        service="dra-plugin",
-        api_version=API_VERSION,
-        health_names=[VIEW_SERVICE],
-        metrics=metrics.exposition,
-    )
-    await view_health.set(True)
-    log.info(
-        2,
-        "dra-plugin serving",
-        node=node,
-        registration=str(paths.registration_socket),
-        dra=str(paths.dra_socket),
-        claims=cluster.describe(),
-    )
-
-    async def track_registration() -> None:
-        serving = health_pb2.HealthCheckResponse.SERVING
-        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
-        while True:
-            changed = registration.changed
-            status = serving if registration.state.registered else not_serving
-            await view_health.servicer.set(REGISTRATION_HEALTH, status)
-            await changed.wait()
-
-    stop = stop_event()
-    tasks = [
-        asyncio.create_task(registration.watchdog(paths.registrar_dir, args.registration_timeout)),
-        asyncio.create_task(publisher.run()),
-        asyncio.create_task(track_registration()),
-        asyncio.create_task(device_health.follow(allocator.list_devices, args.poll_interval)),
-    ]
-    await stop.wait()
-    log.info(2, "shutting down")
-    device_health.stop()
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    # Registration socket first, so the kubelet stops using us before the endpoint goes.
-    for server in (reg_server, dra_server, view_server):
-        await server.stop(grace=2)
-    for socket in (paths.registration_socket, paths.dra_socket, Path(args.socket)):
-        with contextlib.suppress(OSError):
-            socket.unlink()
-    await allocator.close()
-    if api is not None:
-        await api.aclose()
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    # Arguments are parsed before gRPC and the plugin are imported: --help and bad flags
+    # answer at once.
     p = parser()
     args = p.parse_args(argv)
     _positive(p, args)
     logging.setup(args.verbosity, "dra-plugin")
+
+    from dracpu.dra_plugin.serving import serve
+
     return run_async(lambda: serve(args), "dracpu-dra-plugin")
 
 

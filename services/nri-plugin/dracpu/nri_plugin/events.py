@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
+from dracpu.nri_plugin.identity import valid_plugin_index as valid_plugin_index
+from dracpu.nri_plugin.identity import valid_plugin_name as valid_plugin_name
 from dracpu.pb.nri import api_pb2
 
 
@@ -29,16 +30,3 @@ SUBSCRIBED_EVENTS: Final = (
     | event_bit(api_pb2.STOP_CONTAINER)
     | event_bit(api_pb2.REMOVE_CONTAINER)
 )
-
-_NAME = re.compile(r"^[a-zA-Z0-9_.+-]+$")
-_INDEX = re.compile(r"^[0-9]{2}$")
-
-
-def valid_plugin_name(name: str) -> bool:
-    """Runtime check (api.CheckPluginName): non-empty, letters, digits and `_.+-`."""
-    return bool(_NAME.match(name))
-
-
-def valid_plugin_index(index: str) -> bool:
-    """Runtime check (api.CheckPluginIndex): exactly two ASCII digits."""
-    return bool(_INDEX.match(index))

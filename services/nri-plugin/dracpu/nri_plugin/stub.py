@@ -19,7 +19,8 @@ from google.protobuf.message import DecodeError, Message
 
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.events import valid_plugin_index, valid_plugin_name
+from dracpu.nri_plugin.identity import DEFAULT_NRI_SOCKET as DEFAULT_NRI_SOCKET
+from dracpu.nri_plugin.identity import valid_plugin_index, valid_plugin_name
 from dracpu.nri_plugin.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from dracpu.nri_plugin.ttrpc import Channel, Handler, TtrpcError
 from dracpu.pb.nri import api_pb2
@@ -30,7 +31,6 @@ M = TypeVar("M", bound=Message)
 
 PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
-DEFAULT_NRI_SOCKET: Final = "/var/run/nri/nri.sock"
 # The NRI API release whose messages and lifecycle calls this plugin speaks (proto/dracpu/pb/nri);
 # sent in RegisterPlugin so the runtime logs and can reason about it (NRI >= v0.12 reads it).
 PLUGIN_NRI_VERSION: Final = "v0.12.3"

@@ -1,0 +1,161 @@
+"""The allocator service at run time: the node allocator behind its two sockets, the
+mutating one and the read-only one, kept in step with the topology service."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from dracpu.allocator import topology_client
+from dracpu.allocator.devices import DeviceOptions
+from dracpu.allocator.node import NodeAllocator
+from dracpu.allocator.service import (
+    API_VERSION,
+    SERVICE_NAME,
+    AllocatorServicer,
+    ReadOnlyAllocatorServicer,
+)
+from dracpu.core import config as driver_config
+from dracpu.core import log as logging_setup
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import ConfigError, DracpuError
+from dracpu.core.machine import Machine
+from dracpu.core.metrics import exposition
+from dracpu.core.rpc import check_socket_path, start_server, stop_server
+from dracpu.core.signals import stop_event
+from dracpu.pb.allocator.v1 import allocator_pb2_grpc
+
+log = logging_setup.get_logger("allocator")
+
+
+async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            machine = await topology_client.fetch(socket, rediscover=True)
+        except DracpuError as exc:
+            log.info(2, "topology refresh failed; keeping the current inventory", error=str(exc))
+            await node.topology_unreadable(str(exc))
+            continue
+        try:
+            await node.update_topology(machine)
+        except DracpuError as exc:
+            log.error("cannot apply the refreshed topology", error=str(exc))
+
+
+# The mutating socket is for the dra-plugin and nri-plugin only: in the chart they run as
+# the socket's owner (uid 0) while the api and topology run as 65532 and reach it through the
+# group, which this mode leaves out. The read-only socket keeps the group.
+MUTATING_MODE = 0o600
+READ_ONLY_MODE = 0o660
+
+
+def read_only_socket(args: argparse.Namespace) -> str:
+    if args.read_only_socket:
+        return str(args.read_only_socket)
+    return str(Path(args.socket).with_name("allocator-ro.sock"))
+
+
+def check_reserved(reserved: CPUSet, machine: Machine) -> None:
+    """reservedCPUs against this node's CPUs: said loudly, not refused (the same file may
+    configure nodes of several shapes, and a refusal would only restart the allocator)."""
+    missing = reserved - machine.cpu_set
+    if missing:
+        log.warning("reservedCPUs names CPUs this node does not have", cpus=missing.format())
+    if machine.online and not machine.online - reserved:
+        log.error(
+            "reservedCPUs covers every online CPU: no CPU is left for claims or for shared "
+            "containers",
+            reserved=reserved.format(),
+            online=machine.online.format(),
+        )
+
+
+async def serve(args: argparse.Namespace) -> int:
+    check_socket_path(args.socket)
+    ro_socket = check_socket_path(read_only_socket(args))
+    if Path(ro_socket) == Path(args.socket):
+        raise ConfigError("--read-only-socket must differ from --socket")
+    config = driver_config.load(args)
+    options = DeviceOptions(
+        mode=config.cpu_device_mode,
+        group_by=config.group_by,
+        reserved=config.reserved,
+        expose_pcie_roots=args.expose_pcie_roots,
+        node_allocatable_mapping=config.publish_node_allocatable_resource_mapping,
+        min_shared=config.min_shared_cpus,
+    )
+    machine_from_file: Machine | None = None
+    if args.topology_file:
+        machine_from_file = topology_client.load_file(args.topology_file)
+    # Bad input is refused above, before any log line, so it reads as one stderr line.
+    driver_config.log_effective(config)
+    registry = CollectorRegistry()
+    node = NodeAllocator(
+        state_dir=Path(args.state_dir),
+        cdi_dir=Path(args.cdi_dir),
+        options=options,
+        registry=registry,
+    )
+    servicer = AllocatorServicer(node)
+    server, health = await start_server(
+        args.socket,
+        lambda s: allocator_pb2_grpc.add_AllocatorServicer_to_server(servicer, s),
+        service="allocator",
+        api_version=API_VERSION,
+        health_names=[SERVICE_NAME],
+        metrics=lambda: exposition(registry),
+        mode=MUTATING_MODE,
+    )
+    reader = ReadOnlyAllocatorServicer(node)
+    try:
+        ro_server, ro_health = await start_server(
+            ro_socket,
+            lambda s: allocator_pb2_grpc.add_AllocatorServicer_to_server(reader, s),
+            service="allocator",
+            api_version=API_VERSION,
+            health_names=[SERVICE_NAME],
+            metrics=lambda: exposition(registry),
+            mode=READ_ONLY_MODE,
+        )
+    except BaseException:
+        await stop_server(server, health, args.socket)
+        raise
+    stop = stop_event()
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        if machine_from_file is not None:
+            machine = machine_from_file
+        else:
+            waiting = asyncio.ensure_future(
+                topology_client.wait_for_inventory(args.topology_socket)
+            )
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():
+                waiting.cancel()
+                return 0
+            stopping.cancel()
+            machine = waiting.result()
+        check_reserved(config.reserved, machine)
+        await node.start(machine)
+        await health.set(True)
+        await ro_health.set(True)
+        log.info(0, "allocator serving", socket=args.socket, cpus=len(machine.cpus))
+        if machine_from_file is None and args.topology_refresh > 0:
+            tasks.append(
+                asyncio.create_task(
+                    _refresh_loop(node, args.topology_socket, args.topology_refresh)
+                )
+            )
+        await stop.wait()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await stop_server(ro_server, ro_health, ro_socket)
+        await stop_server(server, health, args.socket)
+        log.info(0, "allocator stopped")
+    return 0

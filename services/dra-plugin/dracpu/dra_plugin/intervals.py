@@ -1,0 +1,13 @@
+"""How often the dra-plugin repeats its periodic work and how long it waits for the kubelet:
+the defaults of its command line, kept free of gRPC so parsing arguments stays light."""
+
+from __future__ import annotations
+
+# Device health: resend every device's status this often (the kubelet's lease is twice it).
+RESEND_INTERVAL = 10.0
+# Warn when the kubelet has not registered the plugin by then.
+REGISTRATION_TIMEOUT = 30.0
+# ResourceSlices: ask the allocator for its devices this often.
+POLL_INTERVAL = 2.0
+RESYNC_INTERVAL = 30.0  # cluster folder: list and compare
+WATCH_RESYNC_INTERVAL = 600.0  # API server: safety net only, the watch does the work
