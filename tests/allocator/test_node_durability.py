@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from dracpu.allocator import cdi, checkpoint, records
 from dracpu.allocator.claims import (
@@ -30,7 +29,7 @@ from dracpu.core import log
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import StateError, UnavailableError
 from dracpu.core.machine import Machine
-from dracpu.core.metrics import exposition
+from dracpu.core.metrics import Registry, exposition
 
 Machines = Callable[[str], Machine]
 OPTIONS = DeviceOptions(reserved=CPUSet.parse("0,20"))
@@ -431,7 +430,7 @@ async def test_shared_pool_watchers_see_each_change(tmp_path: Path, machines: Ma
 
 
 async def test_metrics_follow_the_state(tmp_path: Path, machines: Machines) -> None:
-    registry = CollectorRegistry()
+    registry = Registry()
     node = node_in(tmp_path, registry=registry)
     await node.start(machines("xeon-2s-ht"))
     await node.prepare(request("u1", count=4))

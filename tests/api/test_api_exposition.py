@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from dracpu.api.exposition import merge
-from dracpu.core.metrics import SPECS, build, exposition
+from dracpu.core.metrics import SPECS, Counter, Gauge, Histogram, Registry, build, exposition
 
 ALLOCATOR = """# HELP dra_cpu_allocated_cpus CPUs currently allocated.
 # TYPE dra_cpu_allocated_cpus gauge
@@ -78,15 +77,15 @@ def test_merge(sources: list[tuple[str, str]], expected: str) -> None:
 
 
 def _registry_text(owner: str) -> str:
-    registry = CollectorRegistry()
+    registry = Registry()
     collectors = build(owner, registry)
     for collector in collectors.values():
         if isinstance(collector, Gauge):
-            names = collector._labelnames
+            names = collector.labelnames
             (collector.labels(*(f"x-{n}" for n in names)) if names else collector).set(3)
         elif isinstance(collector, Histogram):
             collector.observe(2)
-        elif isinstance(collector, Counter) and collector._labelnames:
+        elif isinstance(collector, Counter) and collector.labelnames:
             collector.labels(result="success").inc()
         elif isinstance(collector, Counter):
             collector.inc()

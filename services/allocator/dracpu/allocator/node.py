@@ -26,8 +26,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry
-
 from dracpu.allocator import cdi, checkpoint, claims, records, recovery
 from dracpu.allocator.device_health import STATUSES, HealthBook, assess
 from dracpu.allocator.devices import DeviceModel, DeviceOptions, build_devices
@@ -85,7 +83,7 @@ class NodeAllocator:
         state_dir: Path,
         cdi_dir: Path,
         options: DeviceOptions,
-        registry: CollectorRegistry | None = None,
+        registry: metrics.Registry | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.state_dir = state_dir

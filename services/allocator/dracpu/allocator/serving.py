@@ -7,8 +7,6 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
-
 from dracpu.allocator import topology_client
 from dracpu.allocator.devices import DeviceOptions
 from dracpu.allocator.node import NodeAllocator
@@ -23,7 +21,7 @@ from dracpu.core import log as logging_setup
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, DracpuError
 from dracpu.core.machine import Machine
-from dracpu.core.metrics import exposition
+from dracpu.core.metrics import Registry, exposition
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
@@ -93,7 +91,7 @@ async def serve(args: argparse.Namespace) -> int:
         machine_from_file = topology_client.load_file(args.topology_file)
     # Bad input is refused above, before any log line, so it reads as one stderr line.
     driver_config.log_effective(config)
-    registry = CollectorRegistry()
+    registry = Registry()
     node = NodeAllocator(
         state_dir=Path(args.state_dir),
         cdi_dir=Path(args.cdi_dir),

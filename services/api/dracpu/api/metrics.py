@@ -9,16 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-)
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dracpu.core.metrics import exposition
+from dracpu.core.metrics import Counter, Gauge, Histogram, Registry, exposition
 
 # Any other method (a scanner's invention) is counted as "other": labels stay bounded.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -27,8 +20,7 @@ REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 class ApiMetrics:
     def __init__(self) -> None:
-        disable_created_metrics()  # type: ignore[no-untyped-call]  # as the services do
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = Registry()
         self.requests = Counter(
             "dracpu_api_http_requests",
             "HTTP requests the api answered, by route template, method and status code.",

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
 from dracpu.core import metrics
+from dracpu.core.metrics import Counter, Gauge, Histogram, Registry
 
 
 class PluginMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry(auto_describe=True)
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry or Registry()
         collectors = metrics.build("dra-plugin", self.registry)
         prepare = collectors["dra_cpu_prepare_claims_total"]
         unprepare = collectors["dra_cpu_unprepare_claims_total"]

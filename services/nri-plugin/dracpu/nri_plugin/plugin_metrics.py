@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-
-from dracpu.core.metrics import build, exposition
+from dracpu.core.metrics import Counter, Gauge, Registry, build, exposition
 
 
 class NRIMetrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = Registry()
         collectors = build("nri-plugin", self.registry)
         self._updates = collectors["dra_cpu_nri_shared_updates_total"]
         self._pending = collectors["dra_cpu_nri_shared_pending_containers"]
