@@ -51,6 +51,11 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
         pytest.param(["dev", "--help"], id="dev-help"),
         pytest.param(["dev", "up", "--help"], id="dev-up-help"),
         pytest.param(["dev", "claim", "--help"], id="dev-claim-help"),
+        pytest.param(["dev", "release", "--help"], id="dev-release-help"),
+        pytest.param(["dev", "prepare", "--help"], id="dev-prepare-help"),
+        pytest.param(["dev", "unprepare", "--help"], id="dev-unprepare-help"),
+        pytest.param(["dev", "status", "--help"], id="dev-status-help"),
+        pytest.param(["introspect", "metrics", "--help"], id="introspect-metrics-help"),
     ],
 )
 def test_light_commands_import_no_heavy_module(argv: list[str]) -> None:
