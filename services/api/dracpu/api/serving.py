@@ -118,7 +118,13 @@ async def serve(args: argparse.Namespace) -> int:
     protocol = type("HeaderDeadline", (HeaderDeadline,), {"header_timeout": args.header_timeout})
     server = _Server(
         uvicorn.Config(
-            app, log_config=None, access_log=False, lifespan="on", loop="asyncio", http=protocol
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            loop="asyncio",
+            http=protocol,
+            ws="none",  # no WebSocket routes: never load a WebSocket library
         )
     )
     await server.serve(sockets=[listener])

@@ -155,10 +155,15 @@ class Machine:
 
     @cached_property
     def fingerprint(self) -> str:
-        digest = hashlib.sha256(
-            json.dumps(self.to_report_cpus(), sort_keys=True).encode()
-            + self.online.format().encode()
-        )
+        # The digest of json.dumps(self.to_report_cpus(), sort_keys=True), fed one CPU at a
+        # time: the whole list and its text would be the largest allocation of a discovery, and
+        # the long-running topology service keeps the heap it grew to.
+        digest = hashlib.sha256(b"[")
+        for i, cpu in enumerate(self.cpus):
+            if i:
+                digest.update(b", ")
+            digest.update(json.dumps(_report_cpu(cpu), sort_keys=True).encode())
+        digest.update(b"]" + self.online.format().encode())
         # Only a machine with isolation adds to the digest, so fingerprints of machines
         # without it stay what older releases computed.
         if self.isolated or self.nohz_full:
@@ -168,22 +173,7 @@ class Machine:
     # ---- the gatherinfo report and the compact JSON ----------------------------------------
 
     def to_report_cpus(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "cpuID": c.cpu_id,
-                "coreID": c.core_id,
-                "socketID": c.socket_id,
-                "clusterID": c.cluster_id,
-                "numaNodeID": c.numa_node_id,
-                "numaNodeCPUSet": c.numa_node_cpus.format(),
-                "sibling": next((s for s in c.siblings if s != c.cpu_id), -1),
-                "siblings": c.siblings.format(),
-                "coreType": c.core_type,
-                "uncoreCacheID": c.uncore_cache_id,
-                "pcieRoots": list(c.pcie_roots),
-            }
-            for c in self.cpus
-        ]
+        return [_report_cpu(c) for c in self.cpus]
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -352,3 +342,20 @@ def _cpu_from_entry(entry: object, index: int, source: str) -> CPUInfo:
         pcie_roots=tuple(roots),
         numa_node_cpus=node_cpus,
     )
+
+
+def _report_cpu(c: CPUInfo) -> dict[str, Any]:
+    """One CPU as a gatherinfo report (and the fingerprint) spells it."""
+    return {
+        "cpuID": c.cpu_id,
+        "coreID": c.core_id,
+        "socketID": c.socket_id,
+        "clusterID": c.cluster_id,
+        "numaNodeID": c.numa_node_id,
+        "numaNodeCPUSet": c.numa_node_cpus.format(),
+        "sibling": next((s for s in c.siblings if s != c.cpu_id), -1),
+        "siblings": c.siblings.format(),
+        "coreType": c.core_type,
+        "uncoreCacheID": c.uncore_cache_id,
+        "pcieRoots": list(c.pcie_roots),
+    }
