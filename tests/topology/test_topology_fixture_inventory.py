@@ -6,6 +6,8 @@ computed by the fixture generator, so a wrong generator and a wrong discovery bo
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -299,6 +301,19 @@ def test_report_and_proto_replay_the_same_machine(name: str, machines: dict[str,
 def test_fingerprints_tell_fixtures_apart(machines: dict[str, Machine]) -> None:
     prints = {m.fingerprint for m in machines.values()}
     assert len(prints) == len(machines)
+
+
+def test_fingerprint_is_the_digest_of_the_report(machines: dict[str, Machine]) -> None:
+    # Hashed CPU by CPU, it must stay the digest of the whole report's JSON text that earlier
+    # releases computed, or every node would look changed after an upgrade.
+    for machine in machines.values():
+        digest = hashlib.sha256(
+            json.dumps(machine.to_report_cpus(), sort_keys=True).encode()
+            + machine.online.format().encode()
+        )
+        if machine.isolated or machine.nohz_full:
+            digest.update(f"|{machine.isolated.format()}|{machine.nohz_full.format()}".encode())
+        assert machine.fingerprint == digest.hexdigest()[:16]
 
 
 def test_fixture_directory_must_be_empty(tmp_path: Path) -> None:
