@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from dracpu.core import config as driver_config
-from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.flags import add_config_flags
 from dracpu.core.sockets import DEFAULT_SOCKETS
 
 PROG = "dracpu-allocator"
@@ -48,7 +47,7 @@ def build_parser() -> ArgumentParser:
         metavar="SECONDS",
         help="how often to have the topology service re-read sysfs for changes (0: never)",
     )
-    driver_config.add_config_flags(parser)
+    add_config_flags(parser)
     return parser
 
 
@@ -61,9 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"argument -v: verbosity must be 0-10, got {args.verbosity}")
     if args.topology_refresh < 0:
         parser.error("argument --topology-refresh: must not be negative")
-    logging_setup.setup(args.verbosity, "allocator")
-
     from dracpu.allocator.serving import serve
+    from dracpu.core import log
+
+    log.setup(args.verbosity, "allocator")
 
     return run_async(lambda: serve(args), PROG)
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Sequence
 
 from dracpu.api.deadlines import DEFAULT_TIMEOUT, HEADER_TIMEOUT
-from dracpu.core import config as driver_config
-from dracpu.core import log as dracpu_log
 from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.errors import ConfigError
+from dracpu.core.flags import add_config_flags
 from dracpu.core.sockets import DEFAULT_SOCKETS
 
 DEFAULT_BIND_ADDRESS = ":8080"
@@ -55,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"deadline of every call to a service (default {DEFAULT_TIMEOUT:g})",
     )
-    driver_config.add_config_flags(parser)
+    add_config_flags(parser)
     return parser
 
 
@@ -63,11 +61,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Arguments are parsed before gRPC, FastAPI and uvicorn are imported: --help and bad flags
     # answer at once.
     args = _parser().parse_args(argv)
-    dracpu_log.setup(args.verbosity, "api")
+
+    import logging
+
+    from dracpu.api.serving import serve
+    from dracpu.core import log
+
+    log.setup(args.verbosity, "api")
     # uvicorn's own loggers: errors only; requests are counted in /metrics instead.
     logging.getLogger("uvicorn").setLevel(logging.WARNING)
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-    from dracpu.api.serving import serve
 
     return run_async(lambda: serve(args), "dracpu-api")
 

@@ -12,10 +12,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from dracpu.core import __version__
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import read_yaml_file
 from dracpu.core.errors import ConfigError, CPUSetError
+from dracpu.core.flags import add_config_flags as add_config_flags
+from dracpu.core.flags import verbosity as verbosity
 from dracpu.core.log import get_logger
 
 CONFIG_API_VERSION = "v1alpha1"
@@ -128,51 +129,6 @@ _FLAG_FIELDS: dict[str, tuple[str, bool]] = {
     "hostname_override": ("hostnameOverride", True),
     "sysfs_root": ("sysfsRoot", False),
 }
-
-
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags every service accepts. Defaults are None so an explicit flag is detectable."""
-    group = parser.add_argument_group("driver configuration")
-    group.add_argument("--config", metavar="FILE", help="YAML driver configuration file")
-    group.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for out-of-cluster use")
-    group.add_argument(
-        "--sysfs-root", metavar="DIR", help="sysfs root (default $HOST_ROOT/sys or /sys)"
-    )
-    group.add_argument(
-        "--cpu-device-mode",
-        choices=["grouped", "individual"],
-        help="DEPRECATED: use cpuDeviceMode in the config file",
-    )
-    group.add_argument(
-        "--group-by",
-        choices=["numanode", "socket", "machine"],
-        help="DEPRECATED: use groupBy in the config file",
-    )
-    group.add_argument(
-        "--reserved-cpus", metavar="CPUSET", help="DEPRECATED: use reservedCPUs in the config file"
-    )
-    group.add_argument(
-        "--hostname-override",
-        metavar="NAME",
-        help="DEPRECATED: use hostnameOverride in the config file",
-    )
-    parser.add_argument(
-        "-v",
-        "--v",
-        dest="verbosity",
-        type=verbosity,
-        default=0,
-        metavar="N",
-        help="log verbosity: 0, 2 (lifecycle), 4 (allocation), 6 (debug)",
-    )
-    parser.add_argument("--version", action="version", version=__version__)
-
-
-def verbosity(text: str) -> int:
-    """The -v level: 0-10 (argparse turns the ValueError into a one-line usage error)."""
-    if not text.isascii() or not text.isdigit() or len(text) > 2 or int(text) > 10:
-        raise argparse.ArgumentTypeError(f"verbosity must be 0-10, got {text[:12]!r}")
-    return int(text)
 
 
 def parse_document(data: object, source: str) -> DriverConfig:

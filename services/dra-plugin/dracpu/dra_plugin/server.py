@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from dracpu.core import config as driver_config
-from dracpu.core import log as logging
 from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.flags import add_config_flags
 from dracpu.core.sockets import DEFAULT_SOCKETS
 from dracpu.dra_plugin.intervals import (
     POLL_INTERVAL,
@@ -58,7 +57,7 @@ def parser() -> ArgumentParser:
         help=f"re-check the slices this often (default {WATCH_RESYNC_INTERVAL:g} against the API "
         f"server, where a watch reports changes at once; {RESYNC_INTERVAL:g} with --cluster-dir)",
     )
-    driver_config.add_config_flags(p)
+    add_config_flags(p)
     return p
 
 
@@ -75,9 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     _positive(p, args)
-    logging.setup(args.verbosity, "dra-plugin")
-
+    from dracpu.core import log
     from dracpu.dra_plugin.serving import serve
+
+    log.setup(args.verbosity, "dra-plugin")
 
     return run_async(lambda: serve(args), "dracpu-dra-plugin")
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run_async
-from dracpu.core.config import add_config_flags
+from dracpu.core.flags import add_config_flags
 from dracpu.core.sockets import DEFAULT_SOCKETS
 from dracpu.nri_plugin.identity import DEFAULT_NRI_SOCKET, valid_plugin_index
 
@@ -65,9 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not valid_plugin_index(args.nri_plugin_index):
         parser.error(f"argument --nri-plugin-index: {args.nri_plugin_index!r} is not two digits")
 
-    logging_setup.setup(args.verbosity, "nri-plugin")
-
+    from dracpu.core import log
     from dracpu.nri_plugin.serving import serve
+
+    log.setup(args.verbosity, "nri-plugin")
 
     return run_async(lambda: serve(args), PROG)
 

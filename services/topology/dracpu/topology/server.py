@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run_async
-from dracpu.core.config import add_config_flags
+from dracpu.core.flags import add_config_flags
 from dracpu.core.sockets import DEFAULT_SOCKETS
 
 PROG = "dracpu-topology"
@@ -47,9 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"argument -v: verbosity must be 0-10, got {args.verbosity}")
     if not args.watch_interval >= 0:
         parser.error("argument --watch-interval: must not be negative")
-    logging_setup.setup(args.verbosity, "topology")
-
+    from dracpu.core import log
     from dracpu.topology.serving import serve
+
+    log.setup(args.verbosity, "topology")
 
     return run_async(lambda: serve(args), PROG)
 
