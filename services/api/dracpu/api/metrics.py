@@ -1,7 +1,9 @@
 """The api's own metrics, and the middleware that records them.
 
-Labels use the route template (`/v1/claims/{uid}`), never the raw path, so a scanner cannot
-grow the series count.
+The api is where Prometheus scrapes, so its own collectors are prometheus_client's; the gRPC
+services keep the lighter dracpu.core.metrics collectors (same text, a test compares them) and
+the api merges their text into its answer. Labels use the route template
+(`/v1/claims/{uid}`), never the raw path, so a scanner cannot grow the series count.
 """
 
 from __future__ import annotations
@@ -9,9 +11,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from dracpu.core.metrics import Counter, Gauge, Histogram, Registry, exposition
 
 # Any other method (a scanner's invention) is counted as "other": labels stay bounded.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -20,7 +28,8 @@ REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 class ApiMetrics:
     def __init__(self) -> None:
-        self.registry = Registry()
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created samples
+        self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "dracpu_api_http_requests",
             "HTTP requests the api answered, by route template, method and status code.",
@@ -42,7 +51,7 @@ class ApiMetrics:
         )
 
     def text(self) -> str:
-        return exposition(self.registry)
+        return generate_latest(self.registry).decode()
 
 
 def _route(scope: Scope) -> str:
