@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -90,6 +91,10 @@ class Cluster:
         self.state_dir = self.dir / "dracpu-state"
         self.api_port = int(os.environ.get("DRACPU_E2E_API_PORT", "17080"))
         self.helm_bin = str(ROOT / ".tools/bin/helm")
+        chart = (ROOT / "helm/dra-driver-cpu/Chart.yaml").read_text()
+        found = re.search(r'^appVersion: "([^"]+)"', chart, flags=re.MULTILINE)
+        assert found, "helm/dra-driver-cpu/Chart.yaml has no quoted appVersion"
+        self.app_version = found.group(1)  # the images' tag
         self.kubelet_log = self.dir / "logs/kubelet.log"
         # A kubelet left running by an earlier run keeps its log: read only what this run adds.
         log = self.kubelet_log

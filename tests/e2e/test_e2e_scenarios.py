@@ -308,9 +308,10 @@ def test_upgrading_one_image_with_on_delete(clean: Cluster) -> None:
     node.apply(claim_manifest("kept", [cpus_request(1)]))
     start_pod(node, "kept", pod_manifest("kept", [("work", ["c"])], [("c", "kept")]))
     pinned = node.cpus_of("kept", "work")
-    tag = "0.1.0-next"
+    version = node.app_version
+    tag = f"{version}-next"
     image = "localhost/dracpu-api"
-    node.ctr("images", "tag", "--force", f"{image}:0.1.0", f"{image}:{tag}")
+    node.ctr("images", "tag", "--force", f"{image}:{version}", f"{image}:{tag}")
     before = node.driver_pod()
     assert before is not None
     try:
@@ -324,7 +325,7 @@ def test_upgrading_one_image_with_on_delete(clean: Cluster) -> None:
             after = wait_until(node.driver_ready, timeout=120, what="new driver pod Ready")
         images = {c["name"]: c["image"] for c in after["spec"]["containers"]}
         assert images["api"] == f"{image}:{tag}"
-        assert all(v.endswith(":0.1.0") for k, v in images.items() if k != "api"), images
+        assert all(v.endswith(f":{version}") for k, v in images.items() if k != "api"), images
         assert node.cpus_of("kept", "work") == pinned
     finally:
         with step("helm upgrade back to the chart's tags"):

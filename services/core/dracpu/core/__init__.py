@@ -1,3 +1,3 @@
 """Shared core of the dracpu services: cpusets, configuration, logging, errors, gRPC plumbing."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
