@@ -160,7 +160,15 @@ start() { # DIR NAME argv...
     local dir="$1" name="$2"
     shift 2
     setsid "$@" > "$dir/logs/$name.log" 2>&1 < /dev/null &
-    echo $! > "$dir/$name.pid"
+    local pid=$! i
+    echo "$pid" > "$dir/$name.pid"
+    # Until the forked shell has exec'ed the program, its command line is this script's and
+    # pid_of would take it for a stranger (on a loaded machine that takes a while): wait for it.
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/" && break
+        sleep 0.05
+    done
 }
 
 # api DIR PATH: GET PATH as admin; prints the body.
