@@ -141,6 +141,11 @@ class Chaos:
                 if target == "containerd":
                     self._killed_containerd.add(pid)
                 os.kill(pid, signal.SIGKILL)
+                if target == "containerd" and self.node.process is not None:
+                    # SIGKILL is delivered, not yet done: until the process has exited, a
+                    # liveness check still sees it running and would not restart it.
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self.node.process.wait(10)
             else:
                 os.kill(pid, signal.SIGSTOP)
                 time.sleep(pause)
@@ -264,6 +269,8 @@ class Chaos:
     def _repair(self) -> None:
         """Finish what faults cut short, as the kubelet and the runtime's users would: the
         node runs exactly the book's containers, the allocator holds exactly its claims."""
+        with self._gate:
+            self._keep_containerd()  # it may have died after the revive: bring it back first
         known = set(self.book.shared)
         for claim in self.book.claims.values():
             known |= set(claim.containers)
