@@ -55,6 +55,9 @@ class Store:
         self.refuse: dict[str, tuple[int, str, str]] = {}
         # When set, requests without exactly this Authorization header get 401.
         self.require_token = ""
+        # A watch from a compacted version: False streams an ERROR event with code 410 (the
+        # watch cache's answer); True answers the request itself with 410 Gone (etcd's).
+        self.gone_as_status = False
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.version = next(self.versions)
@@ -236,6 +239,8 @@ class Handler(BaseHTTPRequestHandler):
         s = self.store
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["5"])[0])
+        if since < s.compacted and s.gone_as_status:
+            return self._send(410, _status(410, "Gone", f"too old resource version: {since}"))
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")  # as the real server streams a watch

@@ -189,13 +189,23 @@ async def test_in_cluster_with_a_rotating_token(
 # ---- watches ----------------------------------------------------------------------------------
 
 
-async def test_a_watch_from_a_compacted_version_is_expired(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("as_status", "said"),
+    [(False, r"410 Expired: too old"), (True, r"410 Gone: too old")],
+    ids=["error-event", "http-status"],
+)
+async def test_a_watch_from_a_compacted_version_is_expired(
+    tmp_path: Path, as_status: bool, said: str
+) -> None:
+    """The server says 410 either as an ERROR event in the stream or as the answer's own
+    status: both are WatchExpiredError (list again), carrying the server's message."""
     with fake_apiserver(tmp_path) as (store, kubeconfig):
+        store.gone_as_status = as_status
         api = KubernetesAPI(str(kubeconfig))
         await api.create_slice(body())
         _, version = await api.list_slices_at("dra.cpu", NODE)
         store.compact()
-        with pytest.raises(WatchExpiredError, match=r"^watch resourceslices: 410 Expired: too old"):
+        with pytest.raises(WatchExpiredError, match=rf"^watch resourceslices: {said}"):
             async for _ in api.watch_slices("dra.cpu", NODE, version, 5):
                 pass
         await api.aclose()
