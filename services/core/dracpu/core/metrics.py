@@ -243,6 +243,7 @@ class Collector:
 
 class Counter(Collector):
     type = "counter"
+    _value = 0.0  # until counted: an instance attribute from the first inc on
 
     def __init__(
         self,
@@ -253,7 +254,6 @@ class Counter(Collector):
     ) -> None:
         # As prometheus_client: the family is declared and sampled with the _total suffix.
         super().__init__(name.removesuffix("_total"), help, labelnames, registry)
-        self._value = 0.0
 
     def inc(self, amount: float = 1) -> None:
         if amount < 0:
@@ -270,16 +270,7 @@ class Counter(Collector):
 
 class Gauge(Collector):
     type = "gauge"
-
-    def __init__(
-        self,
-        name: str,
-        help: str,
-        labelnames: Sequence[str] = (),
-        registry: Registry | None = None,
-    ) -> None:
-        super().__init__(name, help, labelnames, registry)
-        self._value = 0.0
+    _value = 0.0  # until set: an instance attribute from the first change on
 
     def set(self, value: float) -> None:
         self._value = float(value)
