@@ -94,4 +94,6 @@ class Logger:
 
 
 def get_logger(name: str) -> Logger:
-    return Logger(name)
+    """The logger of a module: `get_logger(__name__)` everywhere, so a line's `logger` field is
+    the module that wrote it, without the `dracpu.` prefix (`allocator.node`)."""
+    return Logger(name.removeprefix("dracpu."))
