@@ -48,7 +48,7 @@ def run_async(main: Callable[[], Coroutine[Any, Any, int]], prog: str) -> int:
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "gatherinfo": ("dracpu.topology.gatherinfo", "write a report of the node's CPU topology"),
     "simulate": ("dracpu.allocator.simulate", "preview a CPU placement on a gatherinfo report"),
-    "introspect": ("dracpu.dra_plugin.introspect", "describe the driver's metrics"),
+    "introspect": ("dracpu.core.introspect", "describe the driver's metrics"),
     "dev": ("dracpu.dev.cli", "run all services locally (dev up, dev claim, dev release)"),
     "health": ("dracpu.core.healthcheck", "check one service's health (container probes)"),
 }
