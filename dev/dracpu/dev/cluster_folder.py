@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from dracpu.core.cluster_folder import ClusterFolderLayout
 from dracpu.core.errors import InvalidInputError, NotFoundError, StateError
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -46,14 +47,15 @@ def _yaml_files(directory: Path) -> list[Path]:
 class ClusterFolder:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.layout = ClusterFolderLayout(root)
 
     @property
     def claims_dir(self) -> Path:
-        return self.root / "resourceclaims"
+        return self.layout.claims_dir
 
     @property
     def slices_dir(self) -> Path:
-        return self.root / "resourceslices"
+        return self.layout.slices_dir
 
     def slices(self) -> list[dict[str, Any]]:
         return [doc for path in _yaml_files(self.slices_dir) for doc in _documents(path)]
@@ -62,7 +64,7 @@ class ClusterFolder:
         return [doc for path in _yaml_files(self.claims_dir) for doc in _documents(path)]
 
     def claim_path(self, namespace: str, name: str) -> Path:
-        return self.claims_dir / namespace / f"{name}.yaml"
+        return self.layout.claim_file(namespace, name)
 
     def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
         path = self.claim_path(namespace, name)

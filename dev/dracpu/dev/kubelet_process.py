@@ -18,11 +18,11 @@ from typing import TypeVar
 import grpc
 
 from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import ConflictError, InvalidInputError, UnavailableError
 from dracpu.core.log import get_logger, setup
 from dracpu.core.rpc import Health, rpc_errors, start_server
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, PluginRejected, RegisteredPlugin
-from dracpu.dev.layout import DRIVER_NAME
 from dracpu.dev.sim_control import KUBELET_SERVICE, Body, control_handler
 
 log = get_logger("kubelet-sim")

@@ -11,9 +11,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from dracpu.core.cluster_folder import ClusterFolderLayout
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InvalidInputError
-
-DRIVER_NAME = "dra.cpu"
+from dracpu.dra_plugin.paths import KubeletPaths
 
 
 def default_run_dir() -> Path:
@@ -49,12 +50,17 @@ class RunLayout:
         return self.root / "kubelet"
 
     @property
+    def kubelet_paths(self) -> KubeletPaths:
+        """The dra-plugin's sockets under the simulated kubelet's root."""
+        return KubeletPaths(self.kubelet_root, DRIVER_NAME)
+
+    @property
     def registration_socket(self) -> Path:
-        return self.kubelet_root / "plugins_registry" / DRIVER_NAME / f"{DRIVER_NAME}-reg.sock"
+        return self.kubelet_paths.registration_socket
 
     @property
     def dra_socket(self) -> Path:
-        return self.kubelet_root / "plugins" / DRIVER_NAME / "dra.sock"
+        return self.kubelet_paths.dra_socket
 
     @property
     def nri_socket(self) -> Path:
@@ -135,12 +141,12 @@ class RunLayout:
         return [
             self.sockets,
             self.registration_socket.parent,
-            self.kubelet_root / "plugins" / DRIVER_NAME,
+            self.kubelet_paths.plugin_dir,
             self.nri_socket.parent,
             self.cdi_dir,
             self.state_dir,
-            self.cluster_dir / "resourceclaims",
-            self.cluster_dir / "resourceslices",
+            ClusterFolderLayout(self.cluster_dir).claims_dir,
+            ClusterFolderLayout(self.cluster_dir).slices_dir,
             self.logs_dir,
             self.workloads_dir,
         ]

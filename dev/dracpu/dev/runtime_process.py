@@ -22,10 +22,10 @@ import grpc
 from google.protobuf import json_format
 
 from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InvalidInputError, NotFoundError, UnavailableError
 from dracpu.core.log import get_logger, setup
 from dracpu.core.rpc import rpc_errors, start_server
-from dracpu.dev.layout import DRIVER_NAME
 from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.dev.sim_control import RUNTIME_SERVICE, Body, control_handler
 from dracpu.pb.nri import api_pb2

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InsufficientCPUsError, InvalidInputError
 
-DRIVER = "dra.cpu"
 CAPACITY = "dra.cpu/cpu"
 NUMA_ATTRIBUTES = ("resource.kubernetes.io/numaNode", "dra.cpu/numaNodeID")
 MACHINE_DEVICE = "cpudevmachine"
@@ -47,7 +47,7 @@ class Result:
     def to_document(self) -> dict[str, Any]:
         document: dict[str, Any] = {
             "request": self.request,
-            "driver": DRIVER,
+            "driver": DRIVER_NAME,
             "pool": self.pool,
             "device": self.device,
         }
@@ -73,7 +73,7 @@ def _numa(attributes: Mapping[str, Any]) -> int | None:
 
 def devices_of(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
     """The devices of our driver in the newest generation of each pool, in scheduler order."""
-    ours = [s for s in slices if (s.get("spec") or {}).get("driver") == DRIVER]
+    ours = [s for s in slices if (s.get("spec") or {}).get("driver") == DRIVER_NAME]
     newest: dict[str, int] = {}
     for item in ours:
         pool = item["spec"].get("pool") or {}
@@ -110,7 +110,7 @@ def results_of(claims: Iterable[Mapping[str, Any]]) -> list[Result]:
     for claim in claims:
         allocation = (claim.get("status") or {}).get("allocation") or {}
         for entry in (allocation.get("devices") or {}).get("results") or []:
-            if entry.get("driver") != DRIVER:
+            if entry.get("driver") != DRIVER_NAME:
                 continue
             consumed = (entry.get("consumedCapacity") or {}).get(CAPACITY)
             results.append(
@@ -136,7 +136,7 @@ def allocate(
     if cpus <= 0:
         raise InvalidInputError(f"--cpus must be a positive number, got {cpus}")
     if not devices:
-        raise InsufficientCPUsError(f"no {DRIVER} devices are published yet")
+        raise InsufficientCPUsError(f"no {DRIVER_NAME} devices are published yet")
     candidates = devices
     if numa is not None:
         if all(device.numa is None for device in devices):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import DRIVER_NAME, cpuset_env_name
 from dracpu.core.errors import (
     ConflictError,
     DracpuError,
@@ -29,7 +30,6 @@ from dracpu.dev.cluster_folder import ClusterFolder, check_name
 from dracpu.dev.layout import RunLayout
 from dracpu.dev.scheduler import (
     CAPACITY,
-    DRIVER,
     MACHINE_DEVICE,
     Result,
     allocate,
@@ -40,7 +40,6 @@ from dracpu.dev.sim_clients import ContainerRef, KubeletClient, RuntimeClient
 from dracpu.dev.up import run_status
 
 REQUEST = "cpus"
-ENV_PREFIX = "DRA_CPUSET_"
 
 
 @dataclass(frozen=True)
@@ -140,7 +139,7 @@ def claim_document(
     reserved it for the pod, when `pod_uid` is given)."""
     grouped = results[0].consumed is not None
     exactly: dict[str, Any] = {
-        "deviceClassName": DRIVER,
+        "deviceClassName": DRIVER_NAME,
         "allocationMode": "ExactCount",
         "count": 1 if grouped else cpus,
     }
@@ -153,7 +152,7 @@ def claim_document(
     allocation: dict[str, Any] = {"devices": {"results": [r.to_document() for r in results]}}
     if cpuset is not None:
         opaque = {
-            "driver": DRIVER,
+            "driver": DRIVER_NAME,
             "parameters": {"apiVersion": "v1alpha1", "cpuConfig": {"cpuset": cpuset.format()}},
         }
         spec["devices"]["config"] = [{"requests": [REQUEST], "opaque": opaque}]
@@ -232,11 +231,11 @@ def _schedule(
 
 
 def _cpuset_from_env(env: list[str], uid: str) -> str:
-    key = f"{ENV_PREFIX}{uid}="
+    key = f"{cpuset_env_name(uid)}="
     for entry in env:
         if entry.startswith(key):
             return CPUSet.parse(entry[len(key) :]).format()
-    raise NotFoundError(f"the CDI spec of claim {uid} carries no {ENV_PREFIX}{uid}")
+    raise NotFoundError(f"the CDI spec of claim {uid} carries no {cpuset_env_name(uid)}")
 
 
 def _record_path(layout: RunLayout, namespace: str, name: str) -> Path:

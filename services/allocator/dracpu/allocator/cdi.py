@@ -9,7 +9,6 @@ do not know, and nothing newer is needed.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +16,9 @@ from pathlib import Path
 from dracpu.allocator.durable import remove_durable, write_atomic
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import decode, read_regular
-from dracpu.core.errors import CPUSetError, DracpuError, InvalidInputError, StateError
-from dracpu.core.names import MAX_UID, echo
+from dracpu.core.driver import cpuset_env_entry, cpuset_env_name
+from dracpu.core.errors import CPUSetError, DracpuError, StateError
+from dracpu.core.names import check_uid as check_uid
 
 # One claim's spec is well under a kilobyte; anything much larger is not ours.
 MAX_SPEC = 1024 * 1024
@@ -27,18 +27,7 @@ CDI_VERSION = "0.3.0"
 VENDOR = "dra.k8s.io"
 CLASS = "cpu"
 KIND = f"{VENDOR}/{CLASS}"
-ENV_PREFIX = "DRA_CPUSET_"
 FILE_PREFIX = f"{VENDOR}-{CLASS}_claim-"
-
-# A CDI device name allows letters, digits, '-', '_', '.', ':' with alnum first and last;
-# `claim-` supplies the first character, so the uid must end alnum and use only these.
-_UID = re.compile(r"[A-Za-z0-9._:-]*[A-Za-z0-9]")
-
-
-def check_uid(uid: str) -> str:
-    if len(uid) > MAX_UID or not _UID.fullmatch(uid):
-        raise InvalidInputError(f"claim uid {echo(uid)} cannot name a CDI device")
-    return uid
 
 
 def device_name(uid: str) -> str:
@@ -61,7 +50,7 @@ def spec_document(uid: str, cpus: CPUSet) -> dict[str, object]:
         "devices": [
             {
                 "name": device_name(uid),
-                "containerEdits": {"env": [f"{ENV_PREFIX}{uid}={cpus.format()}"]},
+                "containerEdits": {"env": [cpuset_env_entry(uid, cpus.format())]},
             }
         ],
     }
@@ -106,7 +95,7 @@ def parse_spec(path: Path, text: str) -> SpecOnDisk:
         if devices[0].get("name") != device_name(uid):
             raise ValueError(f"device name is not {device_name(uid)}")
         env = devices[0].get("containerEdits", {}).get("env", [])
-        key = f"{ENV_PREFIX}{uid}="
+        key = f"{cpuset_env_name(uid)}="
         values = [e for e in env if isinstance(e, str) and e.startswith(key)]
         if len(values) != 1:
             raise ValueError(f"expected one {key}... entry")

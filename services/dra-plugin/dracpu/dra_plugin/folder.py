@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from dracpu.core.cluster_folder import ClusterFolderLayout
 from dracpu.core.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
 from dracpu.dra_plugin.cluster import Object
 
@@ -64,7 +65,8 @@ def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
 class ClusterFolder:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
-        self.slice_dir = self.root / "resourceslices"
+        self.layout = ClusterFolderLayout(self.root)
+        self.slice_dir = self.layout.slices_dir
         # One writer at a time inside this process; the folder has no other slice writer.
         self._lock = asyncio.Lock()
 
@@ -72,11 +74,11 @@ class ClusterFolder:
         return f"cluster-dir:{self.root}"
 
     async def get_claim(self, namespace: str, name: str) -> Object:
-        path = self.root / "resourceclaims" / namespace / f"{name}.yaml"
+        path = self.layout.claim_file(namespace, name)
         return _read_yaml(path, f"resourceclaims {namespace}/{name}")
 
     async def node_uid(self, name: str) -> str | None:
-        path = self.root / "nodes" / f"{name}.yaml"
+        path = self.layout.node_file(name)
         if not path.exists():
             return None
         metadata = _read_yaml(path, f"node {name}").get("metadata") or {}
@@ -105,7 +107,7 @@ class ClusterFolder:
     def _path(self, name: str) -> Path:
         if not name or "/" in name or name.startswith("."):
             raise InvalidInputError(f"invalid ResourceSlice name {name!r}")
-        return self.slice_dir / f"{name}.yaml"
+        return self.layout.slice_file(name)
 
     async def create_slice(self, obj: Mapping[str, Any]) -> Object:
         async with self._lock:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dracpu.core.driver import DRIVER_NAME as DRIVER_NAME
 from dracpu.core.errors import ConfigError
 from dracpu.core.sockets import MAX_SOCKET_PATH
 
-DRIVER_NAME = "dra.cpu"
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
 
 

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from typing import Final
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import CPUSET_ENV, claim_uid_of_env_name
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.names import check_uid, echo
 
-PREFIX: Final = "DRA_CPUSET"
 MAX_CLAIMS: Final = 128
 
 
@@ -23,13 +23,13 @@ def parse_claim_env(env: Iterable[str]) -> dict[str, CPUSet]:
     """Claim UID -> cpuset for every claim entry; InvalidInputError on a malformed one."""
     claims: dict[str, CPUSet] = {}
     for entry in env:
-        if not entry.startswith(PREFIX):
+        if not entry.startswith(CPUSET_ENV):
             continue
         key, sep, value = entry.partition("=")
         if not sep:
             raise InvalidInputError(f"malformed DRA env entry {echo(entry)}: no '='")
-        uid = key.removeprefix(PREFIX + "_")
-        if uid == key or not uid:
+        uid = claim_uid_of_env_name(key)
+        if uid is None:
             continue
         try:
             check_uid(uid)

@@ -17,6 +17,7 @@ from typing import Final, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.identity import DEFAULT_NRI_SOCKET as DEFAULT_NRI_SOCKET
@@ -124,7 +125,7 @@ class PluginStub:
         socket_path: str,
         handlers: PluginHandlers,
         *,
-        name: str = "dra.cpu",
+        name: str = DRIVER_NAME,
         index: str = "00",
         backoff: Backoff | None = None,
     ) -> None:
