@@ -5,7 +5,7 @@
 # Prints the cache directories it made ready. Cold: ~12 min for the first containerd on 2 cores,
 # ~1-3 min for each further one (shared Go build cache), ~4 min crictl. Warm: instant.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/cache-lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 CONTAINERD_VERSIONS="${CONTAINERD_VERSIONS:-v2.4.2 v2.3.7}"
 CRICTL_VERSION="${CRICTL_VERSION:-v1.37.0}"
 need_go build-containerd

@@ -16,7 +16,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-source "$HERE/cache-lib.sh"
+source "$HERE/lib.sh"
 
 BASE_IMAGE="${BASE_IMAGE:-python:3.11.14-slim-bookworm}"
 PYTHON_VERSION="${PYTHON_VERSION:-3.11}"
@@ -27,7 +27,7 @@ SERVICES="${SERVICES:-topology allocator dra-plugin nri-plugin api dev}"
 PLATFORMS=(manylinux2014_x86_64)
 for minor in $(seq 17 36); do PLATFORMS+=("manylinux_2_${minor}_x86_64"); done
 
-say() { log build-images "$@"; }
+LOG_PREFIX=build-images
 
 # The distribution's own dependency ranges (pyproject.toml's [project] dependencies).
 runtime_requirements() {

@@ -9,7 +9,7 @@
 # Cold on 2 cores: ~8 min kube-apiserver, 1-6 min each further binary; warm: instant.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-source "$here/cache-lib.sh"
+source "$here/lib.sh"
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
 KUBE_BINARIES="${KUBE_BINARIES:-kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl}"

@@ -33,8 +33,8 @@
 # sandboxes, cgroups, the bridge): it runs `down` first unless every process still runs.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-source "$HERE/cache-lib.sh"
-PREFIX=cluster
+source "$HERE/lib.sh"
+LOG_PREFIX=cluster
 
 DIR="${DRACPU_CLUSTER_DIR:-/tmp/dracpu-cluster}"
 BRIDGE="${DRACPU_CLUSTER_BRIDGE:-dracpu-node0}"
@@ -61,8 +61,6 @@ RUN="$DIR/run"
 SOCK="$RUN/containerd.sock"
 KUBECONFIG_PATH="$CP/admin.kubeconfig"
 
-say() { log "$PREFIX" "$*"; }
-die() { echo "$PREFIX: error: $*" >&2; exit 2; }
 kubectl_() { "$KUBE_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 ctr_() { "$CONTAINERD_BIN/ctr" --address "$SOCK" --namespace k8s.io "$@"; }
 crictl_() { "$CRICTL" --config "$DIR/crictl.yaml" --timeout 10s "$@"; }
@@ -82,36 +80,11 @@ missing() {
 }
 
 # pid_alive NAME: the PID recorded in $RUN/NAME.pid runs a command containing $DIR.
-pid_alive() {
-    local file="$RUN/$1.pid" pid
-    [[ -f "$file" ]] || return 1
-    pid="$(cat "$file")"
-    [[ "$pid" =~ ^[0-9]+$ ]] && [[ -r "/proc/$pid/cmdline" ]] || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$DIR"
-}
-
+pid_alive() { pid_recorded "$RUN/$1.pid" "$DIR" >/dev/null; }
 # stop_pid NAME: TERM the recorded process (only if it is ours), KILL after 20 s.
-stop_pid() {
-    local name="$1" pid
-    if pid_alive "$name"; then
-        pid="$(cat "$RUN/$name.pid")"
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        if kill -0 "$pid" 2>/dev/null; then
-            say "$name ($pid) did not stop on TERM; KILL"
-            kill -9 "$pid" 2>/dev/null || true
-        fi
-        say "stopped $name ($pid)"
-    fi
-    rm -f "$RUN/$name.pid"
-}
-
+stop_pid() { stop_recorded "$RUN/$1.pid" "$DIR" "$1" 20; }
 # start NAME COMMAND...: run detached, output in $DIR/logs/NAME.log, PID in $RUN/NAME.pid.
-start() {
-    local name="$1"; shift
-    setsid "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
-    echo $! >"$RUN/$name.pid"
-}
+start() { local name="$1"; shift; start_recorded "$RUN/$name.pid" "$DIR/logs/$name.log" "$DIR" "$@"; }
 
 wait_until() { # SECONDS WHAT COMMAND...: poll every 0.2 s
     local limit="$1" what="$2"; shift 2

@@ -32,7 +32,7 @@
 # ours) and starts afresh with an empty etcd. `down` stops by PID, newest first, and keeps DIR.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-source "$here/cache-lib.sh"
+source "$here/lib.sh"
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
 BIN="${DRACPU_CP_BIN:-$(cache_dir kubernetes "$KUBE_VERSION")/bin}"
@@ -47,41 +47,19 @@ READY_TIMEOUT="${DRACPU_CP_READY_TIMEOUT:-120}"
 FEATURE_GATES="${DRACPU_CP_FEATURE_GATES:-}"
 PROCESSES="etcd apiserver scheduler controller-manager"
 
-die() { echo "controlplane: error: $*" >&2; exit 2; }
-say() { log controlplane "$*"; }
+LOG_PREFIX=controlplane
 
 usage() {
     die "usage: controlplane.sh up DIR [apiserver flags...] | down DIR | status DIR | client DIR NAME CN [ORG]"
 }
 
 # pid_of DIR NAME: the recorded PID if that process is alive and was started for DIR.
-pid_of() {
-    local file="$1/$2.pid" pid
-    [[ -f "$file" ]] || return 1
-    pid="$(cat "$file")"
-    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    kill -0 "$pid" 2>/dev/null || return 1
-    # A recycled PID belongs to some other program: ours carry DIR on their command line.
-    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$1/" || return 1
-    echo "$pid"
-}
+pid_of() { pid_recorded "$1/$2.pid" "$1/"; }
 
 stop_all() {
-    local dir="$1" name pid i
+    local dir="$1" name
     for name in controller-manager scheduler apiserver etcd; do
-        if pid="$(pid_of "$dir" "$name")"; then
-            kill -TERM "$pid" 2>/dev/null || true
-            for ((i = 0; i < 150; i++)); do
-                kill -0 "$pid" 2>/dev/null || break
-                sleep 0.2
-            done
-            if kill -0 "$pid" 2>/dev/null; then
-                say "$name (pid $pid) did not stop in 30 s; SIGKILL"
-                kill -KILL "$pid" 2>/dev/null || true
-            fi
-            say "stopped $name (pid $pid)"
-        fi
-        rm -f "$dir/$name.pid"
+        stop_recorded "$dir/$name.pid" "$dir/" "$name" 30
     done
 }
 
@@ -159,16 +137,8 @@ EOF
 start() { # DIR NAME argv...
     local dir="$1" name="$2"
     shift 2
-    setsid "$@" > "$dir/logs/$name.log" 2>&1 < /dev/null &
-    local pid=$! i
-    echo "$pid" > "$dir/$name.pid"
-    # Until the forked shell has exec'ed the program, its command line is this script's and
-    # pid_of would take it for a stranger (on a loaded machine that takes a while): wait for it.
-    for ((i = 0; i < 100; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/" && break
-        sleep 0.05
-    done
+    : > "$dir/logs/$name.log"
+    start_recorded "$dir/$name.pid" "$dir/logs/$name.log" "$dir/" "$@"
 }
 
 # api DIR PATH: GET PATH as admin; prints the body.

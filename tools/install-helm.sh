@@ -11,8 +11,8 @@ HELM_VERSION="${HELM_VERSION:-v3.19.5}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin_dir="${root}/.tools/bin"
 helm="${bin_dir}/helm"
-# The build is kept in the cache outside the clone (tools/cache-lib.sh), so a fresh clone copies it.
-source "${root}/tools/cache-lib.sh"
+# The build is kept in the cache outside the clone (tools/lib.sh), so a fresh clone copies it.
+source "${root}/tools/lib.sh"
 cached="$(cache_dir helm "${HELM_VERSION}")/bin/helm"
 
 installed_version() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bootstraps the real-peer test tiers that `make test` runs: each tier has a script
 # tools/tier-<name>.sh whose `bootstrap` subcommand builds or installs what its tests need
-# (into the cache outside the clone, see tools/cache-lib.sh) and prints progress. A tier that
+# (into the cache outside the clone, see tools/lib.sh) and prints progress. A tier that
 # cannot run here (not root, a tool missing) prints one line saying why and exits 0; its tests
 # then skip with the same reason. Each tier's bootstrap time is printed.
 set -euo pipefail

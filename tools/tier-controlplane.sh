@@ -7,7 +7,7 @@
 # the tests then skip saying the same.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-source "$here/cache-lib.sh"
+source "$here/lib.sh"
 KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
 

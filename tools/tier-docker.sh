@@ -25,7 +25,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-source "$HERE/cache-lib.sh"
+source "$HERE/lib.sh"
 
 NEWER_SUITE="${DRACPU_DOCKER_SUITE:-trixie}"
 BASE_SUITE="${DRACPU_BASE_SUITE:-bookworm}"
@@ -38,7 +38,7 @@ POOL="${DRACPU_DOCKER_POOL:-10.213.0.0/16}"
 BASE_PACKAGES="python3,ca-certificates,netbase,tzdata"
 MIN_ENGINE_MAJOR=25
 
-say() { log tier-docker "$@"; }
+LOG_PREFIX=tier-docker
 skip() { echo "tier-docker: $*; the docker tier is skipped" >&2; exit 0; }
 
 debian_mirror() {

@@ -6,7 +6,7 @@
 # (tools/tier-docker.sh images, a docker-save archive) and helm (tools/install-helm.sh).
 # Not root or a piece missing: one line saying why, exit 0; the tests then skip.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/cache-lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PREFIX=tier-e2e
 

@@ -9,7 +9,7 @@
 # same image is the sandbox image. Not root, or apt/go missing: one line saying why, exit 0; the
 # tests then skip with their own reason.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/cache-lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 IMAGE_VERSION=1  # bump when pause.c or the image layout changes
 PREFIX=tier-realnode
