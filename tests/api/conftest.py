@@ -397,7 +397,7 @@ def start_api(services: ServiceSet, *extra: str) -> ApiProcess:
     command = [
         sys.executable,
         "-m",
-        "dracpu.api.server",
+        "dracpu.api.main",
         "--bind-address",
         "127.0.0.1:0",
         *(

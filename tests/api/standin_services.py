@@ -21,9 +21,9 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from dracpu.core import log as dracpu_log
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import NotFoundError
+from dracpu.core.log import setup
 from dracpu.core.metrics import Registry, build, exposition
 from dracpu.core.rpc import rpc_errors, start_server
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
@@ -141,7 +141,7 @@ async def serve(service: str, socket: str, scenario: dict[str, Any]) -> None:
 
 def main() -> int:
     service, socket, scenario_path = sys.argv[1:4]
-    dracpu_log.setup(0, service)
+    setup(0, service)
     with open(scenario_path, encoding="utf-8") as handle:
         scenario = json.load(handle)
     asyncio.run(serve(service, socket, scenario))

@@ -21,7 +21,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from dracpu.api.server import parse_bind_address
+from dracpu.api.flags import parse_bind_address
 from dracpu.core.errors import ConfigError
 
 
@@ -67,7 +67,7 @@ def test_bad_bind_address_is_refused(text: str) -> None:
 )
 def test_bad_flags_give_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "dracpu.api.server", "--bind-address", "127.0.0.1:0", *args],
+        [sys.executable, "-m", "dracpu.api.main", "--bind-address", "127.0.0.1:0", *args],
         capture_output=True,
         text=True,
         timeout=60,

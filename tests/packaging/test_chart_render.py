@@ -353,7 +353,7 @@ PARSERS = {
     "allocator": ("dracpu.allocator.server", "build_parser"),
     "dra-plugin": ("dracpu.dra_plugin.server", "parser"),
     "nri-plugin": ("dracpu.nri_plugin.server", "build_parser"),
-    "api": ("dracpu.api.server", "_parser"),
+    "api": ("dracpu.api.flags", "build_parser"),
 }
 
 

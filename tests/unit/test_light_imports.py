@@ -91,7 +91,7 @@ SERVICES = {
     "allocator": "dracpu.allocator.server",
     "dra-plugin": "dracpu.dra_plugin.server",
     "nri-plugin": "dracpu.nri_plugin.server",
-    "api": "dracpu.api.server",
+    "api": "dracpu.api.main",
 }
 SERVICE_ARGV = {
     "help": (["--help"], 0),

@@ -26,7 +26,7 @@ from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2, nri_plugin_pb2_grpc
 from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
 
-log = get_logger("api.backends")
+log = get_logger(__name__)
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from dracpu.api.models import Problem
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 
-log = get_logger("api.problems")
+log = get_logger(__name__)
 
 MEDIA_TYPE = "application/problem+json"
 

@@ -17,13 +17,13 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from dracpu.api.app import create_app
 from dracpu.api.backends import Backends
 from dracpu.api.deadlines import HEADER_TIMEOUT
-from dracpu.api.server import parse_bind_address
+from dracpu.api.flags import check_timeouts, parse_bind_address
 from dracpu.core import config as driver_config
-from dracpu.core import log as dracpu_log
 from dracpu.core.errors import ConfigError
+from dracpu.core.log import get_logger
 from dracpu.core.rpc import DEFAULT_SOCKETS, check_socket_path
 
-log = dracpu_log.get_logger("api")
+log = get_logger(__name__)
 
 
 class HeaderDeadline(H11Protocol):  # type: ignore[misc]
@@ -98,10 +98,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 async def serve(args: argparse.Namespace) -> int:
-    if not 0 < args.header_timeout <= 600:
-        raise ConfigError(f"--header-timeout {args.header_timeout:g}: expected 0 < seconds <= 600")
-    if not 0 < args.backend_timeout <= 60:
-        raise ConfigError(f"--backend-timeout {args.backend_timeout:g}: expected 0 < seconds <= 60")
+    check_timeouts(args)
     host, port = parse_bind_address(args.bind_address)
     sockets = {
         service: check_socket_path(getattr(args, f"{service.replace('-', '_')}_socket"))

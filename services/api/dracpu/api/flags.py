@@ -1,16 +1,18 @@
-"""`dracpu-api`: the read-only HTTP sidecar on uvicorn."""
+"""The command line of `dracpu-api`: its argument parser and the checks of its flags' values.
+
+Light imports only, so `--help` and bad flags answer before gRPC, FastAPI and uvicorn load."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 
 from dracpu.api.deadlines import DEFAULT_TIMEOUT, HEADER_TIMEOUT
-from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.cli import ArgumentParser
 from dracpu.core.errors import ConfigError
 from dracpu.core.flags import add_config_flags
 from dracpu.core.sockets import DEFAULT_SOCKETS
 
+PROG = "dracpu-api"
 DEFAULT_BIND_ADDRESS = ":8080"
 
 
@@ -24,9 +26,17 @@ def parse_bind_address(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port_text)
 
 
-def _parser() -> argparse.ArgumentParser:
+def check_timeouts(args: argparse.Namespace) -> None:
+    """--header-timeout and --backend-timeout within their bounds, or a ConfigError."""
+    if not 0 < args.header_timeout <= 600:
+        raise ConfigError(f"--header-timeout {args.header_timeout:g}: expected 0 < seconds <= 600")
+    if not 0 < args.backend_timeout <= 60:
+        raise ConfigError(f"--backend-timeout {args.backend_timeout:g}: expected 0 < seconds <= 60")
+
+
+def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
-        prog="dracpu-api", description="Read-only HTTP view of the dra.cpu services on this node."
+        prog=PROG, description="Read-only HTTP view of the dra.cpu services on this node."
     )
     parser.add_argument(
         "--bind-address",
@@ -55,25 +65,3 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_config_flags(parser)
     return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    # Arguments are parsed before gRPC, FastAPI and uvicorn are imported: --help and bad flags
-    # answer at once.
-    args = _parser().parse_args(argv)
-
-    import logging
-
-    from dracpu.api.serving import serve
-    from dracpu.core import log
-
-    log.setup(args.verbosity, "api")
-    # uvicorn's own loggers: errors only; requests are counted in /metrics instead.
-    logging.getLogger("uvicorn").setLevel(logging.WARNING)
-    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-
-    return run_async(lambda: serve(args), "dracpu-api")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

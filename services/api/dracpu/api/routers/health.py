@@ -1,0 +1,84 @@
+"""/healthz, /readyz and /v1/health: the api's liveness, the services' readiness, and each
+service's health, version, socket and last error with the kubelet and runtime links."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from dracpu.api import models, translate
+from dracpu.api.backends import Backend, BackendUnavailable
+from dracpu.api.replies import json_reply, part, version_of
+from dracpu.api.state import StateDep
+from dracpu.core.errors import NotFoundError
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=models.Liveness)
+async def healthz() -> Response:
+    """The api process itself answers."""
+    return json_reply(models.Liveness())
+
+
+@router.get(
+    "/readyz",
+    response_model=models.Readiness,
+    responses={503: {"model": models.Readiness, "description": "some service is not ready"}},
+)
+async def readyz(state: StateDep) -> Response:
+    """Ready when every service answers SERVING on its gRPC health service."""
+    backends = state.backends
+    statuses = await asyncio.gather(*(_health(b) for b in backends))
+    services = {b.service: status for b, status in zip(backends, statuses, strict=True)}
+    ready = all(status == "SERVING" for status in statuses)
+    body = models.Readiness(ready=ready, services=services)
+    return json_reply(body, status_code=200 if ready else 503)
+
+
+@router.get("/v1/health", response_model=models.HealthView)
+async def get_health(state: StateDep) -> Response:
+    """Per service: gRPC health, version, socket, last error; kubelet and runtime links."""
+    backends = state.backends
+    listed = list(backends)
+    statuses, versions, registration, runtime = await asyncio.gather(
+        asyncio.gather(*(_health(b) for b in listed)),
+        asyncio.gather(*(part(b.service, version_of(b)) for b in listed)),
+        part("dra-plugin", backends.dra_plugin.status()),
+        part("nri-plugin", backends.nri_plugin.status()),
+    )
+    return json_reply(
+        models.HealthView(
+            api=state.own_version(),
+            services=[
+                models.ServiceHealth(
+                    service=b.service,
+                    socket=b.socket,
+                    status=status,
+                    version=version,
+                    last_error=b.last_error,
+                    last_error_at=translate.timestamp(b.last_error_at or 0),
+                )
+                for b, status, version in zip(listed, statuses, versions, strict=True)
+            ],
+            kubelet_registration=(
+                registration
+                if isinstance(registration, models.Unavailable)
+                else translate.kubelet_registration(registration)
+            ),
+            runtime=(
+                runtime
+                if isinstance(runtime, models.Unavailable)
+                else translate.runtime_connection(runtime)
+            ),
+        )
+    )
+
+
+async def _health(backend: Backend) -> str:
+    try:
+        return await backend.health()
+    except (BackendUnavailable, NotFoundError):
+        return "UNAVAILABLE"
