@@ -46,26 +46,18 @@ def _seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog=PROG, description=__doc__)
-    parser.add_argument(
-        "--compose",
-        action="store_true",
-        help="claim and release on a docker compose stack (its `dev` service runs this): "
-        f"the simulators are compose services, the run folder defaults to {COMPOSE_RUN_DIR}",
+def _run_dir(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="run folder: sockets, kubelet root, NRI socket, CDI, state, cluster folder "
+        f"(default {default_run_dir()})",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def run_dir(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
-            "--run-dir",
-            metavar="DIR",
-            help="run folder: sockets, kubelet root, NRI socket, CDI, state, cluster folder "
-            f"(default {default_run_dir()})",
-        )
 
+def _add_up(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     up = commands.add_parser("up", help="start every service locally until Ctrl-C")
-    run_dir(up)
+    _run_dir(up)
     source = up.add_mutually_exclusive_group()
     source.add_argument("--fixture", metavar="NAME", help="a named synthetic machine")
     source.add_argument("--sysfs-root", metavar="DIR", help="sysfs to read (default /sys)")
@@ -108,8 +100,10 @@ def build_parser() -> ArgumentParser:
     )
     up.add_argument("-v", "--v", dest="verbosity", type=_non_negative, default=0, metavar="N")
 
+
+def _add_claim_commands(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     claim = commands.add_parser("claim", help="allocate, prepare and run a claim of N CPUs")
-    run_dir(claim)
+    _run_dir(claim)
     claim.add_argument(
         "--cpus", type=_positive, required=True, metavar="N", help="how many CPUs to claim"
     )
@@ -129,7 +123,7 @@ def build_parser() -> ArgumentParser:
     )
 
     release = commands.add_parser("release", help="stop the claim's container and unprepare it")
-    run_dir(release)
+    _run_dir(release)
     release.add_argument("name", metavar="NAME")
     release.add_argument("--namespace", default="default", metavar="NS")
 
@@ -137,18 +131,30 @@ def build_parser() -> ArgumentParser:
         "prepare",
         help="have the kubelet simulator prepare a claim of the API server (--kubeconfig)",
     )
-    run_dir(prepare)
+    _run_dir(prepare)
     prepare.add_argument("name", metavar="NAME")
     prepare.add_argument("--namespace", default="default", metavar="NS")
     unprepare = commands.add_parser(
         "unprepare", help="have the kubelet simulator unprepare a claim of the API server"
     )
-    run_dir(unprepare)
+    _run_dir(unprepare)
     unprepare.add_argument("name", metavar="NAME")
     unprepare.add_argument("--namespace", default="default", metavar="NS")
 
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog=PROG, description=__doc__)
+    parser.add_argument(
+        "--compose",
+        action="store_true",
+        help="claim and release on a docker compose stack (its `dev` service runs this): "
+        f"the simulators are compose services, the run folder defaults to {COMPOSE_RUN_DIR}",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_up(commands)
+    _add_claim_commands(commands)
     status = commands.add_parser("status", help="show the services of a running dev up")
-    run_dir(status)
+    _run_dir(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
