@@ -27,7 +27,7 @@ RUN /opt/tools/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /dist . 
     && /opt/tools/bin/pip --python /opt/dracpu/bin/python install /dist/*.whl
 
 FROM ${BASE_IMAGE}
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="dracpu-dev" \
       org.opencontainers.image.description="dra.cpu development image: simulators and the dracpu CLI" \

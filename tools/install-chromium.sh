@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for the CPU map page test (tests/api/test_page_browser.py).
+# Headless Chromium for the CPU map page test (tests/api/test_api_page_browser.py).
 # Installs Debian's `chromium` package when /usr/bin/chromium is missing. Idempotent.
 # When installation is impossible (not root, no apt-get, no network) it says so and exits 0:
 # the page test then skips with a visible reason instead of failing the whole run.

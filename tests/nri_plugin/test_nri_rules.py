@@ -62,7 +62,7 @@ def test_claim_env_round_trips(claims: dict[str, frozenset[int]]) -> None:
     assert parse_claim_env(env) == {uid: CPUSet(cpus) for uid, cpus in claims.items()}
 
 
-# The README's compatibility table, as a specification.
+# The compatibility table of docs/user/installation.md, as a specification.
 @pytest.mark.parametrize(
     ("mode", "name", "version", "nri", "enabled"),
     [

@@ -6,7 +6,7 @@ cgroup `cpuset.cpus` and `Cpus_allowed_list` from the kernel (no change allowed)
 containerd) are issued at once and timed until they succeed, the kubelet simulator registers a
 replaced dra-plugin again, and the api reports the new process and version.
 
-The measured waits are printed as the README's upgrade table rows."""
+The measured waits are printed as the rows of the upgrade table in docs/user/upgrades.md."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def upgrade(
     pool: CPUSet,
     held: Workload,
 ) -> str:
-    """Replace `service` by `head`'s while the kernel is sampled; the README table row."""
+    """Replace `service` by `head`'s while the kernel is sampled; a row of the upgrade table."""
     registered = stack.log("kubelet-sim").count("plugin registered")
     before = stack.builds[service].label
     sampler = Sampler(expected)
