@@ -64,7 +64,7 @@ def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: f
 _LAUNCHER = r"""
 import json, os, signal, sys
 import dracpu.allocator.main as entry
-import dracpu.allocator.serving  # what main() imports after parsing: loaded once, here
+import dracpu.allocator.runtime  # what main() imports after parsing: loaded once, here
 
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
 for line in sys.stdin:

@@ -14,7 +14,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Arguments are parsed before gRPC and the allocator are imported: --help and bad flags
     # answer at once.
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    from dracpu.allocator.serving import serve
+    from dracpu.allocator.runtime import serve
 
     setup(args.verbosity, "allocator")
     return run_async(lambda: serve(args), PROG)
