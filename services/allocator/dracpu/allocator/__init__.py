@@ -4,6 +4,6 @@ Pure core: `algorithm` (placement), `devices` (the published device model), `opa
 `quantity` (claim inputs), `claims` (state and the prepare/attach/adopt rules), `recovery`
 (start-up reconciliation). Edges: `cdi` and `records` (durable files, via `durable`; the old
 single-file `checkpoint` is only read, to migrate), `node` (the serialized live state),
-`service` (gRPC), `topology_client`, `runtime` (the service at run time), `flags` and
-`main` (the command line).
+`servicer` (gRPC) and `wire` (its messages), `topology_client`, `runtime` (the service at run
+time), `flags` and `main` (the command line).
 """

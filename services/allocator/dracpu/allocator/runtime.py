@@ -10,7 +10,7 @@ from pathlib import Path
 from dracpu.allocator import topology_client
 from dracpu.allocator.devices import DeviceOptions
 from dracpu.allocator.node import NodeAllocator
-from dracpu.allocator.service import (
+from dracpu.allocator.servicer import (
     API_VERSION,
     SERVICE_NAME,
     AllocatorServicer,
