@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dracpu.allocator.cdi import SpecOnDisk
-from dracpu.allocator.claims import ClaimRecord
+from dracpu.allocator.claims.model import ClaimRecord
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import StateError
 
