@@ -15,7 +15,7 @@ from dracpu.allocator.devices import (
     Device,
     DeviceModel,
 )
-from dracpu.allocator.node import SharedPoolView
+from dracpu.allocator.live_state import SharedPoolView
 from dracpu.allocator.opaque import OpaqueConfig
 from dracpu.core import names
 from dracpu.core.errors import InvalidInputError
