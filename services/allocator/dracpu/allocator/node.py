@@ -25,7 +25,7 @@ from dracpu.core.cpuset import CPUSet
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 
-log = get_logger("allocator")
+log = get_logger(__name__)
 
 
 class NodeAllocator:

@@ -17,16 +17,16 @@ from dracpu.allocator.servicer import (
     ReadOnlyAllocatorServicer,
 )
 from dracpu.core import config as driver_config
-from dracpu.core import log as logging_setup
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, DracpuError
+from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 from dracpu.core.metrics import Registry, exposition
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 
-log = logging_setup.get_logger("allocator")
+log = get_logger(__name__)
 
 
 async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> None:
