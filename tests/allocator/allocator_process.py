@@ -63,8 +63,8 @@ def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: f
 
 _LAUNCHER = r"""
 import json, os, signal, sys
-import dracpu.allocator.server as server
-import dracpu.allocator.serving  # what main() imports after parsing: loaded once, here
+import dracpu.allocator.main as entry
+import dracpu.allocator.runtime  # what main() imports after parsing: loaded once, here
 
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
 for line in sys.stdin:
@@ -77,7 +77,7 @@ for line in sys.stdin:
         os.dup2(fd, 2)
         code = 1
         try:
-            code = server.main(argv)
+            code = entry.main(argv)
         finally:
             os._exit(code)
     print(pid, flush=True)
@@ -85,8 +85,8 @@ for line in sys.stdin:
 
 
 class Launcher:
-    """Starts allocator processes by forking a process that has already imported the server
-    module: each one is a real, separate process running `dracpu.allocator.server.main`, minus
+    """Starts allocator processes by forking a process that has already imported the entry
+    module: each one is a real, separate process running `dracpu.allocator.main.main`, minus
     the interpreter start-up, which would otherwise dominate a loop of a hundred restarts."""
 
     def __init__(self) -> None:

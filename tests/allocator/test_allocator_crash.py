@@ -138,7 +138,7 @@ async def test_kill_9_loses_nothing_acknowledged(short_tmp: Path, machines: Mach
     finally:
         launcher.close()
     # The final restart runs the real entry point in a fresh interpreter.
-    process = spawn("dracpu.allocator.server", args, short_tmp / "allocator.log")
+    process = spawn("dracpu.allocator.main", args, short_tmp / "allocator.log")
     try:
         await wait_for(socket, "SERVING", process)
         async with channel(socket) as chan:

@@ -56,7 +56,7 @@ def allocator_args(base: Path, *extra: str) -> list[str]:
 async def allocator(short_tmp: Path, machines: Machines) -> AsyncIterator[Running]:
     report = topology_file(machines("xeon-2s-ht"), short_tmp / "topo.json")
     process = spawn(
-        "dracpu.allocator.server",
+        "dracpu.allocator.main",
         allocator_args(short_tmp, "--topology-file", str(report), "--reserved-cpus", "0,20"),
         short_tmp / "allocator.log",
     )
@@ -254,7 +254,7 @@ async def test_restart_keeps_prepared_claims(allocator: Running, machines: Machi
     assert not allocator.socket.exists()
     report = allocator.base / "topo.json"
     process = spawn(
-        "dracpu.allocator.server",
+        "dracpu.allocator.main",
         allocator_args(allocator.base, "--topology-file", str(report), "--reserved-cpus", "0,20"),
         allocator.base / "allocator.log",
     )
@@ -273,7 +273,7 @@ async def test_restart_keeps_prepared_claims(allocator: Running, machines: Machi
 async def test_waits_for_the_topology_service(short_tmp: Path) -> None:
     topology_socket = short_tmp / "t.sock"
     allocator = spawn(
-        "dracpu.allocator.server",
+        "dracpu.allocator.main",
         allocator_args(short_tmp, "--topology-socket", str(topology_socket)),
         short_tmp / "allocator.log",
     )
@@ -309,7 +309,7 @@ async def test_follows_cpus_going_offline(short_tmp: Path) -> None:
         short_tmp / "topology.log",
     )
     allocator = spawn(
-        "dracpu.allocator.server",
+        "dracpu.allocator.main",
         allocator_args(
             short_tmp, "--topology-socket", str(topology_socket), "--topology-refresh", "0.2"
         ),
@@ -361,7 +361,7 @@ async def test_follows_cpus_going_offline(short_tmp: Path) -> None:
 def test_bad_command_lines_are_one_line(short_tmp: Path, args: list[str], fragment: str) -> None:
     base = ["--socket", str(short_tmp / "a.sock"), "--state-dir", str(short_tmp / "s")]
     done = subprocess.run(
-        [sys.executable, "-m", "dracpu.allocator.server", *base, *args],
+        [sys.executable, "-m", "dracpu.allocator.main", *base, *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -375,7 +375,7 @@ def test_bad_command_lines_are_one_line(short_tmp: Path, args: list[str], fragme
 
 def test_sigterm_while_waiting_for_topology_exits_cleanly(short_tmp: Path) -> None:
     process = spawn(
-        "dracpu.allocator.server",
+        "dracpu.allocator.main",
         allocator_args(short_tmp, "--topology-socket", str(short_tmp / "none.sock")),
         short_tmp / "allocator.log",
     )

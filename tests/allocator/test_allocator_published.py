@@ -55,7 +55,7 @@ class Allocator:
         self.base = base
         (base / "config.yaml").write_text(json.dumps(config))
         self.process = spawn(
-            "dracpu.allocator.server",
+            "dracpu.allocator.main",
             [
                 "--socket",
                 str(base / "a.sock"),

@@ -16,6 +16,7 @@ import pytest
 from dracpu.allocator import claims
 from dracpu.allocator.claims import NodeState, PrepareInput, ResultInput
 from dracpu.allocator.devices import DeviceModel, DeviceOptions, build_devices
+from dracpu.allocator.opaque import OpaqueConfig
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConflictError, DracpuError, InsufficientCPUsError
 from dracpu.core.machine import Machine
@@ -157,7 +158,7 @@ REFUSED = [
                 ),
             ),
             configs=(
-                claims.opaque.OpaqueConfig(
+                OpaqueConfig(
                     source="FromClaim",
                     requests=(),
                     driver="dra.cpu",

@@ -88,7 +88,7 @@ print(json.dumps({"code": code, "stderr": err.getvalue(), "modules": sorted(sys.
 # Each service's entry module (the console script's target), and the exit code each probe ends in.
 SERVICES = {
     "topology": "dracpu.topology.server",
-    "allocator": "dracpu.allocator.server",
+    "allocator": "dracpu.allocator.main",
     "dra-plugin": "dracpu.dra_plugin.server",
     "nri-plugin": "dracpu.nri_plugin.server",
     "api": "dracpu.api.main",

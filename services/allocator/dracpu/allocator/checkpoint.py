@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dracpu.allocator.claims import ClaimRecord
+from dracpu.allocator.claims.model import ClaimRecord
 from dracpu.allocator.records import checked_payload, digest, record_from_json, record_to_json
 from dracpu.core.documents import read_regular
 from dracpu.core.errors import CPUSetError, StateError

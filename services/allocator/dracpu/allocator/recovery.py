@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dracpu.allocator.cdi import SpecOnDisk
-from dracpu.allocator.claims import ClaimRecord
+from dracpu.allocator.claims.model import ClaimRecord
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import StateError
 
@@ -52,10 +52,24 @@ def reconcile(
     """`saved`: the records on disk, None when nothing was saved at all (a first start or a
     wiped state dir: claims found only as specs are then expected, not alarming)."""
     findings: list[Finding] = []
+    records, set_aside = _disjoint(saved or {}, findings)
+    on_disk = _readable(specs, findings)
+    rewrite = _specs_to_rewrite(records, on_disk, findings)
+    rebuilt = _rebuild_from_specs(records, on_disk, now_ns, saved is not None, findings)
+    if saved is None and rebuilt:
+        findings.append(Finding(0, "rebuilt claim records from CDI specs", {"claims": rebuilt}))
+    _check_cpus(records, online, reserved, findings)
+    return Recovery(records=records, rewrite_specs=rewrite, findings=findings, set_aside=set_aside)
+
+
+def _disjoint(
+    saved: Mapping[str, ClaimRecord], findings: list[Finding]
+) -> tuple[dict[str, ClaimRecord], list[str]]:
+    """The saved records that share no CPU, the first prepared kept; the uids of the others."""
     records: dict[str, ClaimRecord] = {}
     set_aside: list[str] = []
     taken = CPUSet()
-    for record in sorted((saved or {}).values(), key=lambda r: (r.prepared_at_ns, r.uid)):
+    for record in sorted(saved.values(), key=lambda r: (r.prepared_at_ns, r.uid)):
         clash = record.cpus & taken
         if clash:
             findings.append(
@@ -69,12 +83,25 @@ def reconcile(
             continue
         records[record.uid] = record
         taken = taken | record.cpus
+    return records, set_aside
+
+
+def _readable(
+    specs: Iterable[SpecOnDisk | StateError], findings: list[Finding]
+) -> dict[str, SpecOnDisk]:
     on_disk: dict[str, SpecOnDisk] = {}
     for item in specs:
         if isinstance(item, StateError):
             findings.append(Finding(0, "ignoring unreadable CDI spec", {"error": str(item)}))
         else:
             on_disk[item.uid] = item
+    return on_disk
+
+
+def _specs_to_rewrite(
+    records: Mapping[str, ClaimRecord], on_disk: Mapping[str, SpecOnDisk], findings: list[Finding]
+) -> list[str]:
+    """The recorded claims whose CDI spec is missing or disagrees with the record."""
     rewrite: list[str] = []
     for uid, record in sorted(records.items()):
         spec = on_disk.get(uid)
@@ -96,6 +123,20 @@ def reconcile(
                 )
             )
             rewrite.append(uid)
+    return rewrite
+
+
+def _rebuild_from_specs(
+    records: dict[str, ClaimRecord],
+    on_disk: Mapping[str, SpecOnDisk],
+    now_ns: int,
+    anything_saved: bool,
+    findings: list[Finding],
+) -> int:
+    """Add a record for every spec without one whose CPUs no record holds; how many."""
+    taken = CPUSet()
+    for record in records.values():
+        taken = taken | record.cpus
     rebuilt = 0
     for uid, spec in sorted(on_disk.items()):
         if uid in records:
@@ -126,14 +167,19 @@ def reconcile(
         )
         taken = taken | spec.cpus
         rebuilt += 1
-        level = 0 if saved is not None else 2
+        level = 0 if anything_saved else 2
         findings.append(
             Finding(
                 level, "claim rebuilt from its CDI spec", {"claim": uid, "cpus": spec.cpus.format()}
             )
         )
-    if saved is None and rebuilt:
-        findings.append(Finding(0, "rebuilt claim records from CDI specs", {"claims": rebuilt}))
+    return rebuilt
+
+
+def _check_cpus(
+    records: Mapping[str, ClaimRecord], online: CPUSet, reserved: CPUSet, findings: list[Finding]
+) -> None:
+    """Records holding CPUs now offline or reserved are kept, and said loudly."""
     for uid, record in sorted(records.items()):
         offline = record.cpus - online
         if offline:
@@ -153,4 +199,3 @@ def reconcile(
                     {"claim": uid, "reserved": clash.format()},
                 )
             )
-    return Recovery(records=records, rewrite_specs=rewrite, findings=findings, set_aside=set_aside)

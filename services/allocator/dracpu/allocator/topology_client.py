@@ -12,7 +12,7 @@ from dracpu.core.machine import Machine
 from dracpu.core.rpc import call, channel
 from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
 
-log = get_logger("topology-client")
+log = get_logger(__name__)
 
 
 def load_file(path: str) -> Machine:

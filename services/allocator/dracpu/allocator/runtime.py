@@ -10,23 +10,23 @@ from pathlib import Path
 from dracpu.allocator import topology_client
 from dracpu.allocator.devices import DeviceOptions
 from dracpu.allocator.node import NodeAllocator
-from dracpu.allocator.service import (
+from dracpu.allocator.servicer import (
     API_VERSION,
     SERVICE_NAME,
     AllocatorServicer,
     ReadOnlyAllocatorServicer,
 )
 from dracpu.core import config as driver_config
-from dracpu.core import log as logging_setup
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, DracpuError
+from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 from dracpu.core.metrics import Registry, exposition
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 
-log = logging_setup.get_logger("allocator")
+log = get_logger(__name__)
 
 
 async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> None:
@@ -72,13 +72,8 @@ def check_reserved(reserved: CPUSet, machine: Machine) -> None:
         )
 
 
-async def serve(args: argparse.Namespace) -> int:
-    check_socket_path(args.socket)
-    ro_socket = check_socket_path(read_only_socket(args))
-    if Path(ro_socket) == Path(args.socket):
-        raise ConfigError("--read-only-socket must differ from --socket")
-    config = driver_config.load(args)
-    options = DeviceOptions(
+def _device_options(config: driver_config.DriverConfig, args: argparse.Namespace) -> DeviceOptions:
+    return DeviceOptions(
         mode=config.cpu_device_mode,
         group_by=config.group_by,
         reserved=config.reserved,
@@ -86,6 +81,27 @@ async def serve(args: argparse.Namespace) -> int:
         node_allocatable_mapping=config.publish_node_allocatable_resource_mapping,
         min_shared=config.min_shared_cpus,
     )
+
+
+async def _inventory_or_stop(socket: str, stop: asyncio.Event) -> Machine | None:
+    """The topology service's inventory once it answers; None when asked to stop first."""
+    waiting = asyncio.ensure_future(topology_client.wait_for_inventory(socket))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not waiting.done():
+        waiting.cancel()
+        return None
+    stopping.cancel()
+    return waiting.result()
+
+
+async def serve(args: argparse.Namespace) -> int:
+    check_socket_path(args.socket)
+    ro_socket = check_socket_path(read_only_socket(args))
+    if Path(ro_socket) == Path(args.socket):
+        raise ConfigError("--read-only-socket must differ from --socket")
+    config = driver_config.load(args)
+    options = _device_options(config, args)
     machine_from_file: Machine | None = None
     if args.topology_file:
         machine_from_file = topology_client.load_file(args.topology_file)
@@ -128,16 +144,10 @@ async def serve(args: argparse.Namespace) -> int:
         if machine_from_file is not None:
             machine = machine_from_file
         else:
-            waiting = asyncio.ensure_future(
-                topology_client.wait_for_inventory(args.topology_socket)
-            )
-            stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if not waiting.done():
-                waiting.cancel()
+            waited = await _inventory_or_stop(args.topology_socket, stop)
+            if waited is None:
                 return 0
-            stopping.cancel()
-            machine = waiting.result()
+            machine = waited
         check_reserved(config.reserved, machine)
         await node.start(machine)
         await health.set(True)

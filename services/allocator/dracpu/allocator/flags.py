@@ -1,15 +1,26 @@
-"""`dracpu-allocator`: the allocator service process."""
+"""The allocator's command line: `build_parser` and its argument validators (light imports
+only, so `--help` and bad flags answer without loading gRPC or the allocator)."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
+import argparse
 
-from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.cli import ArgumentParser
 from dracpu.core.flags import add_config_flags
 from dracpu.core.sockets import DEFAULT_SOCKETS
 
 PROG = "dracpu-allocator"
+
+
+def refresh_interval(text: str) -> float:
+    """--topology-refresh: seconds, not negative (0: never)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
 
 
 def build_parser() -> ArgumentParser:
@@ -42,31 +53,10 @@ def build_parser() -> ArgumentParser:
     )
     parser.add_argument(
         "--topology-refresh",
-        type=float,
+        type=refresh_interval,
         default=30.0,
         metavar="SECONDS",
         help="how often to have the topology service re-read sysfs for changes (0: never)",
     )
     add_config_flags(parser)
     return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    # Arguments are parsed before gRPC and the allocator are imported: --help and bad flags
-    # answer at once.
-    parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if not 0 <= args.verbosity <= 10:
-        parser.error(f"argument -v: verbosity must be 0-10, got {args.verbosity}")
-    if args.topology_refresh < 0:
-        parser.error("argument --topology-refresh: must not be negative")
-    from dracpu.allocator.serving import serve
-    from dracpu.core import log
-
-    log.setup(args.verbosity, "allocator")
-
-    return run_async(lambda: serve(args), PROG)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

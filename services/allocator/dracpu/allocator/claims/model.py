@@ -1,0 +1,102 @@
+"""The claim data model: who owns a claim (`Owner`, `Container`), what a prepared claim holds
+(`Allocation`, `ClaimRecord`) and what a prepare asks for (`ResultInput`, `PrepareInput`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dracpu.allocator import opaque
+from dracpu.allocator.devices import DRIVER
+from dracpu.core.cpuset import CPUSet
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The one container a claim belongs to: a restarted container of the same pod and name
+    is the same owner."""
+
+    pod_uid: str
+    container_name: str
+    pod_namespace: str = ""
+    pod_name: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.pod_uid, self.container_name)
+
+    def describe(self) -> str:
+        pod = f"{self.pod_namespace}/{self.pod_name}" if self.pod_name else "pod"
+        return f"{pod} (uid {self.pod_uid}) container {self.container_name!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    container_id: str
+    owner: Owner
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """What one allocation result of a claim received."""
+
+    request: str
+    pool: str
+    device: str
+    cpus: CPUSet
+    count: int  # consumed dra.cpu/cpu; 0 for individual devices
+    policy: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.request, self.pool, self.device, self.count)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    uid: str
+    namespace: str
+    name: str
+    cpus: CPUSet
+    allocations: tuple[Allocation, ...]
+    prepared_at_ns: int
+    owner: Owner | None = None
+    container_id: str = ""  # the owner's running container, "" when none is known
+    # Rebuilt from a CDI spec or a running container: the allocation results are unknown
+    # until the kubelet prepares the claim again.
+    recovered: bool = False
+    # The claim's status.reservedFor pod UIDs, when the dra-plugin passed them (pods_known);
+    # records of an older dra-plugin have none and bind the first container that attaches.
+    pods: tuple[str, ...] = ()
+    pods_known: bool = False
+
+    @property
+    def policy(self) -> str:
+        seen: list[str] = []
+        for allocation in self.allocations:
+            if allocation.policy and allocation.policy not in seen:
+                seen.append(allocation.policy)
+        return "; ".join(seen)
+
+
+@dataclass(frozen=True, slots=True)
+class ResultInput:
+    """One allocation result of the claim, as the dra-plugin passes it on."""
+
+    request: str
+    device: str
+    pool: str = ""
+    driver: str = DRIVER
+    consumed: Mapping[str, str] = field(default_factory=dict)
+    admin_access: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareInput:
+    uid: str
+    namespace: str
+    name: str
+    results: tuple[ResultInput, ...]
+    configs: tuple[opaque.OpaqueConfig, ...] = ()
+    pods: tuple[str, ...] = ()
+    pods_known: bool = False
