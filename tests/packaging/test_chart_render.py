@@ -351,7 +351,7 @@ def test_config_file_is_accepted_by_the_services_loader(case: tuple[Case, Render
 PARSERS = {
     "topology": ("dracpu.topology.server", "build_parser"),
     "allocator": ("dracpu.allocator.server", "build_parser"),
-    "dra-plugin": ("dracpu.dra_plugin.server", "parser"),
+    "dra-plugin": ("dracpu.dra_plugin.flags", "build_parser"),
     "nri-plugin": ("dracpu.nri_plugin.server", "build_parser"),
     "api": ("dracpu.api.server", "_parser"),
 }

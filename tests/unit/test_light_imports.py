@@ -89,7 +89,7 @@ print(json.dumps({"code": code, "stderr": err.getvalue(), "modules": sorted(sys.
 SERVICES = {
     "topology": "dracpu.topology.server",
     "allocator": "dracpu.allocator.server",
-    "dra-plugin": "dracpu.dra_plugin.server",
+    "dra-plugin": "dracpu.dra_plugin.main",
     "nri-plugin": "dracpu.nri_plugin.server",
     "api": "dracpu.api.server",
 }
