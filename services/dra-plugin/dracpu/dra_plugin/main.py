@@ -22,7 +22,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     check_positive(parser, args)
     setup(args.verbosity, "dra-plugin")
-    from dracpu.dra_plugin.serving import serve
+    from dracpu.dra_plugin.runtime import serve
 
     return run_async(lambda: serve(args), PROG)
 

@@ -1,12 +1,18 @@
 """The dra-plugin at run time: its three gRPC servers (the DRA endpoint, registration, the
 read-only view) and the tasks that publish slices, resend device health and follow the
-kubelet's registration."""
+kubelet's registration.
+
+`serve` builds the plugin's parts from its flags and config (`_build`), starts the servers
+(`_start_servers`) and the background tasks (`_start_tasks`), and on SIGTERM or SIGINT takes
+them down in order (`_shutdown`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,9 +20,9 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from dracpu.core import config as driver_config
-from dracpu.core import log as logging
 from dracpu.core.errors import UnavailableError
-from dracpu.core.rpc import start_server
+from dracpu.core.log import get_logger
+from dracpu.core.rpc import Health, start_server
 from dracpu.core.signals import stop_event
 from dracpu.dra_plugin import health as health_service
 from dracpu.dra_plugin import kubelet_api
@@ -37,14 +43,41 @@ from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration
 if TYPE_CHECKING:
     from dracpu.dra_plugin.kube import KubernetesAPI
 
-log = logging.get_logger("server")
+log = get_logger(__name__)
 
 API_VERSION = "dracpu.dra_plugin.v1"
 VIEW_SERVICE = "dracpu.dra_plugin.v1.DRAPluginView"
 REGISTRATION_HEALTH = "kubelet-registration"
 
 
-async def serve(args: argparse.Namespace) -> int:
+@dataclass
+class Plugin:
+    """The parts of a running dra-plugin, built once from its flags and config."""
+
+    node: str
+    paths: KubeletPaths
+    cluster: Cluster
+    api: KubernetesAPI | None  # None with --cluster-dir
+    metrics: PluginMetrics
+    allocator: AllocatorClient
+    device_health: health_service.DeviceHealth
+    node_service: NodeService
+    registration: Registration
+    publisher: SlicePublisher
+    view: PluginView
+
+
+@dataclass
+class Servers:
+    """The three gRPC servers, and the view's health (it carries the registration status)."""
+
+    dra: grpc.aio.Server
+    registration: grpc.aio.Server
+    view: grpc.aio.Server
+    view_health: Health
+
+
+def _build(args: argparse.Namespace) -> Plugin:
     cfg = driver_config.load(args)
     paths = KubeletPaths(Path(args.kubelet_root_dir).absolute())
     paths.check()
@@ -90,8 +123,23 @@ async def serve(args: argparse.Namespace) -> int:
         watch=watch,
         features=FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name)),
     )
-    view = PluginView(node, paths, registration, publisher, cluster)
+    return Plugin(
+        node=node,
+        paths=paths,
+        cluster=cluster,
+        api=api,
+        metrics=metrics,
+        allocator=allocator,
+        device_health=device_health,
+        node_service=node_service,
+        registration=registration,
+        publisher=publisher,
+        view=PluginView(node, paths, registration, publisher, cluster),
+    )
 
+
+async def _start_servers(args: argparse.Namespace, plugin: Plugin) -> Servers:
+    paths = plugin.paths
     try:
         paths.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
         paths.registrar_dir.mkdir(parents=True, exist_ok=True)
@@ -101,8 +149,8 @@ async def serve(args: argparse.Namespace) -> int:
         ) from exc
 
     def register_dra(server: grpc.aio.Server) -> None:
-        kubelet_api.add_to_server(server, node_service)
-        health_service.add_to_server(server, device_health)
+        kubelet_api.add_to_server(server, plugin.node_service)
+        health_service.add_to_server(server, plugin.device_health)
 
     # The DRA endpoint must be live before the kubelet learns of it.
     dra_server, dra_health = await start_server(
@@ -111,58 +159,86 @@ async def serve(args: argparse.Namespace) -> int:
     await dra_health.set(True)
     reg_server, reg_health = await start_server(
         paths.registration_socket,
-        lambda s: registration_grpc.add_RegistrationServicer_to_server(registration, s),
+        lambda s: registration_grpc.add_RegistrationServicer_to_server(plugin.registration, s),
         service="dra-plugin",
         api_version=API_VERSION,
     )
     await reg_health.set(True)
     view_server, view_health = await start_server(
         args.socket,
-        lambda s: dra_plugin_pb2_grpc.add_DRAPluginViewServicer_to_server(view, s),
+        lambda s: dra_plugin_pb2_grpc.add_DRAPluginViewServicer_to_server(plugin.view, s),
         service="dra-plugin",
         api_version=API_VERSION,
         health_names=[VIEW_SERVICE],
-        metrics=metrics.exposition,
+        metrics=plugin.metrics.exposition,
     )
     await view_health.set(True)
     log.info(
         2,
         "dra-plugin serving",
-        node=node,
+        node=plugin.node,
         registration=str(paths.registration_socket),
         dra=str(paths.dra_socket),
-        claims=cluster.describe(),
+        claims=plugin.cluster.describe(),
     )
+    return Servers(dra_server, reg_server, view_server, view_health)
 
-    async def track_registration() -> None:
-        serving = health_pb2.HealthCheckResponse.SERVING
-        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
-        while True:
-            changed = registration.changed
-            status = serving if registration.state.registered else not_serving
-            await view_health.servicer.set(REGISTRATION_HEALTH, status)
-            await changed.wait()
 
-    stop = stop_event()
-    tasks = [
-        asyncio.create_task(registration.watchdog(paths.registrar_dir, args.registration_timeout)),
-        asyncio.create_task(publisher.run()),
-        asyncio.create_task(track_registration()),
-        asyncio.create_task(device_health.follow(allocator.list_devices, args.poll_interval)),
+async def _track_registration(registration: Registration, view_health: Health) -> None:
+    """Mirror the kubelet's registration outcome in the view's kubelet-registration health."""
+    serving = health_pb2.HealthCheckResponse.SERVING
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+    while True:
+        changed = registration.changed
+        status = serving if registration.state.registered else not_serving
+        await view_health.servicer.set(REGISTRATION_HEALTH, status)
+        await changed.wait()
+
+
+def _start_tasks(
+    args: argparse.Namespace, plugin: Plugin, servers: Servers
+) -> list[asyncio.Task[None]]:
+    registration = plugin.registration
+    return [
+        asyncio.create_task(
+            registration.watchdog(plugin.paths.registrar_dir, args.registration_timeout)
+        ),
+        asyncio.create_task(plugin.publisher.run()),
+        asyncio.create_task(_track_registration(registration, servers.view_health)),
+        asyncio.create_task(
+            plugin.device_health.follow(plugin.allocator.list_devices, args.poll_interval)
+        ),
     ]
-    await stop.wait()
+
+
+async def _shutdown(
+    args: argparse.Namespace,
+    plugin: Plugin,
+    servers: Servers,
+    tasks: list[asyncio.Task[None]],
+) -> None:
     log.info(2, "shutting down")
-    device_health.stop()
+    plugin.device_health.stop()
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     # Registration socket first, so the kubelet stops using us before the endpoint goes.
-    for server in (reg_server, dra_server, view_server):
+    for server in (servers.registration, servers.dra, servers.view):
         await server.stop(grace=2)
+    paths = plugin.paths
     for socket in (paths.registration_socket, paths.dra_socket, Path(args.socket)):
         with contextlib.suppress(OSError):
             socket.unlink()
-    await allocator.close()
-    if api is not None:
-        await api.aclose()
+    await plugin.allocator.close()
+    if plugin.api is not None:
+        await plugin.api.aclose()
+
+
+async def serve(args: argparse.Namespace) -> int:
+    plugin = _build(args)
+    servers = await _start_servers(args, plugin)
+    stop = stop_event()
+    tasks = _start_tasks(args, plugin, servers)
+    await stop.wait()
+    await _shutdown(args, plugin, servers, tasks)
     return 0
