@@ -24,19 +24,24 @@ from dracpu.core.errors import UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import Health, start_server
 from dracpu.core.signals import stop_event
-from dracpu.dra_plugin import health as health_service
-from dracpu.dra_plugin import kubelet_api
 from dracpu.dra_plugin.allocator_client import AllocatorClient
 from dracpu.dra_plugin.api_features import FeatureSupport
 from dracpu.dra_plugin.cluster import Cluster
+from dracpu.dra_plugin.health import DeviceHealth
 from dracpu.dra_plugin.metadata import MetadataWriter
 from dracpu.dra_plugin.node_service import NodeService
 from dracpu.dra_plugin.paths import DRIVER_NAME, KubeletPaths
 from dracpu.dra_plugin.plugin_metrics import PluginMetrics
 from dracpu.dra_plugin.publisher import SlicePublisher
-from dracpu.dra_plugin.registration import Registration
+from dracpu.dra_plugin.registration import PluginRegistration
+from dracpu.dra_plugin.servicer import (
+    DRA_SERVICES,
+    HEALTH_SERVICES,
+    PluginView,
+    Registration,
+    add_kubelet_services,
+)
 from dracpu.dra_plugin.slice_watch import SliceWatch
-from dracpu.dra_plugin.view import PluginView
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2_grpc
 from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 
@@ -60,11 +65,10 @@ class Plugin:
     api: KubernetesAPI | None  # None with --cluster-dir
     metrics: PluginMetrics
     allocator: AllocatorClient
-    device_health: health_service.DeviceHealth
+    device_health: DeviceHealth
     node_service: NodeService
-    registration: Registration
+    registration: PluginRegistration
     publisher: SlicePublisher
-    view: PluginView
 
 
 @dataclass
@@ -99,7 +103,7 @@ def _build(args: argparse.Namespace) -> Plugin:
 
     metrics = PluginMetrics()
     allocator = AllocatorClient(args.allocator_socket)
-    device_health = health_service.DeviceHealth(node, args.health_interval)
+    device_health = DeviceHealth(node, args.health_interval)
     node_service = NodeService(
         driver=DRIVER_NAME,
         cluster=cluster,
@@ -107,10 +111,8 @@ def _build(args: argparse.Namespace) -> Plugin:
         metadata=MetadataWriter(DRIVER_NAME, paths.metadata_dir, Path(args.cdi_dir)),
         metrics=metrics,
     )
-    registration = Registration(
-        DRIVER_NAME,
-        paths.dra_socket,
-        [*kubelet_api.DRA_SERVICES, *health_service.HEALTH_SERVICES],
+    registration = PluginRegistration(
+        DRIVER_NAME, paths.dra_socket, [*DRA_SERVICES, *HEALTH_SERVICES]
     )
     publisher = SlicePublisher(
         driver=DRIVER_NAME,
@@ -134,7 +136,6 @@ def _build(args: argparse.Namespace) -> Plugin:
         node_service=node_service,
         registration=registration,
         publisher=publisher,
-        view=PluginView(node, paths, registration, publisher, cluster),
     )
 
 
@@ -148,25 +149,27 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin) -> Servers:
             f"cannot listen on {paths.dra_socket}: {exc.filename}: {exc.strerror or exc}"
         ) from exc
 
-    def register_dra(server: grpc.aio.Server) -> None:
-        kubelet_api.add_to_server(server, plugin.node_service)
-        health_service.add_to_server(server, plugin.device_health)
-
     # The DRA endpoint must be live before the kubelet learns of it.
     dra_server, dra_health = await start_server(
-        paths.dra_socket, register_dra, service="dra-plugin", api_version=API_VERSION
+        paths.dra_socket,
+        lambda s: add_kubelet_services(s, plugin.node_service, plugin.device_health),
+        service="dra-plugin",
+        api_version=API_VERSION,
     )
     await dra_health.set(True)
     reg_server, reg_health = await start_server(
         paths.registration_socket,
-        lambda s: registration_grpc.add_RegistrationServicer_to_server(plugin.registration, s),
+        lambda s: registration_grpc.add_RegistrationServicer_to_server(
+            Registration(plugin.registration), s
+        ),
         service="dra-plugin",
         api_version=API_VERSION,
     )
     await reg_health.set(True)
+    view = PluginView(plugin.node, paths, plugin.registration, plugin.publisher, plugin.cluster)
     view_server, view_health = await start_server(
         args.socket,
-        lambda s: dra_plugin_pb2_grpc.add_DRAPluginViewServicer_to_server(plugin.view, s),
+        lambda s: dra_plugin_pb2_grpc.add_DRAPluginViewServicer_to_server(view, s),
         service="dra-plugin",
         api_version=API_VERSION,
         health_names=[VIEW_SERVICE],
@@ -184,7 +187,7 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin) -> Servers:
     return Servers(dra_server, reg_server, view_server, view_health)
 
 
-async def _track_registration(registration: Registration, view_health: Health) -> None:
+async def _track_registration(registration: PluginRegistration, view_health: Health) -> None:
     """Mirror the kubelet's registration outcome in the view's kubelet-registration health."""
     serving = health_pb2.HealthCheckResponse.SERVING
     not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
