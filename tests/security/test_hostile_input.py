@@ -12,7 +12,7 @@ import pytest
 from nri_bed import BIN, Allocator, write_topology_report
 
 from dracpu.core.errors import InvalidInputError
-from dracpu.dra_plugin.claims import ClaimRef
+from dracpu.dra_plugin.claim_request import ClaimRef
 from dracpu.dra_plugin.metadata import MetadataWriter
 
 pytestmark = pytest.mark.security

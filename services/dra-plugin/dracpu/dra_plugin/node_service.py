@@ -18,7 +18,7 @@ from typing import Any
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.allocator_client import AllocatorClient
-from dracpu.dra_plugin.claims import (
+from dracpu.dra_plugin.claim_request import (
     ALLOCATED_NUM_CPUS,
     ClaimRef,
     allocated_cpus,

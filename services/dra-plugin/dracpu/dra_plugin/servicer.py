@@ -19,7 +19,7 @@ import grpc
 
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import rpc_errors
-from dracpu.dra_plugin.claims import ClaimRef
+from dracpu.dra_plugin.claim_request import ClaimRef
 from dracpu.dra_plugin.cluster import Cluster
 from dracpu.dra_plugin.health import DeviceHealth
 from dracpu.dra_plugin.node_service import NodeService, PrepareOutcome
