@@ -352,7 +352,7 @@ PARSERS = {
     "topology": ("dracpu.topology.server", "build_parser"),
     "allocator": ("dracpu.allocator.server", "build_parser"),
     "dra-plugin": ("dracpu.dra_plugin.flags", "build_parser"),
-    "nri-plugin": ("dracpu.nri_plugin.server", "build_parser"),
+    "nri-plugin": ("dracpu.nri_plugin.flags", "build_parser"),
     "api": ("dracpu.api.server", "_parser"),
 }
 

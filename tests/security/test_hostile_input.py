@@ -161,7 +161,7 @@ def test_metadata_paths_never_leave_their_directory(
 
 def test_a_service_module_refuses_a_socket_dir_on_the_command_line(short_tmp: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "dracpu.nri_plugin.server", "--socket", str(short_tmp)],
+        [sys.executable, "-m", "dracpu.nri_plugin.main", "--socket", str(short_tmp)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -90,7 +90,7 @@ SERVICES = {
     "topology": "dracpu.topology.server",
     "allocator": "dracpu.allocator.server",
     "dra-plugin": "dracpu.dra_plugin.main",
-    "nri-plugin": "dracpu.nri_plugin.server",
+    "nri-plugin": "dracpu.nri_plugin.main",
     "api": "dracpu.api.server",
 }
 SERVICE_ARGV = {
