@@ -33,7 +33,7 @@ from dracpu.dra_plugin.metadata import MetadataDevice, MetadataWriter, attribute
 from dracpu.dra_plugin.plugin_metrics import PluginMetrics
 from dracpu.pb.allocator.v1 import allocator_pb2
 
-log = get_logger("dra")
+log = get_logger(__name__)
 
 MAX_CONCURRENT_CALLS = 64
 
