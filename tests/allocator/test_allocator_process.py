@@ -287,7 +287,7 @@ async def test_waits_for_the_topology_service(short_tmp: Path) -> None:
             assert early.value.code() == grpc.StatusCode.UNAVAILABLE
             sysfs = write_fixture("epyc-2s-nps4", short_tmp / "sys")
             topology = spawn(
-                "dracpu.topology.server",
+                "dracpu.topology.main",
                 ["--socket", str(topology_socket), "--sysfs-root", str(sysfs)],
                 short_tmp / "topology.log",
             )
@@ -304,7 +304,7 @@ async def test_follows_cpus_going_offline(short_tmp: Path) -> None:
     sysfs = write_fixture("xeon-2s-ht", short_tmp / "sys")
     topology_socket = short_tmp / "t.sock"
     topology = spawn(
-        "dracpu.topology.server",
+        "dracpu.topology.main",
         ["--socket", str(topology_socket), "--sysfs-root", str(sysfs)],
         short_tmp / "topology.log",
     )

@@ -209,7 +209,7 @@ class ServiceSet:
             return [
                 sys.executable,
                 "-m",
-                "dracpu.topology.server",
+                "dracpu.topology.main",
                 "--socket",
                 socket,
                 "--sysfs-root",

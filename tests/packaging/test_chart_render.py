@@ -349,10 +349,10 @@ def test_config_file_is_accepted_by_the_services_loader(case: tuple[Case, Render
 
 # The argv parser of each service, by the name its module gives it.
 PARSERS = {
-    "topology": ("dracpu.topology.server", "build_parser"),
+    "topology": ("dracpu.topology.flags", "build_parser"),
     "allocator": ("dracpu.allocator.flags", "build_parser"),
-    "dra-plugin": ("dracpu.dra_plugin.server", "parser"),
-    "nri-plugin": ("dracpu.nri_plugin.server", "build_parser"),
+    "dra-plugin": ("dracpu.dra_plugin.flags", "build_parser"),
+    "nri-plugin": ("dracpu.nri_plugin.flags", "build_parser"),
     "api": ("dracpu.api.flags", "build_parser"),
 }
 

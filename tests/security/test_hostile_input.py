@@ -12,7 +12,7 @@ import pytest
 from nri_bed import BIN, Allocator, write_topology_report
 
 from dracpu.core.errors import InvalidInputError
-from dracpu.dra_plugin.claims import ClaimRef
+from dracpu.dra_plugin.claim_request import ClaimRef
 from dracpu.dra_plugin.metadata import MetadataWriter
 
 pytestmark = pytest.mark.security
@@ -161,7 +161,7 @@ def test_metadata_paths_never_leave_their_directory(
 
 def test_a_service_module_refuses_a_socket_dir_on_the_command_line(short_tmp: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "dracpu.nri_plugin.server", "--socket", str(short_tmp)],
+        [sys.executable, "-m", "dracpu.nri_plugin.main", "--socket", str(short_tmp)],
         capture_output=True,
         text=True,
         timeout=60,

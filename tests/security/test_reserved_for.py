@@ -10,7 +10,7 @@ import pytest
 from dracpu.allocator import records
 from dracpu.allocator.claims import ClaimRecord
 from dracpu.core.cpuset import CPUSet
-from dracpu.dra_plugin.claims import ClaimRef, prepare_request
+from dracpu.dra_plugin.claim_request import ClaimRef, prepare_request
 
 pytestmark = pytest.mark.security
 

@@ -52,7 +52,7 @@ def start(workdir: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
     log = workdir / "topology.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "dracpu.topology.server", *args],
+            [sys.executable, "-m", "dracpu.topology.main", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
         )

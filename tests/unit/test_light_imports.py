@@ -87,10 +87,10 @@ print(json.dumps({"code": code, "stderr": err.getvalue(), "modules": sorted(sys.
 
 # Each service's entry module (the console script's target), and the exit code each probe ends in.
 SERVICES = {
-    "topology": "dracpu.topology.server",
+    "topology": "dracpu.topology.main",
     "allocator": "dracpu.allocator.main",
-    "dra-plugin": "dracpu.dra_plugin.server",
-    "nri-plugin": "dracpu.nri_plugin.server",
+    "dra-plugin": "dracpu.dra_plugin.main",
+    "nri-plugin": "dracpu.nri_plugin.main",
     "api": "dracpu.api.main",
 }
 SERVICE_ARGV = {

@@ -19,7 +19,7 @@ from dracpu.core.errors import from_grpc_code
 from dracpu.core.log import get_logger
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 
-log = get_logger("allocator-client")
+log = get_logger(__name__)
 T = TypeVar("T")
 
 # The kubelet gives a prepare call 45 s; leave it room to report our error.

@@ -19,7 +19,7 @@ from typing import Any
 
 from dracpu.core.log import get_logger
 
-log = get_logger("features")
+log = get_logger(__name__)
 
 Device = dict[str, Any]
 LIST_KINDS = ("strings", "ints", "bools", "versions")

@@ -1,4 +1,5 @@
-"""Device health for the kubelet (DRAResourceHealth v1alpha1 and v1).
+"""Device health for the kubelet: what DRAResourceHealth (v1alpha1 and v1, in
+dracpu.dra_plugin.servicer) streams.
 
 The allocator judges health from the topology (its DeviceList `health` map): Unhealthy while
 CPUs of a device are offline or gone, Unknown while the topology cannot be read, Healthy
@@ -16,20 +17,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-import grpc
-
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
-from dracpu.core.rpc import rpc_errors
 from dracpu.dra_plugin.intervals import RESEND_INTERVAL
-from dracpu.pb.kubelet.dra_health.v1 import api_pb2 as v1
-from dracpu.pb.kubelet.dra_health.v1 import api_pb2_grpc as v1_grpc
-from dracpu.pb.kubelet.dra_health.v1alpha1 import api_pb2 as v1alpha1
-from dracpu.pb.kubelet.dra_health.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 
-log = get_logger("health")
+log = get_logger(__name__)
 
-HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 MESSAGE = "device initialized"
 # The allocator's status words -> the enum value names of both API versions.
 _STATUS = {"Healthy": "HEALTHY", "Unhealthy": "UNHEALTHY", "Unknown": "UNKNOWN"}
@@ -122,28 +115,3 @@ class DeviceHealth:
                 for name, (status, message) in sorted(self.current().items())
             ]
         )
-
-
-class HealthWatch:
-    """NodeWatchResources for one health API version; both versions stream the same snapshots,
-    spelled in their own generated messages."""
-
-    def __init__(self, health: DeviceHealth, api: Any, name: str) -> None:
-        self.health = health
-        self.api = api
-        self.name = name
-
-    @rpc_errors
-    async def NodeWatchResources(
-        self, request: Any, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
-        log.info(2, "kubelet watches device health", api=self.name)
-        async for item in self.health.snapshots(self.api):
-            yield item
-
-
-def add_to_server(server: grpc.aio.Server, health: DeviceHealth) -> None:
-    v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(
-        HealthWatch(health, v1alpha1, "v1alpha1"), server
-    )
-    v1_grpc.add_DRAResourceHealthServicer_to_server(HealthWatch(health, v1, "v1"), server)

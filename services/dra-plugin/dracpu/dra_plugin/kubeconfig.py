@@ -32,7 +32,7 @@ import yaml
 from dracpu.core.errors import ConfigError
 from dracpu.core.log import get_logger
 
-log = get_logger("kubeconfig")
+log = get_logger(__name__)
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # Projected service account tokens rotate; client-go reads a token file again after a minute

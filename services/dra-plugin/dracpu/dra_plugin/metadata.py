@@ -18,7 +18,7 @@ from typing import Any
 
 from dracpu.core.errors import StateError
 from dracpu.core.names import check_namespace, check_object_name
-from dracpu.dra_plugin.claims import ClaimRef, base_request
+from dracpu.dra_plugin.claim_request import ClaimRef, base_request
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 METADATA_GROUP = "metadata.resource.k8s.io"

@@ -18,7 +18,7 @@ from typing import Any
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.allocator_client import AllocatorClient
-from dracpu.dra_plugin.claims import (
+from dracpu.dra_plugin.claim_request import (
     ALLOCATED_NUM_CPUS,
     ClaimRef,
     allocated_cpus,
@@ -33,7 +33,7 @@ from dracpu.dra_plugin.metadata import MetadataDevice, MetadataWriter, attribute
 from dracpu.dra_plugin.plugin_metrics import PluginMetrics
 from dracpu.pb.allocator.v1 import allocator_pb2
 
-log = get_logger("dra")
+log = get_logger(__name__)
 
 MAX_CONCURRENT_CALLS = 64
 

@@ -35,7 +35,7 @@ from dracpu.dra_plugin.slice_watch import SliceWatch
 from dracpu.dra_plugin.slices import Owner, Plan, chunk_documents, device_json, plan
 from dracpu.pb.allocator.v1 import allocator_pb2
 
-log = get_logger("slices")
+log = get_logger(__name__)
 
 OWNER_RETRY = 30.0
 MAX_BACKOFF = 60.0

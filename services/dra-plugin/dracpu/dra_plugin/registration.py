@@ -1,9 +1,10 @@
-"""Kubelet plugin-watcher registration (pluginregistration.Registration).
+"""Kubelet plugin-watcher registration: the PluginInfo the plugin offers and the outcome the
+kubelet reported (PluginRegistration), and the watchdog that says when it has not come.
 
 The kubelet finds our socket in our own directory under its plugins_registry dir, asks GetInfo,
-and tells us the outcome through NotifyRegistrationStatus. We record that outcome for the
-status view and the registration watchdog; a plugin the kubelet has not registered keeps
-serving.
+and tells us the outcome through NotifyRegistrationStatus (the servicer, Registration in
+dracpu.dra_plugin.servicer, answers both from here). We record that outcome for the status view
+and the registration watchdog; a plugin the kubelet has not registered keeps serving.
 """
 
 from __future__ import annotations
@@ -14,13 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.intervals import REGISTRATION_TIMEOUT
-from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2, api_pb2_grpc
+from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2
 
-log = get_logger("registration")
+log = get_logger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"
 
@@ -34,7 +33,9 @@ class RegistrationState:
     changed_at: float = 0.0
 
 
-class Registration(api_pb2_grpc.RegistrationServicer):  # type: ignore[misc]
+class PluginRegistration:
+    """The plugin's registration with the kubelet: what it offers, what the kubelet said."""
+
     def __init__(self, driver: str, endpoint: Path, versions: Sequence[str]) -> None:
         self.info = api_pb2.PluginInfo(
             type=PLUGIN_TYPE, name=driver, endpoint=str(endpoint), supported_versions=versions
@@ -43,37 +44,30 @@ class Registration(api_pb2_grpc.RegistrationServicer):  # type: ignore[misc]
         self.registered_event = asyncio.Event()
         self.changed = asyncio.Event()  # replaced after every notification
 
-    async def GetInfo(
-        self, request: api_pb2.InfoRequest, context: grpc.aio.ServicerContext
-    ) -> api_pb2.PluginInfo:
+    def info_requested(self) -> api_pb2.PluginInfo:
+        """The kubelet asked for the plugin's info (GetInfo): count it, hand the info out."""
         self.state.info_requests += 1
         log.info(
             4, "kubelet asked for plugin info", versions=",".join(self.info.supported_versions)
         )
         return self.info
 
-    async def NotifyRegistrationStatus(
-        self, request: api_pb2.RegistrationStatus, context: grpc.aio.ServicerContext
-    ) -> api_pb2.RegistrationStatusResponse:
+    def notified(self, registered: bool, error: str) -> None:
+        """The kubelet reported the outcome (NotifyRegistrationStatus): record it."""
         state = self.state
         state.notified = True
         state.changed_at = time.time()
-        state.registered = request.plugin_registered
+        state.registered = registered
         self.changed.set()
         self.changed = asyncio.Event()
-        if request.plugin_registered:
+        if registered:
             state.error = ""
             self.registered_event.set()
             log.info(2, "kubelet registered the plugin", driver=self.info.name)
-            return api_pb2.RegistrationStatusResponse()
-        state.error = request.error
+            return
+        state.error = error
         self.registered_event.clear()
-        log.warning("kubelet rejected the plugin", driver=self.info.name, reason=request.error)
-        # As the upstream helper does: a failed registration is answered with an error.
-        await context.abort(
-            grpc.StatusCode.UNKNOWN, f"failed registration process: {request.error}"
-        )
-        raise AssertionError("unreachable")  # abort raises
+        log.warning("kubelet rejected the plugin", driver=self.info.name, reason=error)
 
     async def watchdog(self, registrar_dir: Path, timeout: float = REGISTRATION_TIMEOUT) -> None:
         """Say clearly when the kubelet has not registered us in time; keep serving anyway."""

@@ -23,7 +23,7 @@ from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.cluster import Object, SliceWatcher, WatchEvent, WatchExpiredError
 
-log = get_logger("slice-watch")
+log = get_logger(__name__)
 
 MIN_WATCH_TIMEOUT = 300.0  # client-go's minWatchTimeout; each watch lasts 1-2x this
 MAX_BACKOFF = 30.0

@@ -35,7 +35,7 @@ from dracpu.nri_plugin.ttrpc import DEADLINE_EXCEEDED, TtrpcError
 from dracpu.pb.allocator.v1 import allocator_pb2
 from dracpu.pb.nri import api_pb2
 
-log = get_logger("nri.cpu")
+log = get_logger(__name__)
 
 # Sends plugin-initiated updates, waiting at most the given seconds for the answer; returns
 # the ones the runtime could not apply. Raises TtrpcError (remote, or a local timeout).

@@ -17,7 +17,7 @@ from typing import Final, Protocol
 from dracpu.core.errors import ProtocolError
 from dracpu.core.log import get_logger
 
-log = get_logger("nri.mux")
+log = get_logger(__name__)
 
 FRAME_HEADER: Final = struct.Struct(">II")
 PLUGIN_SERVICE_CONN: Final = 1

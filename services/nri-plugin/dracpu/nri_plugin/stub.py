@@ -26,7 +26,7 @@ from dracpu.nri_plugin.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from dracpu.nri_plugin.ttrpc import Channel, Handler, TtrpcError
 from dracpu.pb.nri import api_pb2
 
-log = get_logger("nri.stub")
+log = get_logger(__name__)
 
 M = TypeVar("M", bound=Message)
 

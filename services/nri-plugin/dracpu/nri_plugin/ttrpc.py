@@ -24,7 +24,7 @@ from dracpu.core.log import get_logger
 from dracpu.nri_plugin.mux import Mux
 from dracpu.pb.ttrpc import ttrpc_pb2
 
-log = get_logger("nri.ttrpc")
+log = get_logger(__name__)
 
 MESSAGE_HEADER: Final = struct.Struct(">IIBB")
 MAX_MESSAGE: Final = 4 << 20

@@ -22,7 +22,7 @@ from dracpu.core.log import get_logger
 from dracpu.core.machine import CPUInfo, Machine
 from dracpu.topology.sysfs import Missing, SysfsReader
 
-log = get_logger("discovery")
+log = get_logger(__name__)
 
 CPU_DIR = "devices/system/cpu"
 NODE_DIR = "devices/system/node"

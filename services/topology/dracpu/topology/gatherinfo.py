@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dracpu.core import __version__
-from dracpu.core import log as logging_setup
 from dracpu.core.cli import ArgumentParser, run
 from dracpu.core.config import DriverConfig, add_config_flags, load
 from dracpu.core.errors import StateError
+from dracpu.core.log import setup
 
 if TYPE_CHECKING:
     from dracpu.core.machine import Machine
@@ -111,9 +111,7 @@ def _gather(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not 0 <= args.verbosity <= 10:
-        parser.error(f"argument -v: verbosity must be 0-10, got {args.verbosity}")
-    logging_setup.setup(args.verbosity, "gatherinfo")
+    setup(args.verbosity, "gatherinfo")
     return run(lambda: _gather(args), PROG)
 
 

@@ -1,17 +1,13 @@
-"""dracpu-dra-plugin: the kubelet- and API-server-facing service.
+"""The dracpu-dra-plugin command line: its argument parser and the checks argparse cannot make.
 
-Serves the DRA node service (v1 and v1beta1) and device health on
-<kubelet-root>/plugins/dra.cpu/dra.sock, registers through
-<kubelet-root>/plugins_registry/dra.cpu/dra.cpu-reg.sock, publishes the allocator's devices as
-ResourceSlices, and answers the read-only DRAPluginView on --socket.
+Light imports only: `--help` and bad flags are answered without gRPC or the plugin.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 
-from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.cli import ArgumentParser
 from dracpu.core.flags import add_config_flags
 from dracpu.core.sockets import DEFAULT_SOCKETS
 from dracpu.dra_plugin.intervals import (
@@ -23,9 +19,14 @@ from dracpu.dra_plugin.intervals import (
 )
 from dracpu.dra_plugin.paths import DEFAULT_KUBELET_ROOT
 
+PROG = "dracpu-dra-plugin"
+DESCRIPTION = f"{PROG}: the kubelet- and API-server-facing service."
+# The flags (as argparse dests) that take a duration in seconds, which must be positive.
+POSITIVE = ("registration_timeout", "health_interval", "poll_interval", "resync_interval")
 
-def parser() -> ArgumentParser:
-    p = ArgumentParser(prog="dracpu-dra-plugin", description=__doc__.splitlines()[0])
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog=PROG, description=DESCRIPTION)
     p.add_argument("--socket", default=DEFAULT_SOCKETS["dra-plugin"], help="status socket")
     p.add_argument("--allocator-socket", default=DEFAULT_SOCKETS["allocator"])
     p.add_argument("--kubelet-root-dir", default=DEFAULT_KUBELET_ROOT, metavar="DIR")
@@ -61,26 +62,9 @@ def parser() -> ArgumentParser:
     return p
 
 
-def _positive(p: ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("registration_timeout", "health_interval", "poll_interval", "resync_interval"):
+def check_positive(p: ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit 2) a duration flag that is zero or negative."""
+    for name in POSITIVE:
         value = getattr(args, name)
         if value is not None and value <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    # Arguments are parsed before gRPC and the plugin are imported: --help and bad flags
-    # answer at once.
-    p = parser()
-    args = p.parse_args(argv)
-    _positive(p, args)
-    from dracpu.core import log
-    from dracpu.dra_plugin.serving import serve
-
-    log.setup(args.verbosity, "dra-plugin")
-
-    return run_async(lambda: serve(args), "dracpu-dra-plugin")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,15 +1,14 @@
-"""The nri-plugin service: registers with the runtime over NRI as `dra.cpu` (index 00), pins
-containers' cpusets from the allocator's answers, and serves a read-only view over gRPC.
+"""The dracpu-nri-plugin command line: its argument parser and the checks argparse cannot make.
 
-Health is SERVING while the plugin is registered and synchronized with the runtime; the gRPC
-view keeps answering while it reconnects.
+Light imports only: `--help` and bad flags are answered without gRPC, the NRI messages or the
+plugin.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import argparse
 
-from dracpu.core.cli import ArgumentParser, run_async
+from dracpu.core.cli import ArgumentParser
 from dracpu.core.flags import add_config_flags
 from dracpu.core.sockets import DEFAULT_SOCKETS
 from dracpu.nri_plugin.identity import DEFAULT_NRI_SOCKET, valid_plugin_index
@@ -54,23 +53,7 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    # Arguments are parsed before gRPC and the plugin are imported: --help and bad flags
-    # answer at once.
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not 0 <= args.verbosity <= 10:
-        parser.error(f"argument -v: verbosity must be 0-10, got {args.verbosity}")
+def check_plugin_index(parser: ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit 2) an --nri-plugin-index the runtime would refuse."""
     if not valid_plugin_index(args.nri_plugin_index):
         parser.error(f"argument --nri-plugin-index: {args.nri_plugin_index!r} is not two digits")
-
-    from dracpu.core import log
-    from dracpu.nri_plugin.serving import serve
-
-    log.setup(args.verbosity, "nri-plugin")
-
-    return run_async(lambda: serve(args), PROG)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

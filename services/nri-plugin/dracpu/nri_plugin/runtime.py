@@ -17,15 +17,15 @@ from dracpu.nri_plugin.allocator_client import AllocatorClient
 from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
 from dracpu.nri_plugin.plugin_metrics import NRIMetrics
+from dracpu.nri_plugin.servicer import NRIPluginView
 from dracpu.nri_plugin.stub import PluginStub
-from dracpu.nri_plugin.view import NRIPluginView
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2_grpc
 
 SERVICE_NAME = "dracpu.nri_plugin.v1.NRIPluginView"
 API_VERSION = "dracpu.nri_plugin.v1"
 PLUGIN_NAME = "dra.cpu"
 
-log = get_logger("nri")
+log = get_logger(__name__)
 
 
 async def serve(args: argparse.Namespace) -> int:

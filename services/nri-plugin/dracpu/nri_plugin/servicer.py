@@ -1,8 +1,9 @@
-"""`dracpu.nri_plugin.v1.NRIPluginView`: what the api sidecar shows of this service."""
+"""The nri-plugin's gRPC servicer: `dracpu.nri_plugin.v1.NRIPluginView`, what the api sidecar
+shows of this service."""
 
 from __future__ import annotations
 
-from typing import Any
+import grpc
 
 from dracpu.core.rpc import rpc_errors
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
@@ -16,7 +17,9 @@ class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[
         self._stub = stub
 
     @rpc_errors
-    async def ListContainers(self, request: Any, context: Any) -> nri_plugin_pb2.ContainerList:
+    async def ListContainers(
+        self, request: nri_plugin_pb2.ListContainersRequest, context: grpc.aio.ServicerContext
+    ) -> nri_plugin_pb2.ContainerList:
         return nri_plugin_pb2.ContainerList(
             containers=[
                 nri_plugin_pb2.ContainerView(
@@ -35,7 +38,9 @@ class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[
         )
 
     @rpc_errors
-    async def GetStatus(self, request: Any, context: Any) -> nri_plugin_pb2.PluginStatus:
+    async def GetStatus(
+        self, request: nri_plugin_pb2.GetStatusRequest, context: grpc.aio.ServicerContext
+    ) -> nri_plugin_pb2.PluginStatus:
         status = self._stub.status
         runtime = status.runtime
         return nri_plugin_pb2.PluginStatus(

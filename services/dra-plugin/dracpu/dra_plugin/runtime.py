@@ -1,0 +1,247 @@
+"""The dra-plugin at run time: its three gRPC servers (the DRA endpoint, registration, the
+read-only view) and the tasks that publish slices, resend device health and follow the
+kubelet's registration.
+
+`serve` builds the plugin's parts from its flags and config (`_build`), starts the servers
+(`_start_servers`) and the background tasks (`_start_tasks`), and on SIGTERM or SIGINT takes
+them down in order (`_shutdown`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from dracpu.core import config as driver_config
+from dracpu.core.errors import UnavailableError
+from dracpu.core.log import get_logger
+from dracpu.core.rpc import Health, start_server
+from dracpu.core.signals import stop_event
+from dracpu.dra_plugin.allocator_client import AllocatorClient
+from dracpu.dra_plugin.api_features import FeatureSupport
+from dracpu.dra_plugin.cluster import Cluster
+from dracpu.dra_plugin.health import DeviceHealth
+from dracpu.dra_plugin.metadata import MetadataWriter
+from dracpu.dra_plugin.node_service import NodeService
+from dracpu.dra_plugin.paths import DRIVER_NAME, KubeletPaths
+from dracpu.dra_plugin.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.publisher import SlicePublisher
+from dracpu.dra_plugin.registration import PluginRegistration
+from dracpu.dra_plugin.servicer import (
+    DRA_SERVICES,
+    HEALTH_SERVICES,
+    PluginView,
+    Registration,
+    add_kubelet_services,
+)
+from dracpu.dra_plugin.slice_watch import SliceWatch
+from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2_grpc
+from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration_grpc
+
+if TYPE_CHECKING:
+    from dracpu.dra_plugin.kube import KubernetesAPI
+
+log = get_logger(__name__)
+
+API_VERSION = "dracpu.dra_plugin.v1"
+VIEW_SERVICE = "dracpu.dra_plugin.v1.DRAPluginView"
+REGISTRATION_HEALTH = "kubelet-registration"
+
+
+@dataclass
+class Plugin:
+    """The parts of a running dra-plugin, built once from its flags and config."""
+
+    node: str
+    paths: KubeletPaths
+    cluster: Cluster
+    api: KubernetesAPI | None  # None with --cluster-dir
+    metrics: PluginMetrics
+    allocator: AllocatorClient
+    device_health: DeviceHealth
+    node_service: NodeService
+    registration: PluginRegistration
+    publisher: SlicePublisher
+
+
+@dataclass
+class Servers:
+    """The three gRPC servers, and the view's health (it carries the registration status)."""
+
+    dra: grpc.aio.Server
+    registration: grpc.aio.Server
+    view: grpc.aio.Server
+    view_health: Health
+
+
+def _build(args: argparse.Namespace) -> Plugin:
+    cfg = driver_config.load(args)
+    paths = KubeletPaths(Path(args.kubelet_root_dir).absolute())
+    paths.check()
+    driver_config.log_effective(cfg)
+    node = cfg.node_name()
+    cluster: Cluster
+    api: KubernetesAPI | None = None
+    watch: SliceWatch | None = None
+    if args.cluster_dir:
+        from dracpu.dra_plugin.folder import ClusterFolder  # development runs only
+
+        cluster = ClusterFolder(args.cluster_dir)
+    else:
+        from dracpu.dra_plugin.kube import KubernetesAPI
+
+        api = KubernetesAPI(cfg.kubeconfig)
+        cluster = api
+        watch = SliceWatch(api, DRIVER_NAME, node)
+
+    metrics = PluginMetrics()
+    allocator = AllocatorClient(args.allocator_socket)
+    device_health = DeviceHealth(node, args.health_interval)
+    node_service = NodeService(
+        driver=DRIVER_NAME,
+        cluster=cluster,
+        allocator=allocator,
+        metadata=MetadataWriter(DRIVER_NAME, paths.metadata_dir, Path(args.cdi_dir)),
+        metrics=metrics,
+    )
+    registration = PluginRegistration(
+        DRIVER_NAME, paths.dra_socket, [*DRA_SERVICES, *HEALTH_SERVICES]
+    )
+    publisher = SlicePublisher(
+        driver=DRIVER_NAME,
+        node=node,
+        cluster=cluster,
+        allocator=allocator,
+        on_devices=device_health.set_devices,
+        poll_interval=args.poll_interval,
+        resync_interval=args.resync_interval,
+        watch=watch,
+        features=FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name)),
+    )
+    return Plugin(
+        node=node,
+        paths=paths,
+        cluster=cluster,
+        api=api,
+        metrics=metrics,
+        allocator=allocator,
+        device_health=device_health,
+        node_service=node_service,
+        registration=registration,
+        publisher=publisher,
+    )
+
+
+async def _start_servers(args: argparse.Namespace, plugin: Plugin) -> Servers:
+    paths = plugin.paths
+    try:
+        paths.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+        paths.registrar_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UnavailableError(
+            f"cannot listen on {paths.dra_socket}: {exc.filename}: {exc.strerror or exc}"
+        ) from exc
+
+    # The DRA endpoint must be live before the kubelet learns of it.
+    dra_server, dra_health = await start_server(
+        paths.dra_socket,
+        lambda s: add_kubelet_services(s, plugin.node_service, plugin.device_health),
+        service="dra-plugin",
+        api_version=API_VERSION,
+    )
+    await dra_health.set(True)
+    reg_server, reg_health = await start_server(
+        paths.registration_socket,
+        lambda s: registration_grpc.add_RegistrationServicer_to_server(
+            Registration(plugin.registration), s
+        ),
+        service="dra-plugin",
+        api_version=API_VERSION,
+    )
+    await reg_health.set(True)
+    view = PluginView(plugin.node, paths, plugin.registration, plugin.publisher, plugin.cluster)
+    view_server, view_health = await start_server(
+        args.socket,
+        lambda s: dra_plugin_pb2_grpc.add_DRAPluginViewServicer_to_server(view, s),
+        service="dra-plugin",
+        api_version=API_VERSION,
+        health_names=[VIEW_SERVICE],
+        metrics=plugin.metrics.exposition,
+    )
+    await view_health.set(True)
+    log.info(
+        2,
+        "dra-plugin serving",
+        node=plugin.node,
+        registration=str(paths.registration_socket),
+        dra=str(paths.dra_socket),
+        claims=plugin.cluster.describe(),
+    )
+    return Servers(dra_server, reg_server, view_server, view_health)
+
+
+async def _track_registration(registration: PluginRegistration, view_health: Health) -> None:
+    """Mirror the kubelet's registration outcome in the view's kubelet-registration health."""
+    serving = health_pb2.HealthCheckResponse.SERVING
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+    while True:
+        changed = registration.changed
+        status = serving if registration.state.registered else not_serving
+        await view_health.servicer.set(REGISTRATION_HEALTH, status)
+        await changed.wait()
+
+
+def _start_tasks(
+    args: argparse.Namespace, plugin: Plugin, servers: Servers
+) -> list[asyncio.Task[None]]:
+    registration = plugin.registration
+    return [
+        asyncio.create_task(
+            registration.watchdog(plugin.paths.registrar_dir, args.registration_timeout)
+        ),
+        asyncio.create_task(plugin.publisher.run()),
+        asyncio.create_task(_track_registration(registration, servers.view_health)),
+        asyncio.create_task(
+            plugin.device_health.follow(plugin.allocator.list_devices, args.poll_interval)
+        ),
+    ]
+
+
+async def _shutdown(
+    args: argparse.Namespace,
+    plugin: Plugin,
+    servers: Servers,
+    tasks: list[asyncio.Task[None]],
+) -> None:
+    log.info(2, "shutting down")
+    plugin.device_health.stop()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    # Registration socket first, so the kubelet stops using us before the endpoint goes.
+    for server in (servers.registration, servers.dra, servers.view):
+        await server.stop(grace=2)
+    paths = plugin.paths
+    for socket in (paths.registration_socket, paths.dra_socket, Path(args.socket)):
+        with contextlib.suppress(OSError):
+            socket.unlink()
+    await plugin.allocator.close()
+    if plugin.api is not None:
+        await plugin.api.aclose()
+
+
+async def serve(args: argparse.Namespace) -> int:
+    plugin = _build(args)
+    servers = await _start_servers(args, plugin)
+    stop = stop_event()
+    tasks = _start_tasks(args, plugin, servers)
+    await stop.wait()
+    await _shutdown(args, plugin, servers, tasks)
+    return 0

@@ -1,0 +1,41 @@
+"""The dracpu-topology command line: its argument parser and the checks argparse cannot make.
+
+Light imports only: `--help` and bad flags are answered without gRPC or discovery.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dracpu.core.cli import ArgumentParser
+from dracpu.core.flags import add_config_flags
+from dracpu.core.sockets import DEFAULT_SOCKETS
+
+PROG = "dracpu-topology"
+WATCH_INTERVAL = 2.0
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog=PROG, description="Serve the node's CPU topology over gRPC.")
+    parser.add_argument(
+        "--socket",
+        default=DEFAULT_SOCKETS["topology"],
+        metavar="PATH",
+        help=f"unix socket to listen on (default {DEFAULT_SOCKETS['topology']})",
+    )
+    parser.add_argument(
+        "--watch-interval",
+        type=float,
+        default=WATCH_INTERVAL,
+        metavar="SECONDS",
+        help=f"how often to check the online, isolated and nohz_full lists for changes "
+        f"(0: never; default {WATCH_INTERVAL})",
+    )
+    add_config_flags(parser)
+    return parser
+
+
+def check_watch_interval(parser: ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (exit 2) a negative --watch-interval (or NaN)."""
+    if not args.watch_interval >= 0:
+        parser.error("argument --watch-interval: must not be negative")

@@ -1,0 +1,68 @@
+"""The topology service at run time: discovery at start, the gRPC server over the Inventory
+(SERVING once discovery succeeded), the watch of the kernel's CPU lists, and the stop on SIGTERM
+or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import grpc
+
+from dracpu.core import __version__
+from dracpu.core.config import load, log_effective
+from dracpu.core.log import get_logger
+from dracpu.core.rpc import check_socket_path, start_server, stop_server
+from dracpu.core.signals import stop_event
+from dracpu.pb.topology.v1 import topology_pb2_grpc
+from dracpu.topology.discovery import check_root, discover
+from dracpu.topology.inventory import Inventory
+from dracpu.topology.servicer import TopologyServicer
+
+SERVICE_NAME = "dracpu.topology.v1.Topology"
+API_VERSION = "dracpu.topology.v1"
+
+log = get_logger(__name__)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    check_socket_path(args.socket)
+    config = load(args)
+    root = config.effective_sysfs_root()
+    # Refuse a bad root before logging anything, so bad input yields one line.
+    check_root(root)
+    log_effective(config)
+    log.info(0, "starting", version=__version__, socket=args.socket, sysfs_root=str(root))
+    inventory = Inventory(root, await asyncio.to_thread(discover, root))
+
+    def register(server: grpc.aio.Server) -> None:
+        topology_pb2_grpc.add_TopologyServicer_to_server(TopologyServicer(inventory), server)
+
+    server, health = await start_server(
+        args.socket,
+        register,
+        service="topology",
+        api_version=API_VERSION,
+        health_names=[SERVICE_NAME],
+    )
+    await health.set(True)
+    log.info(
+        0,
+        "serving",
+        socket=args.socket,
+        cpus=len(inventory.message.cpus),
+        fingerprint=inventory.message.fingerprint,
+    )
+
+    stop = stop_event()
+    watch = (
+        asyncio.create_task(inventory.watch(args.watch_interval)) if args.watch_interval else None
+    )
+    await stop.wait()
+    if watch is not None:
+        watch.cancel()
+
+    log.info(0, "stopping", socket=args.socket)
+    await stop_server(server, health, args.socket)
+    return 0
