@@ -25,7 +25,7 @@ from dracpu.core.rpc import Health, rpc_errors, start_server
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, PluginRejected, RegisteredPlugin
 from dracpu.dev.sim_control import KUBELET_SERVICE, Body, control_handler
 
-log = get_logger("kubelet-sim")
+log = get_logger(__name__)
 
 WATCH_INTERVAL = 0.2
 PLUGIN_WAIT = 10.0

@@ -30,7 +30,7 @@ from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.dev.sim_control import RUNTIME_SERVICE, Body, control_handler
 from dracpu.pb.nri import api_pb2
 
-log = get_logger("runtime-sim")
+log = get_logger(__name__)
 
 # How long a create waits for the driver's NRI plugin to be admitted: a container created
 # without it would run unpinned, which is never what `dev claim` wants.

@@ -35,7 +35,7 @@ from dracpu.nri_plugin.stub import PLUGIN_SERVICE, RUNTIME_SERVICE
 from dracpu.nri_plugin.ttrpc import UNIMPLEMENTED, Channel, TtrpcError
 from dracpu.pb.nri import api_pb2
 
-log = get_logger("dev.runtime")
+log = get_logger(__name__)
 
 
 class CreateContainerError(DracpuError):

@@ -21,7 +21,7 @@ from dracpu.core.log import get_logger
 
 CONFIG_API_VERSION = "v1alpha1"
 
-log = get_logger("config")
+log = get_logger(__name__)
 
 # Field name -> (file spelling, allowed values or the type). Read by hand rather than with a
 # schema library: every service and command reads this at start, and the check is small.

@@ -26,7 +26,7 @@ from dracpu.core.sockets import MAX_SOCKET_PATH as MAX_SOCKET_PATH
 from dracpu.core.sockets import check_socket_path as check_socket_path
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 
-log = get_logger("rpc")
+log = get_logger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
