@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, InvalidInputError
 from dracpu.nri_plugin.claim_env import parse_claim_env
@@ -134,7 +135,7 @@ def test_plugin_indexes(index: str, ok: bool) -> None:
 
 
 def _rec(cid: str, claims: tuple[str, ...] = (), cpus: str = "", pod: str = "p") -> ContainerRecord:
-    return ContainerRecord(cid, pod, "ns", "pod", cid, claims, CPUSet.parse(cpus))
+    return ContainerRecord(Container.of(cid, pod, "ns", "pod", cid), claims, CPUSet.parse(cpus))
 
 
 def test_registry_finds_stale_shared_containers_only() -> None:

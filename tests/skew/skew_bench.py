@@ -18,10 +18,11 @@ import httpx
 from skew_builds import Build
 from skew_stack import Stack
 
+from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError
 from dracpu.dev import workloads
-from dracpu.dev.sim_clients import ContainerRef, RuntimeClient
+from dracpu.dev.sim_clients import RuntimeClient
 from dracpu.dev.sim_control import RUNTIME_SERVICE, ControlClient
 from dracpu.dev.workloads import Workload
 
@@ -53,7 +54,7 @@ class Bench:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self.claims: dict[str, Workload] = {}  # uid -> claim with its running container
-        self.shared: ContainerRef | None = None
+        self.shared: Container | None = None
         self.prepares = 0
         self.failed_prepares: list[str] = []
         # (nri-plugin build, reason) of every container the NRI plugin refused.
@@ -112,7 +113,7 @@ class Bench:
 
     def start_shared(self) -> str:
         """A container with no claim: it runs on the shared pool."""
-        ref = ContainerRef(
+        ref = Container.of(
             container_id=uuid.uuid4().hex,
             pod_uid=str(uuid.uuid4()),
             pod_namespace=NAMESPACE,

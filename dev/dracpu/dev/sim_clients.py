@@ -3,18 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
 
+from dracpu.core.containers import Container
 from dracpu.dev.sim_control import KUBELET_SERVICE, RUNTIME_SERVICE, ControlClient
-
-
-@dataclass(frozen=True)
-class ContainerRef:
-    container_id: str
-    pod_uid: str
-    pod_namespace: str
-    pod_name: str
-    container_name: str
 
 
 class KubeletClient:
@@ -39,15 +30,15 @@ class RuntimeClient:
     def __init__(self, socket: str | os.PathLike[str]) -> None:
         self._control = ControlClient(socket, RUNTIME_SERVICE, "runtime simulator")
 
-    async def create_container(self, container: ContainerRef, env: list[str]) -> str:
+    async def create_container(self, container: Container, env: list[str]) -> str:
         """Create (and start) a container; the cpuset the NRI plugin pinned it to."""
         reply = await self._control.request(
-            "CreateContainer", {"container": asdict(container), "env": env}
+            "CreateContainer", {"container": container.fields(), "env": env}
         )
         return str(reply.get("cpus", ""))
 
-    async def stop_container(self, container: ContainerRef) -> None:
-        await self._control.request("StopContainer", {"container": asdict(container)})
+    async def stop_container(self, container: Container) -> None:
+        await self._control.request("StopContainer", {"container": container.fields()})
 
-    async def remove_container(self, container: ContainerRef) -> None:
-        await self._control.request("RemoveContainer", {"container": asdict(container)})
+    async def remove_container(self, container: Container) -> None:
+        await self._control.request("RemoveContainer", {"container": container.fields()})

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import DRIVER_NAME, cpuset_env_name
 from dracpu.core.errors import (
@@ -36,7 +37,7 @@ from dracpu.dev.scheduler import (
     devices_of,
     results_of,
 )
-from dracpu.dev.sim_clients import ContainerRef, KubeletClient, RuntimeClient
+from dracpu.dev.sim_clients import KubeletClient, RuntimeClient
 from dracpu.dev.up import run_status
 
 REQUEST = "cpus"
@@ -51,7 +52,7 @@ class Workload:
     uid: str
     devices: list[str]
     cpuset: str  # "" while not prepared (no kubelet simulator in this run)
-    container: ContainerRef | None  # None without a runtime simulator
+    container: Container | None  # None without a runtime simulator
     container_cpus: str
 
     def describe(self) -> str:
@@ -292,7 +293,11 @@ async def claim(
         )
     path = _record_path(layout, namespace, name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(workload), indent=2) + "\n", encoding="utf-8")
+    document = {
+        **asdict(workload),
+        "container": workload.container.fields() if workload.container else None,
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     return workload
 
 
@@ -317,7 +322,7 @@ async def _prepare_and_run(
         workload = replace(workload, cpuset=_cpuset_from_env(env, uid))
         if runtime is None:
             return workload
-        container = ContainerRef(
+        container = Container.of(
             container_id=uuid.uuid4().hex,
             pod_uid=_reserved_pod(folder.read_claim(namespace, name)),
             pod_namespace=namespace,
@@ -356,7 +361,7 @@ async def release(
         except NotFoundError:
             raise NotFoundError(f"claim {namespace}/{name} not found") from None
     if record is not None and record.get("container") and "runtime-sim" in processes:
-        container = ContainerRef(**record["container"])
+        container = Container.of(**record["container"])
         # Already gone from the runtime (its state was wiped): nothing to undo there.
         with contextlib.suppress(NotFoundError):
             await runtime.stop_container(container)

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dracpu.allocator.claims.model import Allocation, ClaimRecord, Owner
+from dracpu.allocator.claims.model import Allocation, ClaimRecord
 from dracpu.allocator.durable import remove_durable, write_atomic
+from dracpu.core.containers import Owner
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import load_json, read_regular
 from dracpu.core.errors import CPUSetError, StateError

@@ -18,6 +18,7 @@ from dracpu.allocator.devices import (
 from dracpu.allocator.live_state import SharedPoolView
 from dracpu.allocator.opaque import OpaqueConfig
 from dracpu.core import names
+from dracpu.core.containers import Container
 from dracpu.core.errors import InvalidInputError
 from dracpu.pb.allocator.v1 import allocator_pb2
 
@@ -59,13 +60,7 @@ def device_to_proto(device: Device) -> allocator_pb2.Device:
 def owner_to_proto(record: claims.ClaimRecord) -> allocator_pb2.ContainerRef | None:
     if record.owner is None:
         return None
-    return allocator_pb2.ContainerRef(
-        container_id=record.container_id,
-        pod_uid=record.owner.pod_uid,
-        pod_namespace=record.owner.pod_namespace,
-        pod_name=record.owner.pod_name,
-        container_name=record.owner.container_name,
-    )
+    return allocator_pb2.ContainerRef(**Container(record.container_id, record.owner).fields())
 
 
 def claim_to_proto(record: claims.ClaimRecord) -> allocator_pb2.Claim:
@@ -164,17 +159,9 @@ def check_prepare(request: allocator_pb2.PrepareRequest) -> None:
             )
 
 
-def container_from_proto(ref: allocator_pb2.ContainerRef) -> claims.Container:
+def container_from_proto(ref: allocator_pb2.ContainerRef) -> Container:
     check_container(ref)
-    return claims.Container(
-        container_id=ref.container_id,
-        owner=claims.Owner(
-            pod_uid=ref.pod_uid,
-            container_name=ref.container_name,
-            pod_namespace=ref.pod_namespace,
-            pod_name=ref.pod_name,
-        ),
-    )
+    return Container.of_message(ref)
 
 
 def prepare_input(request: allocator_pb2.PrepareRequest) -> claims.PrepareInput:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from dracpu.api import models
+from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, InvalidInputError, ProtocolError
 from dracpu.core.machine import Machine
@@ -232,14 +233,7 @@ def _claim_fields(reply: Any) -> dict[str, Any]:
     cpus = cpuset(reply.cpus, "allocator", f"claim {reply.uid}")
     ref = reply.owner
     owner = (
-        {
-            "container_id": ref.container_id,
-            "pod_uid": ref.pod_uid,
-            "pod_namespace": ref.pod_namespace,
-            "pod_name": ref.pod_name,
-            "container_name": ref.container_name,
-            "running": reply.owner_running,
-        }
+        {**Container.of_message(ref).fields(), "running": reply.owner_running}
         if ref.container_id
         else None
     )
@@ -305,11 +299,7 @@ def containers(reply: Any) -> models.ContainerList:
     return models.ContainerList(
         containers=[
             models.ContainerView(
-                container_id=entry.container_id,
-                pod_uid=entry.pod_uid,
-                pod_namespace=entry.pod_namespace,
-                pod_name=entry.pod_name,
-                container_name=entry.container_name,
+                **Container.of_message(entry).fields(),
                 claim_uids=list(entry.claim_uids),
                 cpus=entry.cpus,
                 exclusive=entry.exclusive,

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from dracpu.core.containers import Container
 from dracpu.core.cpuset import EMPTY, CPUSet
 from dracpu.core.errors import (
     DracpuError,
@@ -57,14 +58,13 @@ def cpuset_update(container_id: str, cpus: CPUSet) -> api_pb2.ContainerUpdate:
     return update
 
 
+def runtime_container(pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Container:
+    """The container as the runtime describes it in an NRI event."""
+    return Container.of(ctr.id, pod.uid, pod.namespace, pod.name, ctr.name)
+
+
 def container_ref(pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> allocator_pb2.ContainerRef:
-    return allocator_pb2.ContainerRef(
-        container_id=ctr.id,
-        pod_uid=pod.uid,
-        pod_namespace=pod.namespace,
-        pod_name=pod.name,
-        container_name=ctr.name,
-    )
+    return allocator_pb2.ContainerRef(**runtime_container(pod, ctr).fields())
 
 
 class Outcome(Enum):
@@ -219,7 +219,10 @@ class CPUPlugin:
         self.metrics.resynchronized(window, len(repinned))
         if not repinned:
             return
-        names = [f"{r.pod_namespace}/{r.pod_name}/{r.container_name}" for r in repinned]
+        names = [
+            f"{r.container.pod_namespace}/{r.container.pod_name}/{r.container.container_name}"
+            for r in repinned
+        ]
         shown = ",".join(names[:_NAMES_LOGGED])
         if len(names) > _NAMES_LOGGED:
             shown += f",... ({len(names) - _NAMES_LOGGED} more)"
@@ -562,11 +565,7 @@ def _record(
     pod: api_pb2.PodSandbox, ctr: api_pb2.Container, claims: tuple[str, ...], cpus: CPUSet
 ) -> ContainerRecord:
     return ContainerRecord(
-        container_id=ctr.id,
-        pod_uid=pod.uid,
-        pod_namespace=pod.namespace,
-        pod_name=pod.name,
-        container_name=ctr.name,
+        container=runtime_container(pod, ctr),
         claims=claims,
         cpus=cpus,
         state=_STATES.get(ctr.state, "created" if ctr.state == 0 else "unknown"),

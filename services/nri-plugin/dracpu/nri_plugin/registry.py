@@ -5,16 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
+from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
 
 
 @dataclass(frozen=True, slots=True)
 class ContainerRecord:
-    container_id: str
-    pod_uid: str
-    pod_namespace: str
-    pod_name: str
-    container_name: str
+    container: Container
     claims: tuple[str, ...]  # claim UIDs; empty = shared container
     cpus: CPUSet  # the cpuset last handed to the runtime for it (EMPTY = none yet)
     state: str = "created"  # created, running, paused, stopped, unknown
@@ -25,6 +22,10 @@ class ContainerRecord:
     # Claim UIDs its env names that the allocator holds in quarantine (no record of them on
     # this node): they do not make the container exclusive, it runs on the shared pool.
     quarantined: tuple[str, ...] = ()
+
+    @property
+    def container_id(self) -> str:
+        return self.container.container_id
 
     @property
     def exclusive(self) -> bool:
@@ -71,7 +72,9 @@ class Registry:
     def remove(self, container_id: str, pod_uid: str = "") -> ContainerRecord | None:
         """Forget a container; a pod UID that does not match leaves it (stale event)."""
         record = self._records.get(container_id)
-        if record is None or (pod_uid and record.pod_uid and record.pod_uid != pod_uid):
+        if record is None or (
+            pod_uid and record.container.pod_uid and record.container.pod_uid != pod_uid
+        ):
             return None
         self._unindex(record)
         return self._records.pop(container_id)
@@ -127,4 +130,5 @@ def _key(record: ContainerRecord) -> CPUSet | None:
 
 
 def _order(record: ContainerRecord) -> tuple[str, str, str, str]:
-    return (record.pod_namespace, record.pod_name, record.container_name, record.container_id)
+    c = record.container
+    return (c.pod_namespace, c.pod_name, c.container_name, c.container_id)

@@ -23,11 +23,7 @@ class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[
         return nri_plugin_pb2.ContainerList(
             containers=[
                 nri_plugin_pb2.ContainerView(
-                    container_id=r.container_id,
-                    pod_uid=r.pod_uid,
-                    pod_namespace=r.pod_namespace,
-                    pod_name=r.pod_name,
-                    container_name=r.container_name,
+                    **r.container.fields(),
                     claim_uids=list(r.claims),
                     cpus=r.cpus.format() if r.confirmed else "",
                     exclusive=r.exclusive,

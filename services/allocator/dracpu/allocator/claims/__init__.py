@@ -24,8 +24,6 @@ from dracpu.allocator.claims.containers import (
 from dracpu.allocator.claims.model import (
     Allocation,
     ClaimRecord,
-    Container,
-    Owner,
     PrepareInput,
     ResultInput,
 )
@@ -40,6 +38,7 @@ from dracpu.allocator.claims.state import (
     shortfall,
     summary,
 )
+from dracpu.core.containers import Container, Owner
 
 __all__ = [
     "MAX_QUARANTINED",

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from dracpu.allocator.claims.model import ClaimRecord, Container
+from dracpu.allocator.claims.model import ClaimRecord
 from dracpu.allocator.claims.ownership import owner_conflict
 from dracpu.allocator.claims.state import NodeState
+from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConflictError, InvalidInputError, NotFoundError
 

@@ -1,5 +1,5 @@
-"""The claim data model: who owns a claim (`Owner`, `Container`), what a prepared claim holds
-(`Allocation`, `ClaimRecord`) and what a prepare asks for (`ResultInput`, `PrepareInput`)."""
+"""The claim data model: what a prepared claim holds (`Allocation`, `ClaimRecord`, bound to an
+`Owner` of dracpu.core.containers) and what a prepare asks for (`ResultInput`, `PrepareInput`)."""
 
 from __future__ import annotations
 
@@ -8,32 +8,8 @@ from dataclasses import dataclass, field
 
 from dracpu.allocator import opaque
 from dracpu.allocator.devices import DRIVER
+from dracpu.core.containers import Owner
 from dracpu.core.cpuset import CPUSet
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """The one container a claim belongs to: a restarted container of the same pod and name
-    is the same owner."""
-
-    pod_uid: str
-    container_name: str
-    pod_namespace: str = ""
-    pod_name: str = ""
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.pod_uid, self.container_name)
-
-    def describe(self) -> str:
-        pod = f"{self.pod_namespace}/{self.pod_name}" if self.pod_name else "pod"
-        return f"{pod} (uid {self.pod_uid}) container {self.container_name!r}"
-
-
-@dataclass(frozen=True, slots=True)
-class Container:
-    container_id: str
-    owner: Owner
 
 
 @dataclass(frozen=True, slots=True)

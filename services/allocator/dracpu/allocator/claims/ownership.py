@@ -9,7 +9,8 @@ container's env: it is quarantined (no CPUs taken) until a prepare of that claim
 
 from __future__ import annotations
 
-from dracpu.allocator.claims.model import ClaimRecord, Owner
+from dracpu.allocator.claims.model import ClaimRecord
+from dracpu.core.containers import Owner
 from dracpu.core.errors import ConflictError, DracpuError, ForbiddenError
 
 
