@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.events import (
@@ -268,7 +269,7 @@ class RuntimeSim:
         async with self._changed:
             self._changed.notify_all()
 
-    async def wait_plugin(self, name: str = "dra.cpu", timeout: float = 10.0) -> PluginConn:
+    async def wait_plugin(self, name: str = DRIVER_NAME, timeout: float = 10.0) -> PluginConn:
         """Until a plugin of that name is registered, configured and synchronized."""
 
         def find() -> PluginConn | None:

@@ -18,7 +18,7 @@ from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import decode, read_regular
 from dracpu.core.driver import cpuset_env_entry, cpuset_env_name
 from dracpu.core.errors import CPUSetError, DracpuError, StateError
-from dracpu.core.names import check_uid as check_uid
+from dracpu.core.names import check_uid as check_uid  # a uid that can name a CDI device
 
 # One claim's spec is well under a kilobyte; anything much larger is not ours.
 MAX_SPEC = 1024 * 1024

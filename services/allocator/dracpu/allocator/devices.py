@@ -15,10 +15,8 @@ from functools import cached_property
 from typing import Literal
 
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.machine import Machine
 
-DRIVER = DRIVER_NAME
 CPU_CAPACITY = "dra.cpu/cpu"
 
 ATTR_NUMA_NODE = "resource.kubernetes.io/numaNode"

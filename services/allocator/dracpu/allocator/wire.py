@@ -10,7 +10,6 @@ from dracpu.allocator import cdi, claims
 from dracpu.allocator.device_health import HealthBook
 from dracpu.allocator.devices import (
     ATTR_ALLOCATED_NUM_CPUS,
-    DRIVER,
     AttributeValue,
     Device,
     DeviceModel,
@@ -19,6 +18,7 @@ from dracpu.allocator.live_state import SharedPoolView
 from dracpu.allocator.opaque import OpaqueConfig
 from dracpu.core import names
 from dracpu.core.containers import Container
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InvalidInputError
 from dracpu.pb.allocator.v1 import allocator_pb2
 
@@ -175,7 +175,7 @@ def prepare_input(request: allocator_pb2.PrepareRequest) -> claims.PrepareInput:
                 request=r.request,
                 device=r.device,
                 pool=r.pool,
-                driver=r.driver or DRIVER,
+                driver=r.driver or DRIVER_NAME,
                 consumed=dict(r.consumed_capacity),
                 admin_access=r.admin_access,
             )
@@ -200,7 +200,7 @@ def device_list(
 ) -> allocator_pb2.DeviceList:
     return allocator_pb2.DeviceList(
         generation=generation,
-        driver=DRIVER,
+        driver=DRIVER_NAME,
         mode=model.mode,
         group_by=model.group_by,
         devices=[device_to_proto(d) for d in model.devices],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dracpu.core.driver import DRIVER_NAME as DRIVER_NAME
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import ConfigError
 from dracpu.core.sockets import MAX_SOCKET_PATH
 

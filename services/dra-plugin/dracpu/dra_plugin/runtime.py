@@ -20,6 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from dracpu.core import config as driver_config
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import Health, start_server
@@ -30,7 +31,7 @@ from dracpu.dra_plugin.cluster import Cluster
 from dracpu.dra_plugin.health import DeviceHealth
 from dracpu.dra_plugin.metadata import MetadataWriter
 from dracpu.dra_plugin.node_service import NodeService
-from dracpu.dra_plugin.paths import DRIVER_NAME, KubeletPaths
+from dracpu.dra_plugin.paths import KubeletPaths
 from dracpu.dra_plugin.plugin_metrics import PluginMetrics
 from dracpu.dra_plugin.publisher import SlicePublisher
 from dracpu.dra_plugin.registration import PluginRegistration

@@ -47,7 +47,7 @@ def build_parser() -> ArgumentParser:
         default="auto",
         metavar="auto|on|off",
         help="push shared-pool growth with UpdateContainers: auto decides from the runtime's "
-        "name and version (see README), on/off force it (default auto)",
+        "name and version (see docs/user/installation.md), on/off force it (default auto)",
     )
     add_config_flags(parser)
     return parser

@@ -10,6 +10,7 @@ import grpc
 
 from dracpu.core import __version__
 from dracpu.core.config import load, log_effective
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
@@ -23,7 +24,6 @@ from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2_grpc
 
 SERVICE_NAME = "dracpu.nri_plugin.v1.NRIPluginView"
 API_VERSION = "dracpu.nri_plugin.v1"
-PLUGIN_NAME = "dra.cpu"
 
 log = get_logger(__name__)
 
@@ -47,7 +47,7 @@ async def serve(args: argparse.Namespace) -> int:
     allocator = AllocatorClient(args.allocator_socket)
     metrics = NRIMetrics()
     plugin = CPUPlugin(allocator, unsolicited=mode, metrics=metrics)
-    stub = PluginStub(args.nri_socket, plugin, name=PLUGIN_NAME, index=args.nri_plugin_index)
+    stub = PluginStub(args.nri_socket, plugin, name=DRIVER_NAME, index=args.nri_plugin_index)
     plugin.set_pusher(stub.update_containers)
 
     def register(server: grpc.aio.Server) -> None:

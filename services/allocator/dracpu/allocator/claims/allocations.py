@@ -9,10 +9,11 @@ from dataclasses import replace
 from dracpu.allocator import opaque
 from dracpu.allocator.claims.model import Allocation, ClaimRecord, PrepareInput, ResultInput
 from dracpu.allocator.claims.state import NodeState
-from dracpu.allocator.devices import CPU_CAPACITY, DRIVER, Device
+from dracpu.allocator.devices import CPU_CAPACITY, Device
 from dracpu.allocator.isolation import take_with_isolation
 from dracpu.allocator.quantity import cpu_count
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import (
     ConflictError,
     InsufficientCPUsError,
@@ -39,11 +40,12 @@ def check_results(request: PrepareInput) -> None:
     if not request.uid:
         raise InvalidInputError("claim uid is empty")
     if not request.results:
-        raise InvalidInputError(f"claim {request.uid}: no allocation results for {DRIVER}")
+        raise InvalidInputError(f"claim {request.uid}: no allocation results for {DRIVER_NAME}")
     for result in request.results:
-        if result.driver != DRIVER:
+        if result.driver != DRIVER_NAME:
             raise InvalidInputError(
-                f"{_where(request.uid, result)}: result of driver {result.driver!r}, not {DRIVER}"
+                f"{_where(request.uid, result)}: result of driver {result.driver!r}, "
+                f"not {DRIVER_NAME}"
             )
         if result.admin_access:
             raise InvalidInputError(
@@ -77,7 +79,7 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
         device = _device(state, uid, result)
         where = _where(uid, result)
         if mode == "individual":
-            opaque.refuse_policy(request.configs, result.request, DRIVER)
+            opaque.refuse_policy(request.configs, result.request, DRIVER_NAME)
             cpus, count, policy = device.cpus, 0, ""
             if cpus & assigned:
                 raise InvalidInputError(f"{where}: the device appears twice in the claim")
@@ -95,17 +97,17 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
                 )
         elif group_by == "machine":
             count = _count(uid, result)
-            cpus = opaque.explicit_cpuset(request.configs, result.request, DRIVER)
+            cpus = opaque.explicit_cpuset(request.configs, result.request, DRIVER_NAME)
             policy = "explicit"
             _check_explicit(state, where, cpus, count, assigned)
         else:
             count = _count(uid, result)
             chosen = opaque.placement_policy(
-                request.configs, result.request, DRIVER, _threads_per_core(state.machine)
+                request.configs, result.request, DRIVER_NAME, _threads_per_core(state.machine)
             )
             policy = opaque.describe_policy(chosen)
             available = (free & device.cpus) - assigned
-            isolation = opaque.isolation_preference(request.configs, result.request, DRIVER)
+            isolation = opaque.isolation_preference(request.configs, result.request, DRIVER_NAME)
             if isolation:
                 policy = f"{policy}+isolated-{isolation}"
             try:

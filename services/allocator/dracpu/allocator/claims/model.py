@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dracpu.allocator import opaque
-from dracpu.allocator.devices import DRIVER
 from dracpu.core.containers import Owner
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import DRIVER_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class ResultInput:
     request: str
     device: str
     pool: str = ""
-    driver: str = DRIVER
+    driver: str = DRIVER_NAME
     consumed: Mapping[str, str] = field(default_factory=dict)
     admin_access: bool = False
 
