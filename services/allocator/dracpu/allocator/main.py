@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
-from dracpu.allocator.flags import PROG, build_parser
-from dracpu.core.cli import run_async
-from dracpu.core.log import setup
+from dracpu.allocator.flags import build_parser
+from dracpu.core.cli import service_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Arguments are parsed before gRPC and the allocator are imported: --help and bad flags
-    # answer at once.
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    from dracpu.allocator.runtime import serve
-
-    setup(args.verbosity, "allocator")
-    return run_async(lambda: serve(args), PROG)
+    return service_main(argv, build_parser(), "allocator", "dracpu.allocator.runtime")
 
 
 if __name__ == "__main__":

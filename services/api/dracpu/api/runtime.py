@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import signal
 import socket
 from collections.abc import Iterator
@@ -98,6 +99,9 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 async def serve(args: argparse.Namespace) -> int:
+    # uvicorn's own loggers: errors only; requests are counted in /metrics instead.
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     check_timeouts(args)
     host, port = parse_bind_address(args.bind_address)
     sockets = {

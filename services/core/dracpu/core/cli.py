@@ -44,6 +44,31 @@ def run_async(main: Callable[[], Coroutine[Any, Any, int]], prog: str) -> int:
     return run(lambda: asyncio.run(main()), prog)
 
 
+Check = Callable[[ArgumentParser, argparse.Namespace], None]
+
+
+def service_main(
+    argv: Sequence[str] | None,
+    parser: ArgumentParser,
+    service: str,
+    runtime: str,
+    check: Check | None = None,
+) -> int:
+    """The console script of a service: parse its arguments (and `check` them), set up
+    logging, then import its `runtime` module and run `serve(args)` until it stops.
+
+    Arguments are parsed before gRPC, FastAPI or the service are imported: `--help` and bad
+    flags answer at once."""
+    from dracpu.core.log import setup
+
+    args = parser.parse_args(argv)
+    if check is not None:
+        check(parser, args)
+    setup(args.verbosity, service)
+    serve = importlib.import_module(runtime).serve
+    return run_async(lambda: serve(args), parser.prog)
+
+
 # subcommand -> (module with `main(argv) -> int`, summary)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "gatherinfo": ("dracpu.topology.gatherinfo", "write a report of the node's CPU topology"),

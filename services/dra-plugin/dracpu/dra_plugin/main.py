@@ -10,21 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dracpu.core.cli import run_async
-from dracpu.core.log import setup
-from dracpu.dra_plugin.flags import PROG, build_parser, check_positive
+from dracpu.core.cli import service_main
+from dracpu.dra_plugin.flags import build_parser, check_positive
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Arguments are parsed before gRPC and the plugin are imported: --help and bad flags
-    # answer at once.
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_positive(parser, args)
-    setup(args.verbosity, "dra-plugin")
-    from dracpu.dra_plugin.runtime import serve
-
-    return run_async(lambda: serve(args), PROG)
+    return service_main(
+        argv, build_parser(), "dra-plugin", "dracpu.dra_plugin.runtime", check_positive
+    )
 
 
 if __name__ == "__main__":

@@ -9,21 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dracpu.core.cli import run_async
-from dracpu.core.log import setup
-from dracpu.nri_plugin.flags import PROG, build_parser, check_plugin_index
+from dracpu.core.cli import service_main
+from dracpu.nri_plugin.flags import build_parser, check_plugin_index
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Arguments are parsed before gRPC and the plugin are imported: --help and bad flags
-    # answer at once.
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_plugin_index(parser, args)
-    setup(args.verbosity, "nri-plugin")
-    from dracpu.nri_plugin.runtime import serve
-
-    return run_async(lambda: serve(args), PROG)
+    return service_main(
+        argv, build_parser(), "nri-plugin", "dracpu.nri_plugin.runtime", check_plugin_index
+    )
 
 
 if __name__ == "__main__":

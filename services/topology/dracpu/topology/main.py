@@ -9,21 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dracpu.core.cli import run_async
-from dracpu.core.log import setup
-from dracpu.topology.flags import PROG, build_parser, check_watch_interval
+from dracpu.core.cli import service_main
+from dracpu.topology.flags import build_parser, check_watch_interval
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Arguments are parsed before gRPC and the service are imported: --help and bad flags
-    # answer at once.
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_watch_interval(parser, args)
-    setup(args.verbosity, "topology")
-    from dracpu.topology.runtime import serve
-
-    return run_async(lambda: serve(args), PROG)
+    return service_main(
+        argv, build_parser(), "topology", "dracpu.topology.runtime", check_watch_interval
+    )
 
 
 if __name__ == "__main__":
