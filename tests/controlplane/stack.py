@@ -5,6 +5,7 @@ NodePrepareResources."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from dracpu.core import rpc
+from dracpu.core.errors import UnavailableError
 from dracpu.core.rpc import check_health
 from dracpu.dev.kubelet_sim import KubeletSim, RegisteredPlugin
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
@@ -76,8 +78,10 @@ class DriverStack:
                     f"{name} exited {proc.returncode}:\n{self.log(name).read_text()}"
                 )
             sock = self.sock(name)
-            if sock.is_socket() and await check_health(sock) == "SERVING":
-                return
+            # Between binding its socket and listening on it a service refuses connections.
+            with contextlib.suppress(UnavailableError):
+                if sock.is_socket() and await check_health(sock) == "SERVING":
+                    return
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"{name} not SERVING within 60 s:\n{self.log(name).read_text()}"
