@@ -518,6 +518,13 @@ EXTERNAL_GROUPED = [
         options=SOCKET_EXTERNAL,
     ),
     Case(
+        "numa-external-absent-cpu",
+        claim("c", result("cpudevnuma001", "1"), configs=(config(cpu_config(cpuset="63")),)),
+        InvalidInputError,
+        "has CPUs 63 outside the device's numanode (CPUs 10-19,30-39), offline CPUs 63",
+        options=NUMA_EXTERNAL,
+    ),
+    Case(
         "numa-external-size-mismatch",
         claim("c", result("cpudevnuma001", "3"), configs=(config(cpu_config(cpuset="10-13")),)),
         InvalidInputError,

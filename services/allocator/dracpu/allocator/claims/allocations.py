@@ -155,15 +155,16 @@ def _check_explicit(
             f"the request consumed {count}"
         )
     offline = cpus - state.online
+    outside = cpus - group_span(state.machine, device)
+    if outside:
+        gone = f", offline CPUs {offline.format()}" if offline else ""
+        raise InvalidInputError(
+            f"{where}: opaque config cpuset {text} has CPUs {outside.format()} outside the "
+            f"device's {device.kind} (CPUs {device.cpus.format()}){gone}"
+        )
     if offline:
         raise InvalidInputError(
             f"{where}: opaque config cpuset {text} has offline CPUs {offline.format()}"
-        )
-    outside = cpus - group_span(state.machine, device)
-    if outside:
-        raise InvalidInputError(
-            f"{where}: opaque config cpuset {text} has CPUs {outside.format()} outside the "
-            f"device's {device.kind} (CPUs {device.cpus.format()})"
         )
     reserved = cpus & state.reserved
     if reserved:
