@@ -19,11 +19,10 @@ from __future__ import annotations
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError
 from dracpu.core.machine import Machine
+from dracpu.core.names import MAX_ATTRIBUTE_VALUE as MAX_VALUE_LENGTH
 
 ATTR_CPU_IDS = "dra.cpu/cpuIDs"
 ATTR_SMT_LAYOUT = "dra.cpu/smtLayout"
-# resource.k8s.io/v1 DeviceAttributeMaxValueLength: the longest string attribute value.
-MAX_VALUE_LENGTH = 64
 
 
 def smt_layout(machine: Machine, device: str) -> str:
