@@ -13,13 +13,13 @@ from dracpu.allocator.devices import DeviceOptions, GroupBy, build_devices
 from dracpu.allocator.external import (
     ATTR_CPU_IDS,
     ATTR_SMT_LAYOUT,
-    MAX_VALUE_LENGTH,
     decode_smt_layout,
     smt_layout,
 )
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError
 from dracpu.core.machine import CPUInfo, Machine
+from dracpu.core.names import MAX_ATTRIBUTE_VALUE
 from dracpu.topology.fixtures import FIXTURES
 
 Machines = Callable[[str], Machine]
@@ -193,7 +193,7 @@ def test_every_fixture_fits_the_api_servers_limit(
     model = build_devices(machines(name), external(group_by))
     for device in model.devices:
         for attribute in (ATTR_CPU_IDS, ATTR_SMT_LAYOUT):
-            assert len(str(device.attributes[attribute])) <= MAX_VALUE_LENGTH
+            assert len(str(device.attributes[attribute])) <= MAX_ATTRIBUTE_VALUE
 
 
 def test_withheld_cpus_leave_cpu_ids(machines: Machines) -> None:
@@ -244,7 +244,7 @@ def test_a_value_over_the_limit_is_refused_with_its_length() -> None:
 
 def test_a_long_layout_is_refused_on_the_first_group() -> None:
     # Every core's threads `stride` apart with 20 different strides: a long layout.
-    cores = [
+    cores: list[tuple[int, ...]] = [
         (base, base + stride)
         for stride, base in zip(range(1, 21), range(100, 1100, 50), strict=True)
     ]

@@ -20,11 +20,11 @@ from dracpu.allocator.devices import DeviceOptions, GroupBy, build_devices
 from dracpu.allocator.external import (
     ATTR_CPU_IDS,
     ATTR_SMT_LAYOUT,
-    MAX_VALUE_LENGTH,
     decode_smt_layout,
 )
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.machine import Machine
+from dracpu.core.names import MAX_ATTRIBUTE_VALUE
 from dracpu.topology.discovery import discover
 from dracpu.topology.fixtures import FIXTURES, write_fixture
 
@@ -97,7 +97,7 @@ async def test_every_fixture_in_every_grouping_is_accepted(
         for device in devices(found):
             cpu_ids = device["attributes"][ATTR_CPU_IDS]["string"]
             layout = device["attributes"][ATTR_SMT_LAYOUT]["string"]
-            assert len(cpu_ids) <= MAX_VALUE_LENGTH and len(layout) <= MAX_VALUE_LENGTH
+            assert len(cpu_ids) <= MAX_ATTRIBUTE_VALUE and len(layout) <= MAX_ATTRIBUTE_VALUE
             assert CPUSet.parse(cpu_ids) and len(CPUSet.parse(cpu_ids)) == int(
                 device["capacity"]["dra.cpu/cpu"]["value"]
             )

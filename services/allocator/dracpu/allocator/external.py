@@ -19,7 +19,7 @@ from __future__ import annotations
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError
 from dracpu.core.machine import Machine
-from dracpu.core.names import MAX_ATTRIBUTE_VALUE as MAX_VALUE_LENGTH
+from dracpu.core.names import MAX_ATTRIBUTE_VALUE
 
 ATTR_CPU_IDS = "dra.cpu/cpuIDs"
 ATTR_SMT_LAYOUT = "dra.cpu/smtLayout"
@@ -74,9 +74,9 @@ def decode_smt_layout(text: str) -> tuple[list[tuple[int, int]], CPUSet]:
 
 def checked(device: str, attribute: str, value: str) -> str:
     """`value` if the API server accepts it as a string attribute, else a ConfigError."""
-    if len(value) > MAX_VALUE_LENGTH:
+    if len(value) > MAX_ATTRIBUTE_VALUE:
         raise ConfigError(
             f"device {device}: {attribute} would be {len(value)} characters, over the API "
-            f"server's limit of {MAX_VALUE_LENGTH} for an attribute value ({value[:24]}...)"
+            f"server's limit of {MAX_ATTRIBUTE_VALUE} for an attribute value ({value[:24]}...)"
         )
     return value
