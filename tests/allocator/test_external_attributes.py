@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dracpu.allocator.devices import DeviceOptions, GroupBy, build_devices
 from dracpu.allocator.external import (
@@ -75,6 +77,40 @@ def test_smt_layout_encoding(cores: list[tuple[int, ...]], layout: str) -> None:
     pairs, alone = decode_smt_layout(layout)
     assert pairs == sorted(tuple(c) for c in cores if len(c) == 2)
     assert alone == CPUSet(c[0] for c in cores if len(c) == 1)
+
+
+@st.composite
+def two_way_cores(draw: st.DrawFn) -> list[tuple[int, ...]]:
+    """Any node of cores with one or two threads, CPU numbers shuffled over 0..2n."""
+    count = draw(st.integers(min_value=1, max_value=40))
+    cpus = draw(st.permutations(list(range(2 * count))))
+    cores: list[tuple[int, ...]] = []
+    index = 0
+    while index < len(cpus):
+        if index + 1 < len(cpus) and draw(st.booleans()):
+            cores.append(tuple(sorted(cpus[index : index + 2])))
+            index += 2
+        else:
+            cores.append((cpus[index],))
+            index += 1
+    return cores
+
+
+@settings(max_examples=200, deadline=None)
+@given(two_way_cores())
+def test_any_two_way_layout_decodes_to_its_pairs(cores: list[tuple[int, ...]]) -> None:
+    layout = smt_layout(machine_of(cores), "cpudevnuma000")
+    pairs, alone = decode_smt_layout(layout)
+    assert pairs == sorted(c for c in cores if len(c) == 2)
+    assert alone == CPUSet(c[0] for c in cores if len(c) == 1)
+    entries = layout.split(";")
+    strided = [e for e in entries if ">" in e]
+    # Strided entries first, ordered by lowest CPU, one per stride; the single CPUs last.
+    assert entries[: len(strided)] == strided
+    lowest = [CPUSet.parse(e.partition(">")[0]).first() for e in strided]
+    assert lowest == sorted(lowest)
+    strides = [e.partition(">")[2] for e in strided]
+    assert len(set(strides)) == len(strides)
 
 
 # The node's layout on every fixture machine (None: V1 cannot express it).
