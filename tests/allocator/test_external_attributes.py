@@ -5,12 +5,16 @@ could not take them or V1 cannot say them."""
 
 from __future__ import annotations
 
+import io
+import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dracpu.allocator.claims import ClaimRecord, NodeState
 from dracpu.allocator.devices import DeviceOptions, GroupBy, build_devices
 from dracpu.allocator.external import (
     ATTR_CPU_IDS,
@@ -18,6 +22,8 @@ from dracpu.allocator.external import (
     decode_smt_layout,
     smt_layout,
 )
+from dracpu.allocator.live_state import PublishedDevices
+from dracpu.core import log
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError
 from dracpu.core.machine import CPUInfo, Machine
@@ -303,3 +309,35 @@ def test_malformed_layouts_are_refused() -> None:
         decode_smt_layout("0-1,3>2")
     with pytest.raises(ConfigError, match="bad stride"):
         decode_smt_layout("0-3>x")
+
+
+def test_published_devices_stay_whole_when_withheld_cpus_would_overflow_cpu_ids() -> None:
+    root = logging.getLogger("dracpu")
+    handlers, verbosity = list(root.handlers), log.verbosity()
+    stream = io.StringIO()
+    log.setup(2, "allocator-test", stream)
+    try:
+        _stay_whole(stream)
+    finally:
+        log.setup(verbosity, "dracpu", io.StringIO())
+        root.handlers[:] = handlers
+
+
+def _stay_whole(stream: io.StringIO) -> None:
+    # One NUMA node of 64 CPUs: "0-63" fits; with every other CPU held by a draining claim
+    # (its container still runs) the list would be "0,2,4,...,62", 90 characters.
+    machine = machine_of([(cpu,) for cpu in range(64)])
+    state = NodeState(machine=machine, devices=build_devices(machine, external("numanode")))
+    published = PublishedDevices()
+    first = published.of(state)
+    assert first.by_name["cpudevnuma000"].attributes[ATTR_CPU_IDS] == "0-63"
+    held = CPUSet(range(1, 64, 2))
+    record = ClaimRecord("gone", "ns", "gone", held, (), 1)
+    draining = replace(state, draining={"gone": record})
+    assert published.of(draining) is first
+    (line,) = [line for line in stream.getvalue().splitlines() if "cannot publish" in line]
+    assert "dra.cpu/cpuIDs would be 90 characters" in line
+    # Once the claim's container is gone the devices follow the state again.
+    assert published.of(state) is first
+    fewer = replace(state, draining={"gone": replace(record, cpus=CPUSet(range(32, 64)))})
+    assert published.of(fewer).by_name["cpudevnuma000"].attributes[ATTR_CPU_IDS] == "0-31"
