@@ -355,8 +355,21 @@ async def test_follows_cpus_going_offline(short_tmp: Path) -> None:
         (["--topology-file", "/nonexistent/report.json"], "topology file /nonexistent/report.json"),
         (["--reserved-cpus", "3-1", "--topology-file", "x"], "reversed range"),
         (["--socket", "/tmp/" + "s" * 120], "unix socket path"),
+        (
+            ["--group-by", "machine", "--topology-file", "x"],
+            "flags: groupBy 'machine' needs allocator 'external' (got 'cpumanager')",
+        ),
+        (["--allocator", "outside", "--topology-file", "x"], "invalid choice: 'outside'"),
     ],
-    ids=["unknown-flag", "verbosity", "missing-report", "bad-reserved", "long-socket"],
+    ids=[
+        "unknown-flag",
+        "verbosity",
+        "missing-report",
+        "bad-reserved",
+        "long-socket",
+        "machine-without-external",
+        "unknown-allocator",
+    ],
 )
 def test_bad_command_lines_are_one_line(short_tmp: Path, args: list[str], fragment: str) -> None:
     base = ["--socket", str(short_tmp / "a.sock"), "--state-dir", str(short_tmp / "s")]
@@ -381,3 +394,38 @@ def test_sigterm_while_waiting_for_topology_exits_cleanly(short_tmp: Path) -> No
     )
     asyncio.run(wait_for(short_tmp / "a.sock", "NOT_SERVING", process))
     assert stop(process, signal.SIGTERM) == 0
+
+
+def test_a_layout_v1_cannot_express_refuses_the_start_in_one_line(
+    short_tmp: Path, machines: Machines
+) -> None:
+    report = topology_file(machines("smt4"), short_tmp / "topo.json")
+    done = subprocess.run(
+        [sys.executable, "-m", "dracpu.allocator.main",
+         *allocator_args(short_tmp, "--topology-file", str(report), "--allocator", "external")],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "dracpu-allocator: error: device cpudevnuma000: dra.cpu/smtLayout: the V1 encoding "
+        "covers 2-way SMT only, CPUs 0-3 are 4 threads of one core"
+    )
+    assert "Traceback" not in done.stderr
+    assert not (short_tmp / "a.sock").exists()
+
+
+async def test_individual_mode_warns_once_at_start(short_tmp: Path, machines: Machines) -> None:
+    report = topology_file(machines("single-4c8t"), short_tmp / "topo.json")
+    config = short_tmp / "config.yaml"
+    config.write_text("cpuDeviceMode: individual\n")
+    log = short_tmp / "allocator.log"
+    args = allocator_args(short_tmp, "--topology-file", str(report), "--config", str(config))
+    process = spawn("dracpu.allocator.main", args, log)
+    try:
+        await wait_for(short_tmp / "a.sock", "SERVING", process)
+    finally:
+        stop(process)
+    warned = [line for line in log.read_text().splitlines() if "is deprecated" in line]
+    assert len(warned) == 1, warned
+    assert "level=warning" in warned[0]
+    assert "cpuDeviceMode 'individual' is deprecated" in warned[0]

@@ -69,8 +69,11 @@ def test_epyc_nps4_has_eight_numa_devices_with_their_socket(machines: Machines) 
     assert model.devices[1].cpus == CPUSet.parse("16-31,144-159")
 
 
-def test_machine_grouping_publishes_only_size_and_smt(machines: Machines) -> None:
+def test_machine_grouping_publishes_size_smt_and_what_an_external_allocator_reads(
+    machines: Machines,
+) -> None:
     options = DeviceOptions(group_by="machine", reserved=CPUSet.parse("0-1"))
+    assert options.allocator == "external"
     model = build_devices(machines("single-4c8t"), options)
     (device,) = model.devices
     assert device.name == "cpudevmachine"
@@ -80,6 +83,8 @@ def test_machine_grouping_publishes_only_size_and_smt(machines: Machines) -> Non
         "dra.cpu/numCPUs": 6,
         "dra.cpu/numIsolatedCPUs": 0,
         "dra.cpu/numNohzFullCPUs": 0,
+        "dra.cpu/cpuIDs": "2-7",
+        "dra.cpu/smtLayout": "0-7>4",
     }
     assert dict(device.capacity) == {"dra.cpu/cpu": "6"}
     assert model.group_by == "machine"

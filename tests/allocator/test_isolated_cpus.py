@@ -178,7 +178,9 @@ def test_isolated_preference_is_refused_with_groupby_machine(machines: Machines)
         results=(ResultInput("req", "cpudevmachine", consumed={"dra.cpu/cpu": "2"}),),
         configs=(OpaqueConfig("FromClaim", (), "dra.cpu", json.dumps(parameters).encode()),),
     )
-    with pytest.raises(InvalidInputError, match=r"cpuConfig\.isolated is not valid with groupBy"):
+    with pytest.raises(
+        InvalidInputError, match=r"cpuConfig\.isolated is not valid with allocator external"
+    ):
         claims.prepare(state, claim, 1)
 
 

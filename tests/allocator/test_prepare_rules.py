@@ -235,10 +235,10 @@ GROUPED = [
         cpus="10-11,30-31",
     ),
     Case(
-        "cpuset-needs-machine-grouping",
+        "cpuset-needs-the-external-allocator",
         claim("c", result("cpudevnuma000", "2"), configs=(config(cpu_config(cpuset="2-3")),)),
         InvalidInputError,
-        "only valid with groupBy machine",
+        "only valid with allocator external",
     ),
     Case(
         "unknown-policy-field",
@@ -335,7 +335,9 @@ GROUPED = [
     ),
 ]
 
-MACHINE = {"group_by": "machine"}
+MACHINE = {"group_by": "machine", "allocator": "external"}
+NUMA_EXTERNAL = {"group_by": "numanode", "allocator": "external"}
+SOCKET_EXTERNAL = {"group_by": "socket", "allocator": "external"}
 CPUSET_2_5 = config(cpu_config(cpuset="2-5"), requests=("req",))
 
 EXPLICIT = [
@@ -465,7 +467,7 @@ EXPLICIT = [
             configs=(config(cpu_config(cpuset="2-5", strategy="spread")),),
         ),
         InvalidInputError,
-        "not valid with groupBy machine",
+        "not valid with allocator external",
         options=MACHINE,
     ),
     Case(
@@ -481,6 +483,131 @@ EXPLICIT = [
         InvalidInputError,
         "missing field 'cpuConfig'",
         options=MACHINE,
+    ),
+]
+
+# The external allocator in the NUMA and socket groupings: the same rules, and the CPUs must
+# lie inside the allocated device's node or socket (NUMA 1 = socket 1 = CPUs 10-19,30-39).
+EXTERNAL_GROUPED = [
+    Case(
+        "numa-external-cpuset",
+        claim(
+            "c", result("cpudevnuma001", "4"), configs=(config(cpu_config(cpuset="12-13,32-33")),)
+        ),
+        cpus="12-13,32-33",
+        options=NUMA_EXTERNAL,
+    ),
+    Case(
+        "socket-external-cpuset",
+        claim("c", result("cpudevsocket000", "2"), configs=(config(cpu_config(cpuset="3,23")),)),
+        cpus="3,23",
+        options=SOCKET_EXTERNAL,
+    ),
+    Case(
+        "numa-external-outside-the-node",
+        claim("c", result("cpudevnuma001", "4"), configs=(CPUSET_2_5,)),
+        InvalidInputError,
+        "has CPUs 2-5 outside the device's numanode (CPUs 10-19,30-39)",
+        options=NUMA_EXTERNAL,
+    ),
+    Case(
+        "socket-external-partly-outside",
+        claim("c", result("cpudevsocket001", "2"), configs=(config(cpu_config(cpuset="9-10")),)),
+        InvalidInputError,
+        "has CPUs 9 outside the device's socket",
+        options=SOCKET_EXTERNAL,
+    ),
+    Case(
+        "numa-external-absent-cpu",
+        claim("c", result("cpudevnuma001", "1"), configs=(config(cpu_config(cpuset="63")),)),
+        InvalidInputError,
+        "has CPUs 63 outside the device's numanode (CPUs 10-19,30-39), offline CPUs 63",
+        options=NUMA_EXTERNAL,
+    ),
+    Case(
+        "numa-external-size-mismatch",
+        claim("c", result("cpudevnuma001", "3"), configs=(config(cpu_config(cpuset="10-13")),)),
+        InvalidInputError,
+        "has 4 CPUs, the request consumed 3",
+        options=NUMA_EXTERNAL,
+    ),
+    Case(
+        "numa-external-reserved",
+        claim("c", result("cpudevnuma000", "2"), configs=(config(cpu_config(cpuset="0-1")),)),
+        InvalidInputError,
+        "reserved CPUs 0",
+        options=NUMA_EXTERNAL,
+    ),
+    Case(
+        "numa-external-taken-by-another-claim",
+        claim("c", result("cpudevnuma001", "2"), configs=(config(cpu_config(cpuset="11-12")),)),
+        ConflictError,
+        "CPUs 12 are held by claim x",
+        options=NUMA_EXTERNAL,
+        before=(
+            claim("x", result("cpudevnuma001", "2"), configs=(config(cpu_config(cpuset="12-13")),)),
+        ),
+    ),
+    Case(
+        "numa-external-shared-pool-floor",
+        claim("c", result("cpudevnuma000", "2"), configs=(config(cpu_config(cpuset="1-2")),)),
+        InsufficientCPUsError,
+        "CPUs 1 are kept for the shared pool (at least 1 shared CPUs)",
+        options=NUMA_EXTERNAL | {"min_shared": 1},
+    ),
+    Case(
+        "numa-external-from-class",
+        claim(
+            "c",
+            result("cpudevnuma001", "2"),
+            configs=(config(cpu_config(cpuset="10-11"), source="FromClass"),),
+        ),
+        InvalidInputError,
+        "DeviceClass is not supported",
+        options=NUMA_EXTERNAL,
+    ),
+    Case(
+        "numa-external-two-configs",
+        claim(
+            "c",
+            result("cpudevnuma001", "2"),
+            configs=(config(cpu_config(cpuset="10-11")), config(cpu_config(cpuset="12-13"))),
+        ),
+        InvalidInputError,
+        "targeted by 2",
+        options=NUMA_EXTERNAL,
+    ),
+    Case(
+        "numa-external-no-config",
+        claim("c", result("cpudevnuma001", "2")),
+        InvalidInputError,
+        "targeted by 0",
+        options=NUMA_EXTERNAL,
+    ),
+    Case(
+        "numa-external-placement-field",
+        claim(
+            "c",
+            result("cpudevnuma001", "2"),
+            configs=(config(cpu_config(cpuset="10-11", fullPCPUsOnly=True)),),
+        ),
+        InvalidInputError,
+        "cpuConfig.fullPCPUsOnly is not valid with allocator external",
+        options=NUMA_EXTERNAL,
+    ),
+    Case(
+        "numa-external-two-devices",
+        claim(
+            "c",
+            result("cpudevnuma000", "2", "a"),
+            result("cpudevnuma001", "2", "b"),
+            configs=(
+                config(cpu_config(cpuset="1-2"), ("a",)),
+                config(cpu_config(cpuset="10,30"), ("b",)),
+            ),
+        ),
+        cpus="1-2,10,30",
+        options=NUMA_EXTERNAL,
     ),
 ]
 
@@ -533,7 +660,7 @@ SINGLE = [
 ]
 
 
-@pytest.mark.parametrize("case", GROUPED + EXPLICIT + SINGLE, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", GROUPED + EXPLICIT + EXTERNAL_GROUPED + SINGLE, ids=lambda c: c.id)
 def test_prepare(machines: Machines, case: Case) -> None:
     run(machines("xeon-2s-ht"), case)
 

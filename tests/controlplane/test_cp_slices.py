@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 MODES = {
     "numanode": ({}, ["cpudevnuma000", "cpudevnuma001"]),
     "socket": ({"groupBy": "socket"}, ["cpudevsocket000", "cpudevsocket001"]),
-    "machine": ({"groupBy": "machine"}, ["cpudevmachine"]),
+    "machine": ({"groupBy": "machine", "allocator": "external"}, ["cpudevmachine"]),
     "individual": ({"cpuDeviceMode": "individual"}, [f"cpudev{i:03d}" for i in range(40)]),
 }
 

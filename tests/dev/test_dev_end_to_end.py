@@ -292,7 +292,7 @@ def test_individual_mode_hands_out_cpu_devices() -> None:
 
 
 def test_machine_mode_takes_the_cpuset_from_the_claim_and_rolls_back_a_refusal() -> None:
-    with dev_up("single-4c8t", "groupBy: machine\n") as run:
+    with dev_up("single-4c8t", "groupBy: machine\nallocator: external\n") as run:
         missing = run.dev("claim", "--cpus", "2")
         assert missing.returncode == 2
         assert "pass --cpuset with the exact CPUs" in missing.stderr
@@ -307,3 +307,20 @@ def test_machine_mode_takes_the_cpuset_from_the_claim_and_rolls_back_a_refusal()
         assert [p.name for p in (run.root / "cdi").glob("dra.k8s.io-cpu_*")] == [
             f"dra.k8s.io-cpu_claim-{first['uid']}.json"
         ]
+
+
+def test_numa_grouping_with_the_external_allocator_takes_the_claims_cpuset() -> None:
+    with dev_up("xeon-2s-ht", "groupBy: numanode\nallocator: external\n") as run:
+        missing = run.dev("claim", "--cpus", "2")
+        assert missing.returncode == 2
+        assert "the node's allocator is external: pass --cpuset" in missing.stderr
+        # CPUs of NUMA node 1: the claim lands on its device, on exactly those CPUs.
+        first = run.claim("--cpus", "2", "--cpuset", "12,32")
+        assert (first["devices"], first["cpuset"], first["cpus"]) == (
+            "cpudevnuma001",
+            "12,32",
+            "12,32",
+        )
+        astray = run.dev("claim", "--cpus", "2", "--cpuset", "9-10", "--name", "astray")
+        assert astray.returncode == 2
+        assert "--cpuset 9-10: no device offers all of these CPUs" in astray.stderr

@@ -311,7 +311,7 @@ async def test_allocator_restart_between_calls(started: Node) -> None:
 
 
 async def test_machine_mode_takes_the_cpuset_from_the_opaque_config(node: Node) -> None:
-    node.configure(groupBy="machine")
+    node.configure(groupBy="machine", allocator="external")
     await node.start()
     plugin = await register(node)
     good, missing, from_class = uid(), uid(), uid()

@@ -57,7 +57,7 @@ def device_count(slices: list[dict[str, Any]]) -> int:
 MODES = {
     "numanode": ({}, ["cpudevnuma000", "cpudevnuma001"]),
     "socket": ({"groupBy": "socket"}, ["cpudevsocket000", "cpudevsocket001"]),
-    "machine": ({"groupBy": "machine"}, ["cpudevmachine"]),
+    "machine": ({"groupBy": "machine", "allocator": "external"}, ["cpudevmachine"]),
     "individual": ({"cpuDeviceMode": "individual"}, [f"cpudev{i:03d}" for i in range(1, 40)]),
     "individual-reserved": (
         {"cpuDeviceMode": "individual", "reservedCPUs": "0,20"},

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dracpu.core.errors import InvalidInputError
 from dracpu.dra_plugin.slices import (
     Owner,
     chunk_devices,
@@ -126,6 +127,22 @@ def test_device_json_shapes() -> None:
         "name": "cpudev000",
         "nodeAllocatableResources": {"cpu": {"mapping": {"deviceMultiplier": "1"}}},
     }
+
+
+def test_a_string_attribute_over_the_api_servers_limit_stops_the_slices() -> None:
+    fits = pb.Device(name="cpudevnuma000")
+    fits.attributes["dra.cpu/cpuIDs"].string = "0-15," + ",".join(str(c) for c in range(20, 36))
+    assert len(fits.attributes["dra.cpu/cpuIDs"].string) <= 64
+    assert device_json(fits)["attributes"]["dra.cpu/cpuIDs"]["string"].startswith("0-15,20")
+    over = pb.Device(name="cpudevnuma001")
+    over.attributes["dra.cpu/cpuIDs"].string = ",".join(str(c) for c in range(0, 64, 2))
+    devices = pb.DeviceList(devices=[fits, over])
+    with pytest.raises(InvalidInputError) as refused:
+        chunk_devices(devices)
+    assert str(refused.value) == (
+        "device cpudevnuma001: attribute dra.cpu/cpuIDs is 90 characters, over the API "
+        "server's limit of 64; no slice is published"
+    )
 
 
 def test_first_publish_creates_generation_one_with_owner_and_names() -> None:

@@ -184,6 +184,10 @@ BAD_VALUES = {
         {"driverConfig": {"groupBy": "core"}},
         "at '/driverConfig/groupBy': value must be one of 'numanode', 'socket', 'machine'",
     ),
+    "unknown-allocator": (
+        {"driverConfig": {"allocator": "scheduler"}},
+        "at '/driverConfig/allocator': value must be one of 'cpumanager', 'external'",
+    ),
     "bad-reserved-cpus": (
         {"driverConfig": {"reservedCPUs": "0-1,x"}},
         "at '/driverConfig/reservedCPUs': '0-1,x' does not match pattern",
@@ -235,6 +239,32 @@ def test_kubelet_root_too_long_for_a_socket_path(helm: Path) -> None:
     assert "over the 107 a unix socket path can hold" in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"driverConfig": {"groupBy": "machine"}},
+            "driverConfig: groupBy 'machine' needs allocator 'external' (got \"cpumanager\")",
+        ),
+        (
+            {"driverConfig": {"allocator": "cpumanager"}, "args": {"groupBy": "machine"}},
+            "driverConfig: groupBy 'machine' needs allocator 'external' (got \"cpumanager\")",
+        ),
+        (
+            {"driverConfig": {"cpuDeviceMode": "individual", "allocator": "external"}},
+            "driverConfig: allocator 'external' needs cpuDeviceMode 'grouped' (got \"individual\")",
+        ),
+    ],
+    ids=["machine-without-external", "machine-through-deprecated-arg", "individual-external"],
+)
+def test_allocator_combinations_the_driver_refuses_fail_the_install(
+    helm: Path, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(RenderError) as refused:
+        render(helm, values)
+    assert message in str(refused.value)
+
+
 def test_existing_service_account_must_be_named(helm: Path) -> None:
     with pytest.raises(RenderError, match=r"serviceAccount\.name must name an existing"):
         render(helm, {"serviceAccount": {"create": False}})
@@ -250,6 +280,24 @@ def test_notes_tell_how_to_check_the_install(helm: Path) -> None:
     assert "curl -s http://127.0.0.1:8080/readyz" in text
     assert "DRAListTypeAttributes" not in text
     assert "DEPRECATED" not in text
+    assert "Allocator external" not in text
+
+
+def test_notes_deprecate_individual_mode_with_the_way_out(helm: Path) -> None:
+    text = notes(helm, {"driverConfig": {"cpuDeviceMode": "individual"}})
+    assert "DEPRECATED: cpuDeviceMode individual" in text
+    assert "use cpuDeviceMode grouped with allocator external" in text
+    assert '"Migrate from individual mode" in docs/user/configuration.md' in text
+    # Through the deprecated arg too: the notes read the effective configuration.
+    assert "DEPRECATED: cpuDeviceMode individual" in notes(
+        helm, {"args": {"cpuDeviceMode": "individual"}}
+    )
+
+
+def test_notes_tell_an_external_allocator_what_to_read(helm: Path) -> None:
+    text = notes(helm, {"driverConfig": {"groupBy": "socket", "allocator": "external"}})
+    assert "dra.cpu/cpuIDs and dra.cpu/smtLayout" in text
+    assert "cpuDeviceMode individual" not in text
 
 
 def test_notes_warn_about_feature_gates_and_deprecated_values(helm: Path) -> None:

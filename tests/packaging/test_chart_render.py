@@ -66,10 +66,11 @@ def check_individual(r: Rendered) -> None:
     assert r.config_file()["cpuDeviceMode"] == "individual"
 
 
-def check_group_by(group: str) -> Callable[[Rendered], None]:
+def check_group_by(group: str, allocator: str | None = None) -> Callable[[Rendered], None]:
     def check(r: Rendered) -> None:
-        assert r.config_file()["cpuDeviceMode"] == "grouped"
+        assert r.config_file().get("cpuDeviceMode", "grouped") == "grouped"
         assert r.config_file()["groupBy"] == group
+        assert r.config_file().get("allocator") == allocator
 
     return check
 
@@ -141,8 +142,29 @@ CASES: dict[str, Case] = {
         check_group_by("socket"),
     ),
     "group-by-machine": Case(
-        {"driverConfig": {"cpuDeviceMode": "grouped", "groupBy": "machine"}},
-        check_group_by("machine"),
+        {
+            "driverConfig": {
+                "cpuDeviceMode": "grouped",
+                "groupBy": "machine",
+                "allocator": "external",
+            }
+        },
+        check_group_by("machine", "external"),
+    ),
+    # The reference's migration from individual mode: NUMA groups, CPUs picked outside.
+    "numa-external-allocator": Case(
+        {
+            "driverConfig": {
+                "cpuDeviceMode": "grouped",
+                "groupBy": "numanode",
+                "allocator": "external",
+            }
+        },
+        check_group_by("numanode", "external"),
+    ),
+    "socket-external-allocator-flagged-group": Case(
+        {"driverConfig": {"allocator": "external"}, "args": {"groupBy": "socket"}},
+        check_group_by("socket", "external"),
     ),
     "pcie-roots": Case({"args": {"exposePCIeRoots": True}}, check_pcie_roots),
     "relocated-kubelet-root": Case({"kubeletRootDir": "/mnt/data//kubelet/"}, check_kubelet_root),

@@ -11,7 +11,13 @@ import pytest
 
 from dracpu.core import log
 from dracpu.core.cli import ArgumentParser
-from dracpu.core.config import DriverConfig, add_config_flags, load, log_effective
+from dracpu.core.config import (
+    DriverConfig,
+    add_config_flags,
+    load,
+    log_effective,
+    warn_deprecated,
+)
 from dracpu.core.errors import ConfigError, InvalidInputError
 
 
@@ -39,12 +45,14 @@ def test_defaults() -> None:
     config = parse()
     assert config.cpu_device_mode == "grouped"
     assert config.group_by == "numanode"
+    assert config.allocator == "cpumanager"
     assert config.reserved_cpus == ""
     assert config.publish_node_allocatable_resource_mapping is False
     assert config.to_document() == {
         "apiVersion": "v1alpha1",
         "cpuDeviceMode": "grouped",
         "groupBy": "numanode",
+        "allocator": "cpumanager",
         "reservedCPUs": "",
         "hostnameOverride": "",
         "kubeconfig": "",
@@ -80,7 +88,8 @@ def test_every_reference_field_is_read_from_the_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("flag", "value", "attribute"),
     [
-        ("--group-by", "machine", "group_by"),
+        ("--group-by", "numanode", "group_by"),
+        ("--allocator", "external", "allocator"),
         ("--cpu-device-mode", "individual", "cpu_device_mode"),
         ("--reserved-cpus", "0-3", "reserved_cpus"),
         ("--hostname-override", "node-b", "hostname_override"),
@@ -125,8 +134,85 @@ def test_deprecated_flags_work_and_warn(
 
 
 def test_current_flags_do_not_warn(log_lines: io.StringIO) -> None:
-    parse("--sysfs-root", "/x", "--kubeconfig", "/k")
+    parse("--sysfs-root", "/x", "--kubeconfig", "/k", "--allocator", "external")
     assert log_lines.getvalue() == ""
+
+
+@pytest.mark.parametrize("group_by", ["numanode", "socket", "machine"])
+def test_the_external_allocator_serves_every_grouping(group_by: str, tmp_path: Path) -> None:
+    # The reference's migration guide: grouped devices, the CPUs picked by a scheduler plugin.
+    path = config_file(
+        tmp_path, f"cpuDeviceMode: grouped\ngroupBy: {group_by}\nallocator: external\n"
+    )
+    config = parse("--config", path)
+    assert (config.group_by, config.allocator) == (group_by, "external")
+    assert config.to_document()["allocator"] == "external"
+
+
+@pytest.mark.parametrize(
+    ("content", "argv", "message"),
+    [
+        (
+            "groupBy: machine\n",
+            (),
+            "groupBy 'machine' needs allocator 'external' (got 'cpumanager')",
+        ),
+        (
+            "groupBy: machine\nallocator: cpumanager\n",
+            (),
+            "groupBy 'machine' needs allocator 'external' (got 'cpumanager')",
+        ),
+        (
+            "groupBy: machine\nallocator: external\n",
+            ("--allocator", "cpumanager"),
+            "groupBy 'machine' needs allocator 'external'",
+        ),
+        (
+            "cpuDeviceMode: individual\nallocator: external\n",
+            (),
+            "allocator 'external' needs cpuDeviceMode 'grouped' (got 'individual')",
+        ),
+        (
+            "allocator: kubelet\n",
+            (),
+            "field 'allocator': Input should be 'cpumanager' or 'external'",
+        ),
+        ("allocator: true\n", (), "field 'allocator': Input should be"),
+    ],
+)
+def test_allocator_combinations_are_refused_in_one_line(
+    content: str, argv: tuple[str, ...], message: str, tmp_path: Path
+) -> None:
+    path = config_file(tmp_path, content)
+    with pytest.raises(ConfigError) as error:
+        parse("--config", path, *argv)
+    text = str(error.value)
+    assert "\n" not in text
+    assert text.startswith(f"config file {path}: ")
+    assert message in text
+
+
+def test_a_flag_completes_what_the_file_alone_would_refuse(tmp_path: Path) -> None:
+    # The rule holds for the merged configuration, not for the file on its own.
+    path = config_file(tmp_path, "groupBy: machine\n")
+    assert parse("--config", path, "--allocator", "external").allocator == "external"
+
+
+def test_the_allocator_flag_refuses_other_values(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--allocator", "scheduler")
+    assert "invalid choice: 'scheduler'" in capsys.readouterr().err
+
+
+def test_individual_mode_is_deprecated_with_one_warning(log_lines: io.StringIO) -> None:
+    warn_deprecated(DriverConfig())
+    assert log_lines.getvalue() == ""
+    warn_deprecated(DriverConfig(cpu_device_mode="individual"))
+    (line,) = log_lines.getvalue().splitlines()
+    assert "level=warning" in line
+    assert "cpuDeviceMode 'individual' is deprecated" in line
+    assert "allocator 'external'" in line
+    assert "migrate-from-individual-mode" in line
 
 
 @pytest.mark.parametrize(

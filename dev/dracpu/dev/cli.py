@@ -113,7 +113,7 @@ def _add_claim_commands(commands: argparse._SubParsersAction[ArgumentParser]) ->
     claim.add_argument(
         "--cpuset",
         metavar="CPUS",
-        help="the exact CPUs (groupBy machine only, sent as the claim's opaque config)",
+        help="the exact CPUs (allocator external only, sent as the claim's opaque config)",
     )
     claim.add_argument(
         "--pod-uid",

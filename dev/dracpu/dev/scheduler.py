@@ -14,10 +14,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InsufficientCPUsError, InvalidInputError
 
 CAPACITY = "dra.cpu/cpu"
+CPU_IDS = "dra.cpu/cpuIDs"  # published with allocator external: the CPUs a claim may name
 NUMA_ATTRIBUTES = ("resource.kubernetes.io/numaNode", "dra.cpu/numaNodeID")
 MACHINE_DEVICE = "cpudevmachine"
 
@@ -29,6 +31,7 @@ class Device:
     node: str
     numa: int | None
     capacity: int | None  # dra.cpu/cpu of a grouped device; None for an individual CPU
+    cpu_ids: CPUSet | None = None  # dra.cpu/cpuIDs (allocator external), else None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -99,9 +102,33 @@ def devices_of(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
                         if isinstance(capacity, Mapping) and device.get("allowMultipleAllocations")
                         else None
                     ),
+                    cpu_ids=_cpu_ids(device.get("attributes") or {}),
                 )
             )
     return sorted(devices, key=lambda d: d.key)
+
+
+def _cpu_ids(attributes: Mapping[str, Any]) -> CPUSet | None:
+    value = attributes.get(CPU_IDS)
+    if isinstance(value, Mapping) and isinstance(value.get("string"), str):
+        return CPUSet.parse(value["string"])
+    return None
+
+
+def for_cpuset(devices: list[Device], cpuset: CPUSet) -> list[Device]:
+    """Allocator external: the devices whose `dra.cpu/cpuIDs` hold all of `cpuset` (what an
+    external allocator picks from)."""
+    if not any(device.cpu_ids is not None for device in devices):
+        raise InvalidInputError(
+            f"--cpuset needs the node's allocator to be external (its devices publish no {CPU_IDS})"
+        )
+    fitting = [d for d in devices if d.cpu_ids is not None and cpuset.issubset(d.cpu_ids)]
+    if not fitting:
+        offered = ", ".join(f"{d.name}={d.cpu_ids.format()}" for d in devices if d.cpu_ids)
+        raise InvalidInputError(
+            f"--cpuset {cpuset.format()}: no device offers all of these CPUs ({offered})"
+        )
+    return fitting
 
 
 def results_of(claims: Iterable[Mapping[str, Any]]) -> list[Result]:

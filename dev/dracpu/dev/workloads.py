@@ -35,6 +35,7 @@ from dracpu.dev.scheduler import (
     Result,
     allocate,
     devices_of,
+    for_cpuset,
     results_of,
 )
 from dracpu.dev.sim_clients import KubeletClient, RuntimeClient
@@ -206,15 +207,17 @@ def _schedule(
     if folder.claim_path(namespace, name).exists():
         raise ConflictError(f"claim {namespace}/{name} already exists")
     devices = devices_of(folder.slices())
+    if cpuset is not None:
+        # The external allocator's part: a device whose dra.cpu/cpuIDs hold the cpuset.
+        devices = for_cpuset(devices, cpuset)
     results = allocate(devices, results_of(folder.claims()), cpus, numa=numa, request=REQUEST)
-    machine = results[0].device == MACHINE_DEVICE
-    if machine and cpuset is None:
+    chosen = next((d for d in devices if d.name == results[0].device), None)
+    if cpuset is None and chosen is not None and chosen.cpu_ids is not None:
         raise InvalidInputError(
-            "the node publishes one machine-wide device (groupBy machine): "
-            "pass --cpuset with the exact CPUs"
+            "the node's allocator is external"
+            + (" (groupBy machine)" if chosen.name == MACHINE_DEVICE else "")
+            + ": pass --cpuset with the exact CPUs, from a device's dra.cpu/cpuIDs"
         )
-    if cpuset is not None and not machine:
-        raise InvalidInputError("--cpuset applies only when the node is grouped by machine")
     node = next((d.node for d in devices if d.pool == results[0].pool), "")
     claim = claim_document(
         namespace,

@@ -109,6 +109,15 @@ The config file every service reads: driverConfig, with the deprecated args.* va
 {{- $_ := set $config $field $value -}}
 {{- end -}}
 {{- end -}}
+{{- /* The driver refuses these combinations at start; the chart says so at install. */ -}}
+{{- $mode := $config.cpuDeviceMode | default "grouped" -}}
+{{- $allocator := $config.allocator | default "cpumanager" -}}
+{{- if and (eq $mode "grouped") (eq ($config.groupBy | default "numanode") "machine") (ne $allocator "external") -}}
+{{- fail (printf "driverConfig: groupBy 'machine' needs allocator 'external' (got %q): an external allocator picks the CPUs of the one machine device" $allocator) -}}
+{{- end -}}
+{{- if and (ne $mode "grouped") (eq $allocator "external") -}}
+{{- fail (printf "driverConfig: allocator 'external' needs cpuDeviceMode 'grouped' (got %q)" $mode) -}}
+{{- end -}}
 {{- toYaml $config -}}
 {{- end }}
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
+from dracpu.allocator import external
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import ConfigError
 from dracpu.core.machine import Machine
 
 CPU_CAPACITY = "dra.cpu/cpu"
@@ -46,6 +48,7 @@ MACHINE_DEVICE = "cpudevmachine"
 
 Mode = Literal["grouped", "individual"]
 GroupBy = Literal["numanode", "socket", "machine"]
+Allocator = Literal["cpumanager", "external"]
 DeviceKind = Literal["cpu", "numanode", "socket", "machine"]
 AttributeValue = bool | int | str | tuple[str, ...]
 
@@ -80,12 +83,25 @@ class DeviceOptions:
 
     mode: Mode = "grouped"
     group_by: GroupBy = "numanode"
+    # external: a scheduler plugin picks each claim's CPUs (`cpuConfig.cpuset`) and reads them
+    # off the grouped devices' `dra.cpu/cpuIDs` and `dra.cpu/smtLayout`.
+    # None: the grouping's only choice for machine, cpumanager otherwise (the configuration
+    # always names it).
+    allocator: Allocator | None = None
     reserved: CPUSet = field(default_factory=CPUSet)
     expose_pcie_roots: bool = False
     node_allocatable_mapping: bool = False
     # CPUs that are never published, so the shared pool keeps at least this many (the
     # configuration's minSharedCPUs, default 1; 0 here keeps the pure model's tests terse).
     min_shared: int = 0
+
+    def __post_init__(self) -> None:
+        if self.allocator is None:
+            chosen = "external" if self.group_by == "machine" else "cpumanager"
+            object.__setattr__(self, "allocator", chosen)
+        if self.mode == "grouped" and self.group_by == "machine" and self.allocator != "external":
+            # The configuration refuses this at start; the model holds to the same rule.
+            raise ConfigError("groupBy 'machine' needs allocator 'external'")
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,11 @@ class DeviceModel:
     @property
     def group_by(self) -> str:
         return "" if self.options.mode == "individual" else self.options.group_by
+
+    @property
+    def external(self) -> bool:
+        """Whether claims bring their CPUs (`cpuConfig.cpuset`) rather than have them placed."""
+        return self.options.mode == "grouped" and self.options.allocator == "external"
 
     @cached_property
     def uses_list_attributes(self) -> bool:
@@ -224,11 +245,21 @@ def _grouped(machine: Machine, options: DeviceOptions, withheld: CPUSet) -> list
     )
     smt = machine.smt_enabled
     devices = []
+    layout = ""
+    if options.allocator == "external":
+        layout = external.smt_layout(machine, _first_group(machine, options))
 
     def group(
         name: str, kind: DeviceKind, cpus: CPUSet, attributes: dict[str, AttributeValue]
     ) -> Device:
         attributes.update(_pcie_roots(machine, cpus, options))
+        if layout:
+            attributes[external.ATTR_SMT_LAYOUT] = external.checked(
+                name, external.ATTR_SMT_LAYOUT, layout
+            )
+            attributes[external.ATTR_CPU_IDS] = external.checked(
+                name, external.ATTR_CPU_IDS, cpus.format()
+            )
         attributes[ATTR_NUM_ISOLATED_CPUS] = len(cpus & machine.isolated)
         attributes[ATTR_NUM_NOHZ_FULL_CPUS] = len(cpus & machine.nohz_full)
         return Device(
@@ -270,3 +301,26 @@ def _grouped(machine: Machine, options: DeviceOptions, withheld: CPUSet) -> list
             attributes = {ATTR_SMT_ENABLED: smt, ATTR_NUM_CPUS: len(cpus)}
             devices.append(group(MACHINE_DEVICE, "machine", cpus, attributes))
     return devices
+
+
+def _first_group(machine: Machine, options: DeviceOptions) -> str:
+    """The name of the first group device, for errors about a node-wide attribute."""
+    if options.group_by == "numanode":
+        return f"{NUMA_PREFIX}{min(machine.numa_nodes, default=0):03d}"
+    if options.group_by == "socket":
+        return f"{SOCKET_PREFIX}{min(machine.sockets, default=0):03d}"
+    return MACHINE_DEVICE
+
+
+def group_span(machine: Machine, device: Device) -> CPUSet:
+    """Every online CPU of a grouped device's NUMA node, socket or machine, the reserved and
+    withheld ones included: where an external allocator's cpuset must lie."""
+    if device.kind == "machine":
+        return machine.online
+    if device.kind in ("numanode", "socket"):
+        # The device's own CPUs name its group: every one is of the same node or socket.
+        first = machine.by_id[device.cpus.first()]
+        if device.kind == "numanode":
+            return machine.numa_nodes[first.numa_node_id]
+        return machine.sockets[first.socket_id]
+    return device.cpus

@@ -18,7 +18,7 @@ from dracpu.allocator.device_health import STATUSES, HealthBook, assess
 from dracpu.allocator.devices import DeviceModel, DeviceOptions, build_devices
 from dracpu.core import metrics
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import StateError, UnavailableError
+from dracpu.core.errors import ConfigError, StateError, UnavailableError
 from dracpu.core.log import get_logger
 
 log = get_logger(__name__)
@@ -81,11 +81,21 @@ class PublishedDevices:
         """`state`'s devices without its withheld CPUs, rebuilt only when those change."""
         source = (state.devices, state.withheld)
         if self._model is None or self._source != source:
-            model = (
-                state.devices
-                if not state.withheld
-                else build_devices(state.machine, state.devices.options, state.withheld)
-            )
+            try:
+                model = (
+                    state.devices
+                    if not state.withheld
+                    else build_devices(state.machine, state.devices.options, state.withheld)
+                )
+            except ConfigError as exc:
+                # An attribute the API server would refuse (dra.cpu/cpuIDs of a group the
+                # withheld CPUs fragment): keep publishing the last devices whole, never a
+                # partial or truncated one; a prepare still checks every CPU it hands out.
+                if self._model is None:
+                    raise
+                log.error("cannot publish the devices; keeping the last ones", error=str(exc))
+                self._source = source
+                return self._model
             if self._model is not None and model.fingerprint != self._model.fingerprint:
                 self.generation += 1
                 log.info(

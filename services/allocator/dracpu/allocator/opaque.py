@@ -1,7 +1,8 @@
 """The claim's opaque driver configuration (`status.allocation.devices.config[].opaque`).
 
-Schema `v1alpha1`, extended compatibly: `cpuConfig.cpuset` (groupBy machine, as the reference
-driver defines it) and per-claim placement policy for groupBy numanode/socket:
+Schema `v1alpha1`, extended compatibly: `cpuConfig.cpuset` (allocator external, in every
+grouping, as the reference driver defines it) and per-claim placement policy for the driver's
+own placement (allocator cpumanager, groupBy numanode/socket):
 
 | field                            | type            | meaning                                    |
 |----------------------------------|-----------------|--------------------------------------------|
@@ -119,7 +120,7 @@ def _matching(configs: Sequence[OpaqueConfig], request: str, driver: str) -> lis
 
 
 def explicit_cpuset(configs: Sequence[OpaqueConfig], request: str, driver: str) -> CPUSet:
-    """groupBy machine: the cpuset of the one claim config that targets `request`."""
+    """allocator external: the cpuset of the one claim config that targets `request`."""
     matching = _matching(configs, request, driver)
     if any(c.source == FROM_CLASS for c in matching):
         raise InvalidInputError(
@@ -135,7 +136,7 @@ def explicit_cpuset(configs: Sequence[OpaqueConfig], request: str, driver: str) 
     extra = parameters.cpu_config.policy_fields()
     if extra:
         raise InvalidInputError(
-            f"opaque config: cpuConfig.{extra[0]} is not valid with groupBy machine "
+            f"opaque config: cpuConfig.{extra[0]} is not valid with allocator external "
             "(the cpuset is explicit)"
         )
     if parameters.cpuset is None:
@@ -146,7 +147,7 @@ def explicit_cpuset(configs: Sequence[OpaqueConfig], request: str, driver: str) 
 def placement_policy(
     configs: Sequence[OpaqueConfig], request: str, driver: str, threads_per_core: int
 ) -> Policy:
-    """groupBy numanode/socket: the policy for `request` (the claim's config wins over the
+    """allocator cpumanager: the policy for `request` (the claim's config wins over the
     class's; defaults when neither sets one)."""
     matching = _matching(configs, request, driver)
     chosen = None
@@ -164,7 +165,7 @@ def placement_policy(
     parameters = parse_parameters(chosen.parameters)
     if parameters.cpuset is not None:
         raise InvalidInputError(
-            "opaque config: cpuConfig.cpuset is only valid with groupBy machine"
+            "opaque config: cpuConfig.cpuset is only valid with allocator external"
         )
     config = parameters.cpu_config
     distribute = bool(config.distribute_across_numa)
@@ -187,7 +188,7 @@ def placement_policy(
 def isolation_preference(
     configs: Sequence[OpaqueConfig], request: str, driver: str
 ) -> Isolation | None:
-    """groupBy numanode/socket: `cpuConfig.isolated` of the config that sets the request's
+    """allocator cpumanager: `cpuConfig.isolated` of the config that sets the request's
     placement (the claim's over the class's); None when unset."""
     for source in (FROM_CLAIM, FROM_CLASS):
         of_source = [c for c in _matching(configs, request, driver) if c.source == source]

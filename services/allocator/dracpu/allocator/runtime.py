@@ -76,6 +76,7 @@ def _device_options(config: driver_config.DriverConfig, args: argparse.Namespace
     return DeviceOptions(
         mode=config.cpu_device_mode,
         group_by=config.group_by,
+        allocator=config.allocator,
         reserved=config.reserved,
         expose_pcie_roots=args.expose_pcie_roots,
         node_allocatable_mapping=config.publish_node_allocatable_resource_mapping,
@@ -107,6 +108,7 @@ async def serve(args: argparse.Namespace) -> int:
         machine_from_file = topology_client.load_file(args.topology_file)
     # Bad input is refused above, before any log line, so it reads as one stderr line.
     driver_config.log_effective(config)
+    driver_config.warn_deprecated(config)
     registry = Registry()
     node = NodeAllocator(
         state_dir=Path(args.state_dir),

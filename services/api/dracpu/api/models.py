@@ -152,6 +152,7 @@ class DriverConfigView(BaseModel):
         default="grouped", alias="cpuDeviceMode"
     )
     group_by: Literal["numanode", "socket", "machine"] = Field(default="numanode", alias="groupBy")
+    allocator: Literal["cpumanager", "external"] = Field(default="cpumanager", alias="allocator")
     reserved_cpus: str = Field(default="", alias="reservedCPUs")
     hostname_override: str = Field(default="", alias="hostnameOverride")
     kubeconfig: str = Field(default="", alias="kubeconfig")

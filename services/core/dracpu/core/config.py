@@ -29,6 +29,9 @@ _SPEC: dict[str, tuple[str, tuple[str, ...] | type]] = {
     "api_version": ("apiVersion", (CONFIG_API_VERSION,)),
     "cpu_device_mode": ("cpuDeviceMode", ("grouped", "individual")),
     "group_by": ("groupBy", ("numanode", "socket", "machine")),
+    # Who picks a grouped claim's CPUs: the driver's placement, or an external allocator (a
+    # scheduler plugin) that writes them in the claim's opaque `cpuConfig.cpuset`.
+    "allocator": ("allocator", ("cpumanager", "external")),
     "reserved_cpus": ("reservedCPUs", str),
     "hostname_override": ("hostnameOverride", str),
     "kubeconfig": ("kubeconfig", str),
@@ -50,6 +53,7 @@ class DriverConfig:
     api_version: Literal["v1alpha1"] | None = None
     cpu_device_mode: Literal["grouped", "individual"] = "grouped"
     group_by: Literal["numanode", "socket", "machine"] = "numanode"
+    allocator: Literal["cpumanager", "external"] = "cpumanager"
     reserved_cpus: str = ""
     hostname_override: str = ""
     kubeconfig: str = ""
@@ -125,6 +129,7 @@ _FLAG_FIELDS: dict[str, tuple[str, bool]] = {
     "kubeconfig": ("kubeconfig", False),
     "cpu_device_mode": ("cpuDeviceMode", True),
     "group_by": ("groupBy", True),
+    "allocator": ("allocator", False),
     "reserved_cpus": ("reservedCPUs", True),
     "hostname_override": ("hostnameOverride", True),
     "sysfs_root": ("sysfsRoot", False),
@@ -151,6 +156,24 @@ def parse_document(data: object, source: str) -> DriverConfig:
     return DriverConfig(**values)
 
 
+def check_combination(config: DriverConfig, source: str) -> DriverConfig:
+    """The rules between fields, checked once the file and the flags are merged."""
+    if config.cpu_device_mode != "grouped":
+        if config.allocator == "external":
+            raise ConfigError(
+                f"{source}: allocator 'external' needs cpuDeviceMode 'grouped' "
+                f"(got {config.cpu_device_mode!r})"
+            )
+        return config
+    if config.group_by == "machine" and config.allocator != "external":
+        raise ConfigError(
+            f"{source}: groupBy 'machine' needs allocator 'external' "
+            f"(got {config.allocator!r}): an external allocator picks the CPUs of the one "
+            "machine device"
+        )
+    return config
+
+
 def read_file(path: str) -> dict[str, Any]:
     data = read_yaml_file(path, "config file", error=ConfigError)
     parse_document(data, f"config file {path}")
@@ -171,8 +194,20 @@ def load(args: argparse.Namespace) -> DriverConfig:
             flag = "--" + dest.replace("_", "-")
             log.warning("deprecated flag used", flag=flag, replacement=field)
         document[field] = value
-    return parse_document(document, f"config file {config_path}" if config_path else "flags")
+    source = f"config file {config_path}" if config_path else "flags"
+    return check_combination(parse_document(document, source), source)
 
 
 def log_effective(config: DriverConfig) -> None:
     log.info(0, "effective configuration", **config.to_document())
+
+
+def warn_deprecated(config: DriverConfig) -> None:
+    """Deprecated settings, said once at start by the service that owns the devices."""
+    if config.cpu_device_mode == "individual":
+        log.warning(
+            "cpuDeviceMode 'individual' is deprecated: use cpuDeviceMode 'grouped' with "
+            "allocator 'external' to keep scheduler-chosen CPUs "
+            "(docs/user/configuration.md#migrate-from-individual-mode)",
+            cpuDeviceMode=config.cpu_device_mode,
+        )

@@ -27,6 +27,12 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         help="DEPRECATED: use groupBy in the config file",
     )
     group.add_argument(
+        "--allocator",
+        choices=["cpumanager", "external"],
+        help="who picks a grouped claim's CPUs: the driver (cpumanager, default) or an external "
+        "allocator writing them in the claim's opaque cpuConfig.cpuset (config field allocator)",
+    )
+    group.add_argument(
         "--reserved-cpus", metavar="CPUSET", help="DEPRECATED: use reservedCPUs in the config file"
     )
     group.add_argument(

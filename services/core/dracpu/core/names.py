@@ -18,6 +18,8 @@ from dracpu.core.errors import InvalidInputError
 MAX_LABEL: Final = 63
 MAX_SUBDOMAIN: Final = 253
 MAX_UID: Final = 128
+# resource.k8s.io/v1 DeviceAttributeMaxValueLength: the longest string (or version) attribute.
+MAX_ATTRIBUTE_VALUE: Final = 64
 # What an error message echoes of an input.
 ECHO: Final = 64
 

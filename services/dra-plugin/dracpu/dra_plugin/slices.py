@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dracpu.core.errors import InvalidInputError
+from dracpu.core.names import MAX_ATTRIBUTE_VALUE
 from dracpu.dra_plugin.metadata import attribute_json
 from dracpu.pb.allocator.v1 import allocator_pb2
 
@@ -22,8 +24,23 @@ INDEX_MIN_WIDTH = 5
 Slice = dict[str, Any]
 
 
+def _check_value_lengths(device: allocator_pb2.Device) -> None:
+    """The API server's limit on string attributes, checked before any slice is written: a
+    device it would refuse fails the whole sync, never a partial or truncated slice."""
+    for name in sorted(device.attributes):
+        value = device.attributes[name]
+        if value.WhichOneof("value") in ("string", "version"):
+            text = getattr(value, str(value.WhichOneof("value")))
+            if len(text) > MAX_ATTRIBUTE_VALUE:
+                raise InvalidInputError(
+                    f"device {device.name}: attribute {name} is {len(text)} characters, over "
+                    f"the API server's limit of {MAX_ATTRIBUTE_VALUE}; no slice is published"
+                )
+
+
 def device_json(device: allocator_pb2.Device) -> dict[str, Any]:
     """resource.k8s.io/v1 Device for one allocator device."""
+    _check_value_lengths(device)
     out: dict[str, Any] = {"name": device.name}
     if device.attributes:
         out["attributes"] = {

@@ -9,7 +9,7 @@ from dataclasses import replace
 from dracpu.allocator import opaque
 from dracpu.allocator.claims.model import Allocation, ClaimRecord, PrepareInput, ResultInput
 from dracpu.allocator.claims.state import NodeState
-from dracpu.allocator.devices import CPU_CAPACITY, Device
+from dracpu.allocator.devices import CPU_CAPACITY, Device, group_span
 from dracpu.allocator.isolation import take_with_isolation
 from dracpu.allocator.quantity import cpu_count
 from dracpu.core.cpuset import CPUSet
@@ -74,7 +74,7 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
     assigned = CPUSet()
     allocations: list[Allocation] = []
     mode = state.devices.mode
-    group_by = state.devices.group_by
+    external = state.devices.external
     for result in request.results:
         device = _device(state, uid, result)
         where = _where(uid, result)
@@ -95,11 +95,11 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
                     f"{where}: overlapping device assignment: "
                     f"CPU {cpus.format()} is held by {holder}"
                 )
-        elif group_by == "machine":
+        elif external:
             count = _count(uid, result)
             cpus = opaque.explicit_cpuset(request.configs, result.request, DRIVER_NAME)
             policy = "explicit"
-            _check_explicit(state, where, cpus, count, assigned)
+            _check_explicit(state, where, device, cpus, count, assigned)
         else:
             count = _count(uid, result)
             chosen = opaque.placement_policy(
@@ -144,8 +144,10 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
 
 
 def _check_explicit(
-    state: NodeState, where: str, cpus: CPUSet, count: int, assigned: CPUSet
+    state: NodeState, where: str, device: Device, cpus: CPUSet, count: int, assigned: CPUSet
 ) -> None:
+    """An external allocator's cpuset, checked before it is enforced: the error names the
+    first rule it breaks."""
     text = cpus.format()
     if len(cpus) != count:
         raise InvalidInputError(
@@ -153,6 +155,13 @@ def _check_explicit(
             f"the request consumed {count}"
         )
     offline = cpus - state.online
+    outside = cpus - group_span(state.machine, device)
+    if outside:
+        gone = f", offline CPUs {offline.format()}" if offline else ""
+        raise InvalidInputError(
+            f"{where}: opaque config cpuset {text} has CPUs {outside.format()} outside the "
+            f"device's {device.kind} (CPUs {device.cpus.format()}){gone}"
+        )
     if offline:
         raise InvalidInputError(
             f"{where}: opaque config cpuset {text} has offline CPUs {offline.format()}"
@@ -178,6 +187,13 @@ def _check_explicit(
         raise InsufficientCPUsError(
             f"{where}: opaque config cpuset {text}: CPUs {kept.format()} are kept for the "
             f"shared pool (at least {state.min_shared} shared CPUs)"
+        )
+    withheld = cpus - device.cpus
+    if withheld:
+        # Held by a claim the devices do not account for, or by a container still running.
+        raise ConflictError(
+            f"{where}: opaque config cpuset {text}: CPUs {withheld.format()} are not "
+            f"allocatable on device {device.name} now (CPUs {device.cpus.format()})"
         )
 
 
