@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from logformats import klog_lines
 
 from dracpu.core import __version__
 from dracpu.core.errors import DracpuError
@@ -173,9 +174,9 @@ async def test_sigterm_stops_cleanly_and_removes_the_socket(service: Running) ->
     assert stop(service.process) == 0
     assert not service.socket.exists()
     log = service.log_text()
-    assert 'msg="effective configuration"' in log
-    assert f"sysfsRoot={service.root}" in log
-    assert "msg=stopping" in log
+    lines = {line.msg: line for line in klog_lines(log)}
+    assert lines["effective configuration"].values["sysfsRoot"] == str(service.root)
+    assert "stopping" in lines
     assert "Traceback" not in log
 
 

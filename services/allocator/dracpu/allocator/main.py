@@ -16,7 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     from dracpu.allocator.runtime import serve
 
-    setup(args.verbosity, "allocator")
+    setup(args.verbosity, "allocator", fmt=args.logging_format)
     return run_async(lambda: serve(args), PROG)
 
 

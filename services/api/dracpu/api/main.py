@@ -18,7 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from dracpu.api.runtime import serve
 
-    setup(args.verbosity, "api")
+    setup(args.verbosity, "api", fmt=args.logging_format)
     # uvicorn's own loggers: errors only; requests are counted in /metrics instead.
     logging.getLogger("uvicorn").setLevel(logging.WARNING)
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)

@@ -21,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_positive(parser, args)
-    setup(args.verbosity, "dra-plugin")
+    setup(args.verbosity, "dra-plugin", fmt=args.logging_format)
     from dracpu.dra_plugin.runtime import serve
 
     return run_async(lambda: serve(args), PROG)

@@ -20,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_plugin_index(parser, args)
-    setup(args.verbosity, "nri-plugin")
+    setup(args.verbosity, "nri-plugin", fmt=args.logging_format)
     from dracpu.nri_plugin.runtime import serve
 
     return run_async(lambda: serve(args), PROG)

@@ -20,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_watch_interval(parser, args)
-    setup(args.verbosity, "topology")
+    setup(args.verbosity, "topology", fmt=args.logging_format)
     from dracpu.topology.runtime import serve
 
     return run_async(lambda: serve(args), PROG)
