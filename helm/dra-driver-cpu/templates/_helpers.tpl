@@ -85,9 +85,26 @@ default for that container.
 {{- end }}
 
 {{/* Flags every container gets: the config file (one `--config=PATH` argument, as the
-     reference passes it), verbosity and log format. */}}
+     reference passes it), verbosity, and the log format unless it is the services' default
+     (text): a service image one release behind, which has no such flag, still starts. */}}
 {{- define "dracpu.commonArgs" -}}
-{{- toYaml (list (printf "--config=%s" (include "dracpu.configFile" .)) "-v" (toString .Values.args.logLevel) (printf "--logging-format=%s" (.Values.args.loggingFormat | default "text"))) -}}
+{{- $args := list (printf "--config=%s" (include "dracpu.configFile" .)) "-v" (toString .Values.args.logLevel) -}}
+{{- $format := .Values.args.loggingFormat | default "text" -}}
+{{- if ne $format "text" -}}
+{{- $args = append $args (printf "--logging-format=%s" $format) -}}
+{{- end -}}
+{{- toYaml $args -}}
+{{- end }}
+
+{{/* The dra-plugin's `--metadata-versions=LIST`, only when it is not the default (v1beta1),
+     for the same reason. */}}
+{{- define "dracpu.metadataArgs" -}}
+{{- $versions := join "," (.Values.draPlugin.metadataVersions | default (list "v1beta1")) -}}
+{{- if ne $versions "v1beta1" -}}
+{{- toYaml (list (printf "--metadata-versions=%s" $versions)) -}}
+{{- else -}}
+[]
+{{- end -}}
 {{- end }}
 
 {{/*
