@@ -5,6 +5,7 @@ formats' definitions (tests/logformats.py)."""
 from __future__ import annotations
 
 import io
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -109,6 +110,25 @@ def test_json_line(stream: io.StringIO) -> None:
     # component-base writes no verbosity on error lines.
     assert "v" not in error and error["err"] == "no CPUs"
     assert abs(info["ts"] / 1000 - time.time()) < 60
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_librarys_warnings_come_out_in_the_same_format(
+    fmt: log.LogFormat, stream: io.StringIO
+) -> None:
+    log.setup(0, "api", stream=stream, fmt=fmt)
+    logging.getLogger("uvicorn.error").warning("slow client %s", "1.2.3.4")
+    logging.getLogger("asyncio").info("below WARNING: not shown")
+    if fmt == "text":
+        (line,) = klog_lines(stream.getvalue())
+        assert (line.severity, line.msg, line.values) == (
+            "W",
+            "slow client 1.2.3.4",
+            {"logger": "uvicorn.error"},
+        )
+    else:
+        (entry,) = json_lines(stream.getvalue())
+        assert (entry["msg"], entry["logger"]) == ("slow client 1.2.3.4", "uvicorn.error")
 
 
 def test_logfmt_stays_for_people(stream: io.StringIO) -> None:

@@ -34,6 +34,7 @@ class _State:
     verbosity = 0
     service = "dracpu"
     format: LogFormat = "text"
+    handler: logging.Handler | None = None
 
 
 _state = _State()
@@ -107,7 +108,7 @@ class _Formatter(logging.Formatter):
 
     @staticmethod
     def _logger(record: logging.LogRecord) -> str:
-        return record.name.removeprefix("dracpu.")
+        return record.name.removeprefix("dracpu.")  # a library's logger keeps its own name
 
     def _klog(self, record: logging.LogRecord, fields: dict[str, Any]) -> str:
         stamp = time.strftime("%m%d %H:%M:%S", time.gmtime(record.created))
@@ -162,6 +163,14 @@ def setup(
     _root.handlers[:] = [handler]
     _root.setLevel(logging.DEBUG)
     _root.propagate = False
+    # Libraries' own warnings (asyncio, grpc, uvicorn) come out in the same format: the
+    # handler replaces the one an earlier setup put on Python's root logger (whose level,
+    # WARNING unless someone changed it, keeps their chatter out), and leaves others there.
+    python_root = logging.getLogger()
+    if _state.handler is not None and _state.handler in python_root.handlers:
+        python_root.removeHandler(_state.handler)
+    python_root.addHandler(handler)
+    _state.handler = handler
 
 
 def verbosity() -> int:
