@@ -98,11 +98,20 @@ def reference_install(
             "180s",
         )
         wait_until(_reference_pod_ready(driver), timeout=180, what="reference-valued pod Ready")
+        # The loop execs into every pod the selector lists: the replaced pod must be gone.
+        wait_until(lambda: len(_driver_pods(driver)) == 1 or None, timeout=120, what="one pod")
     yield driver
     with step("the session's install back"):
         driver.install()
         wait_until(driver.driver_ready, timeout=180, what="driver pod Ready again")
         wait_until(lambda: driver.published(), timeout=60, what="ResourceSlice published")
+
+
+def _driver_pods(node: Cluster) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = node.get("pods", namespace=NAMESPACE)["items"]
+    return [
+        p for p in pods if p["metadata"].get("labels", {}).get("app.kubernetes.io/name") == RELEASE
+    ]
 
 
 def _reference_pod_ready(node: Cluster) -> Callable[[], dict[str, Any] | None]:
