@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from logformats import klog_lines
 
 from dracpu.allocator import cdi, checkpoint, records
 from dracpu.allocator.claims import (
@@ -222,7 +223,10 @@ async def test_a_corrupt_record_is_moved_aside_and_its_claim_rebuilt(
     moved = list(records.claims_dir(tmp_path / "state").glob("u1.json.corrupt-*"))
     assert len(moved) == 1
     text = logs.getvalue()
-    assert "level=error" in text and "claim record cannot be trusted" in text
+    assert any(
+        line.severity == "E" and "claim record cannot be trusted" in line.msg
+        for line in klog_lines(text)
+    )
     assert "claim rebuilt from its CDI spec" in text
     assert saved(tmp_path)["u1"] == again.state.records["u1"]  # rewritten, trusted again
 
@@ -239,8 +243,8 @@ async def test_a_missing_record_is_rebuilt_from_its_cdi_spec_loudly(
     await again.start(machine)
     record = again.state.records["u1"]
     assert record.cpus == prepared.record.cpus and record.recovered
-    warnings = [line for line in logs.getvalue().splitlines() if "level=warning" in line]
-    assert any("claim rebuilt from its CDI spec" in line for line in warnings)
+    warnings = [line.msg for line in klog_lines(logs.getvalue()) if line.severity == "W"]
+    assert any("claim rebuilt from its CDI spec" in msg for msg in warnings)
     assert saved(tmp_path) == {"u1": record}
     # The kubelet prepares it again: the allocation results come back, same CPUs.
     completed = await again.prepare(request("u1"))
@@ -332,7 +336,8 @@ async def test_a_corrupt_legacy_checkpoint_is_moved_aside_and_claims_rebuilt(
     await node.start(machines("xeon-2s-ht"))
     assert node.state.records["u1"].cpus == CPUSet.parse("3-4")
     assert len(list((tmp_path / "state").glob("allocator-checkpoint.json.corrupt-*"))) == 1
-    assert "level=error" in logs.getvalue() and "moved aside" in logs.getvalue()
+    errors = [line for line in klog_lines(logs.getvalue()) if line.severity == "E"]
+    assert any("moved aside" in f"{line.msg} {line.values}" for line in errors)
 
 
 async def test_records_sharing_a_cpu_keep_the_first_prepared(

@@ -381,7 +381,8 @@ async def client(services: ServiceSet) -> AsyncIterator[httpx.AsyncClient]:
 
 # ---- the api as a process --------------------------------------------------------------------
 
-_LISTENING = re.compile(r"msg=listening address=(http://\S+)")
+# klog text: `I... api.py:NN] "listening" logger="api.x" address="http://..."`.
+_LISTENING = re.compile(r'\] "listening" .*address="(http://[^"]+)"')
 
 
 class ApiProcess:

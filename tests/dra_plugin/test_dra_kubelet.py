@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN, NODE, Node, claim, eventually, result
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from logformats import klog_lines, parse_klog
 
 from dracpu.core import rpc
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, PluginRejected, RegisteredPlugin
@@ -128,12 +129,10 @@ async def test_prepare_and_unprepare_one_claim(started: Node, version: str) -> N
     metadata_file = (
         started.kubelet_root / "plugins/dra.cpu/dra-device-metadata/default_one/cpus/metadata.json"
     )
-    documents = [json.loads(line) for line in _json_stream(metadata_file.read_text())]
-    assert [d["apiVersion"] for d in documents] == [
-        "metadata.resource.k8s.io/v1beta1",
-        "metadata.resource.k8s.io/v1alpha1",
-    ]
-    (entry,) = documents[0]["requests"]
+    # One v1beta1 document, as the reference writes it: the file parses as one JSON value.
+    document = json.loads(metadata_file.read_text())
+    assert document["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
+    (entry,) = document["requests"]
     assert entry["name"] == "cpus"
     (meta_device,) = entry["devices"]
     assert (meta_device["driver"], meta_device["pool"], meta_device["name"]) == (
@@ -157,6 +156,28 @@ async def test_prepare_and_unprepare_one_claim(started: Node, version: str) -> N
     assert not (started.cdi / f"dra.k8s.io-cpu_claim-{c}.json").exists()
     assert not (started.cdi / f"dra.cpu_metadata_{c}_cpus.json").exists()
     assert not metadata_file.parent.parent.exists()
+    await plugin.close()
+
+
+async def test_configured_metadata_versions_make_a_versioned_stream(node: Node) -> None:
+    await node.start_topology()
+    await node.start_allocator()
+    await node.start_plugin("--metadata-versions=v1beta1,v1alpha1")
+    plugin = await register(node)
+    c = uid()
+    node.write_claim(claim("stream", c, [result("cpudevnuma000", cpus=2)]))
+    answer = await plugin.prepare([Claim("default", "stream", c)])
+    assert answer[c].error == ""
+    metadata_file = (
+        node.kubelet_root / "plugins/dra.cpu/dra-device-metadata/default_stream/cpus/metadata.json"
+    )
+    documents = [json.loads(line) for line in _json_stream(metadata_file.read_text())]
+    # A KEP-5304 stream: one document per version, in the order given; same content.
+    assert [d["apiVersion"] for d in documents] == [
+        "metadata.resource.k8s.io/v1beta1",
+        "metadata.resource.k8s.io/v1alpha1",
+    ]
+    assert documents[0]["requests"] == documents[1]["requests"]
     await plugin.close()
 
 
@@ -401,8 +422,10 @@ async def test_rejected_plugin_keeps_serving_and_says_why(node: Node) -> None:
         return "has not registered the plugin" in text and "version skew test" in text
 
     await eventually(warned, what="the registration watchdog warning")
-    line = next(x for x in node.log("plugin").read_text().splitlines() if "has not registered" in x)
-    assert f"registrar_dir={node.kubelet_root}/plugins_registry/dra.cpu" in line
+    line = next(
+        x for x in klog_lines(node.log("plugin").read_text()) if "has not registered" in x.msg
+    )
+    assert line.values["registrar_dir"] == f"{node.kubelet_root}/plugins_registry/dra.cpu"
     view = await status(node)
     assert (view.registered, view.registration_error) == (False, "version skew test")
     assert await registration_health(node) == "NOT_SERVING"
@@ -509,5 +532,6 @@ async def test_watchdog_when_no_kubelet_ever_calls(node: Node) -> None:
 
     line = await eventually(warned, what="the watchdog warning")
     assert "the kubelet never contacted the plugin" in line
-    assert f"registrar_dir={node.kubelet_root}/plugins_registry/dra.cpu" in line
+    parsed = parse_klog(line)
+    assert parsed.values["registrar_dir"] == f"{node.kubelet_root}/plugins_registry/dra.cpu"
     assert await rpc.check_health(node.sock("plugin")) == "SERVING"

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from logformats import klog_lines
 from nri_bed import ONLINE, Allocator, claim_env, start_process, stop_process, wait_serving
 from nri_peer import PEERS, GoRuntime, PeerVersion, missing_reason
 
@@ -233,7 +233,11 @@ async def test_a_synchronize_over_4_mib_arrives_in_chunks(
             assert len(sync["sync_updates"]) == count
             assert {u["cpus"] for u in sync["sync_updates"]} == {ONLINE.format()}
             assert len(await view_containers(view)) == count
-        chunks = re.findall(r'msg="synchronize request" .* chunks=(\d+)', _plugin_log(short_tmp))
+        chunks = [
+            line.values["chunks"]
+            for line in klog_lines(_plugin_log(short_tmp))
+            if line.msg == "synchronize request"
+        ]
         assert chunks and int(chunks[-1]) > 1
     finally:
         await go.close()

@@ -214,13 +214,14 @@ SWITCHES = frozenset({"--expose-pcie-roots", "--live"})
 
 
 def flags(argv: list[str]) -> dict[str, str]:
-    """`--flag value` pairs of a command line (switches map to "")."""
+    """`--flag value` and `--flag=value` pairs of a command line (switches map to "")."""
     found: dict[str, str] = {}
     items: Iterator[str] = iter(argv)
     for item in items:
         assert item.startswith("-"), f"stray argument {item!r} in {argv}"
-        assert item not in found, f"{item} given twice in {argv}"
-        found[item] = "" if item in SWITCHES else next(items)
+        flag, joined, value = item.partition("=")
+        assert flag not in found, f"{flag} given twice in {argv}"
+        found[flag] = value if joined else "" if flag in SWITCHES else next(items)
     return found
 
 

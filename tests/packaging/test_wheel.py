@@ -99,3 +99,13 @@ def test_wheel_in_a_clean_venv_imports_every_pb_module(wheel: Path, tmp_path: Pa
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(len(PROTOS))
+
+
+def test_gatherinfo_has_the_reference_drivers_legacy_command(wheel: Path) -> None:
+    # `dracpu gatherinfo` and `dracpu-gatherinfo` (the reference keeps the latter in 0.2.z and
+    # 0.3.z); the topology image links both at / as well.
+    archive = zipfile.ZipFile(wheel)
+    (entry_points,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    scripts = archive.read(entry_points).decode()
+    assert "dracpu-gatherinfo = dracpu.topology.gatherinfo:main" in scripts
+    assert "dracpu = dracpu.core.cli:main" in scripts

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from logformats import klog_lines
 
 from dracpu.core import __version__
 from dracpu.core.config import DriverConfig
@@ -153,8 +154,9 @@ def test_config_file_and_flags_make_the_driver_config(tmp_path: Path) -> None:
     assert driver["groupBy"] == "socket"
     assert driver["reservedCPUs"] == "0-1"
     assert driver["cpuDeviceMode"] == "individual"
-    assert "deprecated flag used" in result.stderr
-    assert "flag=--cpu-device-mode" in result.stderr
+    (warning,) = [line for line in klog_lines(result.stderr) if line.severity == "W"]
+    assert warning.msg == "deprecated flag used"
+    assert warning.values["flag"] == "--cpu-device-mode"
 
 
 BAD_INPUT: dict[str, tuple[list[str], list[str]]] = {
@@ -211,3 +213,46 @@ def test_unwritable_output_dir_is_one_line_exit_2(tmp_path: Path) -> None:
 
 def test_report_names_are_timestamped() -> None:
     assert gatherinfo.report_file_name(0, 42) == "dracpu-gatherinfo-19700101-000000-42.yaml"
+
+
+def fake_driver(proc: Path, argv: list[str], pid: int = 1) -> None:
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+
+
+def test_in_the_pod_it_reports_the_configuration_the_driver_runs_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The pod's topology container: PID 1 is dracpu-topology (run by the venv's python),
+    # with the chart's flags; `/dracpu gatherinfo --stdout` there is given no flag at all.
+    root = write_fixture("xeon-2s-ht", tmp_path / "host" / "sys")
+    config = tmp_path / "config.yaml"
+    config.write_text("cpuDeviceMode: individual\nreservedCPUs: 0-1\n")
+    command = ["--socket", "/run/dracpu/topology.sock", "--sysfs-root", str(root)]
+    command += [f"--config={config}", "-v", "2", "--logging-format=text", "--group-by", "socket"]
+    fake_driver(
+        tmp_path / "proc", ["/opt/dracpu/bin/python", "/opt/dracpu/bin/dracpu-topology", *command]
+    )
+    monkeypatch.setattr(gatherinfo, "PROC", tmp_path / "proc")
+    assert gatherinfo.main(["--stdout"]) == 0
+    report = yaml.safe_load(capsys.readouterr().out)
+    assert report["layoutVersion"] == "v1"
+    assert report["sysfsRoot"] == str(root)
+    assert report["driverConfig"]["cpuDeviceMode"] == "individual"
+    assert report["driverConfig"]["reservedCPUs"] == "0-1"
+    assert report["driverConfig"]["groupBy"] == "socket"  # the driver's flag, over its file
+    assert report["driverConfig"]["sysfsRoot"] == str(root)
+    assert report["driverCommandLine"] == command
+
+
+def test_explicit_flags_or_no_driver_mean_no_driver_command_line(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    fake_driver(proc, ["/sbin/init", "--switched-root"])
+    fake_driver(proc, ["dracpu-allocator", "--config=/etc/dracpu/config.yaml"], pid=7)
+    assert gatherinfo.driver_command_line(proc) is None
+    assert gatherinfo.driver_command_line(proc, pid=7) == ["--config=/etc/dracpu/config.yaml"]
+    assert gatherinfo.driver_command_line(proc, pid=8) is None
+    fake_driver(proc, ["dracpu-topology", "--sysfs-root", "/host/sys"], pid=9)
+    parser = gatherinfo.build_parser()
+    asked = parser.parse_args(["--stdout", "--sysfs-root", "/elsewhere"])
+    assert gatherinfo.driver_config_args(asked, proc) == []

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from logformats import klog_lines
 
 from dracpu.core import log
 from dracpu.core.errors import TopologyError
@@ -237,10 +238,10 @@ def test_skipping_a_cpu_logs_the_reason(tmp_path: Path, log_lines: io.StringIO) 
     root = write_fixture("single-4c8t", tmp_path / "sys")
     remove(root, f"{CPU}/cpu3/topology/core_id")
     discover(root)
-    line = next(x for x in log_lines.getvalue().splitlines() if "skipping CPU" in x)
-    assert "level=warning" in line
-    assert "cpu=3" in line
-    assert "core_id: missing" in line
+    line = next(x for x in klog_lines(log_lines.getvalue()) if "skipping CPU" in x.msg)
+    assert line.severity == "W"
+    assert line.values["cpu"] == 3
+    assert str(line.values["reason"]).endswith("core_id: missing")
 
 
 def test_thread_siblings_disagreeing_with_core_ids_are_reported(
@@ -254,7 +255,8 @@ def test_thread_siblings_disagreeing_with_core_ids_are_reported(
 
 def test_discovery_duration_logged_at_level_2(tmp_path: Path, log_lines: io.StringIO) -> None:
     discover(write_fixture("small-vm", tmp_path / "sys"))
-    assert 'msg="topology discovered"' in log_lines.getvalue()
+    (line,) = [x for x in klog_lines(log_lines.getvalue()) if x.msg == "topology discovered"]
+    assert isinstance(line.values["ms"], float)
 
 
 ROOT_ERRORS: dict[str, tuple[Callable[[Path], Path], str]] = {

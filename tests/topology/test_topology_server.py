@@ -17,12 +17,15 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from logformats import klog_lines
 
 from dracpu.core import __version__
+from dracpu.core.config import load
 from dracpu.core.errors import DracpuError
 from dracpu.core.rpc import channel
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
+from dracpu.topology import gatherinfo
 from dracpu.topology.discovery import discover
 from dracpu.topology.fixtures import write_fixture
 
@@ -48,11 +51,15 @@ def workdir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def start(workdir: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+def start(
+    workdir: Path,
+    *args: str,
+    program: tuple[str, ...] = (sys.executable, "-m", "dracpu.topology.main"),
+) -> tuple[subprocess.Popen[bytes], Path]:
     log = workdir / "topology.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "dracpu.topology.main", *args],
+            [*program, *args],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -173,9 +180,9 @@ async def test_sigterm_stops_cleanly_and_removes_the_socket(service: Running) ->
     assert stop(service.process) == 0
     assert not service.socket.exists()
     log = service.log_text()
-    assert 'msg="effective configuration"' in log
-    assert f"sysfsRoot={service.root}" in log
-    assert "msg=stopping" in log
+    lines = {line.msg: line for line in klog_lines(log)}
+    assert lines["effective configuration"].values["sysfsRoot"] == str(service.root)
+    assert "stopping" in lines
     assert "Traceback" not in log
 
 
@@ -197,3 +204,46 @@ def test_bad_start_is_one_line_exit_2(args: list[str], fragment: str, workdir: P
     assert lines[0].startswith("dracpu-topology: error: ")
     assert fragment in lines[0]
     assert not os.path.exists(workdir / "t.sock")
+
+
+async def test_the_service_applies_a_sysfs_overlay_and_gatherinfo_reads_its_command_line(
+    workdir: Path,
+) -> None:
+    # The real console script, as the image runs it (PID 1 of the topology container), with
+    # the reference's kind of overlay: CPU 1 moved to a NUMA node 1 of its own.
+    root = write_fixture("single-4c8t", workdir / "sys")
+    overlay = workdir / "overlay.yaml"
+    overlay.write_text(
+        '/sys/devices/system/node/node1/cpulist: "1\\n"\n'
+        '/sys/devices/system/node/node0/cpulist: "0,2-7\\n"\n'
+        '/sys/devices/system/cpu/cpu1/node1: ""\n'
+    )
+    config = workdir / "config.yaml"
+    config.write_text(f"sysfsOverlay: {overlay}\ngroupBy: socket\n")
+    socket = workdir / "t.sock"
+    script = str(Path(sys.executable).with_name("dracpu-topology"))
+    process, log = start(
+        workdir,
+        "--socket",
+        str(socket),
+        "--sysfs-root",
+        str(root),
+        f"--config={config}",
+        program=(script,),
+    )
+    running = Running(process, socket, root, log)
+    try:
+        await wait_serving(running)
+        served = await inventory(socket)
+        assert {cpu.cpu_id: cpu.numa_node_id for cpu in served.cpus}[1] == 1
+        assert {cpu.numa_node_id for cpu in served.cpus} == {0, 1}
+        applied = [x for x in klog_lines(running.log_text()) if x.msg == "sysfs overlay applied"]
+        assert applied and applied[0].values["paths"] == 3
+
+        argv = gatherinfo.driver_command_line(Path("/proc"), process.pid)
+        assert argv == ["--socket", str(socket), "--sysfs-root", str(root), f"--config={config}"]
+        running_config = load(gatherinfo._driver_namespace(argv))
+        assert (running_config.sysfs_overlay, running_config.group_by) == (str(overlay), "socket")
+        assert running_config.effective_sysfs_root() == root
+    finally:
+        stop(process)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from logformats import klog_lines
 
 from dracpu.core import log
 from dracpu.core.cli import ArgumentParser
@@ -58,6 +59,7 @@ def test_defaults() -> None:
         "kubeconfig": "",
         "publishNodeAllocatableResourceMapping": False,
         "sysfsRoot": "",
+        "sysfsOverlay": "",
         "minSharedCPUs": 1,
     }
 
@@ -125,12 +127,9 @@ def test_deprecated_flags_work_and_warn(
     flag: str, value: str, field: str, log_lines: io.StringIO
 ) -> None:
     parse(flag, value)
-    lines = log_lines.getvalue().splitlines()
-    assert len(lines) == 1
-    assert "level=warning" in lines[0]
-    assert 'msg="deprecated flag used"' in lines[0]
-    assert f"flag={flag}" in lines[0]
-    assert f"replacement={field}" in lines[0]
+    (line,) = klog_lines(log_lines.getvalue())
+    assert (line.severity, line.msg) == ("W", "deprecated flag used")
+    assert (line.values["flag"], line.values["replacement"]) == (flag, field)
 
 
 def test_current_flags_do_not_warn(log_lines: io.StringIO) -> None:
@@ -299,8 +298,8 @@ def test_node_name_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_effective_configuration_is_logged_at_level_0(log_lines: io.StringIO) -> None:
     log_effective(DriverConfig.model_validate({"groupBy": "socket", "reservedCPUs": "0-1"}))
-    line = log_lines.getvalue()
-    assert 'msg="effective configuration"' in line
-    assert "groupBy=socket" in line
-    assert "reservedCPUs=0-1" in line
-    assert "apiVersion=v1alpha1" in line
+    (line,) = klog_lines(log_lines.getvalue())
+    assert line.msg == "effective configuration"
+    assert line.values["groupBy"] == "socket"
+    assert line.values["reservedCPUs"] == "0-1"
+    assert line.values["apiVersion"] == "v1alpha1"

@@ -209,7 +209,7 @@ async def serve(kubelet_root: str, control_socket: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup(args.verbosity, "kubelet-sim")
+    setup(args.verbosity, "kubelet-sim", fmt="logfmt")
     return run_async(lambda: serve(args.kubelet_root_dir, args.control_socket), "kubelet-sim")
 
 

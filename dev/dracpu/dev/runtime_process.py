@@ -192,7 +192,7 @@ async def serve(nri_socket: str, control_socket: str, state_file: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    setup(args.verbosity, "runtime-sim")
+    setup(args.verbosity, "runtime-sim", fmt="logfmt")
     state_file = Path(args.state_file) if args.state_file else default_state_file(args.nri_socket)
     return run_async(lambda: serve(args.nri_socket, args.control_socket, state_file), "runtime-sim")
 

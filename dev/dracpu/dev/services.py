@@ -49,7 +49,10 @@ def api_url(address: str) -> str:
 
 
 def _common(options: DevOptions) -> list[str]:
-    flags = ["--config", str(options.config)] if options.config else []
+    # The services' own default is klog's text format; a local run is read by people.
+    flags = ["--logging-format=logfmt"]
+    if options.config:
+        flags += ["--config", str(options.config)]
     if options.verbosity:
         flags += ["-v", str(options.verbosity)]
     return flags

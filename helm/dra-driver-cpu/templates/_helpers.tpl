@@ -42,17 +42,69 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-Image reference of one service: dict "svc" (the service's values) "root" (the chart context).
-The tag defaults to the chart's appVersion, so one chart version installs a matching set, and
-any one service can still be pinned to another version.
+Image reference of one service: dict "svc" (the service's values) "name" (its image name)
+"root" (the chart context). Each part is the service's own value, else the top-level `image.*`
+(the reference chart's keys), else the default: `localhost/dracpu-<name>` and the chart's
+appVersion, so one chart version installs a matching set, and any one service can still be
+pinned to another version.
 */}}
 {{- define "dracpu.image" -}}
-{{- $tag := .svc.image.tag | default .root.Chart.AppVersion -}}
-{{- printf "%s:%s" .svc.image.repository $tag -}}
+{{- $top := .root.Values.image | default dict -}}
+{{- $repository := .svc.image.repository | default $top.repository | default (printf "localhost/dracpu-%s" .name) -}}
+{{- $tag := .svc.image.tag | default $top.tag | default .root.Chart.AppVersion -}}
+{{- printf "%s:%s" $repository $tag -}}
 {{- end }}
 
 {{- define "dracpu.pullPolicy" -}}
-{{- .svc.image.pullPolicy | default .root.Values.imagePullPolicy -}}
+{{- $top := .root.Values.image | default dict -}}
+{{- .svc.image.pullPolicy | default $top.pullPolicy | default .root.Values.imagePullPolicy -}}
+{{- end }}
+
+{{/*
+Resources of one container: dict "svc" "name" "root" as above. The service's own non-empty
+`resources`, else the top-level `resources` (the reference chart's key), else the chart's
+default for that container.
+*/}}
+{{- define "dracpu.resources" -}}
+{{- $defaults := dict
+    "topology" (dict "requests" (dict "cpu" "10m" "memory" "64Mi") "limits" (dict "memory" "256Mi"))
+    "allocator" (dict "requests" (dict "cpu" "20m" "memory" "64Mi") "limits" (dict "memory" "256Mi"))
+    "dra-plugin" (dict "requests" (dict "cpu" "20m" "memory" "96Mi") "limits" (dict "memory" "384Mi"))
+    "nri-plugin" (dict "requests" (dict "cpu" "20m" "memory" "64Mi") "limits" (dict "memory" "256Mi"))
+    "api" (dict "requests" (dict "cpu" "20m" "memory" "96Mi") "limits" (dict "memory" "384Mi")) -}}
+{{- $chosen := .svc.resources | default .root.Values.resources | default (get $defaults .name) -}}
+{{- $out := dict -}}
+{{- with $chosen.requests }}{{- $_ := set $out "requests" . -}}{{- end }}
+{{- with $chosen.limits }}{{- $_ := set $out "limits" . -}}{{- end }}
+{{- toYaml $out -}}
+{{- end }}
+
+{{/* The api's port: api.port, else healthzPort (the reference chart's key), else 8080. */}}
+{{- define "dracpu.apiPort" -}}
+{{- int (.Values.api.port | default .Values.healthzPort | default 8080) -}}
+{{- end }}
+
+{{/* Flags every container gets: the config file (one `--config=PATH` argument, as the
+     reference passes it), verbosity, and the log format unless it is the services' default
+     (text): a service image one release behind, which has no such flag, still starts. */}}
+{{- define "dracpu.commonArgs" -}}
+{{- $args := list (printf "--config=%s" (include "dracpu.configFile" .)) "-v" (toString .Values.args.logLevel) -}}
+{{- $format := .Values.args.loggingFormat | default "text" -}}
+{{- if ne $format "text" -}}
+{{- $args = append $args (printf "--logging-format=%s" $format) -}}
+{{- end -}}
+{{- toYaml $args -}}
+{{- end }}
+
+{{/* The dra-plugin's `--metadata-versions=LIST`, only when it is not the default (v1beta1),
+     for the same reason. */}}
+{{- define "dracpu.metadataArgs" -}}
+{{- $versions := join "," (.Values.draPlugin.metadataVersions | default (list "v1beta1")) -}}
+{{- if ne $versions "v1beta1" -}}
+{{- toYaml (list (printf "--metadata-versions=%s" $versions)) -}}
+{{- else -}}
+[]
+{{- end -}}
 {{- end }}
 
 {{/*

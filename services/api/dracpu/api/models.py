@@ -160,6 +160,7 @@ class DriverConfigView(BaseModel):
         default=False, alias="publishNodeAllocatableResourceMapping"
     )
     sysfs_root: str = Field(default="", alias="sysfsRoot")
+    sysfs_overlay: str = Field(default="", alias="sysfsOverlay")
     min_shared_cpus: int = Field(default=1, alias="minSharedCPUs")
 
     @classmethod

@@ -64,7 +64,7 @@ def service_main(
     args = parser.parse_args(argv)
     if check is not None:
         check(parser, args)
-    setup(args.verbosity, service)
+    setup(args.verbosity, service, fmt=args.logging_format)
     serve = importlib.import_module(runtime).serve
     return run_async(lambda: serve(args), parser.prog)
 

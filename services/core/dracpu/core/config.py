@@ -37,6 +37,8 @@ _SPEC: dict[str, tuple[str, tuple[str, ...] | type]] = {
     "kubeconfig": ("kubeconfig", str),
     "publish_node_allocatable_resource_mapping": ("publishNodeAllocatableResourceMapping", bool),
     "sysfs_root": ("sysfsRoot", str),
+    # A YAML file of sysfs overrides applied over the tree (dracpu.topology.overlay).
+    "sysfs_overlay": ("sysfsOverlay", str),
     # CPUs never published nor handed out, so shared containers always have somewhere to run.
     "min_shared_cpus": ("minSharedCPUs", int),
 }
@@ -59,6 +61,7 @@ class DriverConfig:
     kubeconfig: str = ""
     publish_node_allocatable_resource_mapping: bool = False
     sysfs_root: str = ""
+    sysfs_overlay: str = ""
     min_shared_cpus: int = 1
 
     @classmethod
@@ -133,6 +136,7 @@ _FLAG_FIELDS: dict[str, tuple[str, bool]] = {
     "reserved_cpus": ("reservedCPUs", True),
     "hostname_override": ("hostnameOverride", True),
     "sysfs_root": ("sysfsRoot", False),
+    "sysfs_overlay": ("sysfsOverlay", False),
 }
 
 

@@ -17,6 +17,11 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "--sysfs-root", metavar="DIR", help="sysfs root (default $HOST_ROOT/sys or /sys)"
     )
     group.add_argument(
+        "--sysfs-overlay",
+        metavar="FILE",
+        help="YAML file of sysfs overrides applied over the sysfs root",
+    )
+    group.add_argument(
         "--cpu-device-mode",
         choices=["grouped", "individual"],
         help="DEPRECATED: use cpuDeviceMode in the config file",
@@ -48,6 +53,12 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="log verbosity: 0, 2 (lifecycle), 4 (allocation), 6 (debug)",
+    )
+    parser.add_argument(
+        "--logging-format",
+        choices=["text", "json", "logfmt"],
+        default="text",
+        help="log format: text (klog), json (component-base JSON) or logfmt (for people)",
     )
     parser.add_argument("--version", action="version", version=__version__)
 

@@ -17,6 +17,7 @@ from dracpu.dra_plugin.intervals import (
     RESYNC_INTERVAL,
     WATCH_RESYNC_INTERVAL,
 )
+from dracpu.dra_plugin.metadata_versions import DEFAULT_METADATA_VERSIONS, parse_versions
 from dracpu.dra_plugin.paths import DEFAULT_KUBELET_ROOT
 
 PROG = "dracpu-dra-plugin"
@@ -58,8 +59,23 @@ def build_parser() -> ArgumentParser:
         help=f"re-check the slices this often (default {WATCH_RESYNC_INTERVAL:g} against the API "
         f"server, where a watch reports changes at once; {RESYNC_INTERVAL:g} with --cluster-dir)",
     )
+    p.add_argument(
+        "--metadata-versions",
+        type=_versions,
+        default=DEFAULT_METADATA_VERSIONS,
+        metavar="LIST",
+        help="versions in each device metadata file, comma-separated (default v1beta1: one "
+        "document; more make a versioned stream, e.g. v1beta1,v1alpha1)",
+    )
     add_config_flags(p)
     return p
+
+
+def _versions(text: str) -> tuple[str, ...]:
+    try:
+        return parse_versions(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def check_positive(p: ArgumentParser, args: argparse.Namespace) -> None:

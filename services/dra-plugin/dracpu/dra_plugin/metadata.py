@@ -19,12 +19,11 @@ from typing import Any
 from dracpu.core.errors import StateError
 from dracpu.core.names import check_namespace, check_object_name
 from dracpu.dra_plugin.claim_request import ClaimRef, base_request
+from dracpu.dra_plugin.metadata_versions import DEFAULT_METADATA_VERSIONS
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 METADATA_GROUP = "metadata.resource.k8s.io"
-# The reference driver asks for v1beta1; earlier helpers know only v1alpha1. The file is a
-# JSON stream, and readers take the first version they understand, so we write both.
-METADATA_VERSIONS = ("v1beta1", "v1alpha1")
+
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 CDI_VERSION = "0.5.0"
 
@@ -83,10 +82,17 @@ def _dumps(obj: Any) -> str:
 class MetadataWriter:
     """Writes and removes one claim's metadata files and their CDI specs."""
 
-    def __init__(self, driver: str, metadata_dir: Path, cdi_dir: Path) -> None:
+    def __init__(
+        self,
+        driver: str,
+        metadata_dir: Path,
+        cdi_dir: Path,
+        versions: Sequence[str] = DEFAULT_METADATA_VERSIONS,
+    ) -> None:
         self.driver = driver
         self.metadata_dir = metadata_dir
         self.cdi_dir = cdi_dir
+        self.versions = tuple(versions)
 
     def claim_dir(self, namespace: str, name: str) -> Path:
         # Checked here as well as where the kubelet's names arrive: this path is removed
@@ -154,7 +160,7 @@ class MetadataWriter:
                 request = base_request(request_ref)
                 stream = "".join(
                     _dumps(self.document(claim, pod_claim, request_ref, devices, v)) + "\n"
-                    for v in METADATA_VERSIONS
+                    for v in self.versions
                 )
                 host_path = claim_dir / request / "metadata.json"
                 _make_dir(host_path.parent)

@@ -109,7 +109,9 @@ def _build(args: argparse.Namespace) -> Plugin:
         driver=DRIVER_NAME,
         cluster=cluster,
         allocator=allocator,
-        metadata=MetadataWriter(DRIVER_NAME, paths.metadata_dir, Path(args.cdi_dir)),
+        metadata=MetadataWriter(
+            DRIVER_NAME, paths.metadata_dir, Path(args.cdi_dir), args.metadata_versions
+        ),
         metrics=metrics,
     )
     registration = PluginRegistration(

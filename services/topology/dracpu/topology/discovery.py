@@ -20,6 +20,7 @@ from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, TopologyError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import CPUInfo, Machine
+from dracpu.topology.overlay import SysfsOverlay
 from dracpu.topology.sysfs import Missing, SysfsReader
 
 log = get_logger(__name__)
@@ -70,12 +71,12 @@ def check_root(root: Path) -> None:
         raise TopologyError(f"cannot read {cpu_dir}: {exc.strerror or exc}") from None
 
 
-def discover(sysfs_root: str | os.PathLike[str]) -> Machine:
-    """The Machine described by the sysfs tree at `sysfs_root`."""
+def discover(sysfs_root: str | os.PathLike[str], overlay: SysfsOverlay | None = None) -> Machine:
+    """The Machine described by the sysfs tree at `sysfs_root`, with `overlay` over it."""
     started = time.perf_counter()
     root = Path(sysfs_root)
     check_root(root)
-    scan = _Scan(SysfsReader(root))
+    scan = _Scan(SysfsReader(root, overlay))
     online = _online_cpus(scan.reader)
     _read_core_types(scan)
 

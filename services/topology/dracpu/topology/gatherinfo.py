@@ -3,6 +3,10 @@ configuration, for bug reports and as the topology input of `dracpu simulate`.
 
 The layout follows the reference driver's report (layoutVersion v1) and adds what a faithful
 replay needs: every SMT sibling, PCIe roots, the online set and skipped CPUs.
+
+Given no configuration flag, it reports the configuration the driver runs with when a driver
+service runs in the same container (PID 1 in a pod's container): its config file and flags,
+read from its command line, as the reference's gatherinfo does. Otherwise the defaults.
 """
 
 from __future__ import annotations
@@ -26,6 +30,58 @@ if TYPE_CHECKING:
 
 PROG = "dracpu gatherinfo"
 LAYOUT_VERSION = "v1"
+
+
+# The services whose command line carries the driver configuration.
+DRIVER_COMMANDS = frozenset(
+    f"dracpu-{name}" for name in ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
+)
+# The configuration flags a report can be asked for explicitly (dests of add_config_flags).
+_CONFIG_DESTS = (
+    "config",
+    "kubeconfig",
+    "sysfs_root",
+    "sysfs_overlay",
+    "cpu_device_mode",
+    "group_by",
+    "reserved_cpus",
+    "hostname_override",
+)
+
+
+# Where the driver's process is read from (a test points this at a folder of its own).
+PROC = Path("/proc")
+
+
+def driver_command_line(proc: Path | None = None, pid: int = 1) -> list[str] | None:
+    """The arguments of the driver service running as `pid` (after its program, which may be
+    run by a Python interpreter), or None when that process is not a driver service."""
+    try:
+        raw = ((proc or PROC) / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    argv = [part.decode("utf-8", "replace") for part in raw.split(b"\0")]
+    if argv and argv[-1] == "":
+        argv.pop()
+    for index, item in enumerate(argv[:2]):
+        if os.path.basename(item) in DRIVER_COMMANDS:
+            return argv[index + 1 :]
+    return None
+
+
+def driver_config_args(args: argparse.Namespace, proc: Path | None = None) -> list[str]:
+    """The running driver's arguments when `args` names no configuration, else []."""
+    if any(getattr(args, dest, None) is not None for dest in _CONFIG_DESTS):
+        return []
+    return driver_command_line(proc) or []
+
+
+def _driver_namespace(argv: list[str]) -> argparse.Namespace:
+    """The configuration flags of a driver command line; its other flags are ignored."""
+    parser = ArgumentParser(prog="driver", add_help=False)
+    add_config_flags(parser)
+    known, _ = parser.parse_known_args(argv)
+    return known
 
 
 def build_report(machine: Machine, config: DriverConfig) -> dict[str, Any]:
@@ -96,10 +152,15 @@ def build_parser() -> ArgumentParser:
 
 def _gather(args: argparse.Namespace) -> int:
     from dracpu.topology.discovery import discover  # `--help` needs no discovery
+    from dracpu.topology.overlay import read as read_overlay
 
-    config = load(args)
-    machine = discover(config.effective_sysfs_root())
-    text = render(build_report(machine, config))
+    running = driver_config_args(args)
+    config = load(_driver_namespace(running) if running else args)
+    machine = discover(config.effective_sysfs_root(), read_overlay(config.sysfs_overlay))
+    report = build_report(machine, config)
+    if running:
+        report["driverCommandLine"] = running
+    text = render(report)
     if args.stdout:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -111,7 +172,7 @@ def _gather(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    setup(args.verbosity, "gatherinfo")
+    setup(args.verbosity, "gatherinfo", fmt=args.logging_format)
     return run(lambda: _gather(args), PROG)
 
 

@@ -12,6 +12,7 @@ from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 from dracpu.pb.topology.v1 import topology_pb2
 from dracpu.topology.discovery import CPU_DIR, discover
+from dracpu.topology.overlay import SysfsOverlay
 from dracpu.topology.sysfs import SysfsReader
 
 # The files whose change means the inventory may have changed.
@@ -23,8 +24,9 @@ log = get_logger(__name__)
 class Inventory:
     """The current discovery result; replaced as a whole, so readers never see a mix."""
 
-    def __init__(self, root: Path, machine: Machine) -> None:
+    def __init__(self, root: Path, machine: Machine, overlay: SysfsOverlay | None = None) -> None:
         self.root = root
+        self.overlay = overlay
         self._lock = asyncio.Lock()
         self._message = self._encode(machine)
 
@@ -41,7 +43,7 @@ class Inventory:
     async def rediscover(self) -> topology_pb2.Inventory:
         async with self._lock:
             previous = self._message.fingerprint
-            machine = await asyncio.to_thread(discover, self.root)
+            machine = await asyncio.to_thread(discover, self.root, self.overlay)
             self._message = self._encode(machine)
             if machine.fingerprint != previous:
                 log.info(0, "inventory changed", previous=previous, fingerprint=machine.fingerprint)
@@ -53,7 +55,7 @@ class Inventory:
     async def watch(self, interval: float) -> None:
         """Rediscover whenever a watched list changes; a failed read keeps the last inventory
         (callers of Rediscover see the error) and is retried at the next change."""
-        reader = SysfsReader(self.root)
+        reader = SysfsReader(self.root, self.overlay)
         last = self._watched(reader)
         while True:
             await asyncio.sleep(interval)

@@ -18,6 +18,7 @@ from dracpu.core.signals import stop_event
 from dracpu.pb.topology.v1 import topology_pb2_grpc
 from dracpu.topology.discovery import check_root, discover
 from dracpu.topology.inventory import Inventory
+from dracpu.topology.overlay import read as read_overlay
 from dracpu.topology.servicer import TopologyServicer
 
 SERVICE_NAME = "dracpu.topology.v1.Topology"
@@ -32,9 +33,12 @@ async def serve(args: argparse.Namespace) -> int:
     root = config.effective_sysfs_root()
     # Refuse a bad root before logging anything, so bad input yields one line.
     check_root(root)
+    overlay = read_overlay(config.sysfs_overlay)
     log_effective(config)
     log.info(0, "starting", version=__version__, socket=args.socket, sysfs_root=str(root))
-    inventory = Inventory(root, await asyncio.to_thread(discover, root))
+    if overlay:
+        log.info(0, "sysfs overlay applied", file=config.sysfs_overlay, paths=len(overlay.files))
+    inventory = Inventory(root, await asyncio.to_thread(discover, root, overlay), overlay)
 
     def register(server: grpc.aio.Server) -> None:
         topology_pb2_grpc.add_TopologyServicer_to_server(TopologyServicer(inventory), server)

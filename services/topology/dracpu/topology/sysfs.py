@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError
+from dracpu.topology.overlay import SysfsOverlay
 
 # Sysfs attribute files are at most a page; a larger read is not a sysfs file.
 _MAX_READ = 65536
@@ -30,10 +31,12 @@ class Missing:
 
 
 class SysfsReader:
-    """Reads attribute files and directory listings relative to a sysfs root."""
+    """Reads attribute files and directory listings relative to a sysfs root, with the
+    overlay's files and directories (if any) in front of the real tree."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], overlay: SysfsOverlay | None = None) -> None:
         self.root = os.fspath(root)
+        self.overlay = overlay or SysfsOverlay()
         self._prefix = self.root.rstrip("/") + "/"
         # Where the tree really is: a file whose real path leaves it (a symlink planted in a
         # copied or fake tree) is not read.
@@ -44,6 +47,10 @@ class SysfsReader:
 
     def text(self, relative: str) -> str | Missing:
         """The stripped contents of a file."""
+        if self.overlay.is_file(relative):
+            return _ascii(relative, self.overlay.files[relative])
+        if self.overlay.is_dir(relative):
+            return Missing(relative, os.strerror(errno.EISDIR))
         # os.open/os.read: discovery reads thousands of tiny files, and buffered file objects
         # cost more than the read itself.
         try:
@@ -64,10 +71,7 @@ class SysfsReader:
             return Missing(relative, "missing")
         except OSError as exc:
             return Missing(relative, exc.strerror or type(exc).__name__)
-        try:
-            return data.decode("ascii").strip()
-        except UnicodeDecodeError:
-            return Missing(relative, "not ASCII text")
+        return _ascii(relative, data)
 
     def _inside(self, fd: int) -> bool:
         try:
@@ -95,12 +99,29 @@ class SysfsReader:
             return Missing(relative, str(exc))
 
     def listdir(self, relative: str) -> list[str] | Missing:
+        if self.overlay.is_file(relative):
+            return Missing(relative, os.strerror(errno.ENOTDIR))
         try:
-            return os.listdir(self.path(relative))
-        except FileNotFoundError:
-            return Missing(relative, "missing")
+            base = os.listdir(self.path(relative))
         except OSError as exc:
+            gone = isinstance(exc, FileNotFoundError | NotADirectoryError)
+            if gone and self.overlay.is_dir(relative):
+                return self.overlay.merge_listing(relative, [])
+            if isinstance(exc, FileNotFoundError):
+                return Missing(relative, "missing")
             return Missing(relative, exc.strerror or type(exc).__name__)
+        if self.overlay.is_dir(relative):
+            return self.overlay.merge_listing(relative, base)
+        return base
 
     def is_dir(self, relative: str) -> bool:
-        return os.path.isdir(self.path(relative))
+        if self.overlay.is_file(relative):
+            return False
+        return self.overlay.is_dir(relative) or os.path.isdir(self.path(relative))
+
+
+def _ascii(relative: str, data: bytes) -> str | Missing:
+    try:
+        return data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return Missing(relative, "not ASCII text")
