@@ -4,7 +4,8 @@ Each claim of a batch gets its own outcome: a claim that cannot be read, was rep
 allocated, asks for something we refuse, or that the allocator rejects, fails alone. The
 ResourceClaims are read before any lock is taken (as the upstream helper does); calls for the
 same claim are serialized, different claims proceed concurrently (the allocator serializes its
-own mutations).
+own mutations). What each prepared claim got, or why it failed, goes into its status.devices
+through the status writer, in the background (`dracpu.dra_plugin.status_writer`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dracpu.dra_plugin.cluster import Cluster
 from dracpu.dra_plugin.keyed_lock import KeyedLock
 from dracpu.dra_plugin.metadata import MetadataDevice, MetadataWriter, attribute_json
 from dracpu.dra_plugin.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.status_writer import ClaimStatusWriter
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 log = get_logger(__name__)
@@ -61,6 +63,12 @@ def _error_text(exc: BaseException) -> str:
     return f"internal error: {type(exc).__name__}: {exc}"
 
 
+def _same_uid(ref: ClaimRef, claim: dict[str, Any]) -> bool:
+    """A failure is written into the claim only when it is the claim the kubelet meant."""
+    metadata = claim.get("metadata")
+    return isinstance(metadata, dict) and str(metadata.get("uid") or "") == ref.uid
+
+
 class NodeService:
     def __init__(
         self,
@@ -70,8 +78,10 @@ class NodeService:
         allocator: AllocatorClient,
         metadata: MetadataWriter,
         metrics: PluginMetrics,
+        status: ClaimStatusWriter | None = None,
     ) -> None:
         self.driver = driver
+        self.status = status
         self.cluster = cluster
         self.allocator = allocator
         self.metadata = metadata
@@ -111,6 +121,8 @@ class NodeService:
                 outcome = await self._prepare_locked(ref, claim)
         except Exception as exc:
             outcome = PrepareOutcome(error=_error_text(exc))
+            if self.status is not None and isinstance(claim, dict) and _same_uid(ref, claim):
+                self.status.failed(ref, claim, outcome.error)
             if not isinstance(exc, DracpuError):
                 log.error("unexpected prepare failure", claim=str(ref), exc_info=True)
             log.warning("claim not prepared", claim=str(ref), uid=ref.uid, error=outcome.error)
@@ -134,6 +146,8 @@ class NodeService:
             )
         response = await self.allocator.prepare(request)
         shares = share_ids(claim, self.driver)
+        if self.status is not None:
+            self.status.prepared(ref, claim, response, shares)
         devices = [
             PreparedDevice(
                 request_names=[base_request(n) for n in d.request_names],
@@ -210,6 +224,8 @@ class NodeService:
             async with self._locks.hold(ref.uid), self._calls:
                 response = await self.allocator.unprepare(ref.uid)
                 self.metadata.remove(ref)
+                if self.status is not None:
+                    self.status.removed(ref)
         except Exception as exc:
             error = _error_text(exc)
             if not isinstance(exc, DracpuError):

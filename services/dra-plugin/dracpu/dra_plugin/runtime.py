@@ -43,6 +43,7 @@ from dracpu.dra_plugin.servicer import (
     add_kubelet_services,
 )
 from dracpu.dra_plugin.slice_watch import SliceWatch
+from dracpu.dra_plugin.status_writer import ClaimStatusWriter
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2_grpc
 from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 
@@ -70,6 +71,7 @@ class Plugin:
     node_service: NodeService
     registration: PluginRegistration
     publisher: SlicePublisher
+    status: ClaimStatusWriter
 
 
 @dataclass
@@ -103,14 +105,19 @@ def _build(args: argparse.Namespace) -> Plugin:
         watch = SliceWatch(api, DRIVER_NAME, node)
 
     metrics = PluginMetrics()
+    features = FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name))
     allocator = AllocatorClient(args.allocator_socket)
     device_health = DeviceHealth(node, args.health_interval)
+    status = ClaimStatusWriter(
+        cluster, driver=DRIVER_NAME, node=node, features=features, metrics=metrics
+    )
     node_service = NodeService(
         driver=DRIVER_NAME,
         cluster=cluster,
         allocator=allocator,
         metadata=MetadataWriter(DRIVER_NAME, paths.metadata_dir, Path(args.cdi_dir)),
         metrics=metrics,
+        status=status,
     )
     registration = PluginRegistration(
         DRIVER_NAME, paths.dra_socket, [*DRA_SERVICES, *HEALTH_SERVICES]
@@ -124,7 +131,7 @@ def _build(args: argparse.Namespace) -> Plugin:
         poll_interval=args.poll_interval,
         resync_interval=args.resync_interval,
         watch=watch,
-        features=FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name)),
+        features=features,
     )
     return Plugin(
         node=node,
@@ -137,6 +144,7 @@ def _build(args: argparse.Namespace) -> Plugin:
         node_service=node_service,
         registration=registration,
         publisher=publisher,
+        status=status,
     )
 
 
@@ -167,7 +175,9 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin) -> Servers:
         api_version=API_VERSION,
     )
     await reg_health.set(True)
-    view = PluginView(plugin.node, paths, plugin.registration, plugin.publisher, plugin.cluster)
+    view = PluginView(
+        plugin.node, paths, plugin.registration, plugin.publisher, plugin.cluster, plugin.status
+    )
     view_server, view_health = await start_server(
         args.socket,
         lambda s: dra_plugin_pb2_grpc.add_DRAPluginViewServicer_to_server(view, s),
@@ -208,6 +218,7 @@ def _start_tasks(
             registration.watchdog(plugin.paths.registrar_dir, args.registration_timeout)
         ),
         asyncio.create_task(plugin.publisher.run()),
+        asyncio.create_task(plugin.status.run()),
         asyncio.create_task(_track_registration(registration, servers.view_health)),
         asyncio.create_task(
             plugin.device_health.follow(plugin.allocator.list_devices, args.poll_interval)
