@@ -55,6 +55,7 @@ log = get_logger(__name__)
 API_VERSION = "dracpu.dra_plugin.v1"
 VIEW_SERVICE = "dracpu.dra_plugin.v1.DRAPluginView"
 REGISTRATION_HEALTH = "kubelet-registration"
+STATUS_FLUSH = 5.0  # seconds
 
 
 @dataclass
@@ -233,6 +234,12 @@ async def _shutdown(
     tasks: list[asyncio.Task[None]],
 ) -> None:
     log.info(2, "shutting down")
+    # Claim status writes still pending get a moment to land; a restart does not redo them.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(plugin.status.idle(), STATUS_FLUSH)
+    if plugin.status.state.pending:
+        log.warning("claim device status left unwritten at shutdown",
+                    claims=len(plugin.status.state.pending))  # fmt: skip
     plugin.device_health.stop()
     for task in tasks:
         task.cancel()
