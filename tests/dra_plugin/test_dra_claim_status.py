@@ -271,6 +271,39 @@ async def test_the_plugin_process_writes_and_removes_the_status(node: Node) -> N
         await plugin.close()
 
 
+async def test_a_write_left_undone_at_a_restart_is_caught_up(node: Node) -> None:
+    with fake_apiserver(node.root) as (store, kubeconfig):
+        store.nodes[NODE] = {"apiVersion": "v1", "kind": "Node",
+                             "metadata": {"name": NODE, "uid": NODE_UID}}  # fmt: skip
+        await node.start_topology()
+        await node.start_allocator()
+        argv = node.plugin_argv()
+        i = argv.index("--cluster-dir")
+        del argv[i : i + 2]
+        argv += ["--kubeconfig", str(kubeconfig)]
+        node._spawn("plugin", argv)
+        await node._ready("plugin", node.sock("plugin"))
+        store.fail_status = 10**6  # every status write fails while this plugin runs
+        plugin = await KubeletSim(node.kubelet_root).register("dra.cpu", timeout=15)
+        u = str(uuid.uuid4())
+        store.claims[("default", "late")] = claim("late", u, [result("cpudevnuma000", cpus=2)])
+        assert (await plugin.prepare([Claim("default", "late", u)]))[u].error == ""
+        await plugin.close()
+        node.stop("plugin")
+        assert "claim device status left unwritten at shutdown" in node.log("plugin").read_text()
+        assert status_of(store, "late") is None
+
+        store.fail_status = 0
+        node._spawn("plugin", argv)  # the kubelet does not prepare a prepared claim again
+        await node._ready("plugin", node.sock("plugin"))
+
+        async def caught_up() -> dict[str, Any] | None:
+            return status_of(store, "late")
+
+        entry = await eventually(caught_up, what="the entry written after the restart")
+        assert entry["conditions"][0]["status"] == "True" and entry["data"]["cpuset"]
+
+
 async def test_the_cluster_folder_keeps_other_managers_entries(started: Node) -> None:
     u = str(uuid.uuid4())
     obj = claim("f", u, [result("cpudevnuma000", cpus=1), result("nic0", driver="net.x")])

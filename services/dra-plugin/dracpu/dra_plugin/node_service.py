@@ -213,6 +213,37 @@ class NodeService:
                     device.cdi_device_ids.append(ids[name])
                     injected.add(name)
 
+    async def catch_up(self, node: str) -> int:
+        """At start: every claim the allocator holds whose status.devices lacks our Ready
+        entries (a write that had not landed when the plugin stopped) gets them, from the
+        allocator's recorded answer (a repeated Prepare). Only claims still allocated on this
+        node's pool, with the same UID, are touched; failures are left for the next prepare.
+        Returns how many claims were written again."""
+        if self.status is None or not self.status.enabled:
+            return 0
+        records = await self.allocator.list_claims()
+        written = 0
+        for record in records.claims:
+            ref = ClaimRef(record.namespace, record.name, record.uid)
+            try:
+                claim = await self._get_claim(ref)
+                request = prepare_request(ref, claim, self.driver)
+                if request is None or any(r.pool != node for r in request.results):
+                    continue
+                if self.status.complete(claim):
+                    continue
+                async with self._locks.hold(ref.uid), self._calls:
+                    response = await self.allocator.prepare(request)
+            except DracpuError as exc:
+                log.info(4, "claim status not caught up", claim=str(ref), uid=ref.uid,
+                         reason=str(exc))  # fmt: skip
+                continue
+            self.status.prepared(ref, claim, response, share_ids(claim, self.driver))
+            written += 1
+        if written:
+            log.info(2, "claim device status caught up after a restart", claims=written)
+        return written
+
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         log.info(4, "unpreparing claims", count=len(claims))
         errors = await asyncio.gather(*(self._unprepare_one(c) for c in claims))

@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2
 
 from dracpu.core import config as driver_config
 from dracpu.core.driver import DRIVER_NAME
-from dracpu.core.errors import UnavailableError
+from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import Health, start_server
 from dracpu.core.signals import stop_event
@@ -220,11 +220,20 @@ def _start_tasks(
         ),
         asyncio.create_task(plugin.publisher.run()),
         asyncio.create_task(plugin.status.run()),
+        asyncio.create_task(_catch_up(plugin)),
         asyncio.create_task(_track_registration(registration, servers.view_health)),
         asyncio.create_task(
             plugin.device_health.follow(plugin.allocator.list_devices, args.poll_interval)
         ),
     ]
+
+
+async def _catch_up(plugin: Plugin) -> None:
+    """Claim status writes a stopped plugin left undone; the kubelet does not prepare again."""
+    try:
+        await plugin.node_service.catch_up(plugin.node)
+    except DracpuError as exc:
+        log.warning("claim device status not caught up after the start", error=str(exc))
 
 
 async def _shutdown(

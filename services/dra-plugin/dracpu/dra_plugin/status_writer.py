@@ -29,7 +29,13 @@ from dracpu.core.errors import ConflictError, DracpuError, InvalidInputError, No
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.api_features import CLAIM_DEVICE_STATUS, FeatureSupport
 from dracpu.dra_plugin.claim_request import ClaimRef
-from dracpu.dra_plugin.claim_status import Entry, failed_entries, key_of, prepared_entries
+from dracpu.dra_plugin.claim_status import (
+    READY,
+    Entry,
+    failed_entries,
+    key_of,
+    prepared_entries,
+)
 from dracpu.dra_plugin.cluster import Object
 from dracpu.dra_plugin.plugin_metrics import PluginMetrics
 from dracpu.pb.allocator.v1 import allocator_pb2
@@ -121,6 +127,23 @@ class ClaimStatusWriter:
     def removed(self, ref: ClaimRef) -> None:
         if self.enabled:
             self._want(ref, [])
+
+    def complete(self, claim: Mapping[str, Any]) -> bool:
+        """Every result of ours in the claim's allocation has a Ready=True entry."""
+        status = claim.get("status")
+        if not isinstance(status, Mapping):
+            return False
+        ready = {
+            key_of(d)
+            for d in status.get("devices") or []
+            if isinstance(d, Mapping)
+            and any(
+                isinstance(c, Mapping) and c.get("type") == READY and c.get("status") == "True"
+                for c in d.get("conditions") or []
+            )
+        }
+        wanted = {key_of(e) for e in failed_entries(self.driver, claim, "")}
+        return wanted <= ready
 
     def _want(self, ref: ClaimRef, entries: list[Entry]) -> None:
         self.state.pending[ref.uid] = _Wish(ref, entries)
