@@ -35,6 +35,7 @@ from controlplane.harness import KUBE_VERSION, REPO, CommandError, ControlPlane,
 from controlplane.stack import DriverStack
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import DracpuError
 from dracpu.dev.kubelet_sim import Claim
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
@@ -49,6 +50,7 @@ DRIVER_POD = "status-driver"
 OTHER_DRIVER = "net.example.com"
 OTHER_MANAGER = f"{OTHER_DRIVER}/{NODE}"
 MANAGER = f"dra.cpu/{NODE}"
+STALE_UID = "0b0d8f2e-0000-4000-8000-000000000000"
 POLICIES = (f"{RELEASE}-resourceslices", f"{RELEASE}-resourceclaims")
 
 
@@ -296,3 +298,20 @@ def test_the_driver_token_writes_only_its_own_entries_on_its_own_node(
            "shareID": cpu["shareID"], "data": {"cpuset": "0"}}  # fmt: skip
     apply_entry(cp, "st-own", own, MANAGER, kubeconfig=driver_token)
     assert ours(cp, "st-own")["data"] == {"cpuset": "0"}  # type: ignore[index]
+
+
+async def test_a_claim_replaced_under_the_same_name_is_refused_by_its_uid(
+    control_plane: ControlPlane,
+) -> None:
+    from dracpu.dra_plugin.kube import KubernetesAPI
+
+    cp = control_plane
+    cp.create(two_driver_claim("st-uid"))
+    api = KubernetesAPI(str(cp.kubeconfig))
+    try:
+        with pytest.raises(DracpuError, match="uid") as refused:
+            await api.apply_claim_status(NAMESPACE, "st-uid", STALE_UID, MANAGER, [])
+    finally:
+        await api.aclose()
+    # What the server says, so the writer knows the claim is not ours to write any more.
+    assert "immutable" in str(refused.value) or "Precondition" in str(refused.value)

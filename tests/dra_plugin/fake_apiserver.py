@@ -64,6 +64,9 @@ class Store:
         self.device_status = "on"
         # (namespace, name) -> entry key -> field manager owning that status.devices entry.
         self.status_owners: dict[tuple[str, str], dict[tuple[str, ...], str]] = {}
+        # A claim's UID differing from the apply's: 409 on the precondition, or (True) the 422
+        # kube-apiserver 1.37 answers for a server-side apply ("field is immutable").
+        self.uid_as_invalid = False
         # Status applies answer 500 while this is positive (decremented per refusal).
         self.fail_status = 0
         # When set, requests without exactly this Authorization header get 401.
@@ -295,6 +298,10 @@ class Handler(BaseHTTPRequestHandler):
         body = yaml.safe_load(self._raw) or {}
         uid = (body.get("metadata") or {}).get("uid")
         stored_uid = s.claims[key]["metadata"].get("uid")
+        if uid and uid != stored_uid and s.uid_as_invalid:
+            return self._send(422, _status(422, "Invalid", f'ResourceClaim.resource.k8s.io '
+                                           f'"{key[1]}" is invalid: metadata.uid: Invalid '
+                                           f'value: "{uid}": field is immutable'))  # fmt: skip
         if uid and uid != stored_uid:
             return self._send(409, _status(409, "Conflict", "Operation cannot be fulfilled on "
                                            f'resourceclaims.resource.k8s.io "{key[1]}": '

@@ -163,8 +163,12 @@ async def test_failures_are_retried_in_the_background_and_never_delay_a_prepare(
         task.cancel()
 
 
-async def test_a_claim_replaced_under_the_same_name_is_not_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("invalid", [False, True], ids=["precondition", "immutable"])
+async def test_a_claim_replaced_under_the_same_name_is_not_written(
+    tmp_path: Path, invalid: bool
+) -> None:
     with fake_apiserver(tmp_path) as (store, kubeconfig):
+        store.uid_as_invalid = invalid
         old = claim("c", "u-old", [result("cpudevnuma000", cpus=2)])
         store.claims[("default", "c")] = claim("c", "u-new", [result("cpudevnuma000", cpus=2)])
         writer = writer_for(KubernetesAPI(str(kubeconfig)))

@@ -211,8 +211,11 @@ class ClaimStatusWriter:
         if any(word in lowered for word in UNKNOWN_FIELD) or UNKNOWN_ROUTE in lowered:
             self._lacking(message)
             return
+        # A replaced claim: the fake and folder answer 409 on the UID precondition, the real
+        # server 422 "metadata.uid: ... field is immutable".
+        replaced = "uid" in lowered and ("precondition" in lowered or "immutable" in lowered)
         if isinstance(exc, NotFoundError) or (
-            isinstance(exc, ConflictError) and "uid" in lowered and "precondition" in lowered
+            isinstance(exc, ConflictError | InvalidInputError) and replaced
         ):
             # Deleted, or replaced by a claim of the same name: nothing of ours to keep.
             log.info(4, "claim gone; its device status is not written", claim=str(ref),
