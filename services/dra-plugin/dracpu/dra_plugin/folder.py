@@ -87,40 +87,47 @@ class ClusterFolder:
     async def apply_claim_status(
         self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Object]
     ) -> Object:
+        # Off the event loop: thousands of these (a node drained at once) must not hold up the
+        # kubelet's calls while their YAML is read and written.
         async with self._lock:
-            path = self.layout.claim_file(namespace, name)
-            claim = _read_yaml(path, f"resourceclaims {namespace}/{name}")
-            found = str((claim.get("metadata") or {}).get("uid") or "")
-            if found != uid:
-                raise ConflictError(
-                    f"resourceclaims {namespace}/{name}: Precondition failed: UID in "
-                    f"precondition: {uid}, UID in object meta: {found}"
-                )
-            owners_path = self.root / ".status-owners" / namespace / f"{name}.yaml"
-            owners: dict[str, str] = {}
-            if owners_path.exists():
-                owners = {str(k): str(v) for k, v in _read_yaml(owners_path, "owners").items()}
-            status = dict(claim.get("status") or {})
-            wanted = {_status_key(d): dict(d) for d in devices}
-            kept = []
-            for entry in status.get("devices") or []:
-                key = _status_key(entry)
-                if key in wanted or owners.get(key) == manager:
-                    continue  # replaced or no longer applied by this manager
-                kept.append(entry)
-            for key in list(owners):
-                if owners[key] == manager:
-                    del owners[key]
-            owners.update({key: manager for key in wanted})
-            merged = kept + list(wanted.values())
-            if merged:
-                status["devices"] = merged
-            else:
-                status.pop("devices", None)
-            claim["status"] = status
-            _write_yaml(path, claim)
-            _write_yaml(owners_path, owners)
-            return claim
+            return await asyncio.to_thread(
+                self._apply_claim_status, namespace, name, uid, manager, devices
+            )
+
+    def _apply_claim_status(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Object]
+    ) -> Object:
+        path = self.layout.claim_file(namespace, name)
+        claim = _read_yaml(path, f"resourceclaims {namespace}/{name}")
+        found = str((claim.get("metadata") or {}).get("uid") or "")
+        if found != uid:
+            raise ConflictError(
+                f"resourceclaims {namespace}/{name}: Precondition failed: UID in "
+                f"precondition: {uid}, UID in object meta: {found}"
+            )
+        owners_path = self.root / ".status-owners" / namespace / f"{name}.yaml"
+        owners: dict[str, str] = {}
+        if owners_path.exists():
+            owners = {str(k): str(v) for k, v in _read_yaml(owners_path, "owners").items()}
+        status = dict(claim.get("status") or {})
+        wanted = {_status_key(d): dict(d) for d in devices}
+        kept = []
+        for entry in status.get("devices") or []:
+            key = _status_key(entry)
+            if key in wanted or owners.get(key) == manager:
+                continue  # replaced or no longer applied by this manager
+            kept.append(entry)
+        owners = {key: owner for key, owner in owners.items() if owner != manager}
+        owners.update(dict.fromkeys(wanted, manager))
+        merged = kept + list(wanted.values())
+        if merged:
+            status["devices"] = merged
+        else:
+            status.pop("devices", None)
+        claim["status"] = status
+        _write_yaml(path, claim)
+        _write_yaml(owners_path, owners)
+        return claim
 
     async def node_uid(self, name: str) -> str | None:
         path = self.layout.node_file(name)
