@@ -198,7 +198,9 @@ async def test_status_written_kept_across_a_restart_and_removed_on_unprepare(
     assert data["numaNodes"] == [int(cpu["device"][-3:])] and data["wholeCores"] is True
     (ready,) = entry["conditions"]
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Prepared")
-    managed = cp.get("resourceclaim", "st-main", NAMESPACE)["metadata"]["managedFields"]
+    shown = cp.kubectl("get", "resourceclaim", "st-main", "-n", NAMESPACE, "-o", "json",
+                       "--show-managed-fields")  # fmt: skip
+    managed = json.loads(shown)["metadata"]["managedFields"]
     assert any(m["manager"] == MANAGER and m["operation"] == "Apply"
                and m.get("subresource") == "status" for m in managed)  # fmt: skip
 
