@@ -1,6 +1,6 @@
 """The dra-plugin at run time: its three gRPC servers (the DRA endpoint, registration, the
-read-only view) and the tasks that publish slices, resend device health and follow the
-kubelet's registration.
+read-only view) and the tasks that publish slices, resend device health, write claims'
+status.devices and follow the kubelet's registration.
 
 `serve` builds the plugin's parts from its flags and config (`_build`), starts the servers
 (`_start_servers`) and the background tasks (`_start_tasks`), and on SIGTERM or SIGINT takes
