@@ -125,6 +125,10 @@ async def test_every_rpc(allocator: Running) -> None:
     assert device.cdi_device_ids == ["dra.k8s.io/cpu=claim-u1"]
     assert device.attributes["dra.cpu/allocatedNumCPUs"].int == 4
     assert device.attributes["resource.kubernetes.io/numaNode"].int == 0
+    # Where the CPUs lie: spread takes one thread of each of 4 cores, so no core is whole.
+    assert device.topology_known and device.policy == "spread" and device.cpus == cpus
+    assert (list(device.numa_nodes), list(device.sockets)) == ([0], [0])
+    assert len(device.l3_caches) == 1 and not device.whole_cores
     assert (allocator.base / "cdi" / "dra.k8s.io-cpu_claim-u1.json").exists()
 
     changed = await watch.read()
@@ -429,3 +433,13 @@ async def test_individual_mode_warns_once_at_start(short_tmp: Path, machines: Ma
     assert len(warned) == 1, warned
     assert "level=warning" in warned[0]
     assert "cpuDeviceMode 'individual' is deprecated" in warned[0]
+
+
+async def test_packed_cpus_are_reported_as_whole_cores_of_their_numa_node(
+    allocator: Running,
+) -> None:
+    prepared = await allocator.stub.Prepare(grouped("u-whole", "4", device="cpudevnuma001"))
+    (device,) = prepared.devices
+    assert device.topology_known and device.policy == "packed" and device.whole_cores
+    assert (list(device.numa_nodes), list(device.sockets)) == ([1], [1])
+    assert len(device.l3_caches) == 1

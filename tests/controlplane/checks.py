@@ -90,3 +90,20 @@ async def stays_unchanged(cp: ControlPlane, node: str, seconds: float = 3.0) -> 
     before = versions(slices(cp, node))
     await asyncio.sleep(seconds)
     assert versions(slices(cp, node)) == before, "converged slices were rewritten"
+
+
+def driver_pod(name: str, namespace: str, node: str, account: str) -> dict[str, Any]:
+    """A pod of the driver's ServiceAccount bound to `node` (no kubelet runs it): tokens bound
+    to it name that node, as the token the kubelet mounts into the driver's pod does."""
+    container = {"name": "d", "image": "registry.k8s.io/pause:3.10"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": account,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [container],
+        },
+    }

@@ -88,7 +88,8 @@ def chart(control_plane: ControlPlane) -> Iterator[list[dict[str, Any]]]:
     finally:
         # The policy would refuse the unbound tokens other modules' plugins run with.
         for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
-            control_plane.kubectl("delete", kind, f"{RELEASE}-resourceslices", "--ignore-not-found")
+            for name in (f"{RELEASE}-resourceslices", f"{RELEASE}-resourceclaims"):
+                control_plane.kubectl("delete", kind, name, "--ignore-not-found")
         for node in (NODE, OTHER_NODE):
             control_plane.kubectl("delete", "resourceslices", "--ignore-not-found",
                                   "--field-selector", f"spec.nodeName={node}")  # fmt: skip

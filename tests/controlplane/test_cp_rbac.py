@@ -1,5 +1,6 @@
 """The chart's RBAC, rendered by helm and applied to the real API server, is what the plugin
-needs: running with that ServiceAccount's token it publishes, repairs and prepares; an action
+needs: running with that ServiceAccount's token (bound to a pod on its node, as the kubelet
+mounts it) it publishes, repairs, prepares and writes the claim's status.devices; an action
 outside the ClusterRole is refused with the server's reason."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from controlplane.checks import allocation, claim, complete, pod, slices
+from controlplane.checks import allocation, claim, complete, driver_pod, pod, slices
 from controlplane.harness import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
 from controlplane.stack import DriverStack
 
@@ -22,6 +23,8 @@ HELM = REPO / ".tools" / "bin" / "helm"
 CHART = REPO / "helm" / "dra-driver-cpu"
 RELEASE, CHART_NAMESPACE = "dra-driver-cpu", "kube-system"
 NAMESPACE = "default"
+NODE = "rbac-node"
+DRIVER_POD = "rbac-driver"
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DeviceClass"}
 
 
@@ -48,15 +51,17 @@ def service_account(
 ) -> Path:
     (account,) = [d for d in chart_rbac if d["kind"] == "ServiceAccount"]
     name = str(account["metadata"]["name"])  # type: ignore[index]
+    cp = control_plane
+    cp.register_node(NODE)
+    cp.kubectl("delete", "pod", DRIVER_POD, "-n", CHART_NAMESPACE, "--ignore-not-found")
+    cp.create(driver_pod(DRIVER_POD, CHART_NAMESPACE, NODE, name))
     path = tmp_path_factory.mktemp("sa") / "kubeconfig"
-    return control_plane.token_kubeconfig(CHART_NAMESPACE, name, path)
+    return cp.token_kubeconfig(CHART_NAMESPACE, name, path, bound_pod=DRIVER_POD)
 
 
 @pytest.fixture
-def stack(control_plane: ControlPlane, service_account: Path) -> Iterator[DriverStack]:
-    node = "rbac-node"
-    control_plane.register_node(node)
-    made = DriverStack(node, service_account, config={"cpuDeviceMode": "individual"})
+def stack(service_account: Path) -> Iterator[DriverStack]:
+    made = DriverStack(NODE, service_account, config={"cpuDeviceMode": "individual"})
     yield made
     made.close()
 
@@ -86,6 +91,14 @@ async def test_the_plugin_runs_on_the_charts_service_account(
         assert len(answer[uid].devices) == 2
         missing = await kubelet.prepare([Claim("default", "no-such-claim", "u-x")])
         assert "404" in missing["u-x"].error and "not found" in missing["u-x"].error
+
+        def written() -> list[dict[str, object]] | None:
+            status = cp.get("resourceclaim", "rbac-claim", NAMESPACE).get("status") or {}
+            return status.get("devices")
+
+        # patch on resourceclaims/status and associated-node:patch on resourceclaims/driver.
+        entries = wait_until(written, timeout=30, what="status.devices written with the token")
+        assert len(entries) == 2 and {e["driver"] for e in entries} == {"dra.cpu"}
     finally:
         await kubelet.close()
     assert "403" not in stack.plugin_log()

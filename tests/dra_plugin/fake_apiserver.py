@@ -4,7 +4,13 @@ Stores ResourceClaims, Nodes and ResourceSlices in memory and implements what th
 does for them that matters here: generateName, uid and resourceVersion, field selectors on
 spec.driver / spec.nodeName, 409 Conflict on a stale resourceVersion or failed delete
 preconditions, 404 Status objects, and watches of slices from a resourceVersion (410 Gone for
-a version older than the last `compact()`). Optionally over TLS (a server-side SSL context),
+a version older than the last `compact()`). Server-side apply of a claim's status.devices on
+the status subresource as the real server does it for that list-map: entries keyed by (driver,
+pool, device, shareID), each owned by the field manager that applied it; an apply replaces
+the manager's entries and removes those it no longer names, leaves other managers' alone, and
+without `force` refuses to take an entry another manager owns (409); `metadata.uid` is a
+precondition; entries for devices the claim was not allocated, more than 8 conditions or more
+than 10 KiB of data are refused (422). Optionally over TLS (a server-side SSL context),
 recording each request's bearer token and client certificate name.
 """
 
@@ -53,6 +59,16 @@ class Store:
         # using a field refused with (code, reason, message).
         self.drop_device_fields: set[str] = set()
         self.refuse: dict[str, tuple[int, str, str]] = {}
+        # status.devices: "on"; "dropped" (a gate off: the field silently discarded); "unknown"
+        # (a server whose schema lacks it: the apply is refused naming the field).
+        self.device_status = "on"
+        # (namespace, name) -> entry key -> field manager owning that status.devices entry.
+        self.status_owners: dict[tuple[str, str], dict[tuple[str, ...], str]] = {}
+        # A claim's UID differing from the apply's: 409 on the precondition, or (True) the 422
+        # kube-apiserver 1.37 answers for a server-side apply ("field is immutable").
+        self.uid_as_invalid = False
+        # Status applies answer 500 while this is positive (decremented per refusal).
+        self.fail_status = 0
         # When set, requests without exactly this Authorization header get 401.
         self.require_token = ""
         # A watch from a compacted version: False streams an ERROR event with code 410 (the
@@ -82,12 +98,63 @@ class Store:
             self.stamp(obj)
             self.record("DELETED", obj)
 
+    def apply_status(
+        self, key: tuple[str, str], manager: str, devices: list[dict[str, Any]], force: bool
+    ) -> tuple[int, dict[str, Any]]:
+        """Server-side apply of status.devices by `manager` (lock held): (code, body)."""
+        claim = self.claims[key]
+        if self.device_status == "unknown":
+            return 500, _status(500, "InternalError", "failed to create typed patch object "
+                                ".status.devices: field not declared in schema")  # fmt: skip
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        allocated = {_device_key(r) for r in (allocation.get("devices") or {}).get("results") or []}
+        for index, entry in enumerate(devices):
+            where = f"status.devices[{index}]"
+            if _device_key(entry) not in allocated:
+                return 422, _status(422, "Invalid", f"ResourceClaim.resource.k8s.io {key[1]!r} "
+                                    f"is invalid: {where}: Invalid value: must be an allocated "
+                                    "device in the claim")  # fmt: skip
+            if len(entry.get("conditions") or []) > 8:
+                return 422, _status(422, "Invalid", f"{where}.conditions: Too many: must have "
+                                    "at most 8 items")  # fmt: skip
+            if len(json.dumps(entry.get("data") or {}, separators=(",", ":"))) > 10 * 1024:
+                return 422, _status(422, "Invalid", f"{where}.data: Too long")
+        owners = self.status_owners.setdefault(key, {})
+        wanted = {_device_key(d): d for d in devices}
+        taken = [k for k in wanted if owners.get(k, manager) != manager]
+        if taken and not force:
+            return 409, _status(409, "Conflict", f"Apply failed with 1 conflict: conflict with "
+                                f'"{owners[taken[0]]}": .status.devices')  # fmt: skip
+        status = claim.setdefault("status", {})
+        kept = [
+            d
+            for d in status.get("devices") or []
+            if _device_key(d) not in wanted and owners.get(_device_key(d)) != manager
+        ]
+        for k in [k for k, m in owners.items() if m == manager]:
+            del owners[k]
+        owners.update(dict.fromkeys(wanted, manager))
+        merged = kept + [copy.deepcopy(d) for d in wanted.values()]
+        if self.device_status == "dropped":
+            merged = []
+            owners.clear()
+        if merged:
+            status["devices"] = merged
+        else:
+            status.pop("devices", None)
+        self.stamp(claim)
+        return 200, claim
+
     def compact(self) -> None:
         """Forget history: watches from older versions get 410 Gone."""
         with self.lock:
             self.compacted = self.version + 1  # even the newest version seen is gone
             self.version = next(self.versions)
             self.events.clear()
+
+
+def _device_key(entry: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(entry.get(k) or "") for k in ("driver", "pool", "device", "shareID"))
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -140,6 +207,8 @@ class Handler(BaseHTTPRequestHandler):
             if key in s.claims:
                 return self._send(200, s.claims[key])
             return self._send(404, _status(404, "NotFound", f"resourceclaims {key[1]} not found"))
+        if method == "PATCH" and url.path.startswith("/apis/resource.k8s.io/v1/namespaces/"):
+            return self._patch_status(url, parts)
         if method == "GET" and url.path.startswith("/api/v1/nodes/"):
             if parts[3] in s.nodes:
                 return self._send(200, s.nodes[parts[3]])
@@ -204,6 +273,44 @@ class Handler(BaseHTTPRequestHandler):
                 s.record("DELETED", current)
                 return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
         return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
+
+    def _patch_status(self, url: Any, parts: list[str]) -> None:
+        """PATCH .../resourceclaims/<name>/status as the real server answers an apply."""
+        s = self.store
+        if len(parts) != 8 or parts[5] != "resourceclaims" or parts[7] != "status":
+            return self._send(404, _status(404, "NotFound", "the server could not find the "
+                                           "requested resource"))  # fmt: skip
+        if self.headers.get("Content-Type") != "application/apply-patch+yaml":
+            return self._send(415, _status(415, "UnsupportedMediaType", "the body of the "
+                                           "request was in an unknown format"))  # fmt: skip
+        query = parse_qs(url.query)
+        manager = query.get("fieldManager", [""])[0]
+        if not manager:
+            return self._send(422, _status(422, "Invalid", "PatchOptions.meta.k8s.io is "
+                                           "invalid: fieldManager: Required value"))  # fmt: skip
+        key = (parts[4], parts[6])
+        if key not in s.claims:
+            return self._send(404, _status(404, "NotFound", f'resourceclaims.resource.k8s.io '
+                                           f'"{key[1]}" not found'))  # fmt: skip
+        if s.fail_status > 0:
+            s.fail_status -= 1
+            return self._send(500, _status(500, "InternalError", "etcdserver: request timed out"))
+        body = yaml.safe_load(self._raw) or {}
+        uid = (body.get("metadata") or {}).get("uid")
+        stored_uid = s.claims[key]["metadata"].get("uid")
+        if uid and uid != stored_uid and s.uid_as_invalid:
+            return self._send(422, _status(422, "Invalid", f'ResourceClaim.resource.k8s.io '
+                                           f'"{key[1]}" is invalid: metadata.uid: Invalid '
+                                           f'value: "{uid}": field is immutable'))  # fmt: skip
+        if uid and uid != stored_uid:
+            return self._send(409, _status(409, "Conflict", "Operation cannot be fulfilled on "
+                                           f'resourceclaims.resource.k8s.io "{key[1]}": '
+                                           f"Precondition failed: UID in precondition: {uid}, "
+                                           f"UID in object meta: {stored_uid}"))  # fmt: skip
+        devices = list((body.get("status") or {}).get("devices") or [])
+        force = query.get("force", [""])[0] == "true"
+        code, answer = s.apply_status(key, manager, devices, force)
+        return self._send(code, answer)
 
     def _peer_name(self) -> str:
         if not isinstance(self.connection, ssl.SSLSocket):
@@ -290,6 +397,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         self._route("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._route("PATCH")
 
 
 @contextmanager

@@ -491,6 +491,8 @@ def test_introspect_metrics_describes_every_metric() -> None:
         "dra_cpu_prepare_claim_duration_seconds",
         "dra_cpu_claim_allocated_cpus",
         "dra_cpu_api_feature_missing",
+        "dra_cpu_claim_status_writes_total",
+        "dra_cpu_claim_status_pending",
         "dra_cpu_nri_shared_updates_total",
         "dra_cpu_nri_shared_pending_containers",
         "dra_cpu_nri_update_cost_seconds",

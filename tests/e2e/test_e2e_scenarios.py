@@ -99,6 +99,31 @@ def test_grouped_claim_pins_and_the_shared_pool_steps_aside(clean: Cluster) -> N
         ), service
 
 
+# docs/user/claim-status.md: which CPUs a claim holds, from its status.devices.
+STATUS_CPUSET = 'jsonpath={.status.devices[?(@.driver=="dra.cpu")].data.cpuset}'
+STATUS_READY = (
+    'jsonpath={.status.devices[?(@.driver=="dra.cpu")].conditions[?(@.type=="Ready")].status}'
+)
+
+
+def test_the_claims_status_names_the_cpus_the_kernel_gives_the_pod(clean: Cluster) -> None:
+    node = clean
+    with step("a claim's CPUs read with kubectl from its status.devices"):
+        node.apply(claim_manifest("told", [cpus_request(1)]))
+        start_pod(node, "told", pod_manifest("told", [("work", ["c"])], [("c", "told")]))
+
+        def told() -> str:
+            return node.kubectl("get", "resourceclaim", "told", "-n", "default", "-o",
+                                STATUS_CPUSET).strip()  # fmt: skip
+
+        written = wait_until(told, timeout=30, what="the cpuset in the claim's status")
+    assert CPUSet.parse(written) == node.cpus_of("told", "work")
+    assert node.kubectl("get", "resourceclaim", "told", "-o", STATUS_READY).strip() == "True"
+    with step("the entry goes with the pod"):
+        node.delete("pod", "told")
+        wait_until(lambda: not told(), timeout=60, what="the status entry removed")
+
+
 def test_claiming_everything_published_keeps_a_shared_pool(clean: Cluster) -> None:
     """Two one-CPU claims on a 2-CPU node used to empty the shared pool."""
     node = clean

@@ -80,9 +80,20 @@ def test_rbac_is_what_the_dra_plugin_needs(default: Rendered) -> None:
     }
     assert granted == slices | {
         ("resource.k8s.io", "resourceclaims", "get"),
+        ("resource.k8s.io", "resourceclaims/status", "patch"),
+        ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch"),
         ("", "nodes", "get"),
     }
-    assert all("resourceNames" not in rule for rule in rules)
+    # Only the synthetic per-driver permission names anything: our driver, and no other.
+    named = [rule for rule in rules if "resourceNames" in rule]
+    assert named == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "resourceNames": ["dra.cpu"],
+            "verbs": ["associated-node:patch"],
+        }
+    ]
     binding = default.one("ClusterRoleBinding")
     account = default.one("ServiceAccount")
     assert binding["roleRef"]["name"] == default.one("ClusterRole")["metadata"]["name"]

@@ -97,15 +97,26 @@ def test_dangerous_host_paths_are_refused(helm: Path, setting: str) -> None:
 def test_the_admission_policy_where_the_api_exists(helm: Path) -> None:
     assert not of_kind(objects(helm), "ValidatingAdmissionPolicy")
     found = objects(helm, "--api-versions", VAP)
-    [policy] = of_kind(found, "ValidatingAdmissionPolicy")
-    [binding] = of_kind(found, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    assert binding["spec"]["validationActions"] == ["Deny"]
+    policy, claims = of_kind(found, "ValidatingAdmissionPolicy")
+    bindings = of_kind(found, "ValidatingAdmissionPolicyBinding")
+    assert [b["spec"]["policyName"] for b in bindings] == [
+        policy["metadata"]["name"],
+        claims["metadata"]["name"],
+    ]
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
     spec = policy["spec"]
     assert spec["matchConstraints"]["resourceRules"][0]["resources"] == ["resourceslices"]
     assert "system:serviceaccount:kube-system:dracpu" in spec["matchConditions"][0]["expression"]
     text = yaml.safe_dump(spec)
     assert "authentication.kubernetes.io/node-name" in text
     assert "spec.driver == 'dra.cpu'" in text and "spec.nodeName" in text
+    # Claims: status updates only, of the same ServiceAccount, our entries on our node.
+    spec = claims["spec"]
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["resourceclaims/status"], ["UPDATE"])
+    assert "system:serviceaccount:kube-system:dracpu" in spec["matchConditions"][0]["expression"]
+    text = " ".join(item["expression"] for item in spec["variables"] + spec["validations"])
+    assert "authentication.kubernetes.io/node-name" in text and "d.driver != 'dra.cpu'" in text
+    assert "metadata.name" in text and "status.allocation == oldObject.status.allocation" in text
     off = objects(helm, "--api-versions", VAP, "--set", "rbac.admissionPolicy=false")
     assert not of_kind(off, "ValidatingAdmissionPolicy")

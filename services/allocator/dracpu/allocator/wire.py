@@ -18,8 +18,10 @@ from dracpu.allocator.live_state import SharedPoolView
 from dracpu.allocator.opaque import OpaqueConfig
 from dracpu.core import names
 from dracpu.core.containers import Container
+from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InvalidInputError
+from dracpu.core.machine import Machine
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 
@@ -217,8 +219,24 @@ def device_list(
     )
 
 
+def add_placement(device: allocator_pb2.PreparedDevice, machine: Machine, cpus: CPUSet) -> None:
+    """Where `cpus` lie on `machine`, into the PreparedDevice's topology fields. A CPU the
+    machine no longer has (gone offline since) counts in none of them, and the cores are then
+    not known to be whole."""
+    by_id = machine.by_id
+    known = [by_id[c] for c in cpus if c in by_id]
+    device.numa_nodes.extend(sorted({c.numa_node_id for c in known}))
+    device.sockets.extend(sorted({c.socket_id for c in known}))
+    device.l3_caches.extend(sorted({c.uncore_cache_id for c in known if c.uncore_cache_id >= 0}))
+    device.whole_cores = (
+        bool(known) and len(known) == len(cpus) and all(c.siblings.issubset(cpus) for c in known)
+    )
+    device.topology_known = True
+
+
 def prepare_response(outcome: claims.PrepareOutcome) -> allocator_pb2.PrepareResponse:
-    """A prepared claim and, for each of its allocations, the device it came from."""
+    """A prepared claim and, for each of its allocations, the device it came from and where
+    its CPUs lie."""
     record = outcome.record
     devices = outcome.state.devices.by_name
     prepared = []
@@ -227,16 +245,17 @@ def prepare_response(outcome: claims.PrepareOutcome) -> allocator_pb2.PrepareRes
         attributes = dict(device.attributes) if device is not None else {}
         if allocation.count:
             attributes[ATTR_ALLOCATED_NUM_CPUS] = allocation.count
-        prepared.append(
-            allocator_pb2.PreparedDevice(
-                request_names=[allocation.request] if allocation.request else [],
-                pool_name=allocation.pool,
-                device_name=allocation.device,
-                cdi_device_ids=[cdi.qualified_name(record.uid)],
-                cpus=allocation.cpus.format(),
-                attributes=attributes_to_proto(attributes),
-            )
+        message = allocator_pb2.PreparedDevice(
+            request_names=[allocation.request] if allocation.request else [],
+            pool_name=allocation.pool,
+            device_name=allocation.device,
+            cdi_device_ids=[cdi.qualified_name(record.uid)],
+            cpus=allocation.cpus.format(),
+            attributes=attributes_to_proto(attributes),
+            policy=allocation.policy,
         )
+        add_placement(message, outcome.state.machine, allocation.cpus)
+        prepared.append(message)
     return allocator_pb2.PrepareResponse(
         claim=claim_to_proto(record),
         devices=prepared,

@@ -69,7 +69,10 @@ class ServiceHealth(Model):
 
 
 class MissingApiFeature(Model):
-    name: str = Field(description="the ResourceSlice field left out: nodeAllocatableResources, ...")
+    name: str = Field(
+        description="the field left out: nodeAllocatableResources, listTypeAttributes "
+        "(ResourceSlices) or resourceClaimDeviceStatus (ResourceClaim status.devices)"
+    )
     feature_gate: str = Field(description="the API server feature gate that enables it")
     reason: str = Field(description="the API server's own message, or what it did to the field")
     detected_at: datetime | None
@@ -92,7 +95,16 @@ class KubeletRegistration(Model):
     )
     node_uid: str = Field(description="the Node owning the ResourceSlices; empty when none")
     missing_api_features: list[MissingApiFeature] = Field(
-        description="optional ResourceSlice fields the API server lacks; published without them"
+        description="optional API fields the API server lacks; the driver works on without them"
+    )
+    claim_status_pending: int = Field(
+        default=0, description="claims whose status.devices the plugin has yet to write"
+    )
+    claim_status_written: int = Field(
+        default=0, description="status.devices writes that succeeded since the plugin started"
+    )
+    last_claim_status_error: str = Field(
+        default="", description="the API server's last refusal of a status.devices write"
     )
 
 

@@ -73,6 +73,9 @@ def kubelet_registration(reply: Any) -> models.KubeletRegistration:
             )
             for m in reply.missing_api_features
         ],
+        claim_status_pending=reply.claim_status_pending,
+        claim_status_written=reply.claim_status_written,
+        last_claim_status_error=reply.last_claim_status_error,
     )
 
 

@@ -114,9 +114,22 @@ SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "dra_cpu_api_feature_missing",
         "gauge",
-        "1 for each optional ResourceSlice feature the API server lacks (published without it).",
+        "1 for each optional API feature the API server lacks (the driver works on without it).",
         "dra-plugin",
         labels=("feature",),
+    ),
+    MetricSpec(
+        "dra_cpu_claim_status_writes_total",
+        "counter",
+        "Outcomes of writing claims' status.devices (success, retry, gone, refused, unsupported).",
+        "dra-plugin",
+        labels=("result",),
+    ),
+    MetricSpec(
+        "dra_cpu_claim_status_pending",
+        "gauge",
+        "Claims whose status.devices the dra-plugin has yet to write.",
+        "dra-plugin",
     ),
     MetricSpec(
         "dra_cpu_nri_shared_updates_total",

@@ -76,3 +76,12 @@ class AllocatorClient:
             ),
             deadline,
         )
+
+    async def list_claims(self, deadline: float = 60.0) -> allocator_pb2.ClaimList:
+        return await self._retry(
+            "allocator ListClaims",
+            lambda t: self._stub.ListClaims(
+                allocator_pb2.ListClaimsRequest(), timeout=t, wait_for_ready=True
+            ),
+            deadline,
+        )

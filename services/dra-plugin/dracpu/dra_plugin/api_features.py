@@ -1,4 +1,4 @@
-"""Optional ResourceSlice fields the API server may not support, and what to do without them.
+"""Optional API fields the API server may not support, and what to do without them.
 
 Two device fields exist only behind feature gates of the API server: the node-allocatable
 mapping (`nodeAllocatableResources`, gate DRANodeAllocatableResources, and the Node must
@@ -8,6 +8,11 @@ naming the field) or silently drops the field. Either way the plugin notices onc
 once with the server's own words, and from then on publishes the slices without the field:
 a refused slice would leave the node without devices, a dropped field would make every
 comparison differ and rewrite the slices forever.
+
+One more is not in slices: ResourceClaim `status.devices` (gate DRAResourceClaimDeviceStatus,
+on by default from 1.33, GA in 1.37), where the plugin says what each claim got
+(`dracpu.dra_plugin.status_writer`). A server without it refuses or drops the field; claims are
+prepared as before, only their status is not written.
 """
 
 from __future__ import annotations
@@ -88,6 +93,14 @@ LIST_ATTRIBUTES = Feature(
     lambda device: [f"attributes[{name}]" for name in _list_names(device)],
 )
 FEATURES = (NODE_ALLOCATABLE, LIST_ATTRIBUTES)
+# Not a ResourceSlice field: never in a device, so never dropped from one.
+CLAIM_DEVICE_STATUS = Feature(
+    "resourceClaimDeviceStatus",
+    "DRAResourceClaimDeviceStatus",
+    (),
+    lambda device: False,
+    lambda device: device,
+)
 
 
 @dataclass(frozen=True)
@@ -141,14 +154,24 @@ class FeatureSupport:
                 found.append(self._mark(feature, reason))
         return found
 
-    def _mark(self, feature: Feature, reason: str) -> MissingFeature:
+    def lacking(self, feature: Feature, reason: str) -> MissingFeature:
+        """A feature outside the slices turned out missing: recorded and logged once."""
+        known = self.missing.get(feature.name)
+        if known is not None:
+            return known
+        return self._mark(
+            feature, reason, "the API server lacks ResourceClaim device status; "
+            "claims are prepared without writing it",
+        )  # fmt: skip
+
+    def _mark(
+        self,
+        feature: Feature,
+        reason: str,
+        what: str = "the API server lacks an optional ResourceSlice feature; publishing without it",
+    ) -> MissingFeature:
         missing = MissingFeature(feature.name, feature.gate, reason, time.time())
         self.missing[feature.name] = missing
-        log.warning(
-            "the API server lacks an optional ResourceSlice feature; publishing without it",
-            feature=feature.name,
-            gate=feature.gate,
-            reason=reason,
-        )
+        log.warning(what, feature=feature.name, gate=feature.gate, reason=reason)
         self._on_missing(missing)
         return missing

@@ -7,7 +7,7 @@ dicts in the API's JSON shape, so everything above this interface is the same fo
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,6 +25,14 @@ class Cluster(Protocol):
         ...
 
     async def get_claim(self, namespace: str, name: str) -> Object: ...
+
+    async def apply_claim_status(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Object]
+    ) -> Object:
+        """Make `devices` the entries of status.devices that `manager` owns (none removes
+        them), leaving everyone else's; ConflictError when the claim's UID is not `uid`.
+        Returns the stored claim."""
+        ...
 
     async def node_uid(self, name: str) -> str | None:
         """The Node's UID, or None when there is no Node object to own the slices."""

@@ -1,11 +1,13 @@
 """A local folder standing in for the API server.
 
-    DIR/resourceclaims/<namespace>/<name>.yaml   ResourceClaims, read
+    DIR/resourceclaims/<namespace>/<name>.yaml   ResourceClaims, read; status.devices written
     DIR/resourceslices/<name>.yaml               ResourceSlices, written here
     DIR/nodes/<name>.yaml                        optional Node objects (their metadata.uid)
 
 Slices get what the API server would give them: a name from generateName, a UID and a
-resourceVersion that preconditions are checked against.
+resourceVersion that preconditions are checked against. A claim's status.devices entries
+are kept per field manager as server-side apply keeps them (`DIR/.status-owners/<namespace>/
+<name>.yaml` names each entry's manager), so applying ours never touches another's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import secrets
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,11 @@ def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
         raise
 
 
+def _status_key(entry: Mapping[str, Any]) -> str:
+    """The list-map key of status.devices: driver, pool, device, shareID."""
+    return "/".join(str(entry.get(k) or "") for k in ("driver", "pool", "device", "shareID"))
+
+
 class ClusterFolder:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
@@ -76,6 +83,51 @@ class ClusterFolder:
     async def get_claim(self, namespace: str, name: str) -> Object:
         path = self.layout.claim_file(namespace, name)
         return _read_yaml(path, f"resourceclaims {namespace}/{name}")
+
+    async def apply_claim_status(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Object]
+    ) -> Object:
+        # Off the event loop: thousands of these (a node drained at once) must not hold up the
+        # kubelet's calls while their YAML is read and written.
+        async with self._lock:
+            return await asyncio.to_thread(
+                self._apply_claim_status, namespace, name, uid, manager, devices
+            )
+
+    def _apply_claim_status(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Object]
+    ) -> Object:
+        path = self.layout.claim_file(namespace, name)
+        claim = _read_yaml(path, f"resourceclaims {namespace}/{name}")
+        found = str((claim.get("metadata") or {}).get("uid") or "")
+        if found != uid:
+            raise ConflictError(
+                f"resourceclaims {namespace}/{name}: Precondition failed: UID in "
+                f"precondition: {uid}, UID in object meta: {found}"
+            )
+        owners_path = self.root / ".status-owners" / namespace / f"{name}.yaml"
+        owners: dict[str, str] = {}
+        if owners_path.exists():
+            owners = {str(k): str(v) for k, v in _read_yaml(owners_path, "owners").items()}
+        status = dict(claim.get("status") or {})
+        wanted = {_status_key(d): dict(d) for d in devices}
+        kept = []
+        for entry in status.get("devices") or []:
+            key = _status_key(entry)
+            if key in wanted or owners.get(key) == manager:
+                continue  # replaced or no longer applied by this manager
+            kept.append(entry)
+        owners = {key: owner for key, owner in owners.items() if owner != manager}
+        owners.update(dict.fromkeys(wanted, manager))
+        merged = kept + list(wanted.values())
+        if merged:
+            status["devices"] = merged
+        else:
+            status.pop("devices", None)
+        claim["status"] = status
+        _write_yaml(path, claim)
+        _write_yaml(owners_path, owners)
+        return claim
 
     async def node_uid(self, name: str) -> str | None:
         path = self.layout.node_file(name)

@@ -1,7 +1,8 @@
 """The Kubernetes API server as the dra-plugin's cluster, spoken to over its REST paths.
 
 A small asyncio client on httpx for the few calls the plugin makes: read a ResourceClaim and a
-Node; list, watch, create, replace and delete this node's ResourceSlices. Objects travel as
+Node; list, watch, create, replace and delete this node's ResourceSlices; server-side apply of
+a claim's status.devices entries. Objects travel as
 plain dicts, so ResourceSlices and ResourceClaims keep the exact JSON the server stores. Every
 error carries the server's own reason (the Status object's message), not only its code. A
 watch is one streamed response holding one JSON event per line.
@@ -10,7 +11,7 @@ watch is one streamed response holding one JSON event per line.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote
@@ -37,6 +38,7 @@ REQUEST_TIMEOUT = 60.0
 # A watch is silent while nothing changes: it may read nothing until the server ends it.
 WATCH_GRACE = 30.0
 USER_AGENT = "dracpu-dra-plugin"
+APPLY_PATCH = "application/apply-patch+yaml"
 
 
 def server_message(body: Any) -> str:
@@ -116,11 +118,18 @@ class KubernetesAPI:
         *,
         params: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
+        content_type: str = "",
     ) -> Object:
         try:
-            response = await self._client.request(
-                method, path, params=params, json=body, extensions=self._extensions
-            )
+            if content_type:  # JSON is YAML: an apply patch is sent as JSON text
+                response = await self._client.request(
+                    method, path, params=params, content=json.dumps(body).encode(),
+                    headers={"Content-Type": content_type}, extensions=self._extensions,
+                )  # fmt: skip
+            else:
+                response = await self._client.request(
+                    method, path, params=params, json=body, extensions=self._extensions
+                )
         except (httpx.HTTPError, OSError) as exc:
             raise _unreachable(exc, what) from None
         if response.is_error:
@@ -140,6 +149,29 @@ class KubernetesAPI:
             f"{RESOURCE_API}/namespaces/{quote(namespace, safe='')}/resourceclaims/"
             f"{quote(name, safe='')}",
             f"retrieve claim {namespace}/{name}",
+        )
+
+    async def apply_claim_status(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Object]
+    ) -> Object:
+        """Server-side apply of `status.devices` on the status subresource as `manager`,
+        forced (the entries are ours whoever touched them). The UID is a precondition: a
+        claim replaced under the same name answers 409. No entries removes ours."""
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            # Nothing at all rather than an empty list: the manager then owns no entry.
+            "status": {"devices": list(devices)} if devices else {},
+        }
+        return await self._call(
+            "PATCH",
+            f"{RESOURCE_API}/namespaces/{quote(namespace, safe='')}/resourceclaims/"
+            f"{quote(name, safe='')}/status",
+            f"apply status of claim {namespace}/{name}",
+            params={"fieldManager": manager, "force": "true"},
+            body=body,
+            content_type=APPLY_PATCH,
         )
 
     async def node_uid(self, name: str) -> str | None:

@@ -4,7 +4,8 @@ Each claim of a batch gets its own outcome: a claim that cannot be read, was rep
 allocated, asks for something we refuse, or that the allocator rejects, fails alone. The
 ResourceClaims are read before any lock is taken (as the upstream helper does); calls for the
 same claim are serialized, different claims proceed concurrently (the allocator serializes its
-own mutations).
+own mutations). What each prepared claim got, or why it failed, goes into its status.devices
+through the status writer, in the background (`dracpu.dra_plugin.status_writer`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dracpu.dra_plugin.cluster import Cluster
 from dracpu.dra_plugin.keyed_lock import KeyedLock
 from dracpu.dra_plugin.metadata import MetadataDevice, MetadataWriter, attribute_json
 from dracpu.dra_plugin.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.status_writer import ClaimStatusWriter
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 log = get_logger(__name__)
@@ -61,6 +63,12 @@ def _error_text(exc: BaseException) -> str:
     return f"internal error: {type(exc).__name__}: {exc}"
 
 
+def _same_uid(ref: ClaimRef, claim: dict[str, Any]) -> bool:
+    """A failure is written into the claim only when it is the claim the kubelet meant."""
+    metadata = claim.get("metadata")
+    return isinstance(metadata, dict) and str(metadata.get("uid") or "") == ref.uid
+
+
 class NodeService:
     def __init__(
         self,
@@ -70,8 +78,10 @@ class NodeService:
         allocator: AllocatorClient,
         metadata: MetadataWriter,
         metrics: PluginMetrics,
+        status: ClaimStatusWriter | None = None,
     ) -> None:
         self.driver = driver
+        self.status = status
         self.cluster = cluster
         self.allocator = allocator
         self.metadata = metadata
@@ -111,6 +121,8 @@ class NodeService:
                 outcome = await self._prepare_locked(ref, claim)
         except Exception as exc:
             outcome = PrepareOutcome(error=_error_text(exc))
+            if self.status is not None and isinstance(claim, dict) and _same_uid(ref, claim):
+                self.status.failed(ref, claim, outcome.error)
             if not isinstance(exc, DracpuError):
                 log.error("unexpected prepare failure", claim=str(ref), exc_info=True)
             log.warning("claim not prepared", claim=str(ref), uid=ref.uid, error=outcome.error)
@@ -134,6 +146,8 @@ class NodeService:
             )
         response = await self.allocator.prepare(request)
         shares = share_ids(claim, self.driver)
+        if self.status is not None:
+            self.status.prepared(ref, claim, response, shares)
         devices = [
             PreparedDevice(
                 request_names=[base_request(n) for n in d.request_names],
@@ -199,6 +213,37 @@ class NodeService:
                     device.cdi_device_ids.append(ids[name])
                     injected.add(name)
 
+    async def catch_up(self, node: str) -> int:
+        """At start: every claim the allocator holds whose status.devices lacks our Ready
+        entries (a write that had not landed when the plugin stopped) gets them, from the
+        allocator's recorded answer (a repeated Prepare). Only claims still allocated on this
+        node's pool, with the same UID, are touched; failures are left for the next prepare.
+        Returns how many claims were written again."""
+        if self.status is None or not self.status.enabled:
+            return 0
+        records = await self.allocator.list_claims()
+        written = 0
+        for record in records.claims:
+            ref = ClaimRef(record.namespace, record.name, record.uid)
+            try:
+                claim = await self._get_claim(ref)
+                request = prepare_request(ref, claim, self.driver)
+                if request is None or any(r.pool != node for r in request.results):
+                    continue
+                if self.status.complete(claim):
+                    continue
+                async with self._locks.hold(ref.uid), self._calls:
+                    response = await self.allocator.prepare(request)
+            except DracpuError as exc:
+                log.info(4, "claim status not caught up", claim=str(ref), uid=ref.uid,
+                         reason=str(exc))  # fmt: skip
+                continue
+            self.status.prepared(ref, claim, response, share_ids(claim, self.driver))
+            written += 1
+        if written:
+            log.info(2, "claim device status caught up after a restart", claims=written)
+        return written
+
     async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         log.info(4, "unpreparing claims", count=len(claims))
         errors = await asyncio.gather(*(self._unprepare_one(c) for c in claims))
@@ -210,6 +255,8 @@ class NodeService:
             async with self._locks.hold(ref.uid), self._calls:
                 response = await self.allocator.unprepare(ref.uid)
                 self.metadata.remove(ref)
+                if self.status is not None:
+                    self.status.removed(ref)
         except Exception as exc:
             error = _error_text(exc)
             if not isinstance(exc, DracpuError):

@@ -19,9 +19,21 @@ class PluginMetrics:
         missing = collectors["dra_cpu_api_feature_missing"]
         assert isinstance(missing, Gauge)
         self._missing = missing
+        writes, pending = (
+            collectors["dra_cpu_claim_status_writes_total"],
+            collectors["dra_cpu_claim_status_pending"],
+        )
+        assert isinstance(writes, Counter) and isinstance(pending, Gauge)
+        self._status_writes, self._status_pending = writes, pending
 
     def feature_missing(self, feature: str) -> None:
         self._missing.labels(feature=feature).set(1)
+
+    def claim_status_written(self, result: str) -> None:
+        self._status_writes.labels(result=result).inc()
+
+    def claim_status_pending(self, count: int) -> None:
+        self._status_pending.set(count)
 
     def prepared(self, result: str, seconds: float) -> None:
         self._prepare.labels(result=result).inc()

@@ -1,6 +1,6 @@
 """The dra-plugin at run time: its three gRPC servers (the DRA endpoint, registration, the
-read-only view) and the tasks that publish slices, resend device health and follow the
-kubelet's registration.
+read-only view) and the tasks that publish slices, resend device health, write claims'
+status.devices and follow the kubelet's registration.
 
 `serve` builds the plugin's parts from its flags and config (`_build`), starts the servers
 (`_start_servers`) and the background tasks (`_start_tasks`), and on SIGTERM or SIGINT takes
@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2
 
 from dracpu.core import config as driver_config
 from dracpu.core.driver import DRIVER_NAME
-from dracpu.core.errors import UnavailableError
+from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import Health, start_server
 from dracpu.core.signals import stop_event
@@ -43,6 +43,7 @@ from dracpu.dra_plugin.servicer import (
     add_kubelet_services,
 )
 from dracpu.dra_plugin.slice_watch import SliceWatch
+from dracpu.dra_plugin.status_writer import ClaimStatusWriter
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2_grpc
 from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 
@@ -54,6 +55,7 @@ log = get_logger(__name__)
 API_VERSION = "dracpu.dra_plugin.v1"
 VIEW_SERVICE = "dracpu.dra_plugin.v1.DRAPluginView"
 REGISTRATION_HEALTH = "kubelet-registration"
+STATUS_FLUSH = 5.0  # seconds
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Plugin:
     node_service: NodeService
     registration: PluginRegistration
     publisher: SlicePublisher
+    status: ClaimStatusWriter
 
 
 @dataclass
@@ -103,8 +106,12 @@ def _build(args: argparse.Namespace) -> Plugin:
         watch = SliceWatch(api, DRIVER_NAME, node)
 
     metrics = PluginMetrics()
+    features = FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name))
     allocator = AllocatorClient(args.allocator_socket)
     device_health = DeviceHealth(node, args.health_interval)
+    status = ClaimStatusWriter(
+        cluster, driver=DRIVER_NAME, node=node, features=features, metrics=metrics
+    )
     node_service = NodeService(
         driver=DRIVER_NAME,
         cluster=cluster,
@@ -113,6 +120,7 @@ def _build(args: argparse.Namespace) -> Plugin:
             DRIVER_NAME, paths.metadata_dir, Path(args.cdi_dir), args.metadata_versions
         ),
         metrics=metrics,
+        status=status,
     )
     registration = PluginRegistration(
         DRIVER_NAME, paths.dra_socket, [*DRA_SERVICES, *HEALTH_SERVICES]
@@ -126,7 +134,7 @@ def _build(args: argparse.Namespace) -> Plugin:
         poll_interval=args.poll_interval,
         resync_interval=args.resync_interval,
         watch=watch,
-        features=FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name)),
+        features=features,
     )
     return Plugin(
         node=node,
@@ -139,6 +147,7 @@ def _build(args: argparse.Namespace) -> Plugin:
         node_service=node_service,
         registration=registration,
         publisher=publisher,
+        status=status,
     )
 
 
@@ -169,7 +178,9 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin) -> Servers:
         api_version=API_VERSION,
     )
     await reg_health.set(True)
-    view = PluginView(plugin.node, paths, plugin.registration, plugin.publisher, plugin.cluster)
+    view = PluginView(
+        plugin.node, paths, plugin.registration, plugin.publisher, plugin.cluster, plugin.status
+    )
     view_server, view_health = await start_server(
         args.socket,
         lambda s: dra_plugin_pb2_grpc.add_DRAPluginViewServicer_to_server(view, s),
@@ -210,11 +221,21 @@ def _start_tasks(
             registration.watchdog(plugin.paths.registrar_dir, args.registration_timeout)
         ),
         asyncio.create_task(plugin.publisher.run()),
+        asyncio.create_task(plugin.status.run()),
+        asyncio.create_task(_catch_up(plugin)),
         asyncio.create_task(_track_registration(registration, servers.view_health)),
         asyncio.create_task(
             plugin.device_health.follow(plugin.allocator.list_devices, args.poll_interval)
         ),
     ]
+
+
+async def _catch_up(plugin: Plugin) -> None:
+    """Claim status writes a stopped plugin left undone; the kubelet does not prepare again."""
+    try:
+        await plugin.node_service.catch_up(plugin.node)
+    except DracpuError as exc:
+        log.warning("claim device status not caught up after the start", error=str(exc))
 
 
 async def _shutdown(
@@ -224,6 +245,12 @@ async def _shutdown(
     tasks: list[asyncio.Task[None]],
 ) -> None:
     log.info(2, "shutting down")
+    # Claim status writes still pending get a moment to land; a restart does not redo them.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(plugin.status.idle(), STATUS_FLUSH)
+    if plugin.status.state.pending:
+        log.warning("claim device status left unwritten at shutdown",
+                    claims=len(plugin.status.state.pending))  # fmt: skip
     plugin.device_health.stop()
     for task in tasks:
         task.cancel()

@@ -26,6 +26,7 @@ from dracpu.dra_plugin.node_service import NodeService, PrepareOutcome
 from dracpu.dra_plugin.paths import KubeletPaths
 from dracpu.dra_plugin.publisher import SlicePublisher
 from dracpu.dra_plugin.registration import PluginRegistration
+from dracpu.dra_plugin.status_writer import ClaimStatusWriter
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
 from dracpu.pb.kubelet.dra.v1 import api_pb2 as v1
 from dracpu.pb.kubelet.dra.v1 import api_pb2_grpc as v1_grpc
@@ -198,8 +199,10 @@ class PluginView(dra_plugin_pb2_grpc.DRAPluginViewServicer):  # type: ignore[mis
         registration: PluginRegistration,
         publisher: SlicePublisher,
         cluster: Cluster,
+        status: ClaimStatusWriter | None = None,
     ) -> None:
         self.node = node
+        self.status = status
         self.paths = paths
         self.registration = registration
         self.publisher = publisher
@@ -210,6 +213,7 @@ class PluginView(dra_plugin_pb2_grpc.DRAPluginViewServicer):  # type: ignore[mis
     ) -> dra_plugin_pb2.PluginStatus:
         reg = self.registration.state
         pub = self.publisher.state
+        writer = self.status.state if self.status is not None else None
         return dra_plugin_pb2.PluginStatus(
             node_name=self.node,
             registered=reg.registered,
@@ -228,8 +232,12 @@ class PluginView(dra_plugin_pb2_grpc.DRAPluginViewServicer):  # type: ignore[mis
                     reason=m.reason,
                     detected_at_unix=int(m.detected_at),
                 )
-                for m in pub.missing_features
+                # Slice fields and claim status alike: the publisher's record is shared.
+                for m in self.publisher.features.missing.values()
             ],
             slice_sync=self.publisher.mode,
             node_uid=pub.owner_uid,
+            claim_status_pending=len(writer.pending) if writer else 0,
+            claim_status_written=writer.written if writer else 0,
+            last_claim_status_error=writer.last_error if writer else "",
         )
