@@ -556,6 +556,14 @@ EXTERNAL_GROUPED = [
         options=NUMA_EXTERNAL | {"min_shared": 1},
     ),
     Case(
+        # The message names what the device publishes: CPU 1 is the shared pool's floor.
+        "numa-external-outside-names-the-offered-cpus",
+        claim("c", result("cpudevnuma000", "1"), configs=(config(cpu_config(cpuset="10")),)),
+        InvalidInputError,
+        "has CPUs 10 outside the device's numanode (CPUs 2-9,21-29)",
+        options=NUMA_EXTERNAL | {"min_shared": 1},
+    ),
+    Case(
         "numa-external-from-class",
         claim(
             "c",

@@ -5,7 +5,6 @@ NodePrepareResources."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from typing import Any
 import yaml
 
 from dracpu.core import rpc
-from dracpu.core.errors import UnavailableError
+from dracpu.core.errors import DracpuError
 from dracpu.core.rpc import check_health
 from dracpu.dev.kubelet_sim import KubeletSim, RegisteredPlugin
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
@@ -27,6 +26,13 @@ from dracpu.topology.fixtures import write_fixture
 
 BIN = Path(sys.executable).parent
 DRIVER = "dra.cpu"
+
+
+async def _health(sock: Path) -> str:
+    try:
+        return await check_health(sock)
+    except DracpuError as exc:
+        return f"not answering: {exc}"
 
 
 class DriverStack:
@@ -78,10 +84,9 @@ class DriverStack:
                     f"{name} exited {proc.returncode}:\n{self.log(name).read_text()}"
                 )
             sock = self.sock(name)
-            # Between binding its socket and listening on it a service refuses connections.
-            with contextlib.suppress(UnavailableError):
-                if sock.is_socket() and await check_health(sock) == "SERVING":
-                    return
+            # The socket file exists from bind; until the server listens a connect is refused.
+            if sock.is_socket() and await _health(sock) == "SERVING":
+                return
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"{name} not SERVING within 60 s:\n{self.log(name).read_text()}"

@@ -156,11 +156,13 @@ def _check_explicit(
         )
     offline = cpus - state.online
     outside = cpus - group_span(state.machine, device)
+    # What the device publishes as its dra.cpu/cpuIDs now.
+    offered = (device.cpus - state.withheld).format()
     if outside:
         gone = f", offline CPUs {offline.format()}" if offline else ""
         raise InvalidInputError(
             f"{where}: opaque config cpuset {text} has CPUs {outside.format()} outside the "
-            f"device's {device.kind} (CPUs {device.cpus.format()}){gone}"
+            f"device's {device.kind} (CPUs {offered}){gone}"
         )
     if offline:
         raise InvalidInputError(
@@ -188,12 +190,12 @@ def _check_explicit(
             f"{where}: opaque config cpuset {text}: CPUs {kept.format()} are kept for the "
             f"shared pool (at least {state.min_shared} shared CPUs)"
         )
-    withheld = cpus - device.cpus
+    withheld = cpus & state.withheld
     if withheld:
-        # Held by a claim the devices do not account for, or by a container still running.
+        # Left out of the published devices for another reason (the rules above cover them).
         raise ConflictError(
             f"{where}: opaque config cpuset {text}: CPUs {withheld.format()} are not "
-            f"allocatable on device {device.name} now (CPUs {device.cpus.format()})"
+            f"allocatable on device {device.name} now (CPUs {offered})"
         )
 
 
