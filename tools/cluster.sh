@@ -236,8 +236,11 @@ cmd_up() {
     mkdir -p "$RUN" "$DIR/logs"
     write_configs
     t=$SECONDS
+    # The API server reaches the kubelet (logs, exec) at the node's InternalIP, where the
+    # kubelet listens; by default it would try the host name first, which resolves to loopback.
     # shellcheck disable=SC2086  # extra flags split on purpose
-    bash "$HERE/controlplane.sh" up "$CP" ${DRACPU_CLUSTER_APISERVER_FLAGS:-} >>"$DIR/logs/controlplane.log" 2>&1 \
+    bash "$HERE/controlplane.sh" up "$CP" --kubelet-preferred-address-types=InternalIP,Hostname \
+        ${DRACPU_CLUSTER_APISERVER_FLAGS:-} >>"$DIR/logs/controlplane.log" 2>&1 \
         || die "control plane did not start (see $DIR/logs/controlplane.log)"
     say "control plane ready in $((SECONDS - t)) s"
     network_up
