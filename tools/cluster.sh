@@ -190,17 +190,20 @@ network_up() {
         "127.0.0.1:$DRACPU_CP_APISERVER_PORT" "$DIR"
 }
 
-# import_archive ARCHIVE: `ctr images import` unless this very archive was imported last.
+# import_archive KIND ARCHIVE: `ctr images import` unless this very archive was the last one
+# of its kind imported. One stamp per kind, not per archive: archives built from other trees
+# carry the same image tags, so an archive imported before another one must be imported again.
 import_archive() {
-    local archive="$1" stamp
-    stamp="$DIR/containerd/$(basename "$archive").imported"
-    if [[ -f "$stamp" && "$(cat "$stamp")" == "$(stat -c '%s %Y' "$archive")" ]]; then
+    local kind="$1" archive="$2" stamp seen
+    stamp="$DIR/containerd/$kind.imported"
+    seen="$archive $(stat -c '%s %Y' "$archive")"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$seen" ]]; then
         return 0
     fi
     say "importing $archive"
     ctr_ images import "$archive" >>"$DIR/logs/import.log" 2>&1 \
         || die "ctr images import $archive failed (see $DIR/logs/import.log)"
-    stat -c '%s %Y' "$archive" >"$stamp"
+    echo "$seen" >"$stamp"
 }
 
 driver_images() {
@@ -236,8 +239,11 @@ cmd_up() {
     mkdir -p "$RUN" "$DIR/logs"
     write_configs
     t=$SECONDS
+    # The API server reaches the kubelet (logs, exec) at the node's InternalIP, where the
+    # kubelet listens; by default it would try the host name first, which resolves to loopback.
     # shellcheck disable=SC2086  # extra flags split on purpose
-    bash "$HERE/controlplane.sh" up "$CP" ${DRACPU_CLUSTER_APISERVER_FLAGS:-} >>"$DIR/logs/controlplane.log" 2>&1 \
+    bash "$HERE/controlplane.sh" up "$CP" --kubelet-preferred-address-types=InternalIP,Hostname \
+        ${DRACPU_CLUSTER_APISERVER_FLAGS:-} >>"$DIR/logs/controlplane.log" 2>&1 \
         || die "control plane did not start (see $DIR/logs/controlplane.log)"
     say "control plane ready in $((SECONDS - t)) s"
     network_up
@@ -246,8 +252,8 @@ cmd_up() {
     wait_until 30 "containerd serving" ctr_ version
     say "containerd serving in $((SECONDS - t)) s"
     t=$SECONDS
-    import_archive "$SANDBOX_ARCHIVE"
-    import_archive "$(driver_images)"
+    import_archive sandbox "$SANDBOX_ARCHIVE"
+    import_archive driver "$(driver_images)"
     say "images in containerd in $((SECONDS - t)) s"
     t=$SECONDS
     PATH="$CONTAINERD_BIN:$PATH" start kubelet "$KUBE_BIN/kubelet" --config "$DIR/kubelet.yaml" \

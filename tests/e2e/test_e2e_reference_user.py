@@ -50,7 +50,7 @@ REFERENCE_VALUES = {
     },
     "healthzPath": "/healthz",
     "healthzPort": 8080,
-    "driverConfig": {"groupBy": "machine"},
+    "driverConfig": {"groupBy": "socket"},
 }
 
 # docs/user/troubleshooting.md of the reference, "Collecting From a Cluster", as written.
@@ -163,7 +163,7 @@ def test_the_reference_fleet_collection_loop(
     # The configuration the driver runs with: its ConfigMap and its flags.
     config_map = node.get("configmap", f"{RELEASE}-config", namespace=NAMESPACE)
     file_config = yaml.safe_load(config_map["data"]["config.yaml"])
-    assert file_config["groupBy"] == "machine"
+    assert file_config["groupBy"] == "socket"
     for key, value in file_config.items():
         assert report["driverConfig"][key] == value, key
     assert report["driverConfig"]["sysfsRoot"] == "/host/sys"  # the topology flag
@@ -182,7 +182,7 @@ def test_the_reference_scripts_read_config_from_the_daemonset(reference_install:
     assert config_arg == "--config=/etc/dracpu/config.yaml"
     config_map = node.get("configmap", f"{daemonset['metadata']['name']}-config", NAMESPACE)
     learned = yaml.safe_load(config_map["data"][Path(config_arg.partition("=")[2]).name])
-    assert learned["groupBy"] == "machine"
+    assert learned["groupBy"] == "socket"
     for container in containers:
         assert container["resources"] == {"requests": {"cpu": "100m", "memory": "50Mi"}}
     say(f"daemonset args of {containers[0]['name']}: {json.dumps(first)}")
