@@ -54,6 +54,15 @@ STALE_UID = "0b0d8f2e-0000-4000-8000-000000000000"
 POLICIES = (f"{RELEASE}-resourceslices", f"{RELEASE}-resourceclaims")
 
 
+def far_cpu_slice(node: str) -> dict[str, Any]:
+    """dra.cpu devices of a node whose plugin is not running (published by the admin)."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"dra.cpu-{node}"},
+            "spec": {"driver": "dra.cpu", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": f"cpudev{i:03d}"} for i in range(4)]}}  # fmt: skip
+
+
 def other_driver_objects(node: str) -> list[dict[str, Any]]:
     return [
         {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
@@ -67,14 +76,16 @@ def other_driver_objects(node: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def two_driver_claim(name: str) -> dict[str, Any]:
+def two_driver_claim(name: str, capacity: bool = True) -> dict[str, Any]:
+    cpus: dict[str, Any] = {"deviceClassName": "dra.cpu", "count": 1}
+    if capacity:
+        cpus["capacity"] = {"requests": {"dra.cpu/cpu": "2"}}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {"devices": {"requests": [
-            {"name": "cpus", "exactly": {"deviceClassName": "dra.cpu", "count": 1,
-                                         "capacity": {"requests": {"dra.cpu/cpu": "2"}}}},
+            {"name": "cpus", "exactly": cpus},
             {"name": "nic", "exactly": {"deviceClassName": OTHER_DRIVER}},
         ]}},
     }  # fmt: skip
@@ -113,6 +124,7 @@ def driver_token(
         if not cp.items("nodes", selector=f"metadata.name={node}"):
             cp.register_node(node)
         cp.apply(*other_driver_objects(node))
+    cp.apply(far_cpu_slice(OTHER_NODE))
     (account,) = [d["metadata"]["name"] for d in documents if d["kind"] == "ServiceAccount"]
     cp.kubectl("delete", "pod", DRIVER_POD, "-n", CHART_NAMESPACE, "--ignore-not-found")
     cp.create(driver_pod(DRIVER_POD, CHART_NAMESPACE, NODE, account))
@@ -124,6 +136,7 @@ def driver_token(
         for name in POLICIES:
             for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
                 cp.kubectl("delete", kind, name, "--ignore-not-found")
+        cp.kubectl("delete", "resourceslice", f"dra.cpu-{OTHER_NODE}", "--ignore-not-found")
         cp.kubectl("delete", "pod", DRIVER_POD, "-n", CHART_NAMESPACE, "--ignore-not-found",
                    "--wait=false")  # fmt: skip
 
@@ -282,7 +295,8 @@ def test_the_driver_token_writes_only_its_own_entries_on_its_own_node(
 ) -> None:
     cp = control_plane
     cp.create(two_driver_claim("st-own"), pod_for("st-own", "st-own", NODE),
-              two_driver_claim("st-far"), pod_for("st-far", "st-far", OTHER_NODE))  # fmt: skip
+              two_driver_claim("st-far", capacity=False),
+              pod_for("st-far", "st-far", OTHER_NODE))  # fmt: skip
     here, far = allocated(cp, "st-own"), allocated(cp, "st-far")
     nic = here["nic"]
     theirs = {"driver": OTHER_DRIVER, "pool": nic["pool"], "device": nic["device"]}
@@ -290,7 +304,7 @@ def test_the_driver_token_writes_only_its_own_entries_on_its_own_node(
         apply_entry(cp, "st-own", theirs, MANAGER, kubeconfig=driver_token)
     cpu = far["cpus"]
     elsewhere = {"driver": "dra.cpu", "pool": cpu["pool"], "device": cpu["device"],
-                 "shareID": cpu["shareID"], "data": {"cpuset": "0"}}  # fmt: skip
+                 "data": {"cpuset": "0"}}  # fmt: skip
     with pytest.raises(CommandError, match=r"(?i)forbidden|denied"):
         apply_entry(cp, "st-far", elsewhere, MANAGER, kubeconfig=driver_token)
     assert ours(cp, "st-own", OTHER_DRIVER) is None and ours(cp, "st-far") is None
