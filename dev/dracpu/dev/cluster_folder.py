@@ -81,15 +81,17 @@ class ClusterFolder:
         path = self.claim_path(metadata["namespace"], metadata["name"])
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.tmp")
-        with temporary.open("w", encoding="utf-8") as handle:
-            yaml.safe_dump(claim, handle, sort_keys=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        temporary.replace(path)
+        with self.layout.claims_locked():
+            with temporary.open("w", encoding="utf-8") as handle:
+                yaml.safe_dump(claim, handle, sort_keys=False)
+                handle.flush()
+                os.fsync(handle.fileno())
+            temporary.replace(path)
         return path
 
     def delete_claim(self, namespace: str, name: str) -> bool:
         path = self.claim_path(namespace, name)
-        existed = path.exists()
-        path.unlink(missing_ok=True)
+        with self.layout.claims_locked():
+            existed = path.exists()
+            path.unlink(missing_ok=True)
         return existed

@@ -97,6 +97,12 @@ class ClusterFolder:
     def _apply_claim_status(
         self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Object]
     ) -> Object:
+        with self.layout.claims_locked():
+            return self._apply_claim_status_locked(namespace, name, uid, manager, devices)
+
+    def _apply_claim_status_locked(
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Object]
+    ) -> Object:
         path = self.layout.claim_file(namespace, name)
         claim = _read_yaml(path, f"resourceclaims {namespace}/{name}")
         found = str((claim.get("metadata") or {}).get("uid") or "")
