@@ -30,7 +30,7 @@ from dracpu.dev.services import (
 from dracpu.topology.fixtures import FIXTURES
 
 COMPOSE = ROOT / "compose"
-RUN_DIR = "/dracpu"
+RUN_DIR = "/dracpu-dev"
 CONFIG = "/etc/dracpu/config.yaml"
 DRIVER_SERVICES = [name for name in SERVICES if name not in SIMULATORS]
 _VARIABLE = re.compile(r"\$\$|\$\{(\w+)(?::-([^}]*))?\}")
@@ -304,7 +304,7 @@ def test_the_dev_cli_service_claims_on_the_stacks_run_folder() -> None:
 
 
 def test_setup_step_changes_owners_only_on_volumes() -> None:
-    # /dracpu is on the setup container's read-only root: chown there fails.
+    # /dracpu-dev is on the setup container's read-only root: chown there fails.
     script = COMPOSED["init"]["command"][0]
     for line in script.splitlines():
         if line.strip().startswith("chown"):

@@ -13,7 +13,7 @@ from dracpu.dev.layout import RunLayout, default_run_dir
 
 PROG = "dracpu dev"
 # The run folder inside the containers of compose/docker-compose.yaml.
-COMPOSE_RUN_DIR = "/dracpu"
+COMPOSE_RUN_DIR = "/dracpu-dev"
 
 
 def _positive(text: str) -> int:
