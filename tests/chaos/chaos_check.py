@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from realnode.node import CGROUP_ROOT, NodeError, cgroup_cpuset, cpus_allowed
+from realnode.node import CGROUPS, NodeError, cgroup_cpuset, cpus_allowed
 
 from dracpu.core.cpuset import CPUSet
 
@@ -59,14 +59,7 @@ def kernel_cpus(pid: int) -> tuple[CPUSet, CPUSet] | None:
 
 def cpuset_file(pid: int) -> Path:
     """The cpuset.cpus file of the cgroup a process is in (cgroup v1 cpuset hierarchy or v2)."""
-    unified = ""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpuset" in controllers.split(","):
-            return CGROUP_ROOT / "cpuset" / path.lstrip("/") / "cpuset.cpus"
-        if controllers == "":
-            unified = path
-    return CGROUP_ROOT / unified.lstrip("/") / "cpuset.cpus"
+    return CGROUPS.cpus_file(pid)
 
 
 def check(

@@ -16,7 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dracpu.core.cgroups import Cgroups
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import NotFoundError
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -218,21 +220,13 @@ class Cluster:
         raise AssertionError(f"/proc/{pid}/status has no Cpus_allowed_list")
 
     def cgroup_cpuset_of(self, pod: str, container: str, namespace: str = "default") -> CPUSet:
-        """cpuset.cpus of the container's cgroup (the cpuset hierarchy on cgroup v1, the
-        unified one on v2), as the runtime wrote it."""
+        """The CPUs of the container's cgroup: cpuset.cpus of the cpuset hierarchy on cgroup
+        v1, cpuset.cpus.effective of the unified one on v2."""
         pid = self.container_pid(pod, container, namespace)
-        unified: Path | None = None
-        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            if "cpuset" in controllers.split(","):
-                return CPUSet.parse(
-                    Path(f"/sys/fs/cgroup/cpuset{path}/cpuset.cpus").read_text().strip()
-                )
-            if controllers == "":
-                unified = Path(f"/sys/fs/cgroup{path}/cpuset.cpus")
-        if unified is None:
-            raise AssertionError(f"/proc/{pid}/cgroup names no cpuset cgroup")
-        return CPUSet.parse(unified.read_text().strip())
+        try:
+            return CPUSet.parse(Cgroups().cpus(pid))
+        except NotFoundError as exc:
+            raise AssertionError(str(exc)) from None
 
     def env_of(self, pod: str, container: str, namespace: str = "default") -> dict[str, str]:
         pid = self.container_pid(pod, container, namespace)

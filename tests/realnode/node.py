@@ -35,13 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from dracpu.core.cgroups import CGROUP_ROOT, Cgroups
+from dracpu.core.errors import NotFoundError
+
 CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
 CONTAINERD_VERSIONS = ("v2.4.2", "v2.3.7")
 CRICTL_VERSION = "v1.37.0"
 IMAGE_VERSION = "1"
 IMAGE_NAME = "localhost/dracpu-realnode:1"
 RUNC = Path("/usr/sbin/runc")
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUPS = Cgroups(CGROUP_ROOT)
 RECORD = "node.json"
 LOCK = "node.lock"
 
@@ -105,29 +108,20 @@ def cpus_allowed(pid: int) -> str:
 
 
 def cgroup_cpuset(pid: int) -> str:
-    """cpuset.cpus of the cgroup the process is in (cgroup v1 cpuset hierarchy or v2)."""
-    v2_path = ""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpuset" in controllers.split(","):
-            return (CGROUP_ROOT / "cpuset" / path.lstrip("/") / "cpuset.cpus").read_text().strip()
-        if controllers == "":
-            v2_path = path
-    if (CGROUP_ROOT / "cgroup.controllers").exists():
-        base = CGROUP_ROOT / v2_path.lstrip("/")
-        return (base / "cpuset.cpus.effective").read_text().strip()
-    raise NodeError(f"process {pid} is in no cpuset cgroup")
+    """The CPUs of the cgroup the process is in: cpuset.cpus on cgroup v1 (the cpuset
+    hierarchy), cpuset.cpus.effective on v2."""
+    try:
+        return CGROUPS.cpus(pid)
+    except NotFoundError as exc:
+        raise NodeError(str(exc)) from None
 
 
-def cgroup_hierarchies() -> list[Path]:
-    """Mount points of every cgroup hierarchy (v1 controllers, named ones, and v2)."""
-    found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        sep = fields.index("-")
-        if fields[sep + 1] in ("cgroup", "cgroup2"):
-            found.append(Path(fields[4]))
-    return found
+def cgroup_cpuset_mems(pid: int) -> str:
+    """The memory nodes of the cgroup the process is in (cpuset.mems / cpuset.mems.effective)."""
+    try:
+        return CGROUPS.mems(pid)
+    except NotFoundError as exc:
+        raise NodeError(str(exc)) from None
 
 
 # -- the node --------------------------------------------------------------------------------
@@ -541,22 +535,11 @@ state = "{b}/state"
 
 
 def _pids_in_cgroup(parent: str) -> list[int]:
-    pids: set[int] = set()
-    for hierarchy in cgroup_hierarchies():
-        top = hierarchy / parent.lstrip("/")
-        if not top.is_dir():
-            continue
-        for procs in top.rglob("cgroup.procs"):
-            with contextlib.suppress(OSError, ValueError):
-                pids.update(int(p) for p in procs.read_text().split())
-    return sorted(pids)
+    return CGROUPS.procs(parent)
 
 
 def _remove_cgroups(parent: str) -> None:
-    for hierarchy in cgroup_hierarchies():
-        top = hierarchy / parent.lstrip("/")
-        if not top.is_dir():
-            continue
+    for top in CGROUPS.tops(parent):
         # Deepest first: a cgroup directory can only be removed once it has no children.
         for directory in sorted(
             (p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
