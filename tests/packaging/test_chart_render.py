@@ -134,6 +134,53 @@ def check_on_delete(r: Rendered) -> None:
     assert r.one("DaemonSet")["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
+TIMING = ("initialDelaySeconds", "periodSeconds", "timeoutSeconds", "failureThreshold")
+
+
+def timing(container: dict[str, Any], probe: str) -> tuple[int, ...]:
+    return tuple(container[f"{probe}Probe"][key] for key in TIMING)
+
+
+def check_default_probe_timings(r: Rendered) -> None:
+    for name in GRPC_SERVICES:
+        # Fast until started, then rare.
+        assert timing(r.container(name), "startup") == (0, 2, 5, 60)
+        assert timing(r.container(name), "liveness") == (0, 60, 5, 3)
+    api = r.container("api")
+    assert timing(api, "startup") == (0, 2, 5, 60)
+    assert timing(api, "liveness") == (0, 20, 5, 3)
+    # A kubelet started less than one period ago delays the first run by a random part of
+    # it: the period bounds how long a new pod waits to turn Ready.
+    assert timing(api, "readiness") == (0, 3, 5, 2)
+
+
+def check_slow_node_probes(r: Rendered) -> None:
+    for name in ("allocator", "dra-plugin", "nri-plugin"):
+        assert timing(r.container(name), "startup") == (0, 5, 30, 120)
+        assert timing(r.container(name), "liveness") == (0, 60, 30, 5)
+    # A service's own field wins over the top-level one; its other fields stay.
+    assert timing(r.container("topology"), "startup") == (10, 5, 30, 120)
+    assert timing(r.container("topology"), "liveness") == (0, 60, 45, 5)
+    api = r.container("api")
+    assert timing(api, "startup") == (0, 5, 30, 120)
+    assert timing(api, "liveness") == (0, 20, 30, 5)
+    assert timing(api, "readiness") == (0, 10, 30, 2)
+
+
+def check_exec_probes(r: Rendered) -> None:
+    check_default_probe_timings(r)
+    for name in GRPC_SERVICES:
+        assert "--probe-address" not in _flags_of(r, name)
+        assert r.container(name)["livenessProbe"]["exec"]["command"][:2] == ["dracpu", "health"]
+
+
+def check_probe_ports(r: Rendered) -> None:
+    wanted = {"topology": 9101, "allocator": 8092, "dra-plugin": 8093, "nri-plugin": 9104}
+    for name, port in wanted.items():
+        assert _flags_of(r, name)["--probe-address"] == f":{port}"
+        assert r.container(name)["startupProbe"]["httpGet"]["port"] == port
+
+
 CASES: dict[str, Case] = {
     "defaults": Case({}, check_defaults),
     "individual-mode": Case({"driverConfig": {"cpuDeviceMode": "individual"}}, check_individual),
@@ -201,6 +248,28 @@ CASES: dict[str, Case] = {
         {"hostNetwork": True, "api": {"port": 9464}}, check_host_network
     ),
     "on-delete-updates": Case({"updateStrategy": {"type": "OnDelete"}}, check_on_delete),
+    "default-probe-timings": Case({}, check_default_probe_timings),
+    # A slow, loaded or emulated node: every probe's timing from values, no template edited.
+    "slow-node-probes": Case(
+        {
+            "probes": {
+                "startup": {"periodSeconds": 5, "timeoutSeconds": 30, "failureThreshold": 120},
+                "liveness": {"timeoutSeconds": 30, "failureThreshold": 5},
+                "readiness": {"periodSeconds": 10, "timeoutSeconds": 30},
+            },
+            "topology": {
+                "probes": {
+                    "startup": {"initialDelaySeconds": 10},
+                    "liveness": {"timeoutSeconds": 45},
+                }
+            },
+        },
+        check_slow_node_probes,
+    ),
+    "exec-probes": Case({"probes": {"handler": "exec"}}, check_exec_probes),
+    "probe-ports": Case(
+        {"probes": {"ports": {"topology": 9101, "nriPlugin": 9104}}}, check_probe_ports
+    ),
 }
 
 
@@ -320,26 +389,32 @@ def test_socket_paths_agree_between_containers(case: tuple[Case, Rendered]) -> N
 
 
 def test_probes_check_the_containers_own_endpoint(case: tuple[Case, Rendered]) -> None:
-    _, rendered = case
+    chosen, rendered = case
+    handler = chosen.values.get("probes", {}).get("handler", "http")
     for name in GRPC_SERVICES:
         container = rendered.container(name)
-        socket = _flags_of(rendered, name)["--socket"]
+        given = _flags_of(rendered, name)
+        socket = given["--socket"]
         for probe in ("startupProbe", "livenessProbe"):
-            command = container[probe]["exec"]["command"]
-            assert command[:2] == ["dracpu", "health"]
-            assert flags(command[2:])["--socket"] == socket
-            # Both accept a service waiting for a peer; readiness is the api's /readyz.
-            assert "--live" in command
-        # Fast until started, then rare: an exec probe starts Python each time.
-        assert container["startupProbe"]["periodSeconds"] <= 2
-        assert container["livenessProbe"]["periodSeconds"] >= 30
+            if handler == "http":
+                # The service's own listener, asking its own gRPC socket: no process started.
+                port = int(given["--probe-address"].rpartition(":")[2])
+                assert container[probe]["httpGet"] == {"path": "/livez", "port": port}
+                assert "exec" not in container[probe]
+            else:
+                command = container[probe]["exec"]["command"]
+                assert command[:2] == ["dracpu", "health"]
+                assert flags(command[2:])["--socket"] == socket
+                # Both accept a service waiting for a peer; readiness is the api's /readyz.
+                assert "--live" in command
+                assert "--probe-address" not in given
         assert "readinessProbe" not in container
+    ports = [int(_flags_of(rendered, n).get("--probe-address", ":0")[1:]) for n in GRPC_SERVICES]
+    api_port = int(_flags_of(rendered, "api")["--bind-address"].rpartition(":")[2])
+    assert api_port not in ports and (handler != "http" or len(set(ports)) == 4)
     api = rendered.container("api")
-    # A kubelet started less than one period ago delays the first run by a random part of
-    # it: the period bounds how long a new pod waits to turn Ready.
-    assert api["readinessProbe"]["periodSeconds"] <= 5
-    port = int(_flags_of(rendered, "api")["--bind-address"].rpartition(":")[2])
-    assert api["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    assert api["ports"] == [{"name": "http", "containerPort": api_port, "protocol": "TCP"}]
+    assert api["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert api["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert api["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
 

@@ -194,28 +194,54 @@ seccompProfile:
 {{- end }}
 
 {{/* Probes of a gRPC service on its unix socket: dict "socket" PATH. */}}
+{{- /*
+The probes of a gRPC service (dict: socket, name = its values key, root). The kubelet's grpc
+probe dials TCP only and the services listen on unix sockets, so with probes.handler `http`
+each service also serves /livez over HTTP (`--probe-address`, dracpu.core.probes): the
+kubelet's httpGet, answered inside the service by its own gRPC health check, starts no process.
+With `exec` the probe runs `dracpu health` in the container (about 0.15 CPU-seconds of Python
+per run; far more on a loaded or emulated node). Both accept NOT_SERVING (the process answers
+while it waits for a restarting peer). The startup probe runs often and stops at its first
+success; liveness then runs rarely. No readiness probe here: the api container's /readyz wants
+SERVING from all four and carries the pod's readiness; a readiness probe per container would
+add nothing but probe traffic, and with a long period keep a new pod NotReady for up to that
+period (a kubelet started less than one period ago delays each probe's first run by a random
+part of it: prober worker.run).
+*/}}
 {{- define "dracpu.grpcProbes" -}}
-# The kubelet's grpc probe dials TCP only; the services listen on unix sockets, so the probe
-# runs `dracpu health` in the container (about 0.15 CPU-seconds of Python per run). The
-# startup probe runs every 2 s and stops at its first success; liveness (which accepts
-# NOT_SERVING: the process answers while it waits for a restarting peer) then runs once a
-# minute. No readiness probe here: the api container's /readyz, an HTTP probe every few
-# seconds, wants SERVING from all four and carries the pod's readiness. An exec readiness
-# probe would either cost a Python start per container every few seconds or, with a long
-# period, keep a new pod NotReady for up to that period: a kubelet started less than one
-# period ago delays each probe's first run by a random part of it (prober worker.run).
-startupProbe:
+{{- $svc := index .root.Values .name }}
+{{- range $kind := list "startup" "liveness" }}
+{{ $kind }}Probe:
+  {{- if eq $.root.Values.probes.handler "http" }}
+  httpGet:
+    path: /livez
+    port: {{ index $.root.Values.probes.ports $.name }}
+  {{- else }}
   exec:
-    command: ["dracpu", "health", "--live", "--socket", {{ .socket | quote }}]
-  periodSeconds: 2
-  timeoutSeconds: 5
-  failureThreshold: 60
-livenessProbe:
-  exec:
-    command: ["dracpu", "health", "--live", "--socket", {{ .socket | quote }}]
-  periodSeconds: 60
-  timeoutSeconds: 5
-  failureThreshold: 3
+    command: ["dracpu", "health", "--live", "--socket", {{ $.socket | quote }}]
+  {{- end }}
+  {{- include "dracpu.probeTiming" (dict "kind" $kind "svc" $svc "root" $.root) | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- /* The `--probe-address :PORT` of a gRPC service (dict: name, root), a YAML list. */}}
+{{- define "dracpu.probeArgs" -}}
+{{- if eq .root.Values.probes.handler "http" }}
+{{- toYaml (list "--probe-address" (printf ":%d" (index .root.Values.probes.ports .name | int))) }}
+{{- else }}
+[]
+{{- end }}
+{{- end }}
+
+{{- /* One probe's timing (dict: kind startup|liveness|readiness, svc = the service's values,
+root): the service's own probes.<kind> fields over the top-level probes.<kind>. */}}
+{{- define "dracpu.probeTiming" -}}
+{{- $own := index (.svc.probes | default dict) .kind | default dict }}
+{{- $timing := merge (deepCopy $own) (deepCopy (index .root.Values.probes .kind)) -}}
+initialDelaySeconds: {{ $timing.initialDelaySeconds | default 0 | int }}
+periodSeconds: {{ $timing.periodSeconds | int }}
+timeoutSeconds: {{ $timing.timeoutSeconds | int }}
+failureThreshold: {{ $timing.failureThreshold | int }}
 {{- end }}
 
 {{/* Environment every container gets: the node name from the downward API. */}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from dracpu.core.cli import ArgumentParser
-from dracpu.core.flags import add_config_flags
+from dracpu.core.flags import add_config_flags, add_probe_flag
 from dracpu.core.sockets import DEFAULT_SOCKETS
 
 PROG = "dracpu-allocator"
@@ -58,5 +58,6 @@ def build_parser() -> ArgumentParser:
         metavar="SECONDS",
         help="how often to have the topology service re-read sysfs for changes (0: never)",
     )
+    add_probe_flag(parser)
     add_config_flags(parser)
     return parser

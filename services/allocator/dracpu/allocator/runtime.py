@@ -125,6 +125,7 @@ async def serve(args: argparse.Namespace) -> int:
         health_names=[SERVICE_NAME],
         metrics=lambda: exposition(registry),
         mode=MUTATING_MODE,
+        probe_address=args.probe_address,
     )
     reader = ReadOnlyAllocatorServicer(node)
     try:

@@ -63,6 +63,16 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=__version__)
 
 
+def add_probe_flag(parser: argparse.ArgumentParser) -> None:
+    """`--probe-address` of a gRPC service (the listener: dracpu.core.probes)."""
+    parser.add_argument(
+        "--probe-address",
+        metavar="HOST:PORT",
+        help="serve /livez and /readyz over HTTP on this address for the kubelet's httpGet "
+        "probes (:PORT is every address; default: no listener)",
+    )
+
+
 def verbosity(text: str) -> int:
     """The -v level: 0-10 (argparse turns the ValueError into a one-line usage error)."""
     if not text.isascii() or not text.isdigit() or len(text) > 2 or int(text) > 10:

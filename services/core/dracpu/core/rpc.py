@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from dracpu.core import __version__
+from dracpu.core import __version__, probes
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError, from_grpc_code
 from dracpu.core.log import get_logger
+from dracpu.core.probes import ProbeListener
 from dracpu.core.sockets import DEFAULT_RUN_DIR as DEFAULT_RUN_DIR
 from dracpu.core.sockets import DEFAULT_SOCKETS as DEFAULT_SOCKETS
 from dracpu.core.sockets import MAX_SOCKET_PATH as MAX_SOCKET_PATH
@@ -138,6 +139,8 @@ class Health:
     def __init__(self, services: Sequence[str]) -> None:
         self.servicer = health.aio.HealthServicer()
         self._services = ["", *services]
+        # The HTTP listener answering the kubelet's probes about this server (--probe-address).
+        self.probe: ProbeListener | None = None
 
     async def set(self, serving: bool) -> None:
         status = (
@@ -158,8 +161,11 @@ async def start_server(
     health_names: Sequence[str] = (),
     metrics: Callable[[], str] | None = None,
     mode: int = 0o660,
+    probe_address: str | None = None,
 ) -> tuple[grpc.aio.Server, Health]:
-    """Listen on a unix socket (replacing a stale one) with health and Info registered.
+    """Listen on a unix socket (replacing a stale one) with health and Info registered, and
+    with `probe_address`, an HTTP listener for the kubelet's probes of it
+    (`dracpu.core.probes`).
 
     Health starts NOT_SERVING; the caller flips it once the service is ready.
     """
@@ -189,6 +195,11 @@ async def start_server(
     await server.start()
     os.chmod(path, mode)
     await health_state.set(False)
+    try:
+        health_state.probe = await probes.start(probe_address, path)
+    except BaseException:
+        await server.stop(None)
+        raise
     log.info(2, "listening", socket=str(path), service=service)
     return server, health_state
 
@@ -198,6 +209,8 @@ async def stop_server(
 ) -> None:
     """Undo start_server: report NOT_SERVING, finish in-flight calls, remove the socket."""
     await health.set(False)
+    if health.probe is not None:
+        await health.probe.close()
     await server.stop(grace=2)
     with contextlib.suppress(OSError):
         if stat.S_ISSOCK(os.lstat(socket_path).st_mode):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from dracpu.core.cli import ArgumentParser
-from dracpu.core.flags import add_config_flags
+from dracpu.core.flags import add_config_flags, add_probe_flag
 from dracpu.core.sockets import DEFAULT_SOCKETS
 from dracpu.dra_plugin.intervals import (
     POLL_INTERVAL,
@@ -67,6 +67,7 @@ def build_parser() -> ArgumentParser:
         help="versions in each device metadata file, comma-separated (default v1beta1: one "
         "document; more make a versioned stream, e.g. v1beta1,v1alpha1)",
     )
+    add_probe_flag(p)
     add_config_flags(p)
     return p
 

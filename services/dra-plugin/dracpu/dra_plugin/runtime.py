@@ -188,6 +188,7 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin) -> Servers:
         api_version=API_VERSION,
         health_names=[VIEW_SERVICE],
         metrics=plugin.metrics.exposition,
+        probe_address=args.probe_address,
     )
     await view_health.set(True)
     log.info(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from dracpu.core.cli import ArgumentParser
-from dracpu.core.flags import add_config_flags
+from dracpu.core.flags import add_config_flags, add_probe_flag
 from dracpu.core.sockets import DEFAULT_SOCKETS
 from dracpu.nri_plugin.identity import DEFAULT_NRI_SOCKET, valid_plugin_index
 
@@ -49,6 +49,7 @@ def build_parser() -> ArgumentParser:
         help="push shared-pool growth with UpdateContainers: auto decides from the runtime's "
         "name and version (see docs/user/installation.md), on/off force it (default auto)",
     )
+    add_probe_flag(parser)
     add_config_flags(parser)
     return parser
 

@@ -60,6 +60,7 @@ async def serve(args: argparse.Namespace) -> int:
         api_version=API_VERSION,
         health_names=[SERVICE_NAME],
         metrics=metrics.text,
+        probe_address=args.probe_address,
     )
 
     async def follow_health() -> None:

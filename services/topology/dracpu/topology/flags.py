@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from dracpu.core.cli import ArgumentParser
-from dracpu.core.flags import add_config_flags
+from dracpu.core.flags import add_config_flags, add_probe_flag
 from dracpu.core.sockets import DEFAULT_SOCKETS
 
 PROG = "dracpu-topology"
@@ -31,6 +31,7 @@ def build_parser() -> ArgumentParser:
         help=f"how often to check the online, isolated and nohz_full lists for changes "
         f"(0: never; default {WATCH_INTERVAL})",
     )
+    add_probe_flag(parser)
     add_config_flags(parser)
     return parser
 

@@ -49,6 +49,7 @@ async def serve(args: argparse.Namespace) -> int:
         service="topology",
         api_version=API_VERSION,
         health_names=[SERVICE_NAME],
+        probe_address=args.probe_address,
     )
     await health.set(True)
     log.info(
