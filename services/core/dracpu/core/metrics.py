@@ -169,6 +169,13 @@ SPECS: tuple[MetricSpec, ...] = (
         "nri-plugin",
     ),
     MetricSpec(
+        "dra_cpu_nri_late_pins_total",
+        "counter",
+        "Claimed containers pinned only once already running: the runtime started them without "
+        "the plugin's CreateContainer answer (plugin_request_timeout, or no plugin connected).",
+        "nri-plugin",
+    ),
+    MetricSpec(
         "dra_cpu_claim_allocated_cpus",
         "histogram",
         "CPUs allocated for each newly successful claim allocation.",

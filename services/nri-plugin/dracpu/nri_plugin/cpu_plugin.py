@@ -73,6 +73,15 @@ class Outcome(Enum):
     UNKNOWN = "unknown"  # no answer: it may run on either cpuset
 
 
+@dataclass(frozen=True)
+class LatePin:
+    """A claimed container found running on other CPUs than its claim's, and pinned now."""
+
+    record: ContainerRecord
+    ran_on: str  # the cpuset the runtime reported ("" = none set: every CPU)
+    cause: str  # why it was not pinned at CreateContainer, as far as the plugin can tell
+
+
 @dataclass
 class PushResult:
     applied: int = 0
@@ -120,6 +129,9 @@ class CPUPlugin:
         self._pool_changed = asyncio.Event()
         self._push: PushUpdates | None = None
         self._watching = False  # the WatchSharedPool stream is delivering
+        # Containers whose CreateContainer we answered after the runtime's request timeout
+        # (id -> seconds taken), until the next Synchronize finds them.
+        self._overdue: dict[str, float] = {}
 
     def set_pusher(self, push: PushUpdates | None) -> None:
         self._push = push
@@ -175,6 +187,7 @@ class CPUPlugin:
             pool = await self._fetch_pool()
             updates: list[api_pb2.ContainerUpdate] = []
             repinned: list[ContainerRecord] = []
+            late: list[LatePin] = []
             for record in list(registry):
                 target = record.cpus if record.exclusive else pool
                 if not target:
@@ -184,10 +197,14 @@ class CPUPlugin:
                     )
                     continue
                 updates.append(cpuset_update(record.container_id, target))
-                if not _same_cpus(running_on.get(record.container_id, ""), target):
+                ran_on = running_on.get(record.container_id, "")
+                if not _same_cpus(ran_on, target):
                     repinned.append(record)
+                    if record.exclusive and record.state != "created":
+                        late.append(LatePin(record, ran_on, self._late_cause(record)))
                 registry.set_cpus(record.container_id, target)
             self.registry = registry
+            self._overdue.clear()
         log.info(
             0,
             "synchronized with the runtime",
@@ -197,7 +214,37 @@ class CPUPlugin:
             ms=round((time.perf_counter() - started) * 1e3, 1),
         )
         self._report_repinned(repinned)
+        self._report_late_pins(late)
         return updates
+
+    def _report_late_pins(self, late: Sequence[LatePin]) -> None:
+        """Claimed containers that ran before they were pinned: the runtime started them
+        without our CreateContainer adjustment (its plugin_request_timeout expired, or no
+        plugin was connected), on the CPUs their cgroup parent allows. Each one is named."""
+        self.metrics.late_pinned(len(late))
+        for pin in late:
+            container = pin.record.container
+            log.warning(
+                "claimed container pinned late: it ran on other CPUs until now",
+                container=f"{container.pod_namespace}/{container.pod_name}/"
+                f"{container.container_name}",
+                container_id=pin.record.container_id,
+                claims=",".join(pin.record.claims),
+                cpus=pin.record.cpus,
+                ran_on=pin.ran_on or "any (no cpuset)",
+                why=pin.cause,
+            )
+
+    def _late_cause(self, record: ContainerRecord) -> str:
+        took = self._overdue.get(record.container_id)
+        if took is not None:
+            return (
+                f"its CreateContainer took {took:.1f}s, longer than the runtime's "
+                f"plugin_request_timeout ({self.pacer.request_timeout:g}s)"
+            )
+        if self.registry.get(record.container_id) is not None:
+            return "the runtime did not keep the cpuset of our CreateContainer answer"
+        return "created while the plugin was not connected to the runtime (or before it started)"
 
     async def _reconcile(self, live: list[str]) -> None:
         """Containers that stopped while we were away: the allocator learns it here (their
@@ -282,6 +329,27 @@ class CPUPlugin:
         return replace(_record(pod, ctr, accepted, CPUSet.parse(reply.cpus)), quarantined=held)
 
     async def create_container(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> api_pb2.CreateContainerResponse:
+        started = time.monotonic()
+        try:
+            return await self._create_container(pod, ctr)
+        finally:
+            took = time.monotonic() - started
+            if took > self.pacer.request_timeout:
+                # The runtime stopped waiting: it starts the container without this answer,
+                # and the next Synchronize finds it on other CPUs.
+                self._overdue[ctr.id] = took
+                log.warning(
+                    "CreateContainer took longer than the runtime waits "
+                    "(plugin_request_timeout); the container starts without its cpuset",
+                    container=f"{pod.namespace}/{pod.name}/{ctr.name}",
+                    container_id=ctr.id,
+                    took_s=round(took, 3),
+                    request_timeout_s=self.pacer.request_timeout,
+                )
+
+    async def _create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
     ) -> api_pb2.CreateContainerResponse:
         claims = parse_claim_env(ctr.env)  # malformed -> refused, nothing changes

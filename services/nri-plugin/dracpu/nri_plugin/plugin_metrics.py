@@ -15,6 +15,7 @@ class NRIMetrics:
         self._disconnects = collectors["dra_cpu_nri_runtime_disconnects_total"]
         self._window = collectors["dra_cpu_nri_unpinned_window_seconds"]
         self._repinned = collectors["dra_cpu_nri_repinned_containers_total"]
+        self._late = collectors["dra_cpu_nri_late_pins_total"]
 
     def pushed(self, applied: int, failed: int, unknown: int, pending: int, cost: float) -> None:
         assert isinstance(self._updates, Counter)
@@ -33,6 +34,10 @@ class NRIMetrics:
         assert isinstance(self._window, Gauge) and isinstance(self._repinned, Counter)
         self._window.set(window_seconds)
         self._repinned.inc(repinned)
+
+    def late_pinned(self, count: int) -> None:
+        assert isinstance(self._late, Counter)
+        self._late.inc(count)
 
     def text(self) -> str:
         return exposition(self.registry)

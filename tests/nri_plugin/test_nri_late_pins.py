@@ -1,0 +1,139 @@
+"""The late-pin window made visible: a claimed container the runtime started without the
+plugin's CreateContainer adjustment (the runtime's plugin_request_timeout expired, or no plugin
+was connected) runs on every CPU until the plugin pins it at the next Synchronize; the plugin
+then warns, naming the container and its claims, and counts it in dra_cpu_nri_late_pins_total.
+Driven through the runtime stand-in over the real transport, with the real allocator."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from nri_bed import ONLINE, Bed, claim_env, prepare_seen, wait_until
+
+from dracpu.core.cpuset import CPUSet
+from dracpu.dev.runtime_sim import RuntimeProfile
+from dracpu.pb.nri import api_pb2
+
+LATE = "claimed container pinned late: it ran on other CPUs until now"
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def late(self) -> list[dict[str, Any]]:
+        return [dict(r.fields) for r in self.records if r.getMessage() == LATE]  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def lines() -> Iterator[Lines]:
+    handler = Lines()
+    logger = logging.getLogger("dracpu")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+def late_pins(bed: Bed) -> float:
+    match = re.search(r"^dra_cpu_nri_late_pins_total (\S+)$", bed.plugin.metrics.text(), re.M)
+    assert match, "dra_cpu_nri_late_pins_total is exported"
+    return float(match.group(1))
+
+
+async def resynchronized(bed: Bed, connects: int) -> None:
+    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await bed.runtime.wait_plugin()
+    await wait_until(lambda: bed.stub.ready, what="synchronized again")
+
+
+async def test_a_claimed_container_created_without_the_plugin_is_pinned_late_and_named(
+    bed: Bed, lines: Lines
+) -> None:
+    uid, cpus = await prepare_seen(bed, 2)
+    assert late_pins(bed) == 0
+    connects = bed.stub.status.connects
+    await bed.runtime.stop()  # no plugin connected: containers are created without asking it
+    db = bed.runtime.add_pod("db")
+    web = bed.runtime.add_pod("web")
+    claimed = await bed.runtime.create_container(db, "postgres", claim_env((uid, cpus)))
+    shared = await bed.runtime.create_container(web, "nginx")
+    assert bed.runtime.cpus(claimed) == ""  # no cpuset: every CPU its cgroup parent allows
+    await bed.runtime.start()
+    await resynchronized(bed, connects)
+
+    assert CPUSet.parse(bed.runtime.cpus(claimed)) == cpus
+    assert CPUSet.parse(bed.runtime.cpus(shared)) == ONLINE - cpus
+    # Only the claimed container is a late pin; the shared one is a re-pin like any other.
+    assert late_pins(bed) == 1
+    [warned] = lines.late()
+    assert warned["container"] == "default/db/postgres"
+    assert warned["container_id"] == claimed
+    assert warned["claims"] == uid
+    assert warned["cpus"] == cpus
+    assert warned["ran_on"] == "any (no cpuset)"
+    assert "not connected" in warned["why"]
+
+
+@pytest.mark.parametrize(
+    "profile", [pytest.param(RuntimeProfile(request_timeout=0.3), id="request-timeout-0.3s")]
+)
+async def test_an_answer_after_the_runtime_request_timeout_is_a_late_pin(
+    bed: Bed, lines: Lines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uid, cpus = await prepare_seen(bed, 2)
+    allocator = bed.plugin._allocator
+    attach = allocator.attach
+
+    async def slow_attach(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.6)  # longer than the runtime waits
+        return await attach(*args, **kwargs)
+
+    monkeypatch.setattr(allocator, "attach", slow_attach)
+    connects = bed.stub.status.connects
+    pod = bed.runtime.add_pod("db")
+    # The runtime gives up on the plugin, drops it and creates the container unadjusted.
+    claimed = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    assert bed.runtime.cpus(claimed) == ""
+    monkeypatch.setattr(allocator, "attach", attach)
+    await resynchronized(bed, connects)
+
+    await bed.runtime.wait_for(lambda: bed.runtime.cpus(claimed) == cpus.format())
+    assert late_pins(bed) == 1
+    [warned] = lines.late()
+    assert (warned["container"], warned["claims"]) == ("default/db/postgres", uid)
+    assert "plugin_request_timeout (0.3s)" in warned["why"]
+    # Already when the answer was late, the plugin said the container starts without it.
+    [overdue] = [r for r in lines.records if r.getMessage().startswith("CreateContainer took")]
+    assert overdue.fields["container"] == "default/db/postgres"  # type: ignore[attr-defined]
+
+
+async def test_containers_pinned_in_time_or_not_started_are_no_late_pins(
+    bed: Bed, lines: Lines
+) -> None:
+    first = await prepare_seen(bed, 1)
+    second = await prepare_seen(bed, 1)
+    pod = bed.runtime.add_pod("db")
+    in_time = await bed.runtime.create_container(pod, "postgres", claim_env(first))
+    assert CPUSet.parse(bed.runtime.cpus(in_time)) == first[1]
+    connects = bed.stub.status.connects
+    await bed.runtime.stop()
+    waiting = await bed.runtime.create_container(pod, "replica", claim_env(second))
+    # Created, never started: pinned at Synchronize before it runs anything.
+    bed.runtime.containers[waiting].state = api_pb2.CONTAINER_CREATED
+    await bed.runtime.start()
+    await resynchronized(bed, connects)
+
+    assert CPUSet.parse(bed.runtime.cpus(waiting)) == second[1]
+    assert late_pins(bed) == 0
+    assert lines.late() == []
