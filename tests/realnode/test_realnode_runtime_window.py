@@ -56,3 +56,35 @@ def test_a_stopped_plugin_is_dropped_and_reconnecting_re_pins_what_started_meanw
 
     node.remove_pod(pod)
     dev.release(claim.name)
+
+
+def test_a_claimed_container_created_while_the_plugin_is_stopped_is_pinned_late_and_counted(
+    stack: Stack,
+) -> None:
+    node, dev = stack.node, stack.dev
+    pod = node.run_pod("late")
+    claim = dev.claim("late", pod_uid=node.pod_uid(pod))
+    before = metric(dev.metrics(), "dra_cpu_nri_late_pins_total")
+    pid = dev.service_pid("nri-plugin")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # containerd's plugin_request_timeout expires: the claimed container starts with the
+        # claim's env (CDI) but on every CPU its cgroup parent allows.
+        claimed = node.run_container(pod, "claimed-late", cdi_devices=claim.cdi_devices)
+        assert f"{claim.env_key}={claim.cpuset}" in node.exec(claimed.id, "env").splitlines()
+        assert node.allowed_cpus(claimed.id) == ONLINE
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    wait_until(lambda: node.allowed_cpus(claimed.id) == claim.cpuset, 60, "the late pin")
+    assert node.cgroup_cpus(claimed.id) == claim.cpuset
+    late = [
+        line
+        for line in dev.service_log("nri-plugin").splitlines()
+        if "claimed container pinned late" in line
+    ]
+    assert late and "default/late/claimed-late" in late[-1] and claim.uid in late[-1]
+    assert metric(dev.metrics(), "dra_cpu_nri_late_pins_total") == before + 1
+
+    node.remove_pod(pod)
+    dev.release(claim.name)
