@@ -276,6 +276,47 @@ def test_allocator_combinations_the_driver_refuses_fail_the_install(
     assert message in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"probes": {"ports": {"nriPlugin": 8091}}},
+            "probes.ports.nriPlugin 8091 is also the port of probes.ports.topology",
+        ),
+        ({"api": {"port": 8092}}, "probes.ports.allocator 8092 is also the port of the api"),
+    ],
+    ids=["two-probe-listeners", "probe-listener-on-the-api-port"],
+)
+def test_a_port_shared_by_two_listeners_fails_the_install(
+    helm: Path, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(RenderError) as refused:
+        render(helm, values)
+    assert message in str(refused.value)
+    # Without probe listeners (exec probes) the same api port is fine.
+    if "api" in values:
+        render(helm, {**values, "probes": {"handler": "exec"}})
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"probes": {"handler": "grpc"}}, "value must be one of 'http', 'exec'"),
+        ({"probes": {"liveness": {"timeoutSeconds": 0}}}, "minimum: got 0, want 1"),
+        ({"probes": {"startup": {"timeout": 5}}}, "additional properties 'timeout' not allowed"),
+        ({"topology": {"probes": {"readiness": {}}}}, "additional properties 'readiness'"),
+        ({"probes": {"ports": {"api": 9000}}}, "additional properties 'api' not allowed"),
+    ],
+    ids=["handler", "zero-timeout", "misspelt-field", "readiness-of-a-grpc-service", "api-port"],
+)
+def test_bad_probe_values_are_refused_by_the_schema(
+    helm: Path, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(RenderError) as refused:
+        render(helm, values)
+    assert message in str(refused.value)
+
+
 def test_existing_service_account_must_be_named(helm: Path) -> None:
     with pytest.raises(RenderError, match=r"serviceAccount\.name must name an existing"):
         render(helm, {"serviceAccount": {"create": False}})

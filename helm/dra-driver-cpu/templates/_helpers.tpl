@@ -227,6 +227,14 @@ part of it: prober worker.run).
 {{- /* The `--probe-address :PORT` of a gRPC service (dict: name, root), a YAML list. */}}
 {{- define "dracpu.probeArgs" -}}
 {{- if eq .root.Values.probes.handler "http" }}
+{{- $seen := dict (include "dracpu.apiPort" .root | int | toString) "the api" }}
+{{- range $key := list "topology" "allocator" "draPlugin" "nriPlugin" }}
+{{- $port := index $.root.Values.probes.ports $key | int | toString }}
+{{- if hasKey $seen $port }}
+{{- fail (printf "probes.ports.%s %s is also the port of %s: every listener of the pod needs a port of its own" $key $port (get $seen $port)) }}
+{{- end }}
+{{- $_ := set $seen $port (printf "probes.ports.%s" $key) }}
+{{- end }}
 {{- toYaml (list "--probe-address" (printf ":%d" (index .root.Values.probes.ports .name | int))) }}
 {{- else }}
 []

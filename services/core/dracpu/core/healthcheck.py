@@ -1,8 +1,9 @@
 """`dracpu health`: one health check of a local service, for container probes.
 
 The kubelet's built-in gRPC probe dials TCP only, and the services listen on unix sockets, so
-the chart probes them with this command (an exec probe). Exit 0 means healthy, 1 unhealthy
-(one line on stderr says why), 2 bad usage.
+the chart's `exec` probes run this command (its default `http` probes ask the services' own
+probe listeners instead, dracpu.core.probes, which start no process). Exit 0 means healthy, 1
+unhealthy (one line on stderr says why), 2 bad usage.
 
 - `--socket PATH` asks the standard grpc.health.v1 service: healthy when SERVING.
 - `--socket PATH --live` is healthy when the server answers at all, whatever its status: a
