@@ -61,6 +61,7 @@ def test_defaults() -> None:
         "sysfsRoot": "",
         "sysfsOverlay": "",
         "minSharedCPUs": 1,
+        "memoryPlacement": "none",
     }
 
 

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Literal
 
 from dracpu.allocator import external
+from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError
 from dracpu.core.machine import Machine
@@ -94,6 +95,8 @@ class DeviceOptions:
     # CPUs that are never published, so the shared pool keeps at least this many (the
     # configuration's minSharedCPUs, default 1; 0 here keeps the pure model's tests terse).
     min_shared: int = 0
+    # The memory placement of claims whose opaque configuration does not choose one.
+    memory_placement: MemoryPlacement = "none"
 
     def __post_init__(self) -> None:
         if self.allocator is None:

@@ -82,6 +82,7 @@ def claim_to_proto(record: claims.ClaimRecord) -> allocator_pb2.Claim:
         policy=record.policy or ("recovered" if record.recovered else ""),
         cdi_device_id=cdi.qualified_name(record.uid),
         owner_running=bool(record.container_id),
+        memory_nodes=record.memory_nodes.format(),
     )
 
 
@@ -279,6 +280,7 @@ def adopt_response(
         ],
         cpus=outcome.cpus.format(),
         shared_pool=pool_to_proto(pool),
+        memory_nodes=outcome.memory_nodes.format(),
     )
 
 
