@@ -52,9 +52,13 @@ _STATES = {
 }
 
 
-def cpuset_update(container_id: str, cpus: CPUSet) -> api_pb2.ContainerUpdate:
+def cpuset_update(container_id: str, cpus: CPUSet, mems: CPUSet = EMPTY) -> api_pb2.ContainerUpdate:
+    """An update to `cpus`, and to the memory nodes `mems` when there are any (none leaves the
+    container's memory nodes as they are)."""
     update = api_pb2.ContainerUpdate(container_id=container_id)
     update.linux.resources.cpu.cpus = cpus.format()
+    if mems:
+        update.linux.resources.cpu.mems = mems.format()
     return update
 
 
@@ -183,7 +187,8 @@ class CPUPlugin:
                         container=record.container_id,
                     )
                     continue
-                updates.append(cpuset_update(record.container_id, target))
+                mems = record.mems if record.exclusive else EMPTY
+                updates.append(cpuset_update(record.container_id, target, mems))
                 if not _same_cpus(running_on.get(record.container_id, ""), target):
                     repinned.append(record)
                 registry.set_cpus(record.container_id, target)
@@ -279,7 +284,11 @@ class CPUPlugin:
         self._note_pool(reply.shared_pool)
         if not accepted:
             return replace(record, quarantined=held)
-        return replace(_record(pod, ctr, accepted, CPUSet.parse(reply.cpus)), quarantined=held)
+        return replace(
+            _record(pod, ctr, accepted, CPUSet.parse(reply.cpus)),
+            quarantined=held,
+            mems=CPUSet.parse(reply.memory_nodes),
+        )
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -294,13 +303,15 @@ class CPUPlugin:
                         f"allocator gave container {ctr.id} an empty cpuset for {sorted(claims)}"
                     )
                 self._note_pool(reply.shared_pool)
-                record = _record(pod, ctr, tuple(sorted(claims)), cpus)
+                mems = CPUSet.parse(reply.memory_nodes)
+                record = replace(_record(pod, ctr, tuple(sorted(claims)), cpus), mems=mems)
                 log.info(
                     2,
                     "pinned container",
                     container=ctr.id,
                     claims=",".join(record.claims),
                     cpus=cpus,
+                    mems=mems.format() or "all",
                 )
             else:
                 # The watched pool may lag a Prepare by a moment; a shared container that gets
@@ -318,6 +329,9 @@ class CPUPlugin:
             self.registry.put(record)
             response = api_pb2.CreateContainerResponse()
             response.adjust.linux.resources.cpu.cpus = cpus.format()
+            if record.mems:
+                # The claims' memory placement; shared containers keep every memory node.
+                response.adjust.linux.resources.cpu.mems = record.mems.format()
             # Every shared container not on the current pool: the shrink this claim caused, or
             # a growth not pushed yet (this is the next solicited chance).
             response.update.extend(self._shared_updates(exclude=ctr.id))
