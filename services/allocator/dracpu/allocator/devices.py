@@ -41,6 +41,8 @@ ATTR_LEGACY_NUMA_NODE_ID = "dra.cpu/numaNodeID"
 ATTR_LEGACY_NET_NUMA_NODE = "dra.net/numaNode"
 # Metadata only (never published): how many CPUs one grouped result received.
 ATTR_ALLOCATED_NUM_CPUS = "dra.cpu/allocatedNumCPUs"
+# Device metadata of a claim whose memory is placed: its memory nodes, cpuset format.
+ATTR_MEMORY_NODES = "dra.cpu/memoryNodes"
 
 INDIVIDUAL_PREFIX = "cpudev"
 NUMA_PREFIX = "cpudevnuma"

@@ -10,6 +10,7 @@ from dracpu.allocator import cdi, claims
 from dracpu.allocator.device_health import HealthBook
 from dracpu.allocator.devices import (
     ATTR_ALLOCATED_NUM_CPUS,
+    ATTR_MEMORY_NODES,
     AttributeValue,
     Device,
     DeviceModel,
@@ -246,6 +247,8 @@ def prepare_response(outcome: claims.PrepareOutcome) -> allocator_pb2.PrepareRes
         attributes = dict(device.attributes) if device is not None else {}
         if allocation.count:
             attributes[ATTR_ALLOCATED_NUM_CPUS] = allocation.count
+        if record.memory_nodes:
+            attributes[ATTR_MEMORY_NODES] = record.memory_nodes.format()
         message = allocator_pb2.PreparedDevice(
             request_names=[allocation.request] if allocation.request else [],
             pool_name=allocation.pool,
