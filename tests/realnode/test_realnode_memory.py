@@ -56,28 +56,25 @@ def kernel_mems(node: ContainerdNode, container_id: str) -> tuple[str, str]:
 def test_a_placed_claim_confines_its_containers_memory_and_shared_ones_keep_every_node(
     stack: Stack,
 ) -> None:
+    """This host publishes one CPU (two online, one kept for the shared pool): one claim at a
+    time."""
     node, dev = stack.node, stack.dev
     pod = node.run_pod("memory")
-    uid = node.pod_uid(pod)
-    placed = dev.claim("mem-local", pod_uid=uid, memory_placement="local")
-    plain = dev.claim("mem-none", pod_uid=uid)
+    placed = dev.claim("mem-local", pod_uid=node.pod_uid(pod), memory_placement="local")
     placed_ctr = node.run_container(pod, "placed", cdi_devices=placed.cdi_devices)
-    plain_ctr = node.run_container(pod, "plain", cdi_devices=plain.cdi_devices)
     shared_ctr = node.run_container(pod, "shared")
 
     # containerd took the adjustment into the spec, runc into the cgroup, the kernel applies it.
     assert spec_cpu(node, placed_ctr.id).get("mems") == "0"
     assert spec_cpu(node, placed_ctr.id).get("cpus") == placed.cpuset
     assert kernel_mems(node, placed_ctr.id) == ("0", "0")
-    # Not placed, and shared: no mems in the spec, every memory node of the host.
-    for other in (plain_ctr, shared_ctr):
-        assert not spec_cpu(node, other.id).get("mems")
-        assert kernel_mems(node, other.id) == (NODES, NODES)
+    # Shared: no mems in the spec, every memory node of the host.
+    assert not spec_cpu(node, shared_ctr.id).get("mems")
+    assert kernel_mems(node, shared_ctr.id) == (NODES, NODES)
 
     # Where users look.
-    claims = {c["name"]: c for c in dev.get("/v1/claims")["claims"]}
-    assert claims["mem-local"]["memory_nodes"] == "0"
-    assert claims["mem-none"]["memory_nodes"] == ""
+    (claim,) = [c for c in dev.get("/v1/claims")["claims"] if c["name"] == "mem-local"]
+    assert claim["memory_nodes"] == "0"
     assert "dra_cpu_resource_claims_memory_placed 1" in dev.metrics()
     pinned = [
         line
@@ -85,9 +82,20 @@ def test_a_placed_claim_confines_its_containers_memory_and_shared_ones_keep_ever
         if "pinned container" in line and placed_ctr.id in line
     ]
     assert pinned and "mems=0" in pinned[-1]
-
     node.remove_pod(pod)
     dev.release("mem-local")
+
+    # A claim that does not ask: the driver's default, none.
+    pod = node.run_pod("memory-none")
+    plain = dev.claim("mem-none", pod_uid=node.pod_uid(pod))
+    plain_ctr = node.run_container(pod, "plain", cdi_devices=plain.cdi_devices)
+    assert spec_cpu(node, plain_ctr.id).get("cpus") == plain.cpuset
+    assert not spec_cpu(node, plain_ctr.id).get("mems")
+    assert kernel_mems(node, plain_ctr.id) == (NODES, NODES)
+    (claim,) = [c for c in dev.get("/v1/claims")["claims"] if c["name"] == "mem-none"]
+    assert claim["memory_nodes"] == ""
+    assert "dra_cpu_resource_claims_memory_placed 0" in dev.metrics()
+    node.remove_pod(pod)
     dev.release("mem-none")
 
 
