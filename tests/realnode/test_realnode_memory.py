@@ -2,7 +2,8 @@
 carries the claim's memory nodes as `linux.resources.cpu.mems`, containerd writes them into
 the container's OCI spec, runc into its cpuset cgroup, and the kernel confines the process to
 them. This host has one NUMA node, so a placed claim's value is node 0; what tells a placed
-container from a shared one here is the spec: only the placed one has `mems` set."""
+container from a shared one here is the spec: only the placed one has `mems` set. The value
+holds through a containerd restart (Synchronize) and a CRI resource update."""
 
 from __future__ import annotations
 
@@ -82,6 +83,14 @@ def test_a_placed_claim_confines_its_containers_memory_and_shared_ones_keep_ever
         if "pinned container" in line and placed_ctr.id in line
     ]
     assert pinned and "mems=0" in pinned[-1]
+
+    # A resource update from the kubelet's side (CRI UpdateContainerResources, here CPU
+    # shares only) keeps what the plugin set: containerd merges it into the spec.
+    node.crictl("update", "--cpu-share", "512", placed_ctr.id)
+    assert spec_cpu(node, placed_ctr.id).get("shares") == 512
+    assert spec_cpu(node, placed_ctr.id).get("mems") == "0"
+    assert spec_cpu(node, placed_ctr.id).get("cpus") == placed.cpuset
+    assert kernel_mems(node, placed_ctr.id) == ("0", "0")
     node.remove_pod(pod)
     dev.release("mem-local")
 

@@ -287,7 +287,7 @@ class CPUPlugin:
         return replace(
             _record(pod, ctr, accepted, CPUSet.parse(reply.cpus)),
             quarantined=held,
-            mems=CPUSet.parse(reply.memory_nodes),
+            mems=_memory_nodes(reply.memory_nodes, ctr.id),
         )
 
     async def create_container(
@@ -303,7 +303,7 @@ class CPUPlugin:
                         f"allocator gave container {ctr.id} an empty cpuset for {sorted(claims)}"
                     )
                 self._note_pool(reply.shared_pool)
-                mems = CPUSet.parse(reply.memory_nodes)
+                mems = _memory_nodes(reply.memory_nodes, ctr.id)
                 record = replace(_record(pod, ctr, tuple(sorted(claims)), cpus), mems=mems)
                 log.info(
                     2,
@@ -566,6 +566,20 @@ class CPUPlugin:
 
 
 _NAMES_LOGGED = 20
+
+
+def _memory_nodes(text: str, container_id: str) -> CPUSet:
+    """The allocator's memory nodes for a container; one it cannot have meant (a garbled list)
+    is logged and leaves the container's memory nodes alone rather than fail the container."""
+    try:
+        return CPUSet.parse(text)
+    except DracpuError as exc:
+        log.error(
+            "allocator sent unusable memory nodes; left unset",
+            container=container_id,
+            error=str(exc),
+        )
+        return EMPTY
 
 
 def _same_cpus(text: str, cpus: CPUSet) -> bool:
