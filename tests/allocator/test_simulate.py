@@ -85,7 +85,20 @@ def test_json_names_the_numa_nodes_sockets_and_caches() -> None:
         "numaNodes": [0, 1, 2],
         "sockets": [0, 1],
         "uncoreCaches": [0],
+        "memoryNodes": "",  # memory not placed: every node
     }
+
+
+def test_local_memory_placement_shows_the_nodes_the_container_would_get() -> None:
+    """60 CPUs of a machine of 4 NUMA nodes span 3 of them: its memory would too."""
+    common = ["--topology", XEON_4NUMA, "--count", "60", "--memory-placement", "local"]
+    done = simulate(*common, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["memoryNodes"] == "0-2"
+    done = simulate(*common)
+    assert done.stdout == "0-29,40-69\nmemory nodes 0-2\n"
+    one = simulate("--topology", XEON_4NUMA, "--count", "4", "--memory-placement", "local")
+    assert one.stdout.splitlines()[1] == "memory nodes 0"
 
 
 def test_no_align_uncore_changes_the_uncore_placement() -> None:
@@ -217,6 +230,11 @@ def write(tmp_path: Path, name: str, text: str) -> str:
             ["--topology", DUAL_HT, "--count", "2", "--strategy", "spread", "--full-pcpus-only"],
             "cannot be combined",
             id="spread-full-pcpus",
+        ),
+        pytest.param(
+            ["--topology", DUAL_HT, "--count", "2", "--memory-placement", "strict"],
+            "argument --memory-placement: invalid choice: 'strict'",
+            id="memory-placement",
         ),
         pytest.param(
             ["--topology", "/nonexistent/t.yaml", "--count", "2"],

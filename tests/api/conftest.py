@@ -52,6 +52,8 @@ CLAIMS = (
     (UID_BATCH, "team-b", "batch", "cpudevnuma001", "12-15,32-35", None),
     (UID_CACHE, "team-a", "cache", "cpudevnuma001", "30", ("cache-0", "redis", False)),
 )
+# The claims whose memory is placed: their NUMA nodes (cpuset.mems); the others have none.
+MEMORY_NODES = {UID_DB: "0"}
 EXCLUSIVE = "2-3,12-15,22-23,30,32-35"
 ONLINE = "0-39"
 SHARED = (CPUSet.parse(ONLINE) - CPUSet.parse(RESERVED) - CPUSet.parse(EXCLUSIVE)).format()
@@ -69,6 +71,7 @@ def _claim(uid: str, ns: str, name: str, device: str, cpus: str, owner: object) 
         prepared_at_unix_nano=PREPARED_AT_NS,
         policy="packed",
         cdi_device_id=f"dra.k8s.io/cpu=claim-{uid}",
+        memory_nodes=MEMORY_NODES.get(uid, ""),
     )
     if owner is not None:
         pod, container, running = owner  # type: ignore[misc]

@@ -197,3 +197,26 @@ def test_page_escapes_names_and_lists_every_claim_in_the_legend() -> None:
     assert html.count('<li data-claim="') == 2
     assert 'data-claim="uid-y"' in html
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_a_placed_claims_memory_nodes_are_shown_in_the_legend_and_on_its_cpus() -> None:
+    claims = [
+        ClaimCPUs("uid-p", "ns", "placed", CPUSet([12, 32]), CPUSet([1])),
+        ClaimCPUs("uid-s", "ns", "spread", CPUSet([5, 15]), CPUSet([0, 1])),
+        ClaimCPUs("uid-u", "ns", "unplaced", CPUSet([6])),
+    ]
+    cpu_map = build(machine("xeon-2s-ht"), POOL, claims)
+    html = page.cpu_map_page("node", cpu_map, [])
+    assert "(2: 12,32, memory on NUMA node 1)" in html
+    assert "(2: 5,15, memory on NUMA nodes 0-1)" in html
+    assert "(1: 6)</li>" in html  # not placed: nothing said in the legend
+    titles = {
+        t.cpu.cpu_id: t.title
+        for s in cpu_map.sockets
+        for n in s.numa_nodes
+        for c in n.caches
+        for core in c.cores
+        for t in core.threads
+    }
+    assert titles[12].endswith("claim ns/placed (uid uid-p), memory on NUMA node 1")
+    assert titles[6].endswith("claim ns/unplaced (uid uid-u)")  # every node: nothing said

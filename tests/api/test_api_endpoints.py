@@ -127,8 +127,10 @@ async def test_claims_carry_cpus_devices_owner_and_time(client: httpx.AsyncClien
         "prepared_at": "2026-05-28T20:26:40.123000Z",
         "policy": "packed",
         "cdi_device_id": f"dra.k8s.io/cpu=claim-{UID_DB}",
+        "memory_nodes": "0",
     }
     assert by_uid[UID_BATCH]["owner"] is None
+    assert by_uid[UID_BATCH]["memory_nodes"] == ""  # not placed: every memory node
     assert by_uid[UID_CACHE]["owner"]["running"] is False
 
 

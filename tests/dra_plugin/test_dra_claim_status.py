@@ -96,6 +96,16 @@ def test_a_failed_prepare_says_why_for_each_of_our_devices_only() -> None:
     assert condition["message"] == "claim default/c: opaque config: unknown field"
 
 
+def test_a_claim_with_placed_memory_names_its_memory_nodes() -> None:
+    answer = response(("cpus", "cpudevnuma000", "2-3"))
+    answer.claim.memory_nodes = "0-1"
+    (entry,) = prepared_entries("dra.cpu", claim("c", "u", []), answer, {})
+    assert entry["data"]["memoryNodes"] == [0, 1]
+    (plain,) = prepared_entries("dra.cpu", claim("c", "u", []),
+                                response(("cpus", "cpudevnuma000", "2-3")), {})  # fmt: skip
+    assert "memoryNodes" not in plain["data"]  # not placed: every node
+
+
 def test_data_never_exceeds_the_apis_limit() -> None:
     scattered = ",".join(str(cpu) for cpu in range(0, 8192, 2))
     (entry,) = prepared_entries("dra.cpu", claim("c", "u", []),

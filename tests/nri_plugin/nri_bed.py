@@ -104,8 +104,23 @@ class Allocator:
     root: Path
     process: subprocess.Popen[bytes]
 
-    async def prepare(self, count: int, uid: str = "") -> tuple[str, CPUSet]:
+    async def prepare(
+        self, count: int, uid: str = "", memory_placement: str = ""
+    ) -> tuple[str, CPUSet]:
+        """Prepare a claim of `count` CPUs; `memory_placement` sets the claim's opaque
+        cpuConfig.memoryPlacement (unset: the driver's default)."""
         uid = uid or str(uuid.uuid4())
+        configs = []
+        if memory_placement:
+            parameters = {
+                "apiVersion": "v1alpha1",
+                "cpuConfig": {"memoryPlacement": memory_placement},
+            }
+            configs.append(
+                allocator_pb2.OpaqueConfig(
+                    source="FromClaim", driver="dra.cpu", parameters=json.dumps(parameters).encode()
+                )
+            )
         request = allocator_pb2.PrepareRequest(
             claim_uid=uid,
             namespace="default",
@@ -119,6 +134,7 @@ class Allocator:
                     consumed_capacity={"dra.cpu/cpu": str(count)},
                 )
             ],
+            configs=configs,
         )
         async with channel(self.socket) as chan:
             stub = allocator_pb2_grpc.AllocatorStub(chan)

@@ -170,3 +170,20 @@ def test_registry_an_unconfirmed_update_is_stale_for_every_pool() -> None:
     assert [r.container_id for r in registry.stale_shared(CPUSet.parse("0-7"))] == ["a"]
     assert registry.set_cpus("a", CPUSet.parse("0-7"))
     assert registry.stale_shared(CPUSet.parse("0-7")) == []
+
+
+def test_an_update_carries_mems_only_when_there_are_memory_nodes() -> None:
+    from dracpu.nri_plugin.cpu_plugin import cpuset_update
+
+    placed = cpuset_update("c1", CPUSet.parse("2-3"), CPUSet.parse("0-1"))
+    assert (placed.linux.resources.cpu.cpus, placed.linux.resources.cpu.mems) == ("2-3", "0-1")
+    plain = cpuset_update("c2", CPUSet.parse("2-3"))
+    assert plain.linux.resources.cpu.mems == ""  # "" leaves the container's memory nodes
+
+
+def test_garbled_memory_nodes_from_the_allocator_leave_mems_unset() -> None:
+    from dracpu.nri_plugin.cpu_plugin import _memory_nodes
+
+    assert _memory_nodes("0-1", "c1") == CPUSet.parse("0-1")
+    assert _memory_nodes("", "c1") == CPUSet()
+    assert _memory_nodes("1-x", "c1") == CPUSet()

@@ -199,6 +199,10 @@ BAD_VALUES = {
         {"driverConfig": {"allocator": "scheduler"}},
         "at '/driverConfig/allocator': value must be one of 'cpumanager', 'external'",
     ),
+    "unknown-memory-placement": (
+        {"driverConfig": {"memoryPlacement": "strict"}},
+        "at '/driverConfig/memoryPlacement': value must be one of 'local', 'none'",
+    ),
     "bad-reserved-cpus": (
         {"driverConfig": {"reservedCPUs": "0-1,x"}},
         "at '/driverConfig/reservedCPUs': '0-1,x' does not match pattern",

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from helm_chart import KUBE_VERSION, SERVICES, Rendered, RenderError, flags, mount_for, render
 
-from dracpu.core.config import parse_document
+from dracpu.core.config import DriverConfig, parse_document
 
 APP_VERSION = yaml.safe_load(
     (Path(__file__).resolve().parents[2] / "helm/dra-driver-cpu/Chart.yaml").read_text()
@@ -208,6 +208,15 @@ def test_a_kubeconfig_in_driver_config_reaches_the_config_file(helm: Path) -> No
     assert yaml.safe_load(rendered.one("ConfigMap")["data"]["config.yaml"])["kubeconfig"] == (
         "/etc/kube/config"
     )
+
+
+def test_the_memory_placement_in_driver_config_reaches_the_config_file(helm: Path) -> None:
+    rendered = render(helm, {"driverConfig": {"memoryPlacement": "local"}})
+    document = yaml.safe_load(rendered.one("ConfigMap")["data"]["config.yaml"])
+    assert document["memoryPlacement"] == "local"
+    DriverConfig.model_validate(document)  # every service reads it as it is
+    default = yaml.safe_load(render(helm).one("ConfigMap")["data"]["config.yaml"]) or {}
+    assert "memoryPlacement" not in default  # unset: the services' default, none
 
 
 @pytest.mark.parametrize(

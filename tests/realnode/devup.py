@@ -177,11 +177,15 @@ class DevUp:
             raise NodeError(f"dracpu dev {args[0]}: {done.stderr.strip()}")
         return done.stdout
 
-    def claim(self, name: str, cpus: int = 1, pod_uid: str = "") -> Claim:
+    def claim(
+        self, name: str, cpus: int = 1, pod_uid: str = "", memory_placement: str = ""
+    ) -> Claim:
         """`dracpu dev claim`, reserved for the pod with `pod_uid` (as the scheduler reserves a
-        claim for the pods that use it; without it, for a pod no container belongs to)."""
+        claim for the pods that use it; without it, for a pod no container belongs to), with
+        the opaque cpuConfig.memoryPlacement when given."""
         reserve = ("--pod-uid", pod_uid) if pod_uid else ()
-        out = self._dev("claim", "--cpus", str(cpus), "--name", name, *reserve)
+        memory = ("--memory-placement", memory_placement) if memory_placement else ()
+        out = self._dev("claim", "--cpus", str(cpus), "--name", name, *reserve, *memory)
         fields = dict(part.split("=", 1) for part in out.split() if "=" in part)
         uid, cpuset = fields["uid"], fields["cpuset"]
         return Claim(name, uid, cpuset, self.cdi_devices(uid))

@@ -61,6 +61,7 @@ def test_defaults() -> None:
         "sysfsRoot": "",
         "sysfsOverlay": "",
         "minSharedCPUs": 1,
+        "memoryPlacement": "none",
     }
 
 
@@ -229,6 +230,8 @@ def test_individual_mode_is_deprecated_with_one_warning(log_lines: io.StringIO) 
             "minSharedCPUs: -1\n",
             "field 'minSharedCPUs': Input should be greater than or equal to 0",
         ),
+        ("memoryPlacement: strict\n", "field 'memoryPlacement': Input should be 'local' or 'none'"),
+        ("memoryPlacement: true\n", "field 'memoryPlacement': Input should be 'local' or 'none'"),
         ("- groupBy\n", "expected a YAML mapping, got list"),
         ("just text\n", "expected a YAML mapping, got str"),
         ("groupBy: a: b\n", "not valid YAML at line 1"),
@@ -244,6 +247,19 @@ def test_bad_files_are_refused_naming_file_and_field(
         parse("--config", path)
     assert str(error.value).startswith(f"config file {path}")
     assert message in str(error.value)
+
+
+def test_memory_placement_from_the_file_and_the_flag_which_wins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert parse().memory_placement == "none"
+    path = config_file(tmp_path, "memoryPlacement: local\n")
+    assert parse("--config", path).memory_placement == "local"
+    assert parse("--config", path, "--memory-placement", "none").memory_placement == "none"
+    assert parse("--memory-placement", "local").to_document()["memoryPlacement"] == "local"
+    with pytest.raises(SystemExit):
+        parse("--memory-placement", "strict")
+    assert "argument --memory-placement: invalid choice: 'strict'" in capsys.readouterr().err
 
 
 def test_api_version_may_be_absent_or_v1alpha1(tmp_path: Path) -> None:

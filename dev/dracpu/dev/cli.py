@@ -116,6 +116,11 @@ def _add_claim_commands(commands: argparse._SubParsersAction[ArgumentParser]) ->
         help="the exact CPUs (allocator external only, sent as the claim's opaque config)",
     )
     claim.add_argument(
+        "--memory-placement",
+        choices=["local", "none"],
+        help="the claim's opaque cpuConfig.memoryPlacement (default: unset, the driver's)",
+    )
+    claim.add_argument(
         "--pod-uid",
         metavar="UID",
         help="the pod the claim is reserved for (status.reservedFor), e.g. a pod a real "
@@ -204,6 +209,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             cpuset=args.cpuset,
             compose=args.compose,
             pod_uid=args.pod_uid,
+            memory_placement=args.memory_placement,
         )
         print(outcome.describe())
         return 0

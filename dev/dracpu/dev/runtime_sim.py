@@ -305,6 +305,10 @@ class RuntimeSim:
     def cpus(self, container_id: str) -> str:
         return self.containers[container_id].linux.resources.cpu.cpus
 
+    def mems(self, container_id: str) -> str:
+        """The container's memory nodes ("" = every node: no plugin set them)."""
+        return self.containers[container_id].linux.resources.cpu.mems
+
     def cpusets(self) -> dict[str, str]:
         return {cid: self.cpus(cid) for cid in self.containers}
 
@@ -319,7 +323,7 @@ class RuntimeSim:
         )
         async with self._lock:
             owners: dict[str, str] = {}
-            adjusted = ""
+            adjusted = adjusted_mems = ""
             updates: list[api_pb2.ContainerUpdate] = []
             for plugin in list(self.plugins):
                 if not plugin.events & event_bit(api_pb2.CREATE_CONTAINER):
@@ -343,6 +347,14 @@ class RuntimeSim:
                             "set cpuset.cpus"
                         )
                     owners["cpus"], adjusted = plugin.key, cpus
+                mems = reply.adjust.linux.resources.cpu.mems
+                if mems:
+                    if "mems" in owners:
+                        raise CreateContainerError(
+                            f'plugins "{owners["mems"]}" and "{plugin.key}" both tried to '
+                            "set cpuset.mems"
+                        )
+                    owners["mems"], adjusted_mems = plugin.key, mems
                 for update in reply.update:
                     if update.container_id == cid:
                         raise CreateContainerError(
@@ -351,6 +363,8 @@ class RuntimeSim:
                 updates.extend(reply.update)
             if adjusted:
                 ctr.linux.resources.cpu.cpus = adjusted
+            if adjusted_mems:
+                ctr.linux.resources.cpu.mems = adjusted_mems
             ctr.state = api_pb2.CONTAINER_RUNNING
             self.containers[cid] = ctr
             self._apply_updates(updates, creating=cid)
@@ -411,6 +425,9 @@ class RuntimeSim:
             cpus = update.linux.resources.cpu.cpus
             if cpus:  # "" means "leave unchanged"
                 ctr.linux.resources.cpu.cpus = cpus
+            mems = update.linux.resources.cpu.mems
+            if mems:  # likewise
+                ctr.linux.resources.cpu.mems = mems
         return failed
 
     async def _apply_unsolicited(

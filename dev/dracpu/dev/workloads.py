@@ -136,6 +136,7 @@ def claim_document(
     numa: int | None,
     cpuset: CPUSet | None,
     pod_uid: str = "",
+    memory_placement: str | None = None,
 ) -> dict[str, Any]:
     """A ResourceClaim as the API server shows it once the scheduler allocated it (and
     reserved it for the pod, when `pod_uid` is given)."""
@@ -152,10 +153,15 @@ def claim_document(
         exactly["selectors"] = [{"cel": {"expression": expression}}]
     spec: dict[str, Any] = {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}
     allocation: dict[str, Any] = {"devices": {"results": [r.to_document() for r in results]}}
+    cpu_config: dict[str, Any] = {}
     if cpuset is not None:
+        cpu_config["cpuset"] = cpuset.format()
+    if memory_placement is not None:
+        cpu_config["memoryPlacement"] = memory_placement
+    if cpu_config:
         opaque = {
             "driver": DRIVER_NAME,
-            "parameters": {"apiVersion": "v1alpha1", "cpuConfig": {"cpuset": cpuset.format()}},
+            "parameters": {"apiVersion": "v1alpha1", "cpuConfig": cpu_config},
         }
         spec["devices"]["config"] = [{"requests": [REQUEST], "opaque": opaque}]
         allocation["devices"]["config"] = [
@@ -203,6 +209,7 @@ def _schedule(
     namespace: str,
     cpuset: CPUSet | None,
     pod_uid: str | None = None,
+    memory_placement: str | None = None,
 ) -> tuple[dict[str, Any], list[Result]]:
     if folder.claim_path(namespace, name).exists():
         raise ConflictError(f"claim {namespace}/{name} already exists")
@@ -229,6 +236,7 @@ def _schedule(
         numa=numa,
         cpuset=cpuset,
         pod_uid=pod_uid or str(uuid.uuid4()),
+        memory_placement=memory_placement,
     )
     folder.write_claim(claim)
     return claim, results
@@ -256,6 +264,7 @@ async def claim(
     cpuset: str | None,
     compose: bool = False,
     pod_uid: str | None = None,
+    memory_placement: str | None = None,
 ) -> Workload:
     check_name("namespace", namespace)
     if pod_uid is not None:
@@ -279,6 +288,7 @@ async def claim(
             namespace=namespace,
             cpuset=exact,
             pod_uid=pod_uid,
+            memory_placement=memory_placement,
         )
     uid = document["metadata"]["uid"]
     workload = Workload(

@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Literal
 
 from dracpu.allocator import external
+from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError
 from dracpu.core.machine import Machine
@@ -40,6 +41,8 @@ ATTR_LEGACY_NUMA_NODE_ID = "dra.cpu/numaNodeID"
 ATTR_LEGACY_NET_NUMA_NODE = "dra.net/numaNode"
 # Metadata only (never published): how many CPUs one grouped result received.
 ATTR_ALLOCATED_NUM_CPUS = "dra.cpu/allocatedNumCPUs"
+# Device metadata of a claim whose memory is placed: its memory nodes, cpuset format.
+ATTR_MEMORY_NODES = "dra.cpu/memoryNodes"
 
 INDIVIDUAL_PREFIX = "cpudev"
 NUMA_PREFIX = "cpudevnuma"
@@ -94,6 +97,8 @@ class DeviceOptions:
     # CPUs that are never published, so the shared pool keeps at least this many (the
     # configuration's minSharedCPUs, default 1; 0 here keeps the pure model's tests terse).
     min_shared: int = 0
+    # The memory placement of claims whose opaque configuration does not choose one.
+    memory_placement: MemoryPlacement = "none"
 
     def __post_init__(self) -> None:
         if self.allocator is None:

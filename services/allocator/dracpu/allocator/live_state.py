@@ -224,6 +224,9 @@ class LiveState:
             self.metrics["dra_cpu_available_cpus"].set(summary.available)
             self.metrics["dra_cpu_reserved_cpus"].set(summary.reserved)
             self.metrics["dra_cpu_resource_claims_active"].set(summary.active_claims)
+            self.metrics["dra_cpu_resource_claims_memory_placed"].set(
+                sum(1 for r in state.records.values() if r.memory_nodes)
+            )
         if previous is None or previous.pool_generation != state.pool_generation:
             self._pool_changed(previous, state)
 

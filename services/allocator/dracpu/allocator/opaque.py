@@ -12,8 +12,11 @@ own placement (allocator cpumanager, groupBy numanode/socket):
 | `cpuConfig.groupSize`            | int >= 1        | CPU group size for distributeAcrossNUMA    |
 | `cpuConfig.alignUncoreCache`     | bool            | prefer whole uncore (L3) caches (default)  |
 | `cpuConfig.isolated`             | prefer / require / avoid | the kernel's isolated CPUs (below) |
+| `cpuConfig.memoryPlacement`      | local / none    | memory on the CPUs' NUMA nodes, or on any  |
 
 `isolated` is explained in `dracpu.allocator.isolation` (unset: other CPUs first).
+`memoryPlacement` (unset: the driver's `memoryPlacement`) leaves the CPUs alone, so it is
+accepted in every mode, next to an explicit cpuset and on individual devices too.
 
 Unknown fields and values are refused, so a typo never silently changes a placement.
 """
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, cast
 from dracpu.allocator.algorithm import Policy
 from dracpu.allocator.isolation import CHOICES as ISOLATION_CHOICES
 from dracpu.allocator.isolation import Isolation
+from dracpu.core.config import MEMORY_PLACEMENTS, MemoryPlacement
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import load_json
 from dracpu.core.errors import CPUSetError, InvalidInputError
@@ -87,6 +91,11 @@ def parse_parameters(raw: bytes) -> ClaimParameters:
             f"opaque config: cpuConfig.isolated: {config.isolated!r} is not one of "
             f"{', '.join(ISOLATION_CHOICES)}"
         )
+    if config.memory_placement is not None and config.memory_placement not in MEMORY_PLACEMENTS:
+        raise InvalidInputError(
+            f"opaque config: cpuConfig.memoryPlacement: {config.memory_placement!r} is not one "
+            f"of {', '.join(MEMORY_PLACEMENTS)}"
+        )
     cpuset = None
     if config.cpuset is not None:
         if not config.cpuset.strip():
@@ -119,9 +128,22 @@ def _matching(configs: Sequence[OpaqueConfig], request: str, driver: str) -> lis
     return matching
 
 
+def memory_only(config: OpaqueConfig) -> bool:
+    """A config that sets the memory placement and nothing else: it takes no part in choosing
+    the CPUs, so the rules on how many configs may target a request leave it out."""
+    parsed = parse_parameters(config.parameters).cpu_config
+    return (
+        parsed.memory_placement is not None and parsed.cpuset is None and not parsed.policy_fields()
+    )
+
+
+def _placing(configs: Sequence[OpaqueConfig], request: str, driver: str) -> list[OpaqueConfig]:
+    return [c for c in _matching(configs, request, driver) if not memory_only(c)]
+
+
 def explicit_cpuset(configs: Sequence[OpaqueConfig], request: str, driver: str) -> CPUSet:
     """allocator external: the cpuset of the one claim config that targets `request`."""
-    matching = _matching(configs, request, driver)
+    matching = _placing(configs, request, driver)
     if any(c.source == FROM_CLASS for c in matching):
         raise InvalidInputError(
             "opaque config: configuration from a DeviceClass is not supported; "
@@ -149,7 +171,7 @@ def placement_policy(
 ) -> Policy:
     """allocator cpumanager: the policy for `request` (the claim's config wins over the
     class's; defaults when neither sets one)."""
-    matching = _matching(configs, request, driver)
+    matching = _placing(configs, request, driver)
     chosen = None
     for source in (FROM_CLAIM, FROM_CLASS):
         of_source = [c for c in matching if c.source == source]
@@ -191,7 +213,7 @@ def isolation_preference(
     """allocator cpumanager: `cpuConfig.isolated` of the config that sets the request's
     placement (the claim's over the class's); None when unset."""
     for source in (FROM_CLAIM, FROM_CLASS):
-        of_source = [c for c in _matching(configs, request, driver) if c.source == source]
+        of_source = [c for c in _placing(configs, request, driver) if c.source == source]
         if of_source:
             value = parse_parameters(of_source[0].parameters).cpu_config.isolated
             # parse_parameters refused any other value.
@@ -200,13 +222,31 @@ def isolation_preference(
 
 
 def refuse_policy(configs: Sequence[OpaqueConfig], request: str, driver: str) -> None:
-    """Individual mode: the scheduler chose the CPUs; any config for them is a mistake."""
+    """Individual mode: the scheduler chose the CPUs; any config for them is a mistake, except
+    one that only sets the memory placement."""
+    for config in _matching(configs, request, driver):
+        if not memory_only(config):
+            raise InvalidInputError(
+                f"opaque config: request {request!r}: individual CPU devices take no "
+                "configuration but cpuConfig.memoryPlacement (the scheduler chose the CPUs)"
+            )
+
+
+def memory_placement(
+    configs: Sequence[OpaqueConfig], request: str, driver: str, default: MemoryPlacement
+) -> MemoryPlacement:
+    """`cpuConfig.memoryPlacement` for `request`: the claim's config over the class's (the
+    first of either that sets it), else the driver's `default`."""
     matching = _matching(configs, request, driver)
-    if matching:
-        raise InvalidInputError(
-            f"opaque config: request {request!r}: individual CPU devices take no configuration "
-            "(the scheduler chose the CPUs)"
-        )
+    for source in (FROM_CLAIM, FROM_CLASS):
+        for config in matching:
+            if config.source != source:
+                continue
+            value = parse_parameters(config.parameters).cpu_config.memory_placement
+            if value is not None:
+                # parse_parameters refused any other value.
+                return cast(MemoryPlacement, value)
+    return default
 
 
 def describe_policy(policy: Policy) -> str:

@@ -21,6 +21,9 @@ class CPUConfig(BaseModel):
     group_size: int | None = Field(default=None, alias="groupSize", ge=1)
     align_uncore_cache: bool | None = Field(default=None, alias="alignUncoreCache")
     isolated: str | None = None
+    # Where the container's memory comes from; not a placement policy field: it leaves the
+    # CPUs alone, so it is valid in every mode.
+    memory_placement: str | None = Field(default=None, alias="memoryPlacement")
 
     def policy_fields(self) -> list[str]:
         return [

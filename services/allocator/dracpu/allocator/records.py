@@ -84,6 +84,9 @@ def record_to_json(record: ClaimRecord) -> dict[str, Any]:
         # Absent from records of an older dra-plugin, which still load (and older builds
         # reading this record ignore the key).
         body["reservedFor"] = list(record.pods)
+    if record.memory_nodes:
+        # Likewise absent from older records (read as not placed) and ignored by older builds.
+        body["memoryNodes"] = record.memory_nodes.format()
     return body
 
 
@@ -93,7 +96,11 @@ def record_from_json(item: dict[str, Any]) -> ClaimRecord:
     pods = item.get("reservedFor")
     if pods is not None and not (isinstance(pods, list) and all(isinstance(p, str) for p in pods)):
         raise TypeError("reservedFor is not a list of pod UIDs")
+    memory = item.get("memoryNodes", "")
+    if not isinstance(memory, str):
+        raise TypeError("memoryNodes is not a node list")
     return ClaimRecord(
+        memory_nodes=CPUSet.parse(memory),
         pods=tuple(pods or ()),
         pods_known=pods is not None,
         uid=str(item["uid"]),

@@ -107,6 +107,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
             cpus=outcome.cpus.format(),
             shared_pool=wire.pool_to_proto(self.node.shared_pool()),
             newly_bound=outcome.newly_bound,
+            memory_nodes=outcome.memory_nodes.format(),
         )
 
     @rpc_errors

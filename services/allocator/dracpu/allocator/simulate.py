@@ -2,7 +2,8 @@
 
 It calls the allocator's own `take_cpus`, so the preview is the service's answer for the same
 free CPUs. Prints the cpuset (or JSON with the NUMA nodes, sockets and uncore caches it
-touches); an unmet request is one line on stderr and exit code 1, bad input exit code 2.
+touches, and the memory nodes the claim's container would get); an unmet request is one
+line on stderr and exit code 1, bad input exit code 2.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dracpu.allocator.isolation import CHOICES as ISOLATION_CHOICES
 from dracpu.allocator.isolation import take_with_isolation
 from dracpu.core.cli import ArgumentParser, run
+from dracpu.core.config import MEMORY_PLACEMENTS
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, InvalidInputError
 
@@ -74,6 +76,13 @@ def build_parser() -> ArgumentParser:
         help="as cpuConfig.isolated: the kernel's isolated CPUs of the topology "
         "(default: other CPUs first)",
     )
+    parser.add_argument(
+        "--memory-placement",
+        choices=MEMORY_PLACEMENTS,
+        default="none",
+        help="as cpuConfig.memoryPlacement: local also prints the memory nodes (cpuset.mems) "
+        "the container would get (default: none, every node)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON object")
     return parser
 
@@ -118,13 +127,20 @@ def within_topology(flag: str, cpus: CPUSet, machine: Machine) -> CPUSet:
     return cpus
 
 
-def placement(machine: Machine, cpus: CPUSet) -> dict[str, Any]:
+def memory_nodes(machine: Machine, cpus: CPUSet, placement: str) -> CPUSet:
+    """The container's memory nodes, as the allocator records them: empty when not placed."""
+    return machine.numa_nodes_of(cpus) if placement == "local" else CPUSet()
+
+
+def placement(machine: Machine, cpus: CPUSet, memory: str = "none") -> dict[str, Any]:
     chosen = [machine.by_id[cpu] for cpu in cpus]
     result: dict[str, Any] = {
         "cpus": cpus.format(),
         "numaNodes": sorted({c.numa_node_id for c in chosen}),
         "sockets": sorted({c.socket_id for c in chosen}),
         "uncoreCaches": sorted({c.uncore_cache_id for c in chosen if c.uncore_cache_id >= 0}),
+        # cpuset format as in /v1/claims: "" when the memory is not placed (every node).
+        "memoryNodes": memory_nodes(machine, cpus, memory).format(),
     }
     if machine.isolated:
         result["isolated"] = (cpus & machine.isolated).format()
@@ -150,9 +166,11 @@ def simulate(args: argparse.Namespace) -> int:
     )
     cpus = take_with_isolation(machine, available - reserved, args.count, policy, args.isolated)
     if args.json:
-        print(json.dumps(placement(machine, cpus)))
+        print(json.dumps(placement(machine, cpus, args.memory_placement)))
     else:
         print(cpus.format())
+        if args.memory_placement == "local":
+            print(f"memory nodes {memory_nodes(machine, cpus, 'local').format()}")
     return 0
 
 

@@ -10,6 +10,7 @@ from dracpu.allocator import cdi, claims
 from dracpu.allocator.device_health import HealthBook
 from dracpu.allocator.devices import (
     ATTR_ALLOCATED_NUM_CPUS,
+    ATTR_MEMORY_NODES,
     AttributeValue,
     Device,
     DeviceModel,
@@ -82,6 +83,7 @@ def claim_to_proto(record: claims.ClaimRecord) -> allocator_pb2.Claim:
         policy=record.policy or ("recovered" if record.recovered else ""),
         cdi_device_id=cdi.qualified_name(record.uid),
         owner_running=bool(record.container_id),
+        memory_nodes=record.memory_nodes.format(),
     )
 
 
@@ -245,6 +247,8 @@ def prepare_response(outcome: claims.PrepareOutcome) -> allocator_pb2.PrepareRes
         attributes = dict(device.attributes) if device is not None else {}
         if allocation.count:
             attributes[ATTR_ALLOCATED_NUM_CPUS] = allocation.count
+        if record.memory_nodes:
+            attributes[ATTR_MEMORY_NODES] = record.memory_nodes.format()
         message = allocator_pb2.PreparedDevice(
             request_names=[allocation.request] if allocation.request else [],
             pool_name=allocation.pool,
@@ -279,6 +283,7 @@ def adopt_response(
         ],
         cpus=outcome.cpus.format(),
         shared_pool=pool_to_proto(pool),
+        memory_nodes=outcome.memory_nodes.format(),
     )
 
 

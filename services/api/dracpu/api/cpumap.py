@@ -7,7 +7,7 @@ Pure: built from the topology and the allocator's view; `dracpu.api.page` draws 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from dracpu.core.cpuset import CPUSet
@@ -60,10 +60,20 @@ class ClaimEntry:
     name: str
     cpus: CPUSet
     colour: str
+    # The NUMA nodes its container takes memory from; empty when not placed (every node).
+    memory_nodes: CPUSet = field(default_factory=CPUSet)
 
     @property
     def label(self) -> str:
         return f"{self.namespace}/{self.name}" if self.namespace or self.name else self.uid
+
+    @property
+    def memory(self) -> str:
+        """Where the claim's memory is placed, for people: "" when it is not (every node)."""
+        if not self.memory_nodes:
+            return ""
+        nodes = "node" if len(self.memory_nodes) == 1 else "nodes"
+        return f", memory on NUMA {nodes} {self.memory_nodes.format()}"
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,7 @@ class Thread:
             f"L3 {cpu.uncore_cache_id}, core {cpu.physical_core_index} ({cpu.core_type})"
         )
         what = (
-            f"claim {self.claim.label} (uid {self.claim.uid})"
+            f"claim {self.claim.label} (uid {self.claim.uid}){self.claim.memory}"
             if self.claim
             else ROLE_LABELS[self.role]
         )
@@ -131,6 +141,7 @@ class ClaimCPUs:
     namespace: str
     name: str
     cpus: CPUSet
+    memory_nodes: CPUSet = field(default_factory=CPUSet)
 
 
 @dataclass(frozen=True)
@@ -172,7 +183,7 @@ def build(node: Machine, pool: Pool | None, claims: Sequence[ClaimCPUs]) -> CPUM
     """
     ordered = sorted(claims, key=lambda c: (c.cpus.first() if c.cpus else 1 << 30, c.uid))
     entries = tuple(
-        ClaimEntry(c.uid, c.namespace, c.name, c.cpus, claim_colour(index))
+        ClaimEntry(c.uid, c.namespace, c.name, c.cpus, claim_colour(index), c.memory_nodes)
         for index, c in enumerate(ordered)
     )
     owner_of: dict[int, ClaimEntry] = {}

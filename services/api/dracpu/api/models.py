@@ -174,6 +174,7 @@ class DriverConfigView(BaseModel):
     sysfs_root: str = Field(default="", alias="sysfsRoot")
     sysfs_overlay: str = Field(default="", alias="sysfsOverlay")
     min_shared_cpus: int = Field(default=1, alias="minSharedCPUs")
+    memory_placement: Literal["local", "none"] = Field(default="none", alias="memoryPlacement")
 
     @classmethod
     def of(cls, config: DriverConfig) -> DriverConfigView:
@@ -334,6 +335,10 @@ class ClaimView(Model):
     prepared_at: datetime | None
     policy: str
     cdi_device_id: str
+    memory_nodes: str = Field(
+        description="NUMA nodes the claim's container takes memory from (cpuset.mems), in "
+        'cpuset format; "" when the claim\'s memory is not placed (every node)'
+    )
 
 
 class ClaimList(Model):

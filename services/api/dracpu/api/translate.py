@@ -259,6 +259,7 @@ def _claim_fields(reply: Any) -> dict[str, Any]:
         "prepared_at": timestamp(reply.prepared_at_unix_nano / 1e9),
         "policy": reply.policy,
         "cdi_device_id": reply.cdi_device_id,
+        "memory_nodes": reply.memory_nodes,
     }
 
 

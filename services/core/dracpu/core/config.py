@@ -21,6 +21,12 @@ from dracpu.core.log import get_logger
 
 CONFIG_API_VERSION = "v1alpha1"
 
+# Where a claimed container's memory comes from: `local` confines it (cpuset.mems) to the NUMA
+# nodes of its claim's CPUs, `none` leaves every node. The driver-wide default, and the values
+# of the claims' opaque `cpuConfig.memoryPlacement`.
+MEMORY_PLACEMENTS: tuple[str, ...] = ("local", "none")
+MemoryPlacement = Literal["local", "none"]
+
 log = get_logger(__name__)
 
 # Field name -> (file spelling, allowed values or the type). Read by hand rather than with a
@@ -41,6 +47,8 @@ _SPEC: dict[str, tuple[str, tuple[str, ...] | type]] = {
     "sysfs_overlay": ("sysfsOverlay", str),
     # CPUs never published nor handed out, so shared containers always have somewhere to run.
     "min_shared_cpus": ("minSharedCPUs", int),
+    # The memory placement of claims whose opaque configuration does not choose one.
+    "memory_placement": ("memoryPlacement", MEMORY_PLACEMENTS),
 }
 
 
@@ -63,6 +71,7 @@ class DriverConfig:
     sysfs_root: str = ""
     sysfs_overlay: str = ""
     min_shared_cpus: int = 1
+    memory_placement: MemoryPlacement = "none"
 
     @classmethod
     def model_validate(cls, data: Mapping[str, Any]) -> DriverConfig:
@@ -137,6 +146,7 @@ _FLAG_FIELDS: dict[str, tuple[str, bool]] = {
     "hostname_override": ("hostnameOverride", True),
     "sysfs_root": ("sysfsRoot", False),
     "sysfs_overlay": ("sysfsOverlay", False),
+    "memory_placement": ("memoryPlacement", False),
 }
 
 

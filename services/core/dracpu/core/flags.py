@@ -38,6 +38,13 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "allocator writing them in the claim's opaque cpuConfig.cpuset (config field allocator)",
     )
     group.add_argument(
+        "--memory-placement",
+        choices=["local", "none"],
+        help="memory of claimed containers: local (the NUMA nodes of the claim's CPUs) or none "
+        "(every node, default); a claim's opaque cpuConfig.memoryPlacement overrides it "
+        "(config field memoryPlacement)",
+    )
+    group.add_argument(
         "--reserved-cpus", metavar="CPUSET", help="DEPRECATED: use reservedCPUs in the config file"
     )
     group.add_argument(

@@ -135,6 +135,12 @@ class Machine:
     def numa_nodes(self) -> dict[int, CPUSet]:
         return self._group("numa_node_id")
 
+    def numa_nodes_of(self, cpus: CPUSet) -> CPUSet:
+        """The NUMA nodes `cpus` lie on, as a set of node ids (a CPU the machine does not have
+        counts in none)."""
+        by_id = self.by_id
+        return CPUSet(by_id[c].numa_node_id for c in cpus if c in by_id)
+
     @cached_property
     def uncore_caches(self) -> dict[int, CPUSet]:
         return self._group("uncore_cache_id")

@@ -77,6 +77,12 @@ SPECS: tuple[MetricSpec, ...] = (
         "allocator",
     ),
     MetricSpec(
+        "dra_cpu_resource_claims_memory_placed",
+        "gauge",
+        "Active resource claims whose containers take memory only from their CPUs' NUMA nodes.",
+        "allocator",
+    ),
+    MetricSpec(
         "dra_cpu_devices",
         "gauge",
         "Published devices (and devices withdrawn because their CPUs went offline) by health.",

@@ -9,6 +9,7 @@ they lie; a `Ready` condition says whether the prepare succeeded. Pure functions
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from typing import Any
 
 from dracpu.core import __version__
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import CPUSetError
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 Entry = dict[str, Any]
@@ -91,15 +93,21 @@ def _condition(claim: Mapping[str, Any], key: Key, ready: bool, reason: str, mes
     return condition
 
 
-def placement_data(device: allocator_pb2.PreparedDevice, policy: str) -> dict[str, Any]:
+def placement_data(
+    device: allocator_pb2.PreparedDevice, policy: str, memory_nodes: str = ""
+) -> dict[str, Any]:
     """`data` of a prepared device: its exact CPUs and, from an allocator that reports them,
-    the NUMA nodes, sockets and L3 caches they lie on and whether they are whole cores."""
+    the NUMA nodes, sockets and L3 caches they lie on and whether they are whole cores; the
+    claim's memory nodes where its memory is placed."""
     data: dict[str, Any] = {"cpuset": device.cpus}
     if device.topology_known:
         data["numaNodes"] = list(device.numa_nodes)
         data["sockets"] = list(device.sockets)
         data["l3Caches"] = list(device.l3_caches)
         data["wholeCores"] = device.whole_cores
+    if memory_nodes:
+        with contextlib.suppress(CPUSetError):  # an allocator's garbage is left out
+            data["memoryNodes"] = CPUSet.parse(memory_nodes).sorted()
     chosen = device.policy or policy
     if chosen:
         data["policy"] = chosen
@@ -136,7 +144,9 @@ def prepared_entries(
             entry["conditions"] = [
                 _condition(claim, key, True, PREPARED, f"CPUs {device.cpus} pinned")
             ]
-            entry["data"] = placement_data(device, response.claim.policy)
+            entry["data"] = placement_data(
+                device, response.claim.policy, response.claim.memory_nodes
+            )
             entries[key] = entry
         else:  # the same share of a device for another request: one entry, CPUs merged
             merged = CPUSet.parse(entry["data"].get("cpuset", "")) | CPUSet.parse(device.cpus)

@@ -52,9 +52,13 @@ _STATES = {
 }
 
 
-def cpuset_update(container_id: str, cpus: CPUSet) -> api_pb2.ContainerUpdate:
+def cpuset_update(container_id: str, cpus: CPUSet, mems: CPUSet = EMPTY) -> api_pb2.ContainerUpdate:
+    """An update to `cpus`, and to the memory nodes `mems` when there are any (none leaves the
+    container's memory nodes as they are)."""
     update = api_pb2.ContainerUpdate(container_id=container_id)
     update.linux.resources.cpu.cpus = cpus.format()
+    if mems:
+        update.linux.resources.cpu.mems = mems.format()
     return update
 
 
@@ -196,7 +200,8 @@ class CPUPlugin:
                         container=record.container_id,
                     )
                     continue
-                updates.append(cpuset_update(record.container_id, target))
+                mems = record.mems if record.exclusive else EMPTY
+                updates.append(cpuset_update(record.container_id, target, mems))
                 ran_on = running_on.get(record.container_id, "")
                 if not _same_cpus(ran_on, target):
                     repinned.append(record)
@@ -326,7 +331,11 @@ class CPUPlugin:
         self._note_pool(reply.shared_pool)
         if not accepted:
             return replace(record, quarantined=held)
-        return replace(_record(pod, ctr, accepted, CPUSet.parse(reply.cpus)), quarantined=held)
+        return replace(
+            _record(pod, ctr, accepted, CPUSet.parse(reply.cpus)),
+            quarantined=held,
+            mems=_memory_nodes(reply.memory_nodes, ctr.id),
+        )
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -362,13 +371,15 @@ class CPUPlugin:
                         f"allocator gave container {ctr.id} an empty cpuset for {sorted(claims)}"
                     )
                 self._note_pool(reply.shared_pool)
-                record = _record(pod, ctr, tuple(sorted(claims)), cpus)
+                mems = _memory_nodes(reply.memory_nodes, ctr.id)
+                record = replace(_record(pod, ctr, tuple(sorted(claims)), cpus), mems=mems)
                 log.info(
                     2,
                     "pinned container",
                     container=ctr.id,
                     claims=",".join(record.claims),
                     cpus=cpus,
+                    mems=mems.format() or "all",
                 )
             else:
                 # The watched pool may lag a Prepare by a moment; a shared container that gets
@@ -386,6 +397,9 @@ class CPUPlugin:
             self.registry.put(record)
             response = api_pb2.CreateContainerResponse()
             response.adjust.linux.resources.cpu.cpus = cpus.format()
+            if record.mems:
+                # The claims' memory placement; shared containers keep every memory node.
+                response.adjust.linux.resources.cpu.mems = record.mems.format()
             # Every shared container not on the current pool: the shrink this claim caused, or
             # a growth not pushed yet (this is the next solicited chance).
             response.update.extend(self._shared_updates(exclude=ctr.id))
@@ -620,6 +634,20 @@ class CPUPlugin:
 
 
 _NAMES_LOGGED = 20
+
+
+def _memory_nodes(text: str, container_id: str) -> CPUSet:
+    """The allocator's memory nodes for a container; one it cannot have meant (a garbled list)
+    is logged and leaves the container's memory nodes alone rather than fail the container."""
+    try:
+        return CPUSet.parse(text)
+    except DracpuError as exc:
+        log.error(
+            "allocator sent unusable memory nodes; left unset",
+            container=container_id,
+            error=str(exc),
+        )
+        return EMPTY
 
 
 def _same_cpus(text: str, cpus: CPUSet) -> bool:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from dracpu.core.containers import Container
-from dracpu.core.cpuset import CPUSet
+from dracpu.core.cpuset import EMPTY, CPUSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,9 @@ class ContainerRecord:
     # Claim UIDs its env names that the allocator holds in quarantine (no record of them on
     # this node): they do not make the container exclusive, it runs on the shared pool.
     quarantined: tuple[str, ...] = ()
+    # The memory nodes (cpuset.mems) handed to the runtime with `cpus`: the claims' NUMA
+    # nodes when they are placed; EMPTY leaves the container's memory nodes as they are.
+    mems: CPUSet = EMPTY
 
     @property
     def container_id(self) -> str:

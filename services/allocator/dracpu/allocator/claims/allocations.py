@@ -143,6 +143,25 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
     return tuple(allocations)
 
 
+def memory_nodes(
+    state: NodeState, request: PrepareInput, allocations: tuple[Allocation, ...]
+) -> CPUSet:
+    """The claim's memory nodes: when any of its results asks for `local` memory placement
+    (its config, else the driver's default), the NUMA nodes of all the claim's CPUs, so every
+    CPU the container runs on keeps its own node's memory; otherwise none (every node)."""
+    default = state.devices.options.memory_placement
+    local = any(
+        opaque.memory_placement(request.configs, a.request, DRIVER_NAME, default) == "local"
+        for a in allocations
+    )
+    if not local:
+        return CPUSet()
+    cpus = CPUSet()
+    for allocation in allocations:
+        cpus = cpus | allocation.cpus
+    return state.machine.numa_nodes_of(cpus)
+
+
 def _check_explicit(
     state: NodeState, where: str, device: Device, cpus: CPUSet, count: int, assigned: CPUSet
 ) -> None:
@@ -249,4 +268,5 @@ def complete_recovered(state: NodeState, record: ClaimRecord, request: PrepareIn
         name=request.name or record.name,
         allocations=tuple(allocations),
         recovered=False,
+        memory_nodes=memory_nodes(state, request, tuple(allocations)),
     )

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from dracpu.allocator.claims.model import ClaimRecord
 from dracpu.allocator.claims.ownership import owner_conflict
@@ -24,12 +24,26 @@ def parse_claim_cpus(claims: Mapping[str, str]) -> dict[str, CPUSet]:
     return parsed
 
 
+def container_memory_nodes(state: NodeState, held: Iterable[ClaimRecord]) -> CPUSet:
+    """The memory nodes of a container holding these claims: none (every node) unless one of
+    them is placed; then the union of the placed claims' nodes and the NUMA nodes of the other
+    claims' CPUs, so no CPU of the container is kept off its own node's memory."""
+    records = list(held)
+    if not any(r.memory_nodes for r in records):
+        return CPUSet()
+    nodes = CPUSet()
+    for record in records:
+        nodes = nodes | (record.memory_nodes or state.machine.numa_nodes_of(record.cpus))
+    return nodes
+
+
 @dataclass(frozen=True, slots=True)
 class AttachOutcome:
     state: NodeState
     cpus: CPUSet
     newly_bound: bool
     changed: bool  # something durable changed (owner or running container)
+    memory_nodes: CPUSet = field(default_factory=CPUSet)  # empty: every node
 
 
 def attach(state: NodeState, container: Container, claims: Mapping[str, CPUSet]) -> AttachOutcome:
@@ -66,7 +80,8 @@ def attach(state: NodeState, container: Container, claims: Mapping[str, CPUSet])
         if changed
         else state
     )
-    return AttachOutcome(new_state, union, newly, changed)
+    memory = container_memory_nodes(state, (records[uid] for uid in claims))
+    return AttachOutcome(new_state, union, newly, changed, memory)
 
 
 def detach(state: NodeState, container_id: str) -> tuple[NodeState, list[str]]:
@@ -132,6 +147,7 @@ class AdoptOutcome:
     cpus: CPUSet
     recovered: tuple[str, ...]  # uids of records rebuilt from this report (always empty now)
     changed: bool  # something durable changed
+    memory_nodes: CPUSet = field(default_factory=CPUSet)  # of the accepted claims
 
 
 def adopt(
@@ -211,4 +227,5 @@ def adopt(
     new_state = state.with_records(records, pool_changed=False) if changed else state
     if quarantined != state.quarantined:
         new_state = replace(new_state, quarantined=quarantined)
-    return AdoptOutcome(new_state, tuple(results), union, (), changed)
+    memory = container_memory_nodes(state, (records[r.uid] for r in results if r.accepted))
+    return AdoptOutcome(new_state, tuple(results), union, (), changed, memory)

@@ -45,6 +45,9 @@ class ClaimRecord:
     # records of an older dra-plugin have none and bind the first container that attaches.
     pods: tuple[str, ...] = ()
     pods_known: bool = False
+    # The NUMA nodes the claim's container takes its memory from (cpuset.mems), as a set of
+    # node ids; empty when the claim's memory is not placed (every node).
+    memory_nodes: CPUSet = field(default_factory=CPUSet)
 
     @property
     def policy(self) -> str:

@@ -10,6 +10,7 @@ from dracpu.allocator.claims.allocations import (
     allocate,
     check_results,
     complete_recovered,
+    memory_nodes,
     result_keys,
 )
 from dracpu.allocator.claims.model import ClaimRecord, PrepareInput
@@ -107,6 +108,7 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
                 cpus=cpus,
                 allocations=allocations,
                 prepared_at_ns=now_ns,
+                memory_nodes=memory_nodes(state, request, allocations),
             ),
             request,
         )

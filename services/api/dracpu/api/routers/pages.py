@@ -74,7 +74,13 @@ def _allocation_state(pool: Any, claims: Any) -> tuple[Pool, list[ClaimCPUs]]:
             exclusive=parse(pool.exclusive, "the exclusive CPUs"),
         ),
         [
-            ClaimCPUs(c.uid, c.namespace, c.name, parse(c.cpus, f"claim {c.uid}"))
+            ClaimCPUs(
+                c.uid,
+                c.namespace,
+                c.name,
+                parse(c.cpus, f"claim {c.uid}"),
+                parse(c.memory_nodes, f"claim {c.uid}'s memory nodes"),
+            )
             for c in claims.claims
         ],
     )

@@ -1,0 +1,131 @@
+"""Memory placement across versions, on one state directory: the previous release's allocator
+starts on the claim records this checkout wrote (one claim placed, one not), serves and
+attaches both (its answers carry no memory nodes, which this checkout's nri-plugin reads as
+"leave mems alone"), and the records it rewrites load here again with the CPUs kept and the
+placement dropped; records without the field read as not placed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from skew_builds import Build
+
+from dracpu.allocator import records
+from dracpu.allocator.claims import PrepareInput, ResultInput
+from dracpu.allocator.devices import DeviceOptions
+from dracpu.allocator.node import NodeAllocator
+from dracpu.allocator.opaque import OpaqueConfig
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import DracpuError
+from dracpu.core.rpc import call, channel, check_health
+from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
+from dracpu.topology.discovery import discover
+from dracpu.topology.fixtures import write_fixture
+
+pytestmark = [pytest.mark.skew, pytest.mark.timeout(300)]
+
+RESERVED = "0,20"
+POD = "8d7c6b5a-0000-4000-8000-000000000001"
+LOCAL = json.dumps({"apiVersion": "v1alpha1", "cpuConfig": {"memoryPlacement": "local"}})
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="skm-"))  # socket paths stay short
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def claim(uid: str, device: str, placed: bool) -> PrepareInput:
+    configs = (OpaqueConfig("FromClaim", (), "dra.cpu", LOCAL.encode()),) if placed else ()
+    result = ResultInput(request="cpus", device=device, pool="n", consumed={"dra.cpu/cpu": "2"})
+    return PrepareInput(uid=uid, namespace="ns", name=uid, results=(result,), configs=configs)
+
+
+def spawn_allocator(build: Build, base: Path, topology: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as sink:
+        return subprocess.Popen(
+            [str(build.bin / "dracpu-allocator"), "--socket", str(base / "a.sock"),
+             "--topology-file", str(topology), "--state-dir", str(base / "state"),
+             "--cdi-dir", str(base / "cdi"), "--reserved-cpus", RESERVED,
+             "--topology-refresh", "0"],
+            stdout=sink, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=15)
+
+
+async def serving(socket: Path, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the release's allocator exited: {log.read_text()[-2000:]}")
+        try:
+            if socket.exists() and await check_health(socket, timeout=1.0) == "SERVING":
+                return
+        except DracpuError:
+            pass
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the release's allocator is not serving: {log.read_text()[-2000:]}")
+
+
+async def test_the_release_allocator_keeps_placed_claims_cpus_and_drops_their_placement(
+    release: Build, base: Path
+) -> None:
+    machine = discover(write_fixture("xeon-2s-ht", base / "sys"))
+    topology = base / "topology.json"
+    topology.write_text(json.dumps({"cpus": machine.to_report_cpus()}))
+    head = NodeAllocator(
+        state_dir=base / "state",
+        cdi_dir=base / "cdi",
+        options=DeviceOptions(reserved=CPUSet.parse(RESERVED)),
+    )
+    await head.start(machine)
+    placed = (await head.prepare(claim("placed", "cpudevnuma001", True))).record
+    plain = (await head.prepare(claim("plain", "cpudevnuma000", False))).record
+    assert placed.memory_nodes == CPUSet.parse("1") and not plain.memory_nodes
+
+    socket, log = base / "a.sock", base / "release-allocator.log"
+    process = spawn_allocator(release, base, topology, log)
+    try:
+        await serving(socket, process, log)
+        async with channel(socket) as chan:
+            stub = allocator_pb2_grpc.AllocatorStub(chan)
+            for record in (placed, plain):
+                got = await call(
+                    stub.GetClaim(allocator_pb2.GetClaimRequest(claim_uid=record.uid), timeout=5),
+                    "get claim",
+                )
+                assert (got.cpus, got.memory_nodes) == (record.cpus.format(), "")
+            container = allocator_pb2.ContainerRef(
+                container_id="ctr-1", pod_uid=POD, pod_namespace="ns", pod_name="p",
+                container_name="app",
+            )  # fmt: skip
+            request = allocator_pb2.AttachContainerRequest(
+                container=container, claims={"placed": placed.cpus.format()}
+            )
+            attached = await call(stub.AttachContainer(request, timeout=5), "attach")
+            # What this checkout's nri-plugin reads: cpus, and no memory nodes to set.
+            assert (attached.cpus, attached.memory_nodes) == (placed.cpus.format(), "")
+    finally:
+        stop(process)
+    assert "unknown format version" not in log.read_text()
+
+    loaded = records.load_records(base / "state")
+    assert loaded is not None and loaded.bad == []
+    rewritten = loaded.records["placed"]  # the attach made the release write it
+    assert rewritten.cpus == placed.cpus and rewritten.container_id == "ctr-1"
+    assert rewritten.memory_nodes == CPUSet()  # a downgrade loses the placement, not the CPUs
+    assert loaded.records["plain"].memory_nodes == CPUSet()
