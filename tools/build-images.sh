@@ -6,10 +6,11 @@
 #                                  constraints.txt and the target Python), copies them into
 #                                  .wheels/ (the build context's copy), prints the cache folder
 #   tools/build-images.sh build    wheels, then builds the five service images and the compose
-#                                  dev image with `docker build --network none`
+#                                  dev image with `docker build --network none`, each a target
+#                                  of the one Dockerfile: they share the layers below their own
 #   tools/build-images.sh key      prints a hash of everything the images are built from
 #
-# Environment: BASE_IMAGE (default python:3.11.14-slim-bookworm; any Debian-based image with
+# Environment: BASE_IMAGE (default: the Dockerfile's, its one pin; any Debian-based image with
 # python3 of PYTHON_VERSION), PYTHON_VERSION (3.11), TAG (the chart's appVersion),
 # SERVICES (default: all five and dev), DOCKER (default docker). The classic builder is used
 # (DOCKER_BUILDKIT=0): nothing is fetched from a registry but the base image, when absent.
@@ -18,7 +19,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 source "$HERE/lib.sh"
 
-BASE_IMAGE="${BASE_IMAGE:-python:3.11.14-slim-bookworm}"
+BASE_IMAGE="${BASE_IMAGE:-$(sed -n 's/^ARG BASE_IMAGE=//p' "$ROOT/Dockerfile")}"
 PYTHON_VERSION="${PYTHON_VERSION:-3.11}"
 DOCKER="${DOCKER:-docker}"
 TAG="${TAG:-$(awk -F'"' '/^appVersion:/ {print $2}' "$ROOT/helm/dra-driver-cpu/Chart.yaml")}"
@@ -77,16 +78,12 @@ cmd_wheels() {
 cmd_key() {
     (
         cd "$ROOT"
-        find pyproject.toml setup.py MANIFEST.in README.md constraints.txt .dockerignore \
-            tools/genproto.py proto services dev compose/dev.Dockerfile -type f \
+        find Dockerfile pyproject.toml setup.py MANIFEST.in README.md constraints.txt .dockerignore \
+            tools/genproto.py proto services dev -type f \
             ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path 'services/core/dracpu/pb/*/*' \
             ! -name '.generated' -print0 | sort -z | xargs -0 sha256sum
         echo "base $BASE_IMAGE python $PYTHON_VERSION tag $TAG"
     ) | sha256sum | cut -c1-16
-}
-
-dockerfile_of() {
-    if [[ "$1" == dev ]]; then echo compose/dev.Dockerfile; else echo "services/$1/Dockerfile"; fi
 }
 
 cmd_build() {
@@ -95,13 +92,15 @@ cmd_build() {
     base_size="$($DOCKER image inspect -f '{{.Size}}' "$BASE_IMAGE" 2>/dev/null || echo 0)"
     cd "$ROOT"
     local logs; logs="$(mktemp -d "${TMPDIR:-/tmp}/build-images.XXXXXX")"
-    for svc in $SERVICES; do
+    # The layers every image shares (target runtime), tagged so they can be inspected; the
+    # images below reuse them from the build cache.
+    for svc in runtime $SERVICES; do
         local image="localhost/dracpu-$svc:$TAG" start=$SECONDS
-        say "building $image from $(dockerfile_of "$svc") on $BASE_IMAGE"
-        if ! DOCKER_BUILDKIT=0 $DOCKER build --quiet --network none \
+        say "building $image (target $svc of the Dockerfile) on $BASE_IMAGE"
+        if ! DOCKER_BUILDKIT=0 $DOCKER build --quiet --network none --target "$svc" \
             --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg VERSION="$TAG" \
             --build-arg REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-            -f "$(dockerfile_of "$svc")" -t "$image" . > "$logs/$svc.log" 2>&1; then
+            -f Dockerfile -t "$image" . > "$logs/$svc.log" 2>&1; then
             tail -20 "$logs/$svc.log" >&2
             echo "build-images: building $image failed (log: $logs/$svc.log)" >&2
             exit 1

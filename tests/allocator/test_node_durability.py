@@ -30,7 +30,7 @@ from dracpu.core import log
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import StateError, UnavailableError
 from dracpu.core.machine import Machine
-from dracpu.core.metrics import Registry, exposition
+from dracpu.core.metrics import exposition, service_registry
 
 Machines = Callable[[str], Machine]
 OPTIONS = DeviceOptions(reserved=CPUSet.parse("0,20"))
@@ -435,7 +435,7 @@ async def test_shared_pool_watchers_see_each_change(tmp_path: Path, machines: Ma
 
 
 async def test_metrics_follow_the_state(tmp_path: Path, machines: Machines) -> None:
-    registry = Registry()
+    registry = service_registry()
     node = node_in(tmp_path, registry=registry)
     await node.start(machines("xeon-2s-ht"))
     await node.prepare(request("u1", count=4))

@@ -24,7 +24,7 @@ from google.protobuf import json_format
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import NotFoundError
 from dracpu.core.log import setup
-from dracpu.core.metrics import Registry, build, exposition
+from dracpu.core.metrics import build, exposition, service_registry
 from dracpu.core.rpc import rpc_errors, start_server
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
@@ -99,7 +99,7 @@ class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[
 
 
 async def serve(service: str, socket: str, scenario: dict[str, Any]) -> None:
-    registry = Registry()
+    registry = service_registry()
     collectors = build(service, registry)
     part = scenario[service]
     if service == "allocator":

@@ -5,10 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from dracpu.api.exposition import merge
-from dracpu.core.metrics import SPECS, Counter, Gauge, Histogram, Registry, build, exposition
+from dracpu.api.metrics import ApiMetrics
+from dracpu.core.metrics import SPECS, build, exposition, service_registry
+
+SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
 
 ALLOCATOR = """# HELP dra_cpu_allocated_cpus CPUs currently allocated.
 # TYPE dra_cpu_allocated_cpus gauge
@@ -66,6 +70,11 @@ process_open_fds 9.0
             id="existing-service-label-kept",
         ),
         pytest.param(
+            [("allocator", "# TYPE process_open_fds gauge\nprocess_open_fds 7.0\n")],
+            '# TYPE process_open_fds gauge\nprocess_open_fds{service="allocator"} 7.0\n',
+            id="process-family-of-one-service-still-labelled",
+        ),
+        pytest.param(
             [("a", "untyped_metric 5\n# EOF\n")],
             "untyped_metric 5\n",
             id="undeclared-sample-and-eof",
@@ -77,15 +86,16 @@ def test_merge(sources: list[tuple[str, str]], expected: str) -> None:
 
 
 def _registry_text(owner: str) -> str:
-    registry = Registry()
+    registry = service_registry()
     collectors = build(owner, registry)
-    for collector in collectors.values():
+    labels = {spec.name: spec.labels for spec in SPECS}
+    for name, collector in collectors.items():
         if isinstance(collector, Gauge):
-            names = collector.labelnames
+            names = labels[name]
             (collector.labels(*(f"x-{n}" for n in names)) if names else collector).set(3)
         elif isinstance(collector, Histogram):
             collector.observe(2)
-        elif isinstance(collector, Counter) and collector.labelnames:
+        elif isinstance(collector, Counter) and labels[name]:
             collector.labels(result="success").inc()
         elif isinstance(collector, Counter):
             collector.inc()
@@ -104,6 +114,25 @@ def test_every_reference_metric_survives_the_merge_once() -> None:
         assert spec.name.removesuffix("_total") in families, spec.name
         assert text.count(f"# HELP {spec.name} ") == 1
         assert text.count(f"# TYPE {spec.name} ") == 1
+
+
+def test_the_pods_exposition_has_each_family_once_and_every_process_by_service() -> None:
+    texts = [(owner, _registry_text(owner)) for owner in SERVICES[:-1]]
+    text = merge([*texts, ("api", ApiMetrics().text())])
+    families = list(text_string_to_metric_families(text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names))
+    declarations = [tuple(line.split(" ", 3)[1:3]) for line in text.splitlines() if line[:1] == "#"]
+    assert len(declarations) == len(set(declarations)) == 2 * len(names)
+    by_name = {f.name: f for f in families}
+    for name in ("process_resident_memory_bytes", "process_cpu_seconds", "python_info"):
+        services = [s.labels["service"] for s in by_name[name].samples]
+        assert sorted(services) == sorted(SERVICES), name
+    rss = {s.labels["service"]: s.value for s in by_name["process_resident_memory_bytes"].samples}
+    assert all(value > 0 for value in rss.values())
+    # The driver's own families stay unlabelled: each has one owner.
+    (allocated,) = by_name["dra_cpu_allocated_cpus"].samples
+    assert allocated.labels == {}
 
 
 _names = st.sampled_from(["alpha", "beta", "gamma_total", "delta_seconds"])

@@ -171,3 +171,18 @@ def test_metrics_from_every_owner(http: httpx.Client) -> None:
     assert samples[("dra_cpu_resource_claims_active", ())] == 3
     assert samples[("dra_cpu_prepare_claims_total", (("result", "success"),))] == 3
     assert samples[("dra_cpu_claim_allocated_cpus_count", ())] == 3
+
+
+def test_metrics_hold_every_family_once_and_each_process_by_service(http: httpx.Client) -> None:
+    text = http.get("/metrics").text
+    families = list(text_string_to_metric_families(text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names))
+    declarations = [tuple(line.split(" ", 3)[1:3]) for line in text.splitlines() if line[:1] == "#"]
+    assert len(declarations) == len(set(declarations))
+    by_name = {f.name: f for f in families}
+    for name in ("process_resident_memory_bytes", "process_open_fds", "python_gc_collections"):
+        services = {s.labels["service"] for s in by_name[name].samples}
+        assert services == {*SERVICES, "api"}, name
+    rss = {s.labels["service"]: s.value for s in by_name["process_resident_memory_bytes"].samples}
+    assert all(10_000_000 < value < 500_000_000 for value in rss.values()), rss

@@ -264,9 +264,10 @@ def test_the_default_container_is_the_one_with_dracpu_and_gatherinfo(helm: Path)
     rendered = render(helm)
     annotations = rendered.one("DaemonSet")["spec"]["template"]["metadata"]["annotations"]
     assert annotations["kubectl.kubernetes.io/default-container"] == "topology"
-    dockerfile = (Path(__file__).resolve().parents[2] / "services/topology/Dockerfile").read_text()
-    assert "ln -s /opt/dracpu/bin/dracpu /dracpu" in dockerfile
-    assert "ln -s /opt/dracpu/bin/dracpu-gatherinfo /dracpu-gatherinfo" in dockerfile
+    dockerfile = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text()
+    topology = dockerfile.split("AS topology\n", 1)[1].split("\nFROM ", 1)[0]
+    assert "ln -s /opt/dracpu/bin/dracpu /dracpu" in topology
+    assert "ln -s /opt/dracpu/bin/dracpu-gatherinfo /dracpu-gatherinfo" in topology
 
 
 @pytest.mark.parametrize(("fmt", "expected"), [(None, None), ("text", None), ("json", "json")])

@@ -224,9 +224,10 @@ def test_setup_creates_every_folder_the_dev_runner_creates() -> None:
 
 
 @pytest.mark.parametrize("name", DRIVER_SERVICES)
-def test_each_service_builds_from_its_own_dockerfile_and_version(name: str) -> None:
+def test_each_service_builds_its_own_target_and_version(name: str) -> None:
     service = COMPOSED[name]
-    assert service["build"]["dockerfile"] == f"services/{name}/Dockerfile"
+    assert service["build"]["dockerfile"] == "Dockerfile"
+    assert service["build"]["target"] == name
     assert service["build"]["context"] == ".."
     variable = f"DRACPU_{name.upper().replace('-', '_')}_VERSION"
     assert service["image"] == f"localhost/dracpu-{name}:{ENV[variable]}"

@@ -1,7 +1,8 @@
-"""The service images, read from their Dockerfiles: a pinned slim Python base (a build argument),
-a build stage that builds the wheel offline from the wheels prepared on the host, and a runtime
-stage holding only the shared core, that one service and the third-party packages its code
-imports, at the versions of constraints.txt.
+"""The images, read from the one Dockerfile: a pinned slim Python base (a build argument, pinned
+there only), a build stage that builds offline from the wheels prepared on the host, a runtime
+stage every image shares (the third-party packages the five services' code imports, at the
+versions of constraints.txt, and nothing of any one service), and one target per image that
+adds only the shared core and that one service.
 
 These read the files; tests/docker builds and runs the images on a real engine."""
 
@@ -22,6 +23,8 @@ from packaging.requirements import Requirement
 
 PYPROJECT = ROOT / "pyproject.toml"
 CONSTRAINTS = ROOT / "constraints.txt"
+DOCKERFILE = ROOT / "Dockerfile"
+TARGETS = [*SERVICES, "dev"]
 BASE = re.compile(r"^python:3\.11\.\d+-slim-bookworm$")
 PACKAGE = {
     "topology": "topology",
@@ -88,6 +91,21 @@ def stages(path: Path) -> tuple[list[Instruction], list[list[Instruction]]]:
     return preamble, split
 
 
+def named_stages() -> dict[str, list[Instruction]]:
+    """The Dockerfile's stages by name (`FROM x AS name`)."""
+    _, split = stages(DOCKERFILE)
+    named = {}
+    for stage in split:
+        words = stage[0].text.split()
+        assert len(words) == 3 and words[1].upper() == "AS", stage[0].text
+        named[words[2]] = stage
+    return named
+
+
+def stage(name: str) -> list[Instruction]:
+    return named_stages()[name]
+
+
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -127,45 +145,52 @@ def code_of(service: str) -> list[Path]:
     ]
 
 
-def dockerfile(service: str) -> Path:
-    return ROOT / "services" / service / "Dockerfile"
-
-
-@pytest.mark.parametrize("service", SERVICES)
-def test_base_is_a_pinned_slim_python_given_as_a_build_argument(service: str) -> None:
-    preamble, split = stages(dockerfile(service))
+def test_base_is_a_pinned_slim_python_given_as_a_build_argument() -> None:
+    preamble, _ = stages(DOCKERFILE)
     args = dict(item.text.split("=", 1) for item in preamble if item.keyword == "ARG")
     assert BASE.match(args["BASE_IMAGE"]), args["BASE_IMAGE"]
-    assert [stage[0].text for stage in split] == ["${BASE_IMAGE} AS build", "${BASE_IMAGE}"]
+    froms = {name: items[0].text.split()[0] for name, items in named_stages().items()}
+    assert froms == {
+        "build": "${BASE_IMAGE}",
+        "dist": "build",
+        "runtime": "${BASE_IMAGE}",
+        **dict.fromkeys(TARGETS, "runtime"),
+    }
 
 
-DOCKERFILES = [*(f"services/{s}/Dockerfile" for s in SERVICES), "compose/dev.Dockerfile"]
-
-
-@pytest.mark.parametrize("path", DOCKERFILES)
-def test_no_frontend_is_fetched_from_a_registry(path: str) -> None:
+def test_no_frontend_is_fetched_from_a_registry() -> None:
     # A `# syntax=` line makes BuildKit pull its frontend image before building anything.
-    first = (ROOT / path).read_text().splitlines()[0]
+    first = DOCKERFILE.read_text().splitlines()[0]
     assert not re.match(r"#\s*syntax\s*=", first, flags=re.IGNORECASE), first
 
 
-def test_every_image_and_compose_share_one_base() -> None:
-    bases = set()
-    for path in DOCKERFILES:
-        preamble, _ = stages(ROOT / path)
-        bases |= {item.text.split("=", 1)[1] for item in preamble if item.keyword == "ARG"}
-    env = (ROOT / "compose" / ".env").read_text()
-    bases |= set(re.findall(r"^BASE_IMAGE=(.+)$", env, flags=re.MULTILINE))
-    compose = (ROOT / "compose" / "docker-compose.yaml").read_text()
-    bases |= set(re.findall(r"\$\{BASE_IMAGE:-([^}]+)\}", compose))
+def test_one_dockerfile_builds_every_image() -> None:
+    assert not list(ROOT.glob("services/*/Dockerfile"))
+    assert not list(ROOT.glob("compose/*Dockerfile"))
     script = (ROOT / "tools" / "build-images.sh").read_text()
-    bases |= set(re.findall(r'BASE_IMAGE="\$\{BASE_IMAGE:-([^}]+)\}"', script))
-    assert len(bases) == 1, bases
+    assert '-f Dockerfile -t "$image"' in script
+    assert '--target "$svc"' in script
 
 
-@pytest.mark.parametrize("path", DOCKERFILES)
-def test_build_stage_installs_offline_at_the_constrained_versions(path: str) -> None:
-    _, (build, _) = stages(ROOT / path)
+def test_the_dockerfile_alone_pins_the_base() -> None:
+    pin = re.compile(r"python:3\.\d+[\w.-]*")
+    for path in (
+        ROOT / "compose" / ".env",
+        ROOT / "compose" / "docker-compose.yaml",
+        ROOT / "tools" / "build-images.sh",
+    ):
+        assert not pin.search(path.read_text()), f"{path.name} pins a base image of its own"
+    compose = yaml.safe_load((ROOT / "compose" / "docker-compose.yaml").read_text())
+    for name, service in compose["services"].items():
+        if "build" in service:
+            # Unset unless the environment gives one: the Dockerfile's default applies.
+            assert service["build"]["args"]["BASE_IMAGE"] is None, name
+    script = (ROOT / "tools" / "build-images.sh").read_text()
+    assert "s/^ARG BASE_IMAGE=//p" in script
+
+
+def test_build_stages_install_offline_at_the_constrained_versions() -> None:
+    build, dist = stage("build"), stage("dist")
     env = " ".join(item.text for item in build if item.keyword == "ENV")
     assert "PIP_NO_INDEX=1" in env
     assert "PIP_FIND_LINKS=/wheels" in env
@@ -173,53 +198,76 @@ def test_build_stage_installs_offline_at_the_constrained_versions(path: str) -> 
     copies = [item.text for item in build if item.keyword == "COPY"]
     assert ".wheels/ /wheels/" in copies
     assert any(c.startswith("constraints.txt ") for c in copies)
-    runs = " ".join(item.text for item in build if item.keyword == "RUN")
-    # No version is written into a Dockerfile: constraints.txt is the one list.
+    runs = " ".join(item.text for item in [*build, *dist] if item.keyword == "RUN")
+    # No version is written into the Dockerfile: constraints.txt is the one list.
     assert quoted_specs(runs) == []
     assert not re.search(r"\b[A-Za-z][\w.-]*(==|>=|<=|~=)\d", runs), runs
     assert "pip wheel --no-deps --no-build-isolation" in runs
 
 
-@pytest.mark.parametrize("service", SERVICES)
-def test_build_stage_copies_only_the_core_and_this_service(service: str) -> None:
-    _, (build, runtime) = stages(dockerfile(service))
+def test_the_shared_layers_hold_nothing_of_any_one_service() -> None:
+    # The build stage copies only the wheels and the pins: its environment, the one the
+    # runtime stage copies, is the same whatever the sources are.
     sources = set()
-    for item in build:
+    for item in stage("build"):
         if item.keyword == "COPY":
             *copied, _ = item.text.split()
             sources |= set(copied)
-    assert sources == {
-        ".wheels/",
-        "constraints.txt",
-        "pyproject.toml",
-        "setup.py",
-        "MANIFEST.in",
-        "README.md",
-        "tools/genproto.py",
-        "proto/",
-        "services/core/",
-        f"services/{service}/",
-    }
-    # The runtime stage takes the finished environment and nothing else.
+    assert sources == {".wheels/", "constraints.txt"}
+    runtime = stage("runtime")
     copies = [item.text for item in runtime if item.keyword == "COPY"]
     assert copies == ["--from=build /opt/dracpu /opt/dracpu"]
+    # No build argument in the shared stage: a per-image VERSION would change its layers.
+    assert not [item for item in runtime if item.keyword == "ARG"]
+    text = " ".join(item.text for item in runtime)
+    for service in SERVICES:
+        assert service not in text.replace("/run/dracpu", ""), service
 
 
-@pytest.mark.parametrize("path", DOCKERFILES)
-def test_build_ends_by_starting_the_entry_point(path: str) -> None:
-    _, (_, runtime) = stages(ROOT / path)
-    entrypoint = yaml.safe_load(next(i.text for i in runtime if i.keyword == "ENTRYPOINT"))
-    last = runtime[-1]
+def _wheel_loop() -> str:
+    return next(
+        item.text for item in stage("dist") if item.keyword == "RUN" and "pip wheel" in item.text
+    )
+
+
+def test_each_images_wheel_is_built_from_the_core_and_that_service_only() -> None:
+    loop = _wheel_loop()
+    listed = re.search(r"for image in ([\w -]+); do", loop)
+    assert listed and listed.group(1).split() == TARGETS
+    assert 'cp -a services/core "$tree/services/"' in loop
+    assert 'cp -a "services/$image" "$tree/services/"' in loop
+    assert 'cp -a services dev "$tree/"' in loop  # dev alone: the whole distribution
+    assert '--root "/stage/$image"' in loop
+    for target in TARGETS:
+        copies = [item.text for item in stage(target) if item.keyword == "COPY"]
+        assert copies == [f"--from=dist /stage/{target}/ /"], target
+
+
+def test_each_service_keeps_only_its_own_console_scripts() -> None:
+    loop = _wheel_loop()
+    assert "! -name dracpu-topology ! -name dracpu-gatherinfo -delete" in loop
+    assert '! -name "dracpu-$image" -delete' in loop
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_build_ends_by_starting_the_entry_point(target: str) -> None:
+    items = stage(target)
+    entrypoint = yaml.safe_load(next(i.text for i in items if i.keyword == "ENTRYPOINT"))
+    last = items[-1]
     assert last.keyword == "RUN"
     assert last.text.startswith(f"{entrypoint[0]} --help")
 
 
-@pytest.mark.parametrize("path", DOCKERFILES)
-def test_runtime_stage_removes_the_bases_package_installer(path: str) -> None:
-    _, (_, runtime) = stages(ROOT / path)
-    runs = " ".join(item.text for item in runtime if item.keyword == "RUN")
+def test_runtime_stage_removes_the_bases_package_installer() -> None:
+    runs = " ".join(item.text for item in stage("runtime") if item.keyword == "RUN")
     for leftover in ("site-packages/pip*", "site-packages/setuptools*", "ensurepip"):
         assert leftover in runs
+
+
+def test_the_topology_image_has_the_reference_paths() -> None:
+    runs = " ".join(item.text for item in stage("topology") if item.keyword == "RUN")
+    assert "ln -s /opt/dracpu/bin/dracpu /dracpu" in runs
+    assert "ln -s /opt/dracpu/bin/dracpu-gatherinfo /dracpu-gatherinfo" in runs
 
 
 def dockerignore() -> list[str]:
@@ -233,23 +281,22 @@ def dockerignore() -> list[str]:
 def test_one_build_context_file_that_both_builders_read() -> None:
     # The classic builder reads only the context's own .dockerignore, never
     # <Dockerfile>.dockerignore: a per-Dockerfile file would send the whole tree.
-    assert not list(ROOT.glob("services/*/*.dockerignore"))
-    assert not list(ROOT.glob("compose/*.dockerignore"))
+    assert not list(ROOT.glob("*.Dockerfile.dockerignore"))
+    assert not (ROOT / "Dockerfile.dockerignore").exists()
     assert dockerignore()[0] == "*"
 
 
 def test_build_context_admits_what_every_dockerfile_copies() -> None:
     admitted = {line[1:] for line in dockerignore() if line.startswith("!")}
-    for path in DOCKERFILES:
-        _, split = stages(ROOT / path)
-        for stage in split:
-            for item in stage:
-                if item.keyword != "COPY" or item.text.startswith("--from"):
-                    continue
-                *copied, _ = item.text.split()
-                for source in copied:
-                    top = source.split("/")[0] + "/"
-                    assert source in admitted or top in admitted, f"{path}: {source} not admitted"
+    _, split = stages(DOCKERFILE)
+    for items in split:
+        for item in items:
+            if item.keyword != "COPY" or item.text.startswith("--from"):
+                continue
+            *copied, _ = item.text.split()
+            for source in copied:
+                top = source.split("/")[0] + "/"
+                assert source in admitted or top in admitted, f"{source} not admitted"
     # Generated code and byte code never enter the context: the build generates its own.
     assert "services/core/dracpu/pb/*/" in dockerignore()
     assert "**/__pycache__" in dockerignore()
@@ -275,28 +322,28 @@ def constraints() -> dict[str, str]:
     return pins
 
 
-def runtime_packages(service: str) -> set[str]:
-    _, (build, _) = stages(dockerfile(service))
+def runtime_packages() -> set[str]:
     install = next(
         item.text
-        for item in build
+        for item in stage("build")
         if item.keyword == "RUN" and "venv --without-pip /opt/dracpu" in item.text
     )
     words = install.split("&&")[1].split(" install ", 1)[1].split()
     return {normalize(word) for word in words if not word.startswith("-")}
 
 
-@pytest.mark.parametrize("service", SERVICES)
-def test_installs_exactly_the_distributions_the_code_imports(service: str) -> None:
-    installed = runtime_packages(service)
+def test_installs_exactly_the_distributions_the_code_imports() -> None:
+    # One shared environment: what the five services' code imports, together.
+    installed = runtime_packages()
     imported = set()
-    for folder in code_of(service):
-        for name in imports_of(folder):
-            top = name.split(".")[0]
-            if top in sys.stdlib_module_names or top in ("__future__", "dracpu"):
-                continue
-            assert top in DISTRIBUTION, f"{folder} imports {top}: map it to its distribution"
-            imported.add(normalize(DISTRIBUTION[top]))
+    for service in SERVICES:
+        for folder in code_of(service):
+            for name in imports_of(folder):
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top in ("__future__", "dracpu"):
+                    continue
+                assert top in DISTRIBUTION, f"{folder} imports {top}: map it to its distribution"
+                imported.add(normalize(DISTRIBUTION[top]))
     # The generated protobuf modules import the protobuf runtime.
     assert installed == imported | {"protobuf"}
     # Each is a declared dependency, pinned in constraints.txt.
@@ -348,12 +395,14 @@ def test_generated_modules_match_the_protobuf_runtime() -> None:
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_labels_carry_the_images_own_version(service: str) -> None:
-    _, (_, runtime) = stages(dockerfile(service))
-    args = dict(
-        item.text.split("=", 1) for item in runtime if item.keyword == "ARG" and "=" in item.text
-    )
-    assert re.fullmatch(r"\d+\.\d+\.\d+", args["VERSION"])
-    labels = " ".join(item.text for item in runtime if item.keyword == "LABEL")
+    preamble, _ = stages(DOCKERFILE)
+    defaults = dict(item.text.split("=", 1) for item in preamble if item.keyword == "ARG")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", defaults["VERSION"])
+    items = stage(service)
+    assert {item.text for item in items if item.keyword == "ARG"} == {"VERSION", "REVISION"}
+    env = " ".join(item.text for item in items if item.keyword == "ENV")
+    assert "DRACPU_IMAGE_VERSION=${VERSION}" in env
+    labels = " ".join(item.text for item in items if item.keyword == "LABEL")
     assert 'org.opencontainers.image.version="${VERSION}"' in labels
     assert f'org.opencontainers.image.title="dracpu-{service}"' in labels
     assert f'io.dracpu.api-version="dracpu.{PACKAGE[service]}.v1"' in labels
@@ -362,8 +411,7 @@ def test_labels_carry_the_images_own_version(service: str) -> None:
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_entrypoint_user_and_healthcheck(service: str, helm: Path) -> None:
-    _, (_, runtime) = stages(dockerfile(service))
-    by_keyword = {item.keyword: item.text for item in runtime}
+    by_keyword = {item.keyword: item.text for item in stage(service)}
     assert yaml.safe_load(by_keyword["ENTRYPOINT"]) == [f"dracpu-{service}"]
     healthcheck = by_keyword["HEALTHCHECK"]
     if service == "api":

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dracpu.allocator import checkpoint, claims, records
 from dracpu.allocator.device_health import STATUSES, HealthBook, assess
@@ -20,6 +20,9 @@ from dracpu.core import metrics
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, StateError, UnavailableError
 from dracpu.core.log import get_logger
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = get_logger(__name__)
 
@@ -133,7 +136,7 @@ class LiveState:
         state_dir: Path,
         cdi_dir: Path,
         options: DeviceOptions,
-        registry: metrics.Registry | None = None,
+        registry: CollectorRegistry | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.state_dir = state_dir

@@ -14,16 +14,19 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dracpu.allocator import attachments, claims, startup, topology_refresh
 from dracpu.allocator.batches import PrepareBatches, UnprepareBatches
 from dracpu.allocator.device_health import HealthBook
 from dracpu.allocator.devices import DeviceModel, DeviceOptions
 from dracpu.allocator.live_state import LiveState, SharedPoolView, pool_view, run_to_end
-from dracpu.core import metrics
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = get_logger(__name__)
 
@@ -38,7 +41,7 @@ class NodeAllocator:
         state_dir: Path,
         cdi_dir: Path,
         options: DeviceOptions,
-        registry: metrics.Registry | None = None,
+        registry: CollectorRegistry | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.state_dir = state_dir

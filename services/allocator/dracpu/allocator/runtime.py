@@ -21,7 +21,7 @@ from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, DracpuError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
-from dracpu.core.metrics import Registry, exposition
+from dracpu.core.metrics import exposition, service_registry
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
@@ -110,7 +110,7 @@ async def serve(args: argparse.Namespace) -> int:
     # Bad input is refused above, before any log line, so it reads as one stderr line.
     driver_config.log_effective(config)
     driver_config.warn_deprecated(config)
-    registry = Registry()
+    registry = service_registry()
     node = NodeAllocator(
         state_dir=Path(args.state_dir),
         cdi_dir=Path(args.cdi_dir),

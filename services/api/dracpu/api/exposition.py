@@ -1,8 +1,10 @@
 """Merging several Prometheus text expositions (format 0.0.4) into one.
 
 Each metric family keeps one HELP and one TYPE line. A family that more than one service
-exports (say, a process collector in two registries) gets a `service` label on its samples so
-the series stay distinct; a family only one service exports passes through untouched.
+exports gets a `service` label on its samples so the series stay distinct, and so does every
+family of the standard process collectors (process_*, python_*), even when only one service
+answered: each process's figures are always told apart by their service. Any other family only
+one service exports passes through untouched.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from dracpu.core.metrics import PROCESS_FAMILY_PREFIXES
 
 _DECLARATION = re.compile(r"^#\s+(HELP|TYPE)\s+([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\s(.*))?$")
 # Label values are quoted and may hold braces and escaped quotes.
@@ -80,7 +84,7 @@ def merge(sources: Iterable[tuple[str, str]]) -> str:
 
     out: list[str] = []
     for entry in families.values():
-        shared = len(entry.services) > 1
+        shared = len(entry.services) > 1 or entry.name.startswith(PROCESS_FAMILY_PREFIXES)
         if entry.help:
             out.append(entry.help)
         if entry.type:

@@ -1,8 +1,8 @@
 """The api's own metrics, and the middleware that records them.
 
-The api is where Prometheus scrapes, so its own collectors are prometheus_client's; the gRPC
-services keep the lighter dracpu.core.metrics collectors (same text, a test compares them) and
-the api merges their text into its answer. Labels use the route template
+Like every service's, they live in a registry of the api's own (dracpu.core.metrics, with the
+process's standard collectors); the api merges the other services' text with it into the pod's
+one /metrics answer. Labels use the route template
 (`/v1/claims/{uid}`), never the raw path, so a scanner cannot grow the series count.
 """
 
@@ -11,15 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
-)
+from prometheus_client import Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dracpu.core.metrics import exposition, service_registry
 
 # Any other method (a scanner's invention) is counted as "other": labels stay bounded.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -28,8 +23,7 @@ REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 class ApiMetrics:
     def __init__(self) -> None:
-        disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created samples
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = service_registry()
         self.requests = Counter(
             "dracpu_api_http_requests",
             "HTTP requests the api answered, by route template, method and status code.",
@@ -51,7 +45,7 @@ class ApiMetrics:
         )
 
     def text(self) -> str:
-        return generate_latest(self.registry).decode()
+        return exposition(self.registry)
 
 
 def _route(scope: Scope) -> str:

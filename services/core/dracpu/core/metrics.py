@@ -1,22 +1,20 @@
 """The driver's `dra_cpu_*` metrics: one definition each, owned by the service that observes it,
-and the counters, gauges and histograms that record them.
+and the registry every service exposes them from.
 
 Definitions live here so `dracpu introspect metrics` can describe them without starting any
-service, and so each service builds exactly the collectors it owns in its own registry; the api
-sidecar concatenates the services' expositions into the pod's single /metrics endpoint.
-
-The collectors are a few dozen lines rather than prometheus_client: importing that package
-loads its HTTP servers, WSGI and e-mail modules, some 3.5 MB in each of the five processes,
-for three metric types and one text format (Prometheus text exposition 0.0.4, written as
-prometheus_client writes it). Values are updated from the event loop's thread only.
+service (and without importing prometheus_client), and so each service builds exactly the
+collectors it owns, as prometheus_client collectors, in a registry of its own that also holds
+prometheus_client's process, platform and garbage-collector collectors; the api sidecar merges
+the services' expositions into the pod's single /metrics endpoint.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 MetricType = Literal["counter", "gauge", "histogram"]
 
@@ -191,221 +189,59 @@ SPECS: tuple[MetricSpec, ...] = (
 )
 
 RESULTS = ("success", "error", "unknown")
+# The families of prometheus_client's process, platform and GC collectors: every process of the
+# pod exports them, so the api labels their samples with the service they came from.
+PROCESS_FAMILY_PREFIXES = ("process_", "python_")
 
 
-Labels = tuple[tuple[str, str], ...]
+def service_registry() -> CollectorRegistry:
+    """A service's own registry, holding the standard collectors of a Python process
+    (process_*, python_info, python_gc_*); `build` adds the service's dra_cpu_* collectors."""
+    import prometheus_client
+
+    # No *_created samples: the exposition keeps the families and samples it always had.
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+    found = prometheus_client.CollectorRegistry(auto_describe=True)
+    prometheus_client.ProcessCollector(registry=found)
+    prometheus_client.PlatformCollector(registry=found)
+    prometheus_client.GCCollector(registry=found)
+    return found
 
 
-class Registry:
-    """The collectors one process exposes, in the order they were created."""
-
-    def __init__(self) -> None:
-        self._collectors: dict[str, Collector] = {}
-
-    def register(self, collector: Collector) -> None:
-        if collector.name in self._collectors:
-            raise ValueError(f"metric {collector.name} is already registered")
-        self._collectors[collector.name] = collector
-
-    def __iter__(self) -> Iterator[Collector]:
-        return iter(list(self._collectors.values()))
-
-
-class Collector:
-    """One metric family. With label names, `labels(...)` gives the child that holds the value
-    of one label combination; without, the collector holds its value itself."""
-
-    type: ClassVar[MetricType]
-
-    def __init__(
-        self,
-        name: str,
-        help: str,
-        labelnames: Sequence[str] = (),
-        registry: Registry | None = None,
-    ) -> None:
-        self.name = name
-        self.help = help
-        self.labelnames = tuple(labelnames)
-        self._children: dict[tuple[str, ...], Self] = {}
-        if registry is not None:
-            registry.register(self)
-
-    def _child(self) -> Self:
-        return type(self)(self.name, self.help)
-
-    def labels(self, *values: object, **named: object) -> Self:
-        if named:
-            if values or sorted(named) != sorted(self.labelnames):
-                raise ValueError(f"{self.name}: labels are {self.labelnames}, got {sorted(named)}")
-            values = tuple(named[label] for label in self.labelnames)
-        if not self.labelnames or len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name}: labels are {self.labelnames}, got {len(values)} values")
-        key = tuple(str(value) for value in values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = self._child()
-        return child
-
-    def clear(self) -> None:
-        """Forget every label combination."""
-        self._children.clear()
-
-    @property
-    def family(self) -> str:
-        """The name HELP and TYPE declare."""
-        return self.name
-
-    def samples(self) -> Iterator[tuple[str, Labels, float]]:
-        if not self.labelnames:
-            yield from self._samples(())
-            return
-        for key, child in list(self._children.items()):
-            yield from child._samples(tuple(zip(self.labelnames, key, strict=True)))
-
-    def _samples(self, labels: Labels) -> Iterator[tuple[str, Labels, float]]:
-        raise NotImplementedError
-
-
-class Counter(Collector):
-    type = "counter"
-    _value = 0.0  # until counted: an instance attribute from the first inc on
-
-    def __init__(
-        self,
-        name: str,
-        help: str,
-        labelnames: Sequence[str] = (),
-        registry: Registry | None = None,
-    ) -> None:
-        # As prometheus_client: the family is declared and sampled with the _total suffix.
-        super().__init__(name.removesuffix("_total"), help, labelnames, registry)
-
-    def inc(self, amount: float = 1) -> None:
-        if amount < 0:
-            raise ValueError(f"{self.name}: counters only go up, got {amount}")
-        self._value += amount
-
-    @property
-    def family(self) -> str:
-        return self.name + "_total"
-
-    def _samples(self, labels: Labels) -> Iterator[tuple[str, Labels, float]]:
-        yield self.name + "_total", labels, self._value
-
-
-class Gauge(Collector):
-    type = "gauge"
-    _value = 0.0  # until set: an instance attribute from the first change on
-
-    def set(self, value: float) -> None:
-        self._value = float(value)
-
-    def inc(self, amount: float = 1) -> None:
-        self._value += amount
-
-    def dec(self, amount: float = 1) -> None:
-        self._value -= amount
-
-    def _samples(self, labels: Labels) -> Iterator[tuple[str, Labels, float]]:
-        yield self.name, labels, self._value
-
-
-class Histogram(Collector):
-    type = "histogram"
-
-    def __init__(
-        self,
-        name: str,
-        help: str,
-        labelnames: Sequence[str] = (),
-        registry: Registry | None = None,
-        buckets: Sequence[float] = DURATION_BUCKETS,
-    ) -> None:
-        super().__init__(name, help, labelnames, registry)
-        bounds = sorted(float(b) for b in buckets)
-        if not bounds or bounds[-1] != math.inf:
-            bounds.append(math.inf)
-        self.buckets = tuple(bounds)
-        self._counts = [0] * len(self.buckets)
-        self._sum = 0.0
-
-    def _child(self) -> Self:
-        return type(self)(self.name, self.help, buckets=self.buckets)
-
-    def observe(self, value: float) -> None:
-        self._sum += value
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self._counts[i] += 1
-                break
-
-    def _samples(self, labels: Labels) -> Iterator[tuple[str, Labels, float]]:
-        total = 0
-        for bound, count in zip(self.buckets, self._counts, strict=True):
-            total += count
-            yield self.name + "_bucket", (*labels, ("le", _number(bound))), total
-        yield self.name + "_count", labels, total
-        yield self.name + "_sum", labels, self._sum
-
-
-def build(owner: str, registry: Registry) -> dict[str, Counter | Gauge | Histogram]:
+def build(owner: str, registry: CollectorRegistry) -> dict[str, Counter | Gauge | Histogram]:
     """Create, in `registry`, the collectors `owner` records, keyed by metric name."""
+    import prometheus_client
+
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     collectors: dict[str, Counter | Gauge | Histogram] = {}
     for spec in SPECS:
         if spec.owner != owner:
             continue
         collector: Counter | Gauge | Histogram
         if spec.type == "counter":
-            collector = Counter(spec.name, spec.help, spec.labels, registry=registry)
+            collector = prometheus_client.Counter(
+                spec.name, spec.help, spec.labels, registry=registry
+            )
             if "result" in spec.labels:
                 for result in RESULTS:
                     collector.labels(result=result)
         elif spec.type == "gauge":
-            collector = Gauge(spec.name, spec.help, spec.labels, registry=registry)
+            collector = prometheus_client.Gauge(
+                spec.name, spec.help, spec.labels, registry=registry
+            )
         else:
-            collector = Histogram(
+            collector = prometheus_client.Histogram(
                 spec.name, spec.help, spec.labels, buckets=spec.buckets, registry=registry
             )
         collectors[spec.name] = collector
     return collectors
 
 
-def _number(value: float) -> str:
-    """A sample value as Go (and prometheus_client's floatToGoString) writes it."""
-    if value == math.inf:
-        return "+Inf"
-    if value == -math.inf:
-        return "-Inf"
-    if math.isnan(value):
-        return "NaN"
-    text = repr(float(value))
-    dot = text.find(".")
-    # Go switches to exponents sooner than Python (only positive values matter: le bounds).
-    if value > 0 and dot > 6:
-        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
-        return f"{mantissa}e+0{dot - 1}"
-    return text
-
-
-def _label_value(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def exposition(registry: Registry) -> str:
+def exposition(registry: CollectorRegistry) -> str:
     """The registry's collectors in the Prometheus text format (0.0.4)."""
-    lines = []
-    for collector in registry:
-        help_text = collector.help.replace("\\", "\\\\").replace("\n", "\\n")
-        lines.append(f"# HELP {collector.family} {help_text}")
-        lines.append(f"# TYPE {collector.family} {collector.type}")
-        for name, labels, value in collector.samples():
-            if labels:
-                pairs = ",".join(f'{k}="{_label_value(v)}"' for k, v in labels)
-                lines.append(f"{name}{{{pairs}}} {_number(value)}")
-            else:
-                lines.append(f"{name} {_number(value)}")
-    return "".join(line + "\n" for line in lines)
+    from prometheus_client import generate_latest
+
+    return generate_latest(registry).decode()
 
 
 def describe() -> list[dict[str, object]]:

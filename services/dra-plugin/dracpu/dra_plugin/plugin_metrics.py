@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
 from dracpu.core import metrics
-from dracpu.core.metrics import Counter, Gauge, Histogram, Registry
 
 
 class PluginMetrics:
-    def __init__(self, registry: Registry | None = None) -> None:
-        self.registry = registry or Registry()
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or metrics.service_registry()
         collectors = metrics.build("dra-plugin", self.registry)
         prepare = collectors["dra_cpu_prepare_claims_total"]
         unprepare = collectors["dra_cpu_unprepare_claims_total"]

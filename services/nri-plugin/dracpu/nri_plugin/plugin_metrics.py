@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dracpu.core.metrics import Counter, Gauge, Registry, build, exposition
+from prometheus_client import Counter, Gauge
+
+from dracpu.core.metrics import build, exposition, service_registry
 
 
 class NRIMetrics:
     def __init__(self) -> None:
-        self.registry = Registry()
+        self.registry = service_registry()
         collectors = build("nri-plugin", self.registry)
         self._updates = collectors["dra_cpu_nri_shared_updates_total"]
         self._pending = collectors["dra_cpu_nri_shared_pending_containers"]

@@ -13,6 +13,7 @@ import grpc
 from dracpu.core import __version__
 from dracpu.core.config import load, log_effective
 from dracpu.core.log import get_logger
+from dracpu.core.metrics import exposition, service_registry
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
 from dracpu.pb.topology.v1 import topology_pb2_grpc
@@ -43,6 +44,8 @@ async def serve(args: argparse.Namespace) -> int:
     def register(server: grpc.aio.Server) -> None:
         topology_pb2_grpc.add_TopologyServicer_to_server(TopologyServicer(inventory), server)
 
+    # No dra_cpu_* metric of its own: the registry holds the process's standard collectors.
+    registry = service_registry()
     server, health = await start_server(
         args.socket,
         register,
@@ -50,6 +53,7 @@ async def serve(args: argparse.Namespace) -> int:
         api_version=API_VERSION,
         health_names=[SERVICE_NAME],
         probe_address=args.probe_address,
+        metrics=lambda: exposition(registry),
     )
     await health.set(True)
     log.info(
