@@ -30,7 +30,7 @@ from dracpu.allocator.opaque import OpaqueConfig
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.machine import Machine
-from dracpu.core.metrics import Registry, exposition
+from dracpu.core.metrics import exposition, service_registry
 
 Machines = Callable[[str], Machine]
 OWNER = Owner("pod-1", "app", "ns", "p")
@@ -352,7 +352,7 @@ def test_a_garbled_node_list_is_a_corrupt_record(machines: Machines) -> None:
 async def test_the_nodes_survive_an_allocator_restart(tmp_path: Path, machines: Machines) -> None:
     machine = machines("xeon-2s-ht")
     options = DeviceOptions(reserved=CPUSet.parse("0,20"), memory_placement="local")
-    registry = Registry()
+    registry = service_registry()
 
     def node(options: DeviceOptions = options, **kw: Any) -> NodeAllocator:
         return NodeAllocator(
