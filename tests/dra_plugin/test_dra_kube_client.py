@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 from conftest import NODE, eventually
 from fake_apiserver import Store, fake_apiserver
+from kubernetes.config import incluster_config
 from pki import PKI, make_pki
 
 from dracpu.core.errors import (
@@ -23,9 +26,9 @@ from dracpu.core.errors import (
     NotFoundError,
     UnavailableError,
 )
+from dracpu.dra_plugin.api_access import in_cluster
+from dracpu.dra_plugin.apiserver import KubernetesAPI
 from dracpu.dra_plugin.cluster import WatchExpiredError
-from dracpu.dra_plugin.kube import KubernetesAPI
-from dracpu.dra_plugin.kubeconfig import in_cluster
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -155,6 +158,21 @@ async def test_a_certificate_for_another_name_is_refused(tmp_path: Path, pki: PK
         assert store.requests == []
 
 
+def frozen_clock(monkeypatch: pytest.MonkeyPatch, now: list[float]) -> None:
+    """The client's in-cluster loader tells the minute by datetime.datetime.now(): `now[0]`
+    seconds after a fixed instant instead."""
+    start = datetime.datetime(2026, 1, 1)
+
+    class Clock(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> Clock:
+            moment = start + datetime.timedelta(seconds=now[0])
+            return cls.fromtimestamp(moment.timestamp(), tz)
+
+    monkeypatch.setattr(incluster_config, "datetime",
+                        SimpleNamespace(datetime=Clock, timedelta=datetime.timedelta))  # fmt: skip
+
+
 async def test_in_cluster_with_a_rotating_token(
     tmp_path: Path, pki: PKI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -163,10 +181,11 @@ async def test_in_cluster_with_a_rotating_token(
     (folder / "ca.crt").write_bytes(pki.pem("ca.crt"))
     (folder / "token").write_text("first")
     now = [0.0]
+    frozen_clock(monkeypatch, now)
     with fake_apiserver(tmp_path, pki.server_context("server-ip")) as (store, kubeconfig):
         port = server_of(kubeconfig).rsplit(":", 1)[1]
         env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port}
-        api = KubernetesAPI(access=in_cluster(env, folder, clock=lambda: now[0]))
+        api = KubernetesAPI(access=in_cluster(env, folder))
         await api.node_uid(NODE)
         (folder / "token").write_text("second")
         await api.node_uid(NODE)  # within the minute: the token read at start

@@ -15,7 +15,7 @@ from fake_apiserver import Store, fake_apiserver
 
 from dracpu.core.errors import InvalidInputError, NotFoundError
 from dracpu.dra_plugin.api_features import FeatureSupport
-from dracpu.dra_plugin.kube import KubernetesAPI
+from dracpu.dra_plugin.apiserver import KubernetesAPI
 from dracpu.dra_plugin.publisher import SlicePublisher
 from dracpu.dra_plugin.slice_watch import SliceWatch
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
