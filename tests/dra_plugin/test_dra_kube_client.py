@@ -8,6 +8,7 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -293,3 +294,65 @@ async def test_watch_read_timeout_exceeds_the_servers_own(tmp_path: Path) -> Non
         _, version = await api.list_slices_at("dra.cpu", NODE)
         assert [e async for e in api.watch_slices("dra.cpu", NODE, version, 1.5)] == []
         await api.aclose()
+
+
+# ---- round trips ------------------------------------------------------------------------------
+
+
+async def test_fields_newer_than_the_clients_models_survive_a_round_trip(tmp_path: Path) -> None:
+    """Objects travel as the server's JSON, never through the client's generated models: a
+    field no release of the client knows, anywhere in a slice or a claim, is kept, with its
+    nulls, on the way in and on the way out."""
+    future = {"fromAFutureRelease": {"nested": [1, None, {"k": "v"}]}, "nullable": None}
+    with fake_apiserver(tmp_path) as (store, kubeconfig):
+        api = KubernetesAPI(str(kubeconfig))
+        sent = body()
+        sent["spec"] |= future
+        sent["spec"]["devices"][0] |= future
+        created = await api.create_slice(sent)
+        name = created["metadata"]["name"]
+        assert store.slices[name]["spec"]["devices"][0]["fromAFutureRelease"] == \
+            future["fromAFutureRelease"]  # fmt: skip
+        (listed,) = await api.list_slices("dra.cpu", NODE)
+        for got in (created, listed):
+            assert got["spec"]["devices"][0] | {"name": "cpudev0"} == sent["spec"]["devices"][0]
+            assert {k: got["spec"][k] for k in future} == future
+        updated = await api.update_slice(listed)
+        assert {k: updated["spec"][k] for k in future} == future
+
+        claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+                 "spec": future, "status": {"allocation": future, **future}}  # fmt: skip
+        store.claims[("ns", "c")] = claim
+        assert await api.get_claim("ns", "c") == claim
+        await api.aclose()
+
+
+async def test_an_exec_plugin_is_run_again_after_a_401(tmp_path: Path) -> None:
+    """The credential an exec plugin printed is refused (revoked, rotated early): the plugin
+    runs again and the request is retried once with what it prints now."""
+    current = tmp_path / "current-token"
+    current.write_text("one")
+    plugin = tmp_path / "credential-plugin"
+    plugin.write_text(
+        f"#!{sys.executable}\nimport json\n"
+        f"token = open({str(current)!r}).read()\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', "
+        "'kind': 'ExecCredential', 'status': {'token': token}}))\n"
+    )
+    plugin.chmod(0o755)
+    with fake_apiserver(tmp_path) as (store, kubeconfig):
+        exec_user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                              "command": str(plugin)}}  # fmt: skip
+        api = KubernetesAPI(str(rewrite(kubeconfig, {}, exec_user)))
+        await api.node_uid(NODE)
+        current.write_text("two")
+        store.require_token = "Bearer two"
+        await api.node_uid(NODE)
+        store.require_token = "Bearer three"  # the plugin still prints two: the 401 stands
+        with pytest.raises(UnavailableError, match=r"^get node node-a: 401 Unauthorized"):
+            await api.node_uid(NODE)
+        await api.aclose()
+    assert [auth for auth, _ in store.credentials] == [
+        "Bearer one", "Bearer one", "Bearer two", "Bearer two"
+    ]  # fmt: skip

@@ -127,6 +127,7 @@ class KubernetesAPI:
         self._client = self._new_client()
         self._lock = threading.Lock()  # replacing the client after new credentials
         self._pool = ThreadPoolExecutor(MAX_WORKERS, thread_name_prefix="dracpu-kube")
+        self._streams: set[RESTResponse] = set()  # open watches, ended by aclose
 
     def _new_client(self) -> ApiClient:
         client = ApiClient(self.access.configuration)
@@ -137,7 +138,10 @@ class KubernetesAPI:
         return "kubernetes"
 
     async def aclose(self) -> None:
-        """Stop the pool without waiting on a request still in flight (each has its timeout)."""
+        """End open watches and stop the pool without waiting on a request still in flight
+        (each has its timeout)."""
+        for stream in list(self._streams):
+            _close(stream)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._client.close()
         self.access.close()
@@ -329,11 +333,13 @@ class KubernetesAPI:
             opening.add_done_callback(_close_opened)
             raise
         lines = iter_resp_lines(response.response)
+        self._streams.add(response)
         try:
             while (line := await self._run(lambda: _next_line(lines))) is not None:
                 if line.strip():
                     yield _event(line)
         finally:
+            self._streams.discard(response)
             _close(response)
 
 
