@@ -37,9 +37,12 @@ from dracpu.core.errors import (
     NotFoundError,
     UnavailableError,
 )
+from dracpu.core.log import get_logger
 from dracpu.dra_plugin.api_access import APIAccess
 from dracpu.dra_plugin.api_access import load as load_access
 from dracpu.dra_plugin.cluster import Object, WatchEvent, WatchExpiredError
+
+log = get_logger(__name__)
 
 RESOURCE_API = "/apis/resource.k8s.io/v1"
 SLICES = f"{RESOURCE_API}/resourceslices"
@@ -178,6 +181,8 @@ class KubernetesAPI:
             with self._lock:
                 if self._client is client and self.access.reload():
                     self._client = self._new_client()
+                    log.info(2, "the API server refused our credentials; using the ones read "
+                             "again", source=self.access.source)  # fmt: skip
                 if self._client is client:
                     return response  # the same credentials: the 401 stands
                 client = self._client
