@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import RESTResponse
 from kubernetes.watch.watch import iter_resp_lines
 from urllib3.exceptions import HTTPError as TransportError
+from urllib3.util.retry import Retry
 
 from dracpu.core.errors import (
     ConflictError,
@@ -52,6 +53,9 @@ CONNECT_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 60.0
 # A watch is silent while nothing changes: it may read nothing until the server ends it.
 WATCH_GRACE = 30.0
+# urllib3's own retries, bounded: a connection refused or reset is tried twice more, a read
+# that timed out (an idempotent GET) once; the callers retry the rest on their own schedule.
+RETRIES = Retry(total=2, connect=2, read=1, redirect=0, status=0, other=0)
 USER_AGENT = "dracpu-dra-plugin"
 APPLY_PATCH = "application/apply-patch+yaml"
 # The slice watch holds one thread while it is open; the others serve the publisher, the
@@ -133,6 +137,7 @@ class KubernetesAPI:
         self._streams: set[RESTResponse] = set()  # open watches, ended by aclose
 
     def _new_client(self) -> ApiClient:
+        self.access.configuration.retries = RETRIES
         client = ApiClient(self.access.configuration)
         client.user_agent = USER_AGENT
         return client
