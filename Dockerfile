@@ -40,7 +40,9 @@ RUN python3 -m venv --without-pip /opt/tools \
 # The shared runtime environment, with no pip of its own: the third-party packages of all five
 # services (versions from constraints.txt), kept as byte code only (compiled in place, sources
 # dropped: a third of the size). It changes only with the wheels, so every image takes the very
-# same layer from here, across services and source changes.
+# same layer from here, across services and source changes. The kubernetes client's asyncio
+# twin (kubernetes.aio, 68 MB of sources) and the aiohttp stack only it imports are left out:
+# the dra-plugin uses the client's synchronous half from a thread pool.
 RUN python3 -m venv --without-pip /opt/dracpu \
     && /opt/tools/bin/pip --python /opt/dracpu/bin/python install --no-compile \
         grpcio \
@@ -52,6 +54,10 @@ RUN python3 -m venv --without-pip /opt/dracpu \
         fastapi \
         uvicorn \
         httpx \
+        kubernetes \
+    && /opt/tools/bin/pip --python /opt/dracpu/bin/python uninstall --yes \
+        aiohttp aiohttp-retry aiohappyeyeballs aiosignal attrs frozenlist multidict propcache yarl \
+    && rm -rf /opt/dracpu/lib/python3*/site-packages/kubernetes/aio \
     && /opt/dracpu/bin/python -m compileall -q -b -j 0 /opt/dracpu/lib \
     && find /opt/dracpu/lib -name '*.py' -delete
 

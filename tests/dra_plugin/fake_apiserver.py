@@ -348,20 +348,29 @@ class Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["5"])[0])
         if since < s.compacted and s.gone_as_status:
             return self._send(410, _status(410, "Gone", f"too old resource version: {since}"))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")  # as the real server streams a watch
-        self.end_headers()
 
         def line(body: dict[str, Any]) -> None:
             data = json.dumps(body).encode() + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
+        gone = None
         if since < s.compacted:
             gone = _status(410, "Expired", f"too old resource version: {since} ({s.compacted})")
-            line({"type": "ERROR", "object": gone})
-            self.wfile.write(b"0\r\n\r\n")
+        s.lock.release()  # socket I/O without the lock (see _route)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")  # as the real server streams one
+            self.end_headers()
+            if gone is not None:
+                line({"type": "ERROR", "object": gone})
+                self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            return None  # the client went away
+        finally:
+            s.lock.acquire()
+        if gone is not None:
             return None
         s.open_watches += 1
         try:
@@ -379,7 +388,11 @@ class Handler(BaseHTTPRequestHandler):
                     s.lock.acquire()
                 if since == s.version:
                     s.changed.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-            self.wfile.write(b"0\r\n\r\n")
+            s.lock.release()
+            try:
+                self.wfile.write(b"0\r\n\r\n")
+            finally:
+                s.lock.acquire()
         except OSError:
             pass  # the client went away
         finally:

@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 from conftest import NODE, eventually
 from fake_apiserver import Store, fake_apiserver
+from kubernetes.config import incluster_config
 from pki import PKI, make_pki
 
 from dracpu.core.errors import (
@@ -23,9 +27,9 @@ from dracpu.core.errors import (
     NotFoundError,
     UnavailableError,
 )
+from dracpu.dra_plugin.api_access import in_cluster
+from dracpu.dra_plugin.apiserver import KubernetesAPI
 from dracpu.dra_plugin.cluster import WatchExpiredError
-from dracpu.dra_plugin.kube import KubernetesAPI
-from dracpu.dra_plugin.kubeconfig import in_cluster
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -155,6 +159,21 @@ async def test_a_certificate_for_another_name_is_refused(tmp_path: Path, pki: PK
         assert store.requests == []
 
 
+def frozen_clock(monkeypatch: pytest.MonkeyPatch, now: list[float]) -> None:
+    """The client's in-cluster loader tells the minute by datetime.datetime.now(): `now[0]`
+    seconds after a fixed instant instead."""
+    start = datetime.datetime(2026, 1, 1)
+
+    class Clock(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> Clock:
+            moment = start + datetime.timedelta(seconds=now[0])
+            return cls.fromtimestamp(moment.timestamp(), tz)
+
+    monkeypatch.setattr(incluster_config, "datetime",
+                        SimpleNamespace(datetime=Clock, timedelta=datetime.timedelta))  # fmt: skip
+
+
 async def test_in_cluster_with_a_rotating_token(
     tmp_path: Path, pki: PKI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -163,10 +182,11 @@ async def test_in_cluster_with_a_rotating_token(
     (folder / "ca.crt").write_bytes(pki.pem("ca.crt"))
     (folder / "token").write_text("first")
     now = [0.0]
+    frozen_clock(monkeypatch, now)
     with fake_apiserver(tmp_path, pki.server_context("server-ip")) as (store, kubeconfig):
         port = server_of(kubeconfig).rsplit(":", 1)[1]
         env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port}
-        api = KubernetesAPI(access=in_cluster(env, folder, clock=lambda: now[0]))
+        api = KubernetesAPI(access=in_cluster(env, folder))
         await api.node_uid(NODE)
         (folder / "token").write_text("second")
         await api.node_uid(NODE)  # within the minute: the token read at start
@@ -274,3 +294,65 @@ async def test_watch_read_timeout_exceeds_the_servers_own(tmp_path: Path) -> Non
         _, version = await api.list_slices_at("dra.cpu", NODE)
         assert [e async for e in api.watch_slices("dra.cpu", NODE, version, 1.5)] == []
         await api.aclose()
+
+
+# ---- round trips ------------------------------------------------------------------------------
+
+
+async def test_fields_newer_than_the_clients_models_survive_a_round_trip(tmp_path: Path) -> None:
+    """Objects travel as the server's JSON, never through the client's generated models: a
+    field no release of the client knows, anywhere in a slice or a claim, is kept, with its
+    nulls, on the way in and on the way out."""
+    future = {"fromAFutureRelease": {"nested": [1, None, {"k": "v"}]}, "nullable": None}
+    with fake_apiserver(tmp_path) as (store, kubeconfig):
+        api = KubernetesAPI(str(kubeconfig))
+        sent = body()
+        sent["spec"] |= future
+        sent["spec"]["devices"][0] |= future
+        created = await api.create_slice(sent)
+        name = created["metadata"]["name"]
+        assert store.slices[name]["spec"]["devices"][0]["fromAFutureRelease"] == \
+            future["fromAFutureRelease"]  # fmt: skip
+        (listed,) = await api.list_slices("dra.cpu", NODE)
+        for got in (created, listed):
+            assert got["spec"]["devices"][0] | {"name": "cpudev0"} == sent["spec"]["devices"][0]
+            assert {k: got["spec"][k] for k in future} == future
+        updated = await api.update_slice(listed)
+        assert {k: updated["spec"][k] for k in future} == future
+
+        claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+                 "spec": future, "status": {"allocation": future, **future}}  # fmt: skip
+        store.claims[("ns", "c")] = claim
+        assert await api.get_claim("ns", "c") == claim
+        await api.aclose()
+
+
+async def test_an_exec_plugin_is_run_again_after_a_401(tmp_path: Path) -> None:
+    """The credential an exec plugin printed is refused (revoked, rotated early): the plugin
+    runs again and the request is retried once with what it prints now."""
+    current = tmp_path / "current-token"
+    current.write_text("one")
+    plugin = tmp_path / "credential-plugin"
+    plugin.write_text(
+        f"#!{sys.executable}\nimport json\n"
+        f"token = open({str(current)!r}).read()\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', "
+        "'kind': 'ExecCredential', 'status': {'token': token}}))\n"
+    )
+    plugin.chmod(0o755)
+    with fake_apiserver(tmp_path) as (store, kubeconfig):
+        exec_user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                              "command": str(plugin)}}  # fmt: skip
+        api = KubernetesAPI(str(rewrite(kubeconfig, {}, exec_user)))
+        await api.node_uid(NODE)
+        current.write_text("two")
+        store.require_token = "Bearer two"
+        await api.node_uid(NODE)
+        store.require_token = "Bearer three"  # the plugin still prints two: the 401 stands
+        with pytest.raises(UnavailableError, match=r"^get node node-a: 401 Unauthorized"):
+            await api.node_uid(NODE)
+        await api.aclose()
+    assert [auth for auth, _ in store.credentials] == [
+        "Bearer one", "Bearer one", "Bearer two", "Bearer two"
+    ]  # fmt: skip

@@ -1,29 +1,23 @@
-"""Loading how to reach the API server: each kubeconfig field the loader supports, each one it
-refuses (one ConfigError line naming it), the in-cluster configuration and token rotation."""
+"""Loading how to reach the API server through the official client's loaders: each kubeconfig
+field the client supports (exec credential plugins and basic authentication included), each
+one refused (one ConfigError line naming it: the client's own complaints and the checks made
+before it, fields it would ignore), the in-cluster configuration and its token."""
 
 from __future__ import annotations
 
 import base64
-import ssl
-import tempfile
-from collections.abc import Iterator
+import os
+import stat
+import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from pki import PKI, make_pki
 
 from dracpu.core.errors import ConfigError
-from dracpu.dra_plugin.kubeconfig import (
-    BearerAuth,
-    ClusterAccess,
-    TokenFile,
-    in_cluster,
-    load,
-    load_kubeconfig,
-)
+from dracpu.dra_plugin.api_access import APIAccess, in_cluster, load, load_kubeconfig
 
 SERVER = "https://127.0.0.1:6443"
 
@@ -31,15 +25,6 @@ SERVER = "https://127.0.0.1:6443"
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
     return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """tempfile's folder for this test only: whatever the loader leaves there is visible."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    yield folder
 
 
 def b64(data: bytes) -> str:
@@ -64,10 +49,23 @@ def write(folder: Path, cluster: dict[str, Any], user: dict[str, Any] | None = N
     return path
 
 
-def bearer(access: ClusterAccess) -> str:
-    assert isinstance(access.auth, BearerAuth)
-    flow = access.auth.auth_flow(httpx.Request("GET", SERVER))
-    return str(next(flow).headers["Authorization"])
+def bearer(access: APIAccess) -> str:
+    """The Authorization header the client sends now."""
+    return str(access.configuration.auth_settings()["BearerToken"]["value"])
+
+
+def exec_plugin(folder: Path, token: str, *, exit_code: int = 0) -> dict[str, Any]:
+    """A kubeconfig `exec` user: a script printing an ExecCredential holding `token`."""
+    script = folder / "credential-plugin"
+    credential = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                  "status": {"token": token}}  # fmt: skip
+    script.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"print(json.dumps({credential!r}))\n"
+        f"sys.stderr.write('denied by the identity provider')\nsys.exit({exit_code})\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(script)}}
 
 
 # ---- supported fields -------------------------------------------------------------------------
@@ -76,7 +74,8 @@ def bearer(access: ClusterAccess) -> str:
 def test_plain_http_server_needs_no_tls_and_no_user(tmp_path: Path) -> None:
     path = write(tmp_path, {"server": "http://127.0.0.1:8080/prefix/"})
     access = load(str(path))
-    assert (access.server, access.tls, access.auth) == ("http://127.0.0.1:8080/prefix", None, None)
+    c = access.configuration
+    assert (c.host, c.ssl_ca_cert, c.auth_settings()) == ("http://127.0.0.1:8080/prefix", None, {})
     assert access.source == f"kubeconfig {path}"
 
 
@@ -84,37 +83,35 @@ def test_certificate_authority_file_relative_to_the_kubeconfig(tmp_path: Path, p
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "ca.crt").write_bytes(pki.pem("ca.crt"))
     access = load_kubeconfig(write(tmp_path, {"certificate-authority": "ca.crt"}))
-    assert access.tls is not None and access.tls.verify_mode == ssl.CERT_REQUIRED
-    assert access.tls.check_hostname
-    (ca,) = access.tls.get_ca_certs()
-    assert ca["subject"] == ((("commonName", "dracpu-test-ca"),),)
+    assert access.configuration.verify_ssl
+    assert access.configuration.ssl_ca_cert == str(tmp_path / "config" / "ca.crt")
 
 
 def test_certificate_authority_data_wins_over_the_file(tmp_path: Path, pki: PKI) -> None:
     cluster = {"certificate-authority-data": b64(pki.pem("ca.crt")),
                "certificate-authority": "absent.crt"}  # fmt: skip
     access = load_kubeconfig(write(tmp_path, cluster))
-    assert access.tls is not None and len(access.tls.get_ca_certs()) == 1
+    assert Path(access.configuration.ssl_ca_cert).read_bytes() == pki.pem("ca.crt")
+    access.close()
 
 
 def test_insecure_skip_tls_verify(tmp_path: Path) -> None:
     access = load_kubeconfig(write(tmp_path, {"insecure-skip-tls-verify": True}))
-    assert access.tls is not None
-    assert (access.tls.verify_mode, access.tls.check_hostname) == (ssl.CERT_NONE, False)
+    assert access.configuration.verify_ssl is False
 
 
 def test_tls_server_name(tmp_path: Path) -> None:
     access = load_kubeconfig(write(tmp_path, {"tls-server-name": "apiserver.test"}))
-    assert access.server_name == "apiserver.test"
+    assert access.configuration.tls_server_name == "apiserver.test"
 
 
 def test_no_certificate_authority_uses_the_system_roots(tmp_path: Path) -> None:
     access = load_kubeconfig(write(tmp_path, {}))
-    assert access.tls is not None and access.tls.verify_mode == ssl.CERT_REQUIRED
+    assert access.configuration.verify_ssl and access.configuration.ssl_ca_cert is None
 
 
 @pytest.mark.parametrize("form", ["files", "data", "mixed"])
-def test_client_certificate_and_key(tmp_path: Path, pki: PKI, private_tmp: Path, form: str) -> None:
+def test_client_certificate_and_key(tmp_path: Path, pki: PKI, form: str) -> None:
     folder = tmp_path / "config"
     folder.mkdir()
     for name in ("client.crt", "client.key"):
@@ -127,8 +124,15 @@ def test_client_certificate_and_key(tmp_path: Path, pki: PKI, private_tmp: Path,
                   "client-key-data": b64(pki.pem("client.key"))},
     }[form]  # fmt: skip
     access = load_kubeconfig(write(tmp_path, {}, user))
-    assert access.tls is not None and access.auth is None
-    assert list(private_tmp.iterdir()) == []  # inline key material does not outlive the load
+    c = access.configuration
+    assert c.auth_settings() == {}
+    assert Path(c.cert_file).read_bytes() == pki.pem("client.crt")
+    assert Path(c.key_file).read_bytes() == pki.pem("client.key")
+    inline = [Path(name) for name in (c.cert_file, c.key_file) if folder not in Path(name).parents]
+    for name in inline:  # urllib3 loads files: inline data is written privately
+        assert stat.S_IMODE(name.stat().st_mode) == 0o600
+    access.close()
+    assert not any(name.exists() for name in inline)  # and does not outlive the client
 
 
 def test_token(tmp_path: Path) -> None:
@@ -143,7 +147,30 @@ def test_token_file_relative_and_preferred_to_an_inline_token(tmp_path: Path) ->
 
 def test_context_without_user_is_anonymous(tmp_path: Path) -> None:
     path = write(tmp_path, {}, contexts=[{"name": "test", "context": {"cluster": "c"}}])
-    assert load_kubeconfig(path).auth is None
+    assert load_kubeconfig(path).configuration.auth_settings() == {}
+
+
+def test_basic_authentication(tmp_path: Path) -> None:
+    access = load_kubeconfig(write(tmp_path, {}, {"username": "admin", "password": "x"}))
+    assert bearer(access) == f"Basic {b64(b'admin:x')}"
+
+
+def test_proxy_url(tmp_path: Path) -> None:
+    access = load_kubeconfig(write(tmp_path, {"proxy-url": "http://proxy:3128"}))
+    assert access.configuration.proxy == "http://proxy:3128"
+
+
+def test_exec_credential_plugin(tmp_path: Path) -> None:
+    access = load_kubeconfig(write(tmp_path, {}, exec_plugin(tmp_path, "from-plugin")))
+    assert bearer(access) == "Bearer from-plugin"
+
+
+def test_a_failing_exec_plugin_says_why(tmp_path: Path) -> None:
+    path = write(tmp_path, {}, exec_plugin(tmp_path, "x", exit_code=3))
+    with pytest.raises(ConfigError, match=f"^cannot load kubeconfig {path}: exec credential "
+                       "plugin failed: exec: process returned 3. denied by the identity "
+                       "provider$"):  # fmt: skip
+        load_kubeconfig(path)
 
 
 # ---- refusals ---------------------------------------------------------------------------------
@@ -168,30 +195,29 @@ REFUSED: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], str]] =
     ("ca-data-not-base64", {"certificate-authority-data": "not base64!"}, {}, {},
      "cluster 'c': certificate-authority-data is not base64"),
     ("ca-data-not-a-certificate", {"certificate-authority-data": b64(b"junk")}, {}, {},
-     "cluster 'c': certificate authority does not load"),
+     "certificate authority does not load"),
     ("ca-file-absent", {"certificate-authority": "absent.crt"}, {}, {},
-     "cluster 'c': certificate authority: .*/config/absent.crt does not exist"),
-    ("proxy-url", {"proxy-url": "http://proxy:3128"}, {}, {},
-     "cluster 'c': proxy-url is not supported"),
+     "File does not exist: .*/config/absent.crt"),
     ("certificate-without-key", {}, {"client-certificate": "client.crt"}, {},
      r"user 'u': a client certificate needs its key .*\(client-key is missing\)"),
     ("key-without-certificate", {}, {"client-key-data": b64(b"k")}, {},
      r"user 'u': .* \(client-certificate is missing\)"),
     ("client-certificate-junk", {}, {"client-certificate-data": b64(b"junk"),
                                      "client-key-data": b64(b"junk")}, {},
-     "user 'u': client certificate and key do not load"),
+     "client certificate and key do not load"),
     ("client-certificate-absent", {}, {"client-certificate": "absent.crt",
                                        "client-key": "absent.key"}, {},
-     "user 'u': .*/config/absent.crt does not exist"),
+     "File does not exist: .*/config/absent.crt"),
     ("token-not-a-string", {}, {"token": 5}, {}, "user 'u': token must be a string"),
     ("token-file-absent", {}, {"tokenFile": "absent"}, {},
-     "user 'u': cannot read token file .*/config/absent: No such file"),
-    ("exec", {}, {"exec": {"command": "aws", "apiVersion": "client.authentication.k8s.io/v1"}},
-     {}, "user 'u': exec is not supported \\(credential plugins"),
-    ("auth-provider", {}, {"auth-provider": {"name": "oidc"}}, {},
-     "user 'u': auth-provider is not supported"),
-    ("basic-auth", {}, {"username": "admin", "password": "x"}, {},
-     "user 'u': username is not supported"),
+     "cannot read .*/config/absent: No such file or directory"),
+    ("exec-command-absent", {}, {"exec": {"command": "/absent/aws",
+                                          "apiVersion": "client.authentication.k8s.io/v1"}},
+     {}, "exec credential plugin failed: .*No such file or directory: '/absent/aws'"),
+    ("exec-without-api-version", {}, {"exec": {"command": "aws"}}, {},
+     "exec credential plugin failed: exec: malformed request. missing key 'apiVersion'"),
+    ("auth-provider-unknown", {}, {"auth-provider": {"name": "azure"}}, {},
+     "user 'u': auth-provider 'azure' is not supported \\(only oidc, gcp\\)"),
     ("impersonation", {}, {"as": "system:admin"}, {}, "user 'u': as is not supported"),
 ]  # fmt: skip
 
@@ -238,7 +264,7 @@ def service_account(tmp_path: Path, pki: PKI) -> Path:
     folder = tmp_path / "serviceaccount"
     folder.mkdir()
     (folder / "ca.crt").write_bytes(pki.pem("ca.crt"))
-    (folder / "token").write_text("first")
+    (folder / "token").write_text("first\n")
     return folder
 
 
@@ -249,21 +275,23 @@ def service_account(tmp_path: Path, pki: PKI) -> Path:
 def test_in_cluster(service_account: Path, host: str, server: str) -> None:
     env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": "443"}
     access = in_cluster(env, service_account)
-    assert access.server == server
+    assert access.configuration.host == server
     assert access.source == "in-cluster configuration"
-    assert access.tls is not None and len(access.tls.get_ca_certs()) == 1
+    assert access.configuration.ssl_ca_cert == str(service_account / "ca.crt")
     assert bearer(access) == "Bearer first"
 
 
 @pytest.mark.parametrize(
     ("env", "remove", "message"),
     [
-        pytest.param({}, "", "KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set",
+        pytest.param({}, "", "Service host/port is not set. .*not in a pod\\? pass --kubeconfig",
                      id="not-in-a-pod"),
         pytest.param({"KUBERNETES_SERVICE_PORT": "https"}, "",
                      "KUBERNETES_SERVICE_PORT 'https' is not a port number", id="bad-port"),
-        pytest.param({}, "ca.crt", "service account CA: .*/ca.crt does not exist", id="no-ca"),
-        pytest.param({}, "token", "cannot read token file .*token: No such file", id="no-token"),
+        pytest.param({}, "ca.crt", "Service certification file does not exist. \\(in .*\\)",
+                     id="no-ca"),
+        pytest.param({}, "token", "Service token file does not exist. \\(in .*\\)",
+                     id="no-token"),
     ],
 )  # fmt: skip
 def test_in_cluster_refused(
@@ -277,36 +305,25 @@ def test_in_cluster_refused(
         in_cluster(environ, service_account)
 
 
-def test_token_file_is_read_again_once_a_minute(tmp_path: Path) -> None:
-    path = tmp_path / "token"
-    path.write_text("first")
-    now = [0.0]
-    tokens = TokenFile(path, clock=lambda: now[0])
-    path.write_text("second")
-    now[0] = 59.0
-    assert tokens.token() == "first"
-    now[0] = 60.0
-    assert tokens.token() == "second"
-    path.unlink()  # a failed re-read keeps the last token
-    now[0] = 200.0
-    assert tokens.token() == "second"
-    path.write_text("third")
-    assert tokens.token(fresh=True) == "third"
+def test_a_reload_reads_a_rotated_token_at_once(service_account: Path) -> None:
+    """What the client does after a 401: the token file is read again before the minute the
+    client's own refresh waits; unchanged, or unreadable, the last token stays."""
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    access = in_cluster(env, service_account)
+    assert access.reload() is False  # nothing changed
+    (service_account / "token").write_text("second")
+    assert bearer(access) == "Bearer first"  # within the minute
+    assert access.reload() is True
+    assert bearer(access) == "Bearer second"
+    (service_account / "token").unlink()
+    assert access.reload() is False
+    assert bearer(access) == "Bearer second"
 
 
-def test_a_401_reads_a_rotated_token_at_once_and_retries(tmp_path: Path) -> None:
-    path = tmp_path / "token"
-    path.write_text("old")
-    auth = BearerAuth(file=TokenFile(path))
-    flow = auth.auth_flow(httpx.Request("GET", SERVER))
-    assert next(flow).headers["Authorization"] == "Bearer old"
-    path.write_text("new")
-    retried = flow.send(httpx.Response(401))
-    assert retried.headers["Authorization"] == "Bearer new"
-    with pytest.raises(StopIteration):
-        flow.send(httpx.Response(200))
-    # Unchanged token: the 401 stands.
-    flow = auth.auth_flow(httpx.Request("GET", SERVER))
-    next(flow)
-    with pytest.raises(StopIteration):
-        flow.send(httpx.Response(401))
+def test_a_reload_runs_the_exec_plugin_again(tmp_path: Path) -> None:
+    path = write(tmp_path, {}, exec_plugin(tmp_path, "one"))
+    access = load_kubeconfig(path)
+    exec_plugin(tmp_path, "two")
+    assert access.reload() is True
+    assert bearer(access) == "Bearer two"
+    assert os.environ.get("KUBERNETES_EXEC_INFO") is None  # the plugin's, not ours

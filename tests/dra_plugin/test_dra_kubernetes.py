@@ -12,7 +12,7 @@ from fake_apiserver import fake_apiserver
 
 from dracpu.core.errors import ConfigError, ConflictError, NotFoundError, UnavailableError
 from dracpu.dev.kubelet_sim import Claim, KubeletSim
-from dracpu.dra_plugin.kube import KubernetesAPI
+from dracpu.dra_plugin.apiserver import KubernetesAPI
 from dracpu.dra_plugin.publisher import SlicePublisher
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 

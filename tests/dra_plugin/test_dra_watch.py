@@ -15,13 +15,15 @@ from fake_apiserver import Store, fake_apiserver
 
 from dracpu.core.errors import InvalidInputError, NotFoundError
 from dracpu.dra_plugin.api_features import FeatureSupport
-from dracpu.dra_plugin.kube import KubernetesAPI
+from dracpu.dra_plugin.apiserver import KubernetesAPI
 from dracpu.dra_plugin.publisher import SlicePublisher
 from dracpu.dra_plugin.slice_watch import SliceWatch
+from dracpu.dra_plugin.waits import wait_set
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 
 pytestmark = pytest.mark.timeout(120)
 NEW_UID = "0b0d8f2e-0000-4000-8000-00000000000b"
+TEARDOWN = 10.0  # seconds a cancelled publisher and its watch may take to end
 
 
 class Devices:
@@ -85,9 +87,17 @@ async def publishing(
             with store.lock:
                 store.closed = True
                 store.changed.notify_all()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop(task)
+            await api.aclose()
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    """Cancel the publisher: it ends promptly, its watch too, never waited on for ever."""
+    task.cancel()
+    await asyncio.wait({task}, timeout=TEARDOWN)
+    assert task.done(), f"the publisher did not end within {TEARDOWN} s of its cancellation"
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def test_a_slice_deleted_or_edited_by_someone_else_is_repaired_without_a_resync(
@@ -238,6 +248,24 @@ async def test_an_unreachable_api_server_is_reported_not_waited_on(tmp_path: Pat
                    what="the watch's own error")  # fmt: skip
         assert not watch.synced.is_set()
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop(task)
+        await api.aclose()
+
+
+async def test_a_loop_cancelled_just_as_its_event_is_set_still_ends() -> None:
+    """The publisher, the status writer and device health wait on an Event with a time limit;
+    a cancellation arriving in the same turn as the event must not be lost (it is with
+    asyncio.wait_for on Python 3.11: the loop went on and teardown waited for ever)."""
+    event = asyncio.Event()
+
+    async def loop() -> None:
+        await wait_set(event, 60)
+        await asyncio.sleep(3600)  # reached only when the cancellation was lost
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)  # the task waits on the event
+    event.set()
+    task.cancel()
+    await asyncio.wait({task}, timeout=1)
+    assert task.cancelled()
+    assert await wait_set(asyncio.Event(), 0.01) is False  # the time limit still holds

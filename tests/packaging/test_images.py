@@ -50,6 +50,10 @@ DISTRIBUTION = {
     # uvicorn's HTTP/1.1 protocol (a dependency of uvicorn): the api extends it.
     "h11": "uvicorn",
     "httpx": "httpx",
+    "kubernetes": "kubernetes",
+    # The official client's transport (a dependency of kubernetes): the dra-plugin catches its
+    # errors.
+    "urllib3": "kubernetes",
 }
 
 

@@ -1,6 +1,6 @@
 """What the dra-plugin needs from the cluster, behind one small interface.
 
-Two implementations: the Kubernetes API server (`dracpu.dra_plugin.kube`) and a local cluster
+Two implementations: the Kubernetes API server (`dracpu.dra_plugin.apiserver`) and a local cluster
 folder (`dracpu.dra_plugin.folder`) used by the dev runner and the tests. Objects are plain
 dicts in the API's JSON shape, so everything above this interface is the same for both.
 """

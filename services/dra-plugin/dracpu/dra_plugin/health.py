@@ -12,7 +12,6 @@ lease (the reference driver's numbers), and at once when anything changes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.intervals import RESEND_INTERVAL
+from dracpu.dra_plugin.waits import wait_set
 
 log = get_logger(__name__)
 
@@ -97,8 +97,7 @@ class DeviceHealth:
         while not self._stopped:
             changed = self._changed
             yield self.snapshot(module)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout=self.interval)
+            await wait_set(changed, self.interval)
 
     def snapshot(self, module: Any) -> Any:
         now = int(time.time())

@@ -33,6 +33,7 @@ from dracpu.dra_plugin.cluster import Cluster, Object
 from dracpu.dra_plugin.intervals import POLL_INTERVAL, RESYNC_INTERVAL, WATCH_RESYNC_INTERVAL
 from dracpu.dra_plugin.slice_watch import SliceWatch
 from dracpu.dra_plugin.slices import Owner, Plan, chunk_documents, device_json, plan
+from dracpu.dra_plugin.waits import wait_set
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 log = get_logger(__name__)
@@ -144,8 +145,7 @@ class SlicePublisher:
             if not self._again:
                 await asyncio.sleep(seconds)
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.watch.changed.wait(), timeout=seconds)
+        await wait_set(self.watch.changed, seconds)
 
     async def _owner_reference(self, reread: bool) -> Owner | None:
         watch = self.watch
@@ -172,8 +172,7 @@ class SlicePublisher:
             return await self.cluster.list_slices(self.driver, self.node)
         if not self.watch.synced.is_set():
             # Give the first list a moment; then say why there is nothing to compare against.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.watch.synced.wait(), timeout=5)
+            await wait_set(self.watch.synced, 5)
         if not self.watch.synced.is_set():
             reason = self.watch.stats.last_error or "no answer yet"
             raise UnavailableError(f"ResourceSlices not listed yet: {reason}")

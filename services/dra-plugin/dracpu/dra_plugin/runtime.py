@@ -48,7 +48,7 @@ from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2_grpc
 from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 
 if TYPE_CHECKING:
-    from dracpu.dra_plugin.kube import KubernetesAPI
+    from dracpu.dra_plugin.apiserver import KubernetesAPI
 
 log = get_logger(__name__)
 
@@ -99,7 +99,7 @@ def _build(args: argparse.Namespace) -> Plugin:
 
         cluster = ClusterFolder(args.cluster_dir)
     else:
-        from dracpu.dra_plugin.kube import KubernetesAPI
+        from dracpu.dra_plugin.apiserver import KubernetesAPI
 
         api = KubernetesAPI(cfg.kubeconfig)
         cluster = api

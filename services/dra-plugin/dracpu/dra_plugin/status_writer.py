@@ -19,7 +19,6 @@ written for the life of the process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from dracpu.dra_plugin.claim_status import (
 )
 from dracpu.dra_plugin.cluster import Object
 from dracpu.dra_plugin.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.waits import wait_set
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 log = get_logger(__name__)
@@ -168,8 +168,7 @@ class ClaimStatusWriter:
                     self._idle.set()
                 later = min((w.due for w in pending.values()), default=None)
                 timeout = None if later is None else max(0.0, later - now)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                await wait_set(self._wake, timeout)
                 continue
             for start in range(0, len(due), CONCURRENCY):
                 await asyncio.gather(*(self._write(w) for w in due[start : start + CONCURRENCY]))
