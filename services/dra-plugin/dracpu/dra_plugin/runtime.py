@@ -99,6 +99,9 @@ def _build(args: argparse.Namespace) -> Plugin:
 
         cluster = ClusterFolder(args.cluster_dir)
     else:
+        from dracpu.dra_plugin import client_modules
+
+        client_modules.load()  # before anything imports the client: only the parts we use
         from dracpu.dra_plugin.apiserver import KubernetesAPI
 
         api = KubernetesAPI(cfg.kubeconfig)
