@@ -486,6 +486,7 @@ def test_introspect_metrics_describes_every_metric() -> None:
         "dra_cpu_available_cpus",
         "dra_cpu_reserved_cpus",
         "dra_cpu_resource_claims_active",
+        "dra_cpu_resource_claims_memory_placed",
         "dra_cpu_prepare_claims_total",
         "dra_cpu_unprepare_claims_total",
         "dra_cpu_prepare_claim_duration_seconds",
