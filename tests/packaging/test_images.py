@@ -337,24 +337,25 @@ def runtime_packages() -> set[str]:
 
 
 def test_installs_exactly_the_distributions_the_code_imports() -> None:
-    # One shared environment: what the five services' code imports, together.
+    # One shared environment: what the five services' code and the dev image's tooling
+    # import, together.
     installed = runtime_packages()
     imported = set()
-    for service in SERVICES:
-        for folder in code_of(service):
-            for name in imports_of(folder):
-                top = name.split(".")[0]
-                if top in sys.stdlib_module_names or top in ("__future__", "dracpu"):
-                    continue
-                assert top in DISTRIBUTION, f"{folder} imports {top}: map it to its distribution"
-                imported.add(normalize(DISTRIBUTION[top]))
+    folders = [folder for service in SERVICES for folder in code_of(service)]
+    for folder in [*folders, ROOT / "dev" / "dracpu" / "dev"]:
+        for name in imports_of(folder):
+            top = name.split(".")[0]
+            if top in sys.stdlib_module_names or top in ("__future__", "dracpu"):
+                continue
+            assert top in DISTRIBUTION, f"{folder} imports {top}: map it to its distribution"
+            imported.add(normalize(DISTRIBUTION[top]))
     # The generated protobuf modules import the protobuf runtime.
     assert installed == imported | {"protobuf"}
     # Each is a declared dependency, pinned in constraints.txt.
     declared = pyproject_specs()
     pins = constraints()
     for name in installed:
-        assert name in declared, f"{service} installs {name}, not a dependency in pyproject"
+        assert name in declared, f"the images install {name}, not a dependency in pyproject"
         assert name in pins, f"{name} has no pin in constraints.txt"
 
 
