@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,7 @@ def churn(cluster: Cluster, claims: int, parallel: int) -> float:
             cluster.apply(claim_manifest(name, [cpus_request(1)]))
             cluster.apply(pod_manifest(name, [("work", ["c"])], [("c", name)]))
         for name in batch:
-            wait_until(lambda n=name: cluster.running(n), timeout=120, what=f"pod {name} runs")
+            wait_until(partial(cluster.running, name), timeout=120, what=f"pod {name} runs")
         cluster.delete("pod", *batch)
         cluster.delete("resourceclaim", *batch)
         done += len(batch)
