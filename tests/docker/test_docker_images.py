@@ -14,8 +14,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 MB = 1_000_000
 # The layers every image shares (the Dockerfile's runtime target, tagged by build-images.sh):
 # the base's package installer removed, the dracpu user, the Python packages of all five
-# services. On a node they are stored, and their files cached, once for all five images.
-SHARED_BUDGET = 60
+# services. On a node they are stored, and their files cached, once for all five images. The
+# official kubernetes client (the dra-plugin's) and what it imports are about 28 MB of them.
+SHARED_BUDGET = 70
 # Each image's own layers above the shared ones: the core and its service, its folders, and the
 # closing `--help` run; at most this many layers.
 OWN_BUDGET = {"topology": 3, "allocator": 3, "nri-plugin": 3, "api": 3, "dra-plugin": 3}
