@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from controlplane.harness import ControlPlane, missing_binaries
+from controlplane.stack import DriverStack
 
 ROOT = Path(os.environ.get("DRACPU_CP_ROOT", "/tmp/dracpu-controlplane"))
 
@@ -36,3 +37,12 @@ def control_plane(
     flags = tuple(getattr(request.module, "CONTROL_PLANE_FLAGS", ()))
     _control_plane_session.up(*flags)
     return _control_plane_session
+
+
+@pytest.fixture
+def stacks() -> Iterator[list[DriverStack]]:
+    """Driver stacks a test starts, closed after it."""
+    made: list[DriverStack] = []
+    yield made
+    for stack in made:
+        stack.close()

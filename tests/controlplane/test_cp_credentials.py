@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import stat
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -51,14 +50,6 @@ def kubeconfig(cp: ControlPlane, path: Path, user: dict[str, object]) -> Path:
         "contexts": [{"name": "cp", "context": {"cluster": "cp", "user": "u"}}],
     }))  # fmt: skip
     return path
-
-
-@pytest.fixture
-def stacks() -> Iterator[list[DriverStack]]:
-    made: list[DriverStack] = []
-    yield made
-    for stack in made:
-        stack.close()
 
 
 async def test_an_exec_credential_plugin_drives_a_slice_publish(

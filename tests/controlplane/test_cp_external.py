@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +33,6 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 GROUPINGS: tuple[GroupBy, ...] = ("numanode", "socket", "machine")
 # V1 covers 2-way SMT only: the allocator refuses these at start.
 INEXPRESSIBLE = {"smt4"}
-
-
-@pytest.fixture
-def stacks() -> Iterator[list[DriverStack]]:
-    made: list[DriverStack] = []
-    yield made
-    for stack in made:
-        stack.close()
 
 
 def fixture_machine(name: str) -> Machine:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,14 +23,6 @@ MODES = {
     "machine": ({"groupBy": "machine", "allocator": "external"}, ["cpudevmachine"]),
     "individual": ({"cpuDeviceMode": "individual"}, [f"cpudev{i:03d}" for i in range(40)]),
 }
-
-
-@pytest.fixture
-def stacks() -> Iterator[list[DriverStack]]:
-    made: list[DriverStack] = []
-    yield made
-    for stack in made:
-        stack.close()
 
 
 @pytest.mark.parametrize("mode", list(MODES))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import pytest
 from controlplane.checks import complete, devices, slices, stays_unchanged
@@ -19,14 +18,6 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 CONTROL_PLANE_FLAGS = (
     "--feature-gates=DRAListTypeAttributes=true,DRANodeAllocatableResources=true",
 )
-
-
-@pytest.fixture
-def stacks() -> Iterator[list[DriverStack]]:
-    made: list[DriverStack] = []
-    yield made
-    for stack in made:
-        stack.close()
 
 
 async def test_list_attributes_are_accepted_with_the_gate(
