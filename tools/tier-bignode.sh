@@ -64,9 +64,9 @@ install_debs() {
     say "apt-get install ${missing[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" \
         >/dev/null 2>&1 || {
-        apt-get update -q >/dev/null
+        apt-get update -q >/dev/null 2>&1 || true
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-            "${missing[@]}" >/dev/null
+            "${missing[@]}" >/dev/null 2>&1 || skip "apt-get cannot install ${missing[*]}"
     }
     say "installed ${missing[*]}"
 }

@@ -85,3 +85,19 @@ def test_a_recorded_pid_counts_only_when_it_is_this_state_folders_qemu(tmp_path:
         assert not pidfile.exists()
     finally:
         look_alike.kill()
+
+
+def test_without_root_the_tier_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guest_module.os, "geteuid", lambda: 1000)
+    reason = guest_module.missing()
+    assert reason.startswith("bignode tier needs root") and "\n" not in reason
+
+
+def test_a_missing_tool_is_named_with_the_command_that_gets_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(guest_module, "CACHE", tmp_path)
+    monkeypatch.setattr(guest_module.os, "geteuid", lambda: 0)
+    reason = guest_module.missing()
+    assert "the guest kernel and initramfs" in reason and "containerd v2.4.2" in reason
+    assert reason.endswith("(run tools/tier-bignode.sh bootstrap)") and "\n" not in reason
