@@ -179,6 +179,9 @@ class Guest:
                 self.process.poll()
             time.sleep(0.2)
         self.kill_recorded()
+        if self.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(5)  # reaped: no zombie left either
 
     def kill_recorded(self) -> None:
         """SIGKILL the qemu recorded in this state folder (only if it is that qemu)."""

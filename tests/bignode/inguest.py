@@ -20,6 +20,7 @@ import os
 import shutil
 import threading
 import time
+import urllib.error
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,9 @@ READY_TIMEOUT = 300.0
 skew_stack.READY_TIMEOUT = READY_TIMEOUT
 skew_stack.STOP_TIMEOUT = 60.0
 skew_bench.wait_for.__defaults__ = (READY_TIMEOUT,)
+# The kubelet simulator waits this long for a restarting dra-plugin (the kubelet keeps retrying
+# a pod's prepare; a replaced dra-plugin takes 10-40 s to register again here).
+os.environ["DRACPU_KUBELET_SIM_PLUGIN_WAIT"] = "120"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 _bed: dict[str, Any] = {}
@@ -215,7 +219,16 @@ def _api() -> DevUp:
 
 
 def shared_pool(state: Path) -> str:
-    return CPUSet.parse(_api().shared_pool()).format()
+    """What the api serves as the shared pool. Under emulation its call to the allocator can
+    miss its deadline while the guest is busy (503); asked again until it answers."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return CPUSet.parse(_api().shared_pool()).format()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def pod(state: Path, name: str) -> dict[str, str]:
@@ -226,9 +239,15 @@ def pod(state: Path, name: str) -> dict[str, str]:
 
 
 def claim(
-    state: Path, name: str, cpus: int, pod_uid: str, numa: int | None = None
+    state: Path,
+    name: str,
+    cpus: int,
+    pod_uid: str,
+    numa: int | None = None,
+    cpuset: str | None = None,
 ) -> dict[str, Any]:
-    """A claim allocated by the scheduler simulator, prepared by the kubelet simulator."""
+    """A claim allocated by the scheduler simulator (with `cpuset`, as an external allocator
+    names it in the claim's opaque configuration), prepared by the kubelet simulator."""
     made = asyncio.run(
         workloads.claim(
             _layout(),
@@ -236,7 +255,7 @@ def claim(
             numa=numa,
             name=name,
             namespace=NAMESPACE,
-            cpuset=None,
+            cpuset=cpuset,
             pod_uid=pod_uid,
         )
     )
