@@ -11,7 +11,7 @@ PYTEST_ARGS ?= -rfEs
 # Go lives in /usr/local/go/bin on the project machines; login shells are not assumed.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: run test venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down e2e
+.PHONY: run test venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down bignode-up bignode-down e2e
 
 run: venv protos
 	$(BIN)/dracpu dev up $(RUN_ARGS)
@@ -70,6 +70,15 @@ cluster-up:
 
 cluster-down:
 	bash tools/cluster.sh down
+
+# The big-node guest (tools/tier-bignode.sh: qemu, 8 vCPUs in 2 sockets and 2 NUMA nodes,
+# cgroup v2) booted and left running for a user; `tools/tier-bignode.sh shell` attaches to it.
+bignode-up: venv protos
+	DRACPU_TIERS="realnode bignode" bash tools/real-peers.sh
+	bash tools/tier-bignode.sh up
+
+bignode-down:
+	bash tools/tier-bignode.sh down
 
 # The chart on that cluster: bootstrap, helm install (pullPolicy Never), tests/e2e scenarios,
 # each step printed with its time; the cluster is stopped afterwards.

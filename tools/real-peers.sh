@@ -6,7 +6,7 @@
 # then skip with the same reason. Each tier's bootstrap time is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TIERS="${DRACPU_TIERS:-docker realnode controlplane e2e}"
+TIERS="${DRACPU_TIERS:-docker realnode controlplane e2e bignode}"
 status=0
 for tier in $TIERS; do
     script="tools/tier-$tier.sh"

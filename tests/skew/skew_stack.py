@@ -40,12 +40,24 @@ layout = RunLayout.at(sys.argv[1])
 options = DevOptions(
     sysfs_root=Path(sys.argv[2]), api_address=sys.argv[3], runtime_sim=sys.argv[4] == "1"
 )
+if len(sys.argv) > 5:
+    options = DevOptions(
+        sysfs_root=options.sysfs_root,
+        api_address=options.api_address,
+        runtime_sim=options.runtime_sim,
+        config=Path(sys.argv[5]),
+    )
 print(json.dumps(service_commands(layout, options)))
 """
 
 
 def build_commands(
-    build: Build, layout: RunLayout, sysfs: Path, address: str, runtime_sim: bool
+    build: Build,
+    layout: RunLayout,
+    sysfs: Path,
+    address: str,
+    runtime_sim: bool,
+    config: Path | None = None,
 ) -> dict[str, Any]:
     """The command line of every process, as `build` itself describes them, with argv[0]
     resolved to that build's interpreter or console script."""
@@ -58,6 +70,7 @@ def build_commands(
             str(sysfs),
             address,
             "1" if runtime_sim else "0",
+            *([str(config)] if config is not None else []),
         ],
         capture_output=True,
         text=True,
@@ -90,8 +103,10 @@ class Stack:
         builds: dict[str, Build],
         *,
         runtime_sim: bool = True,
+        config: Path | None = None,
     ) -> None:
         self.layout = RunLayout.at(root)
+        self.config = config  # the driver configuration file every service reads
         self.address = f"127.0.0.1:{port}"
         self.url = api_url(self.address)
         self._sysfs = sysfs
@@ -108,7 +123,7 @@ class Stack:
     def command(self, name: str, build: Build) -> list[str]:
         if build.label not in self._commands:
             self._commands[build.label] = build_commands(
-                build, self.layout, self._sysfs, self.address, self.runtime_sim
+                build, self.layout, self._sysfs, self.address, self.runtime_sim, self.config
             )
         return list(self._commands[build.label][name])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,7 +29,9 @@ from dracpu.dev.sim_control import KUBELET_SERVICE, Body, control_handler
 log = get_logger(__name__)
 
 WATCH_INTERVAL = 0.2
-PLUGIN_WAIT = 10.0
+# How long a DRA call waits for a restarting plugin, as the kubelet retries a pod's prepare; a
+# slow node (an emulated test guest) sets more through the environment.
+PLUGIN_WAIT = float(os.environ.get("DRACPU_KUBELET_SIM_PLUGIN_WAIT", "10"))
 
 T = TypeVar("T")
 

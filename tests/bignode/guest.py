@@ -1,0 +1,312 @@
+"""The big-node guest from the host: boot it with qemu (TCG), talk to its agent, power it off.
+
+The guest is 8 vCPUs as 2 sockets x 2 cores x 2 threads (`-cpu max,vendor=GenuineIntel`: with
+an AMD-like CPU model TCG offers no SMT), 2 NUMA nodes of 1.5 GiB with distance 20, and
+Debian's own kernel (tools/tier-bignode.sh bootstrap). Its root is the host's / over virtio-9p,
+read-only, under a tmpfs overlay; `state/guest` is shared read-write (the agent's log, the
+services' logs). The only network is qemu's user-mode one with restrict=on and one forward,
+127.0.0.1:<port> on the host to the agent in the guest.
+
+qemu's PID is recorded in `state/qemu.pid`; `Guest.stop()` asks the agent to power off and
+kills that PID when it does not. A guest booted for a test (`bound=True`) dies with the process
+that booted it (PR_SET_PDEATHSIG), so a killed pytest leaves no qemu behind; a later boot on
+the same state folder also kills a recorded qemu that is still alive.
+
+Run as a script: `guest.py up|down|shell|status` (what tools/tier-bignode.sh calls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
+RECIPE = "r2"  # tools/tier-bignode.sh RECIPE
+MARKER = "mount_tag=dracpu-host"
+GUEST_PORT = 7390
+BOOT_TIMEOUT = float(os.environ.get("DRACPU_BIGNODE_BOOT_TIMEOUT", "180"))
+
+
+class GuestError(RuntimeError):
+    """The guest or its agent failed; the message says which step and why."""
+
+
+def kernel_dir() -> Path | None:
+    """The newest complete kernel + initramfs entry of the cache, if any."""
+    entries = sorted(CACHE.glob(f"bignode-*-{RECIPE}"), reverse=True)
+    return next((e for e in entries if (e / ".complete").exists()), None)
+
+
+def missing() -> str:
+    """'' when the guest can boot here, else one line saying what is missing."""
+    if os.geteuid() != 0:
+        return "bignode tier needs root (9p root share, cgroups, runc in the guest)"
+    needs = {
+        "qemu-system-x86_64": shutil.which("qemu-system-x86_64"),
+        "the guest kernel and initramfs": kernel_dir(),
+        "containerd v2.4.2": (CACHE / "containerd-v2.4.2" / ".complete").exists() or None,
+        "runc": Path("/usr/sbin/runc").exists() or None,
+        "crictl": (CACHE / "crictl-v1.37.0" / ".complete").exists() or None,
+        "the real-node test image": (CACHE / "realnode-image-1" / ".complete").exists() or None,
+    }
+    absent = [name for name, found in needs.items() if not found]
+    if absent:
+        return f"bignode tier: {', '.join(absent)} missing (run tools/tier-bignode.sh bootstrap)"
+    return ""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _recorded_qemu(pidfile: Path) -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(pidfile.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        if MARKER.encode() in cmdline and str(pidfile.parent).encode() in cmdline:
+            return pid
+    return None
+
+
+class Guest:
+    """One guest on a state folder; see the module docstring."""
+
+    def __init__(self, state: Path, port: int = 0, *, bound: bool = True) -> None:
+        self.state = Path(state).absolute()
+        self.port = port or free_port()
+        self.bound = bound
+        self.shared = self.state / "guest"
+        self.pidfile = self.state / "qemu.pid"
+        self.console = self.state / "console.log"
+        self.shell_socket = self.state / "shell.sock"
+        self.booted_in = 0.0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def qemu_argv(self) -> list[str]:
+        kernel = kernel_dir()
+        if kernel is None:
+            raise GuestError("no guest kernel in the cache (run tools/tier-bignode.sh bootstrap)")
+        append = (
+            "console=ttyS0 quiet loglevel=3 panic=-1 "
+            f"dracpu.state={self.shared} dracpu.stage2={REPO}/tools/bignode/stage2.sh"
+        )
+        net = f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:{GUEST_PORT}"
+        return [
+            *("nice", "-n", "10", "qemu-system-x86_64", "-name", "dracpu-bignode"),
+            *("-accel", "tcg,thread=multi,tb-size=512", "-cpu", "max,vendor=GenuineIntel"),
+            *("-m", "3G", "-smp", "8,sockets=2,cores=2,threads=2"),
+            *("-object", "memory-backend-ram,id=m0,size=1536M"),
+            *("-object", "memory-backend-ram,id=m1,size=1536M"),
+            *("-numa", "node,nodeid=0,cpus=0-3,memdev=m0"),
+            *("-numa", "node,nodeid=1,cpus=4-7,memdev=m1"),
+            *("-numa", "dist,src=0,dst=1,val=20"),
+            *("-kernel", str(kernel / "vmlinux"), "-initrd", str(kernel / "initrd.gz")),
+            *("-append", append, "-display", "none", "-monitor", "none"),
+            *("-nodefaults", "-no-reboot"),
+            *("-serial", f"file:{self.console}"),
+            *("-serial", f"unix:{self.shell_socket},server=on,wait=off"),
+            "-virtfs",
+            f"local,path=/,{MARKER},security_model=none,readonly=on,multidevs=remap",
+            "-virtfs",
+            f"local,path={self.shared},mount_tag=dracpu-state,security_model=none,multidevs=remap",
+            *("-netdev", net, "-device", "virtio-net-pci,netdev=n0,romfile="),
+        ]
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> float:
+        """Boot the guest and wait for its agent; the seconds that took."""
+        self.kill_recorded()
+        self.shared.mkdir(parents=True, exist_ok=True)
+        for stale in (self.console, self.shell_socket, self.shared / "agent.log"):
+            stale.unlink(missing_ok=True)
+        (self.state / "port").write_text(f"{self.port}\n")
+        began = time.monotonic()
+        with (self.state / "qemu.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                self.qemu_argv(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if self.bound else None,
+            )
+        self.pidfile.write_text(f"{self.process.pid}\n")
+        try:
+            self._wait_agent(began + BOOT_TIMEOUT)
+        except BaseException:
+            self.kill_recorded()
+            raise
+        self.booted_in = time.monotonic() - began
+        return self.booted_in
+
+    def _wait_agent(self, deadline: float) -> None:
+        while True:
+            if self.process is not None and self.process.poll() is not None:
+                raise GuestError(f"qemu exited with {self.process.returncode}: {self.tail()}")
+            with contextlib.suppress(OSError, GuestError, ValueError):
+                self.call_op({"op": "ping"}, timeout=5)
+                return
+            if time.monotonic() > deadline:
+                raise GuestError(f"the guest's agent did not answer in time: {self.tail()}")
+            time.sleep(0.5)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Ask the agent to power the guest off; kill qemu by its recorded PID after `timeout`."""
+        with contextlib.suppress(OSError, GuestError, ValueError):
+            self.call_op({"op": "poweroff"}, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while _recorded_qemu(self.pidfile) and time.monotonic() < deadline:
+            if self.process is not None:
+                self.process.poll()
+            time.sleep(0.2)
+        self.kill_recorded()
+        if self.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(5)  # reaped: no zombie left either
+
+    def kill_recorded(self) -> None:
+        """SIGKILL the qemu recorded in this state folder (only if it is that qemu)."""
+        pid = _recorded_qemu(self.pidfile)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            for _ in range(100):
+                if self.process is not None and self.process.pid == pid:
+                    self.process.poll()
+                if not Path(f"/proc/{pid}").exists() or _recorded_qemu(self.pidfile) is None:
+                    break
+                time.sleep(0.05)
+        self.pidfile.unlink(missing_ok=True)
+
+    def tail(self, lines: int = 12) -> str:
+        texts = []
+        for path in (self.console, self.state / "qemu.log", self.shared / "agent.log"):
+            with contextlib.suppress(OSError):
+                texts.append("\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
+        return "\n".join(t for t in texts if t)
+
+    # -- the agent --------------------------------------------------------------------------
+
+    def call_op(self, request: dict[str, Any], timeout: float = 600.0) -> Any:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as conn:
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    raise GuestError(f"the agent closed the connection during {request['op']}")
+                reply += chunk
+        answer = json.loads(reply)
+        if "error" in answer:
+            raise GuestError(f"in the guest, {request.get('fn', request['op'])}: {answer['error']}")
+        return answer["ok"]
+
+    def call(self, fn: str, timeout: float = 600.0, **kwargs: Any) -> Any:
+        """inguest.<fn>(**kwargs) in the guest; its JSON result."""
+        return self.call_op({"op": "call", "fn": fn, "kwargs": kwargs}, timeout)
+
+    def sh(self, *argv: str, timeout: float = 120.0) -> str:
+        """A command in the guest; its stdout (GuestError with its stderr when it fails)."""
+        done = self.call_op({"op": "sh", "argv": list(argv), "timeout": timeout}, timeout + 10)
+        if done["rc"] != 0:
+            raise GuestError(f"in the guest, {argv[0]} exited {done['rc']}: {done['stderr']}")
+        return str(done["stdout"])
+
+
+# -- by hand ---------------------------------------------------------------------------------
+
+
+def _hand_guest() -> Guest:
+    state = Path(os.environ.get("DRACPU_BIGNODE_STATE", "/tmp/dracpu-bignode"))
+    port = int(os.environ.get("DRACPU_BIGNODE_PORT", "36190"))
+    return Guest(state, port, bound=False)
+
+
+def _shell(guest: Guest) -> int:
+    """Attach the terminal to the guest's shell (its second serial port); Ctrl-] detaches."""
+    import select
+    import termios
+    import tty
+
+    if not guest.shell_socket.exists():
+        print(f"bignode: no guest shell at {guest.shell_socket} (make bignode-up)", file=sys.stderr)
+        return 1
+    conn = socket.socket(socket.AF_UNIX)
+    conn.connect(str(guest.shell_socket))
+    conn.sendall(b"\n")
+    print("bignode: attached to the guest's shell; Ctrl-] detaches", flush=True)
+    stdin = sys.stdin.fileno()
+    saved = termios.tcgetattr(stdin) if os.isatty(stdin) else None
+    try:
+        if saved is not None:
+            tty.setraw(stdin)
+        while True:
+            ready, _, _ = select.select([stdin, conn], [], [])
+            if conn in ready:
+                data = conn.recv(4096)
+                if not data:
+                    return 0
+                os.write(sys.stdout.fileno(), data)
+            if stdin in ready:
+                data = os.read(stdin, 1024)
+                if not data or b"\x1d" in data:
+                    return 0
+                conn.sendall(data)
+    finally:
+        if saved is not None:
+            termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        conn.close()
+        print()
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else ""
+    guest = _hand_guest()
+    if command == "up":
+        reason = missing()
+        if reason:
+            print(reason, file=sys.stderr)
+            return 1
+        if _recorded_qemu(guest.pidfile):
+            print(f"bignode: already up (qemu pid {guest.pidfile.read_text().strip()})")
+            return 0
+        print("bignode: booting the guest (8 vCPUs, 2 sockets x 2 cores x 2 threads, 2 NUMA nodes)")
+        seconds = guest.start()
+        print(f"bignode: agent answering after {seconds:.1f} s; qemu pid {guest.process.pid}")
+        print("bignode: shell: tools/tier-bignode.sh shell (Ctrl-] detaches)")
+        print(f"bignode: logs: {guest.console}, {guest.shared}/agent.log; stop: make bignode-down")
+        return 0
+    if command == "down":
+        guest.stop()
+        print("bignode: guest stopped")
+        return 0
+    if command == "shell":
+        return _shell(guest)
+    if command == "status":
+        pid = _recorded_qemu(guest.pidfile)
+        print(f"state {guest.state}  port {guest.port}  qemu {pid or 'not running'}")
+        return 0 if pid else 1
+    print("usage: guest.py up|down|shell|status", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,429 @@
+"""What the agent does in the guest. Every function takes the guest's state folder as `state`
+(the agent passes it) and answers plain JSON.
+
+One bed at a time lives here: a real containerd 2.4.2 + runc (tests/realnode ContainerdNode,
+NRI request and registration timeouts raised to 30 s: under emulation the default 2 s expire
+and a claimed container would start on every CPU before being pinned) with the five services
+of this checkout and the kubelet simulator attached as tests/skew runs them (one process each,
+so one can be replaced while the others run: the upgrade walk-through). It is started once and
+kept: process starts are what emulation makes slowest. Claims go through the kubelet simulator
+from this process (`dracpu.dev.workloads`), containers through crictl, and every answer about
+a container is the guest kernel's own view (`kernel_view`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import shutil
+import threading
+import time
+import urllib.error
+from pathlib import Path
+from typing import Any
+
+import skew_bench
+import skew_stack
+from realnode.devup import DevUp, free_port
+from realnode.node import ContainerdNode
+from shape import machine_shape
+from skew_builds import Build, head_build
+from skew_stack import Stack
+
+from dracpu.core.cpuset import CPUSet
+from dracpu.dev import workloads
+from dracpu.dev.cluster_folder import ClusterFolder
+from dracpu.dev.layout import RunLayout
+from dracpu.dev.scheduler import devices_of
+
+BASE = Path("/tmp/dracpu-bn")
+NAMESPACE = "bignode"
+NRI_TIMEOUT = "30s"
+READY_TIMEOUT = 300.0
+# The harness's waits are sized for a host; under emulation a service takes 10-40 s to start
+# or stop, so the guest's copy of them waits longer (the same code, other limits).
+skew_stack.READY_TIMEOUT = READY_TIMEOUT
+skew_stack.STOP_TIMEOUT = 60.0
+skew_bench.wait_for.__defaults__ = (READY_TIMEOUT,)
+# The kubelet simulator waits this long for a restarting dra-plugin (the kubelet keeps retrying
+# a pod's prepare; a replaced dra-plugin takes 10-40 s to register again here).
+os.environ["DRACPU_KUBELET_SIM_PLUGIN_WAIT"] = "120"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+_bed: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+# -- the kernel's view -------------------------------------------------------------------------
+
+
+def _status_field(pid: int, name: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return line.split(":", 1)[1].strip()
+    raise LookupError(f"/proc/{pid}/status has no {name}")
+
+
+def cgroup_v2_dir(pid: int) -> Path:
+    """The cgroup v2 directory of a process (its `0::` line); LookupError on a v1 host."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and controllers == "":
+            return CGROUP_ROOT / path.lstrip("/")
+    raise LookupError(f"process {pid} is in no cgroup v2 hierarchy")
+
+
+def kernel_view(pid: int, state: Path | None = None) -> dict[str, Any]:
+    """What the guest kernel says process `pid` may run on and allocate from."""
+    cgroup = cgroup_v2_dir(pid)
+    return {
+        "pid": pid,
+        "cpus_allowed": CPUSet.parse(_status_field(pid, "Cpus_allowed_list")).format(),
+        "mems_allowed": CPUSet.parse(_status_field(pid, "Mems_allowed_list")).format(),
+        "cgroup": str(cgroup.relative_to(CGROUP_ROOT)),
+        "cpus_effective": CPUSet.parse((cgroup / "cpuset.cpus.effective").read_text()).format(),
+        "mems_effective": CPUSet.parse((cgroup / "cpuset.mems.effective").read_text()).format(),
+    }
+
+
+def kernel(state: Path) -> dict[str, Any]:
+    """The guest kernel's own facts: cgroup mode and controllers, online CPUs, NUMA distances."""
+    node_dir = Path("/sys/devices/system/node")
+    nodes = sorted(int(p.name[4:]) for p in node_dir.glob("node[0-9]*"))
+    return {
+        "release": os.uname().release,
+        "cgroup2": (CGROUP_ROOT / "cgroup.controllers").exists(),
+        "subtree_control": (CGROUP_ROOT / "cgroup.subtree_control").read_text().split(),
+        "online": Path("/sys/devices/system/cpu/online").read_text().strip(),
+        "distances": {
+            str(n): [int(d) for d in (node_dir / f"node{n}" / "distance").read_text().split()]
+            for n in nodes
+        },
+        "node_cpus": {
+            str(n): CPUSet.parse((node_dir / f"node{n}" / "cpulist").read_text()).format()
+            for n in nodes
+        },
+    }
+
+
+def topology(state: Path) -> dict[str, Any]:
+    return machine_shape("/sys")
+
+
+# -- the bed ---------------------------------------------------------------------------------
+
+
+def _layout() -> RunLayout:
+    stack: Stack = _bed["stack"]
+    return stack.layout
+
+
+def _head() -> Build:
+    if "head" not in _head_cache:
+        _head_cache["head"] = head_build()
+    return _head_cache["head"]
+
+
+_head_cache: dict[str, Build] = {}
+
+
+def start(state: Path, config: str = "") -> dict[str, Any]:
+    """containerd first (its NRI socket must be there when the nri-plugin dials), then the
+    services one by one, each until ready; a no-op when the bed runs with the same `config`
+    (driver configuration YAML)."""
+    with _lock:
+        if _bed and _bed.get("config") == config and not _bed["stack"].exited():
+            return {"containerd_s": 0.0, "services_s": 0.0, "reused": True}
+        _stop_bed(state)
+        shutil.rmtree(BASE, ignore_errors=True)
+        BASE.mkdir(parents=True)
+        config_file = None
+        if config:
+            config_file = BASE / "config.yaml"
+            config_file.write_text(config)
+        node = ContainerdNode(
+            BASE / "node",
+            BASE / "rd",
+            plugin_request_timeout=NRI_TIMEOUT,
+            plugin_registration_timeout=NRI_TIMEOUT,
+        )
+        head = _head()
+        builds = {name: head for name in (*skew_stack.DRIVER_SERVICES, "kubelet-sim")}
+        stack = Stack(
+            BASE / "rd", Path("/sys"), free_port(), builds, runtime_sim=False, config=config_file
+        )
+        began = time.monotonic()
+        node.start(timeout=120)
+        started = time.monotonic()
+        _bed.update(node=node, stack=stack, config=config, pods=[], claims=[])
+        stack.start_all()
+        return {
+            "containerd_s": round(started - began, 1),
+            "services_s": round(time.monotonic() - started, 1),
+            "reused": False,
+        }
+
+
+def _stop_bed(state: Path) -> None:
+    if not _bed:
+        return
+    try:
+        _bed["node"].teardown()
+    finally:
+        with contextlib.suppress(AssertionError):
+            _bed["stack"].stop_all()
+        _keep_logs(state)
+        _bed.clear()
+
+
+def _keep_logs(state: Path) -> None:
+    """The services' and containerd's logs into the state folder, where the host reads them."""
+    target = state / "logs"
+    target.mkdir(parents=True, exist_ok=True)
+    for log in [*BASE.glob("rd/logs/*.log"), BASE / "node/containerd.log"]:
+        with contextlib.suppress(OSError):
+            shutil.copy(log, target / log.name)
+
+
+def logs(state: Path) -> bool:
+    _keep_logs(state)
+    return True
+
+
+def stop(state: Path) -> bool:
+    with _lock:
+        _stop_bed(state)
+    return True
+
+
+def shutdown(state: Path) -> None:
+    stop(state)
+
+
+def devices(state: Path) -> list[dict[str, Any]]:
+    """The devices the dra-plugin published (the newest ResourceSlices in the cluster folder)."""
+    found = devices_of(ClusterFolder(_layout().cluster_dir).slices())
+    return [
+        {"name": d.name, "numa": d.numa, "capacity": d.capacity}
+        | {"cpu_ids": d.cpu_ids.format() if d.cpu_ids is not None else None}
+        for d in found
+    ]
+
+
+def _api() -> DevUp:
+    """The API (and CDI spec) reader of the realnode harness, pointed at this bed."""
+    stack: Stack = _bed["stack"]
+    return DevUp(stack.layout.root, int(stack.address.rpartition(":")[2]))
+
+
+def shared_pool(state: Path) -> str:
+    """What the api serves as the shared pool. Under emulation its call to the allocator can
+    miss its deadline while the guest is busy (503); asked again until it answers."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return CPUSet.parse(_api().shared_pool()).format()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def pod(state: Path, name: str) -> dict[str, str]:
+    node: ContainerdNode = _bed["node"]
+    pod_id = node.run_pod(name, namespace=NAMESPACE)
+    _bed["pods"].append(pod_id)
+    return {"id": pod_id, "uid": node.pod_uid(pod_id)}
+
+
+def claim(
+    state: Path,
+    name: str,
+    cpus: int,
+    pod_uid: str,
+    numa: int | None = None,
+    cpuset: str | None = None,
+) -> dict[str, Any]:
+    """A claim allocated by the scheduler simulator (with `cpuset`, as an external allocator
+    names it in the claim's opaque configuration), prepared by the kubelet simulator."""
+    made = asyncio.run(
+        workloads.claim(
+            _layout(),
+            cpus=cpus,
+            numa=numa,
+            name=name,
+            namespace=NAMESPACE,
+            cpuset=cpuset,
+            pod_uid=pod_uid,
+        )
+    )
+    _bed["claims"].append(name)
+    dev = _api()
+    return {
+        "name": made.name,
+        "uid": made.uid,
+        "cpuset": CPUSet.parse(made.cpuset).format(),
+        "devices": list(made.devices),
+        "cdi": list(dev.cdi_devices(made.uid)),
+    }
+
+
+def release(state: Path, name: str) -> bool:
+    asyncio.run(workloads.release(_layout(), name=name, namespace=NAMESPACE))
+    with contextlib.suppress(ValueError):
+        _bed["claims"].remove(name)
+    return True
+
+
+def container(state: Path, pod_id: str, name: str, cdi: list[str] | None = None) -> dict[str, Any]:
+    """Create and start a container (with the CDI devices of its claims); its kernel view."""
+    node: ContainerdNode = _bed["node"]
+    made = node.run_container(pod_id, name, cdi_devices=cdi or ())
+    return {"id": made.id, "name": name, **kernel_view(node.container_pid(made.id))}
+
+
+def view(state: Path, container_id: str) -> dict[str, Any]:
+    node: ContainerdNode = _bed["node"]
+    return {"id": container_id, **kernel_view(node.container_pid(container_id))}
+
+
+def env(state: Path, container_id: str) -> list[str]:
+    return _bed["node"].exec(container_id, "env").splitlines()
+
+
+def remove_pod(state: Path, pod_id: str) -> bool:
+    _bed["node"].remove_pod(pod_id)
+    with contextlib.suppress(ValueError):
+        _bed["pods"].remove(pod_id)
+    return True
+
+
+def clean(state: Path) -> bool:
+    """Remove every pod and release every claim the scenarios made (the bed stays up)."""
+    for pod_id in list(_bed.get("pods", [])):
+        remove_pod(state, pod_id)
+    for name in list(_bed.get("claims", [])):
+        release(state, name)
+    return True
+
+
+# -- the upgrade walk-through --------------------------------------------------------------------
+
+
+def walkthrough(state: Path, claims: int = 3) -> dict[str, Any]:
+    """tests/skew's upgrade walk-through on this bed: `claims` one-CPU claims, each with its
+    container running, and a shared container; then each of the five services is replaced in
+    turn (stopped, started again from this checkout's build) while a sampler reads every
+    container's cgroup v2 cpuset.cpus.effective and Cpus_allowed_list, and a prepare and a pin
+    issued at once are timed. Answers the table rows and the kernel views before and after."""
+    from test_skew_upgrade_realnode import probe, upgrade
+
+    stack: Stack = _bed["stack"]
+    node: ContainerdNode = _bed["node"]
+    head = _head()
+    walk_pod = pod(state, "walk")
+    made = [claim(state, f"walk{n}", 1, walk_pod["uid"]) for n in range(claims)]
+    expected: dict[int, CPUSet] = {}
+    containers = [
+        container(state, walk_pod["id"], f"claimed{n}", m["cdi"]) for n, m in enumerate(made)
+    ]
+    for made_claim, seen in zip(made, containers, strict=True):
+        expected[seen["pid"]] = CPUSet.parse(made_claim["cpuset"])
+    pool = CPUSet.parse(shared_pool(state))
+    shared = container(state, walk_pod["id"], "shared")
+    expected[shared["pid"]] = pool
+    before = {str(pid): kernel_view(pid) for pid in expected}
+    held = workloads.Workload(
+        namespace=NAMESPACE,
+        name=made[0]["name"],
+        uid=made[0]["uid"],
+        devices=made[0]["devices"],
+        cpuset=made[0]["cpuset"],
+        container=None,
+        container_cpus="",
+    )
+    began = time.monotonic()
+    base_prepare, base_pin = probe(stack, node, walk_pod["id"], held, pool, "baseline", began)
+    rows = [f"| none (baseline) | - | {base_prepare:.1f} s | {base_pin:.1f} s | |"]
+    for service in skew_stack.DRIVER_SERVICES:
+        with contextlib.redirect_stdout(io.StringIO()):
+            rows.append(upgrade(stack, node, walk_pod["id"], service, head, expected, pool, held))
+    after = {str(pid): kernel_view(pid) for pid in expected}
+    return {
+        "rows": rows,
+        "expected": {str(pid): cpus.format() for pid, cpus in expected.items()},
+        "before": before,
+        "after": after,
+        "exited": stack.exited(),
+    }
+
+
+# -- chaos -----------------------------------------------------------------------------------------
+
+
+def chaos(state: Path, faults: int, seed: int) -> dict[str, Any]:
+    """The chaos tier's run (tests/chaos: workload, fault loop, settle and check) on a bed of
+    its own, `dracpu dev up` restarting what the faults kill; then every container still
+    running checked once more from the kernel's cgroup v2 view (its process's masks equal its
+    cgroup's effective cpuset and memory nodes). Answers the tally."""
+    import chaos_run
+    from realnode.stack import Stack as DevStack
+
+    chaos_run.SETTLE_TIMEOUT = READY_TIMEOUT  # a killed service restarts in 10-40 s here
+    stop(state)
+    base = Path("/tmp/dracpu-soak")
+    shutil.rmtree(base, ignore_errors=True)
+    node = ContainerdNode(
+        base / "node",
+        base / "rd",
+        plugin_request_timeout=NRI_TIMEOUT,
+        plugin_registration_timeout=NRI_TIMEOUT,
+    )
+    dev = DevUp(
+        base / "rd", free_port(), verbosity=1, extra=("--ready-timeout", str(READY_TIMEOUT))
+    )
+    lines: list[str] = []
+    log = (state / "chaos.log").open("a")
+
+    def report(line: str) -> None:
+        lines.append(line)
+        log.write(line + "\n")
+        log.flush()
+
+    began = time.monotonic()
+    node.start(timeout=120)
+    dev.start(timeout=READY_TIMEOUT * 2)
+    dev.wait_ready(READY_TIMEOUT)
+    ready = time.monotonic() - began
+    try:
+        tally = chaos_run.Chaos(DevStack(node, dev, base), seed, report=report).run(faults=faults)
+        mismatches = []
+        for container_id in node.containers():
+            with contextlib.suppress(Exception):
+                seen = kernel_view(node.container_pid(container_id))
+                if (seen["cpus_allowed"], seen["mems_allowed"]) != (
+                    seen["cpus_effective"],
+                    seen["mems_effective"],
+                ):
+                    mismatches.append(f"{container_id[:12]}: {seen}")
+    finally:
+        try:
+            node.teardown()
+        finally:
+            dev.stop()
+            log.close()
+    return {
+        "seed": seed,
+        "ready_s": round(ready, 1),
+        "minutes": round((time.monotonic() - began) / 60, 1),
+        "faults": tally.faults,
+        "by_target": tally.by_target,
+        "settles": tally.settles,
+        "violations": tally.violations + mismatches,
+        "operations": tally.operations,
+        "failed_operations": tally.failed_operations,
+        "settle_seconds": tally.settle_seconds,
+        "lines": lines[-5:],
+    }

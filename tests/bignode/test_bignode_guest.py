@@ -1,0 +1,103 @@
+"""The guest's qemu command line and its PID record, checked without booting anything: the
+machine is the one the scenarios assume, the network reaches nothing but one forward on the
+host's loopback, and a recorded PID is killed only when it is that guest's qemu."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bignode import guest as guest_module
+from bignode.guest import MARKER, Guest, _recorded_qemu
+
+
+@pytest.fixture
+def argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    kernel = tmp_path / "bignode-6.1.0-99-amd64-r2"
+    kernel.mkdir()
+    monkeypatch.setattr(guest_module, "kernel_dir", lambda: kernel)
+    return Guest(tmp_path / "state", 40123).qemu_argv()
+
+
+def option(argv: list[str], name: str) -> list[str]:
+    return [argv[i + 1] for i, word in enumerate(argv) if word == name]
+
+
+def test_the_machine_is_two_sockets_of_two_smt_cores_on_two_numa_nodes(argv: list[str]) -> None:
+    assert option(argv, "-smp") == ["8,sockets=2,cores=2,threads=2"]
+    assert option(argv, "-cpu") == ["max,vendor=GenuineIntel"]  # SMT needs the Intel vendor
+    assert option(argv, "-numa") == [
+        "node,nodeid=0,cpus=0-3,memdev=m0",
+        "node,nodeid=1,cpus=4-7,memdev=m1",
+        "dist,src=0,dst=1,val=20",
+    ]
+    assert option(argv, "-accel")[0].startswith("tcg")
+
+
+def test_the_only_network_is_user_mode_restricted_with_one_loopback_forward(
+    argv: list[str],
+) -> None:
+    assert option(argv, "-netdev") == ["user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:40123-:7390"]
+    assert not any(word.startswith(("tap", "bridge")) for word in option(argv, "-netdev"))
+    assert "-nic" not in argv and "-net" not in argv
+
+
+def test_the_host_root_is_shared_read_only_and_only_the_state_folder_writable(
+    argv: list[str], tmp_path: Path
+) -> None:
+    shares = option(argv, "-virtfs")
+    assert shares[0].startswith("local,path=/,") and "readonly=on" in shares[0]
+    assert f"path={tmp_path / 'state' / 'guest'}," in shares[1]
+    assert "readonly" not in shares[1]
+
+
+def started(argv: list[str]) -> subprocess.Popen[bytes]:
+    """A process, returned once its command line is readable (the exec has happened)."""
+    process = subprocess.Popen(argv)
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{process.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return process
+
+
+def test_a_recorded_pid_counts_only_when_it_is_this_state_folders_qemu(tmp_path: Path) -> None:
+    pidfile = tmp_path / "qemu.pid"
+    stranger = started([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        pidfile.write_text(f"{stranger.pid}\n")
+        assert _recorded_qemu(pidfile) is None  # alive, but not a guest of this folder
+        Guest(tmp_path).kill_recorded()
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+    look_alike = started(
+        [sys.executable, "-c", "import time; time.sleep(30)", MARKER, str(tmp_path)]
+    )
+    try:
+        pidfile.write_text(f"{look_alike.pid}\n")
+        assert _recorded_qemu(pidfile) == look_alike.pid
+        Guest(tmp_path).kill_recorded()
+        assert look_alike.wait(5) == -9
+        assert not pidfile.exists()
+    finally:
+        look_alike.kill()
+
+
+def test_without_root_the_tier_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guest_module.os, "geteuid", lambda: 1000)
+    reason = guest_module.missing()
+    assert reason.startswith("bignode tier needs root") and "\n" not in reason
+
+
+def test_a_missing_tool_is_named_with_the_command_that_gets_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(guest_module, "CACHE", tmp_path)
+    monkeypatch.setattr(guest_module.os, "geteuid", lambda: 0)
+    reason = guest_module.missing()
+    assert "the guest kernel and initramfs" in reason and "containerd v2.4.2" in reason
+    assert reason.endswith("(run tools/tier-bignode.sh bootstrap)") and "\n" not in reason

@@ -1,0 +1,29 @@
+"""The upgrade walk-through in the guest (tests/skew's, run on the guest's real containerd):
+three one-CPU claims with their containers running and a shared container; each of the five
+services is replaced in turn while every container's cgroup v2 cpuset.cpus.effective and
+Cpus_allowed_list are sampled (no change allowed) and a prepare and a pin issued at once are
+timed. The table rows are printed: how long each service was away and what waited for it."""
+
+from __future__ import annotations
+
+import pytest
+from bignode.guest import Guest
+
+pytestmark = [pytest.mark.bignode, pytest.mark.realnode, pytest.mark.timeout(1200)]
+
+
+def test_each_service_replaced_in_turn_moves_no_container(node: Guest) -> None:
+    result = node.call("walkthrough", timeout=1100, claims=3)
+    print(
+        "\nbignode upgrade: | service | down until ready | prepare waited | pin waited | cpusets |"
+    )
+    for row in result["rows"]:
+        print(f"bignode upgrade: {row}")
+    assert len(result["rows"]) == 6  # the baseline and the five services
+    assert not result["exited"], result["exited"]
+    assert len(result["expected"]) == 4  # three claimed containers and the shared one
+    for pid, cpus in result["expected"].items():
+        for when in ("before", "after"):
+            seen = result[when][pid]
+            assert seen["cpus_allowed"] == seen["cpus_effective"] == cpus, (when, seen)
+    assert result["before"] == result["after"]

@@ -1,0 +1,29 @@
+#!/bin/bash
+# The big-node guest's second stage, PID 1 in the overlay root (the host's userland, read-only
+# underneath): cgroup v2 with the cpuset, cpu, memory and pids controllers for the children,
+# the loopback and the user-mode network's address, a shell on the second serial port, and the
+# agent (tests/bignode/agent.py) on the forwarded port. When the agent ends the guest powers off.
+STATE="$1"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+say() { echo "bignode-stage2: [$(cut -d' ' -f1 /proc/uptime)s] $*" > /dev/ttyS0; }
+mkdir -p /dev/pts && mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
+mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs -o mode=0755 tmpfs /run
+mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+echo "+cpuset +cpu +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control ||
+    say "error: cannot enable the cgroup v2 controllers"
+ip link set lo up
+ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0
+say "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+# A shell for people: `tools/tier-bignode.sh shell` attaches to this port.
+(while :; do setsid --ctty bash -i </dev/ttyS1 >/dev/ttyS1 2>&1; sleep 1; done) &
+say "agent starting (checkout $ROOT)"
+"$ROOT/.venv/bin/python" "$ROOT/tests/bignode/agent.py" --port 7390 --state "$STATE" \
+    >> "$STATE/agent.log" 2>&1 &
+agent=$!
+# PID 1 reaps orphans; it leaves the loop when the agent is gone.
+while kill -0 "$agent" 2>/dev/null; do wait -n 2>/dev/null || sleep 1; done
+say "agent ended; powering off"
+sync
+/bin/busybox poweroff -f
