@@ -32,6 +32,7 @@ from shape import machine_shape
 from skew_builds import Build, head_build
 from skew_stack import Stack
 
+from dracpu.core.cgroups import CGROUP_ROOT, Cgroups
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev import workloads
 from dracpu.dev.cluster_folder import ClusterFolder
@@ -50,7 +51,7 @@ skew_bench.wait_for.__defaults__ = (READY_TIMEOUT,)
 # The kubelet simulator waits this long for a restarting dra-plugin (the kubelet keeps retrying
 # a pod's prepare; a replaced dra-plugin takes 10-40 s to register again here).
 os.environ["DRACPU_KUBELET_SIM_PLUGIN_WAIT"] = "120"
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUPS = Cgroups()
 
 _bed: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -66,25 +67,16 @@ def _status_field(pid: int, name: str) -> str:
     raise LookupError(f"/proc/{pid}/status has no {name}")
 
 
-def cgroup_v2_dir(pid: int) -> Path:
-    """The cgroup v2 directory of a process (its `0::` line); LookupError on a v1 host."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        number, controllers, path = line.split(":", 2)
-        if number == "0" and controllers == "":
-            return CGROUP_ROOT / path.lstrip("/")
-    raise LookupError(f"process {pid} is in no cgroup v2 hierarchy")
-
-
 def kernel_view(pid: int, state: Path | None = None) -> dict[str, Any]:
-    """What the guest kernel says process `pid` may run on and allocate from."""
-    cgroup = cgroup_v2_dir(pid)
+    """What the guest kernel says process `pid` may run on and allocate from: its own masks
+    and its cgroup's effective cpuset and memory nodes (the core's cgroup reader)."""
     return {
         "pid": pid,
         "cpus_allowed": CPUSet.parse(_status_field(pid, "Cpus_allowed_list")).format(),
         "mems_allowed": CPUSet.parse(_status_field(pid, "Mems_allowed_list")).format(),
-        "cgroup": str(cgroup.relative_to(CGROUP_ROOT)),
-        "cpus_effective": CPUSet.parse((cgroup / "cpuset.cpus.effective").read_text()).format(),
-        "mems_effective": CPUSet.parse((cgroup / "cpuset.mems.effective").read_text()).format(),
+        "cgroup": str(CGROUPS.directory(pid, "cpuset").relative_to(CGROUP_ROOT)),
+        "cpus_effective": CPUSet.parse(CGROUPS.cpus(pid)).format(),
+        "mems_effective": CPUSet.parse(CGROUPS.mems(pid)).format(),
     }
 
 
@@ -245,9 +237,11 @@ def claim(
     pod_uid: str,
     numa: int | None = None,
     cpuset: str | None = None,
+    memory_placement: str | None = None,
 ) -> dict[str, Any]:
     """A claim allocated by the scheduler simulator (with `cpuset`, as an external allocator
-    names it in the claim's opaque configuration), prepared by the kubelet simulator."""
+    names it, and `memory_placement`, both in the claim's opaque cpuConfig), prepared by the
+    kubelet simulator."""
     made = asyncio.run(
         workloads.claim(
             _layout(),
@@ -257,6 +251,7 @@ def claim(
             namespace=NAMESPACE,
             cpuset=cpuset,
             pod_uid=pod_uid,
+            memory_placement=memory_placement,
         )
     )
     _bed["claims"].append(name)
@@ -277,16 +272,31 @@ def release(state: Path, name: str) -> bool:
     return True
 
 
+def _container_view(container_id: str) -> dict[str, Any]:
+    """The kernel's view of a container's process, and the CPUs and memory nodes of the OCI
+    spec containerd created it with (`linux.resources.cpu`; "" where unset), from one
+    inspect."""
+    node: ContainerdNode = _bed["node"]
+    inspected = node.inspect(container_id)
+    spec = inspected["info"]["runtimeSpec"]
+    cpu = spec.get("linux", {}).get("resources", {}).get("cpu", {})
+    return {
+        "id": container_id,
+        **kernel_view(int(inspected["info"]["pid"])),
+        "spec_cpus": str(cpu.get("cpus", "")),
+        "spec_mems": str(cpu.get("mems", "")),
+    }
+
+
 def container(state: Path, pod_id: str, name: str, cdi: list[str] | None = None) -> dict[str, Any]:
     """Create and start a container (with the CDI devices of its claims); its kernel view."""
     node: ContainerdNode = _bed["node"]
     made = node.run_container(pod_id, name, cdi_devices=cdi or ())
-    return {"id": made.id, "name": name, **kernel_view(node.container_pid(made.id))}
+    return {"name": name, **_container_view(made.id)}
 
 
 def view(state: Path, container_id: str) -> dict[str, Any]:
-    node: ContainerdNode = _bed["node"]
-    return {"id": container_id, **kernel_view(node.container_pid(container_id))}
+    return _container_view(container_id)
 
 
 def env(state: Path, container_id: str) -> list[str]:
