@@ -26,7 +26,7 @@ ROOT="$(cd "$HERE/.." && pwd)"
 source "$HERE/lib.sh"
 LOG_PREFIX=tier-bignode
 
-RECIPE=2  # bump when the initramfs, its init or the module list changes
+RECIPE=3  # bump when the initramfs, its init or the module list changes
 STATE="${DRACPU_BIGNODE_STATE:-/tmp/dracpu-bignode}"
 PORT="${DRACPU_BIGNODE_PORT:-36190}"
 GUEST_PORT=7390

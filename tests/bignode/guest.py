@@ -32,7 +32,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
-RECIPE = "r2"  # tools/tier-bignode.sh RECIPE
+RECIPE = "r3"  # tools/tier-bignode.sh RECIPE
 MARKER = "mount_tag=dracpu-host"
 GUEST_PORT = 7390
 BOOT_TIMEOUT = float(os.environ.get("DRACPU_BIGNODE_BOOT_TIMEOUT", "180"))

@@ -16,7 +16,7 @@ from bignode.guest import MARKER, Guest, _recorded_qemu
 
 @pytest.fixture
 def argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    kernel = tmp_path / "bignode-6.1.0-99-amd64-r2"
+    kernel = tmp_path / "bignode-6.1.0-99-amd64-r3"
     kernel.mkdir()
     monkeypatch.setattr(guest_module, "kernel_dir", lambda: kernel)
     return Guest(tmp_path / "state", 40123).qemu_argv()

@@ -25,6 +25,17 @@ mount -t overlay overlay -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work /
 # A tmpfs of its own on /tmp: the host's /tmp (other runs' folders) stays out of sight, and
 # containerd's overlay snapshots need a real file system under them.
 mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+# A checkout under /tmp (a CI clone, say) stays in sight: an overlay of its own, writable like
+# the rest of the root.
+CHECKOUT="${STAGE2%/tools/bignode/stage2.sh}"
+case "$CHECKOUT" in
+/tmp/*)
+    mkdir -p "/newroot$CHECKOUT" /rw/checkout/upper /rw/checkout/work
+    mount -t overlay overlay \
+        -o "lowerdir=/host$CHECKOUT,upperdir=/rw/checkout/upper,workdir=/rw/checkout/work" \
+        "/newroot$CHECKOUT" || fail "the checkout $CHECKOUT"
+    ;;
+esac
 mkdir -p "/newroot$STATE"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 dracpu-state "/newroot$STATE" ||
     fail "the state folder $STATE over 9p"
