@@ -322,8 +322,8 @@ class RuntimeSim:
             id=cid, pod_sandbox_id=pod_id, name=name, env=list(env), state=api_pb2.CONTAINER_CREATED
         )
         async with self._lock:
-            owners: dict[str, str] = {}
-            adjusted = adjusted_mems = ""
+            owners: dict[str, str] = {}  # cpuset field -> the plugin that set it
+            adjusted: dict[str, str] = {}
             updates: list[api_pb2.ContainerUpdate] = []
             for plugin in list(self.plugins):
                 if not plugin.events & event_bit(api_pb2.CREATE_CONTAINER):
@@ -339,32 +339,26 @@ class RuntimeSim:
                     ) from None
                 reply = api_pb2.CreateContainerResponse()
                 reply.ParseFromString(raw)
-                cpus = reply.adjust.linux.resources.cpu.cpus
-                if cpus:
-                    if "cpus" in owners:
+                cpu = reply.adjust.linux.resources.cpu
+                for field, value in (("cpus", cpu.cpus), ("mems", cpu.mems)):
+                    if not value:
+                        continue
+                    if field in owners:
                         raise CreateContainerError(
-                            f'plugins "{owners["cpus"]}" and "{plugin.key}" both tried to '
-                            "set cpuset.cpus"
+                            f'plugins "{owners[field]}" and "{plugin.key}" both tried to '
+                            f"set cpuset.{field}"
                         )
-                    owners["cpus"], adjusted = plugin.key, cpus
-                mems = reply.adjust.linux.resources.cpu.mems
-                if mems:
-                    if "mems" in owners:
-                        raise CreateContainerError(
-                            f'plugins "{owners["mems"]}" and "{plugin.key}" both tried to '
-                            "set cpuset.mems"
-                        )
-                    owners["mems"], adjusted_mems = plugin.key, mems
+                    owners[field], adjusted[field] = plugin.key, value
                 for update in reply.update:
                     if update.container_id == cid:
                         raise CreateContainerError(
                             f"plugin {plugin.key} asked update of {cid} during creation"
                         )
                 updates.extend(reply.update)
-            if adjusted:
-                ctr.linux.resources.cpu.cpus = adjusted
-            if adjusted_mems:
-                ctr.linux.resources.cpu.mems = adjusted_mems
+            if "cpus" in adjusted:
+                ctr.linux.resources.cpu.cpus = adjusted["cpus"]
+            if "mems" in adjusted:
+                ctr.linux.resources.cpu.mems = adjusted["mems"]
             ctr.state = api_pb2.CONTAINER_RUNNING
             self.containers[cid] = ctr
             self._apply_updates(updates, creating=cid)
