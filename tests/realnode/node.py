@@ -99,12 +99,21 @@ def wait_for(
 # -- kernel truth ----------------------------------------------------------------------------
 
 
+def _status(pid: int, key: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return line.split(":", 1)[1].strip()
+    raise NodeError(f"/proc/{pid}/status has no {key}")
+
+
 def cpus_allowed(pid: int) -> str:
     """Cpus_allowed_list of a process, as the kernel reports it."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            return line.split(":", 1)[1].strip()
-    raise NodeError(f"/proc/{pid}/status has no Cpus_allowed_list")
+    return _status(pid, "Cpus_allowed_list")
+
+
+def mems_allowed(pid: int) -> str:
+    """Mems_allowed_list of a process, as the kernel reports it."""
+    return _status(pid, "Mems_allowed_list")
 
 
 def cgroup_cpuset(pid: int) -> str:

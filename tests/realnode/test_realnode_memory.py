@@ -12,34 +12,12 @@ from typing import Any
 
 import pytest
 from realnode.devup import wait_until
-from realnode.node import CGROUP_ROOT, ContainerdNode, NodeError
+from realnode.node import ContainerdNode, cgroup_cpuset_mems, mems_allowed
 from realnode.stack import Stack
 
 pytestmark = pytest.mark.realnode
 
 NODES = Path("/sys/devices/system/node/online").read_text().strip()
-
-
-def mems_allowed(pid: int) -> str:
-    """Mems_allowed_list of a process, as the kernel reports it."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Mems_allowed_list:"):
-            return line.split(":", 1)[1].strip()
-    raise NodeError(f"/proc/{pid}/status has no Mems_allowed_list")
-
-
-def cgroup_mems(pid: int) -> str:
-    """cpuset.mems of the process's cgroup (v1 cpuset hierarchy), or cpuset.mems.effective
-    (v2)."""
-    v2_path = ""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpuset" in controllers.split(","):
-            return (CGROUP_ROOT / "cpuset" / path.lstrip("/") / "cpuset.mems").read_text().strip()
-        if controllers == "":
-            v2_path = path
-    base = CGROUP_ROOT / v2_path.lstrip("/")
-    return (base / "cpuset.mems.effective").read_text().strip()
 
 
 def spec_cpu(node: ContainerdNode, container_id: str) -> dict[str, Any]:
@@ -51,7 +29,7 @@ def spec_cpu(node: ContainerdNode, container_id: str) -> dict[str, Any]:
 
 def kernel_mems(node: ContainerdNode, container_id: str) -> tuple[str, str]:
     pid = node.container_pid(container_id)
-    return mems_allowed(pid), cgroup_mems(pid)
+    return mems_allowed(pid), cgroup_cpuset_mems(pid)
 
 
 def test_a_placed_claim_confines_its_containers_memory_and_shared_ones_keep_every_node(
