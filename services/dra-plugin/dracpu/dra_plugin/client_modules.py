@@ -51,7 +51,7 @@ def load() -> bool:
     """Makes the client's packages lean and imports the modules the plugin uses; False (and
     nothing changed) when the client was imported already or its layout is not the expected
     one, in which case the plain import is what runs."""
-    if any(name == "kubernetes" or name.startswith("kubernetes.") for name in sys.modules):
+    if _imported():
         return False
     spec = importlib.util.find_spec("kubernetes")
     if spec is None or spec.origin is None:
@@ -66,7 +66,7 @@ def load() -> bool:
         for name in USED:
             importlib.import_module(name)
     except ImportError as exc:  # a client release laid out otherwise: take the plain import
-        for name in [n for n in sys.modules if n == "kubernetes" or n.startswith("kubernetes.")]:
+        for name in _imported():
             del sys.modules[name]
         log.info(2, "kubernetes client imported whole", reason=str(exc))
         return False
@@ -74,6 +74,10 @@ def load() -> bool:
     client.ApiClient = sys.modules["kubernetes.client.api_client"].ApiClient  # type: ignore[attr-defined]
     client.Configuration = sys.modules["kubernetes.client.configuration"].Configuration  # type: ignore[attr-defined]
     return True
+
+
+def _imported() -> list[str]:
+    return [n for n in sys.modules if n == "kubernetes" or n.startswith("kubernetes.")]
 
 
 def _register(name: str, root: Path, missing: Callable[[types.ModuleType, str], object]) -> None:
