@@ -86,7 +86,7 @@ async def test_an_exec_credential_plugin_drives_a_slice_publish(
     status = await stack.status()
     assert (status.last_publish_error, status.node_uid) == ("", uid)
     assert runs.read_text().splitlines()[:1] == ["ExecCredential"]  # the plugin ran it
-    assert "401" not in stack.plugin_log()
+    assert ": 401 " not in stack.plugin_log()
 
 
 async def test_a_rotated_in_cluster_token_is_used_once_the_old_one_is_revoked(
