@@ -8,6 +8,13 @@
 #   tools/cluster.sh down    stop everything by recorded PID and undo every host change
 #   tools/cluster.sh status  exit 0 when every process of the cluster runs
 #   tools/cluster.sh env     shell-sourceable settings (KUBECONFIG, KUBECTL, CRICTL, ...)
+#   tools/cluster.sh node    the node alone (containerd + kubelet) for a control plane elsewhere:
+#                            it registers with DRACPU_CLUSTER_NODE_KUBECONFIG's API server (the
+#                            big-node guest's node, its control plane on the host)
+#   tools/cluster.sh image-disk FILE
+#                            an ext4 image of a containerd root holding the sandbox and driver
+#                            images and their import stamps, for a node that mounts it at
+#                            DIR/containerd instead of importing (a guest imports ~40x slower)
 #
 # Network, all local: a bridge the script creates carries the node IP and the `kubernetes`
 # Service address; tools/tcp-forward.py relays that address to the API server on loopback
@@ -28,6 +35,9 @@
 #   DRACPU_CLUSTER_IMAGES: docker-save archive of the driver images (default: built with
 #     `tools/tier-docker.sh images`); DRACPU_CLUSTER_APISERVER_FLAGS: extra kube-apiserver flags
 #   DRACPU_CP_* ports of tools/controlplane.sh (this script's defaults: 17379/17380/17443/17459/17457)
+#   DRACPU_CLUSTER_NODE_NAME (the host name)   DRACPU_CLUSTER_NRI_TIMEOUT (2s): containerd's NRI
+#     plugin_request_timeout (plugin_registration_timeout is 5s, or this when longer); a slow
+#     node needs more, or a claimed container starts on the shared CPUs and is pinned after
 #
 # `up` is idempotent and tolerates what a killed run left behind (stale sockets, mounts,
 # sandboxes, cgroups, the bridge): it runs `down` first unless every process still runs.
@@ -55,7 +65,8 @@ CRICTL="$(cache_dir crictl "${CRICTL_VERSION:-v1.37.0}")/bin/crictl"
 RUNC="${DRACPU_CLUSTER_RUNC:-/usr/sbin/runc}"
 SANDBOX_IMAGE="localhost/dracpu-realnode:1"
 SANDBOX_ARCHIVE="$(cache_dir realnode-image 1)/busybox-pause.tar"
-NODE_NAME="$(hostname)"
+NODE_NAME="${DRACPU_CLUSTER_NODE_NAME:-$(hostname)}"
+NRI_TIMEOUT="${DRACPU_CLUSTER_NRI_TIMEOUT:-2s}"
 CP="$DIR/controlplane"
 RUN="$DIR/run"
 SOCK="$RUN/containerd.sock"
@@ -139,8 +150,8 @@ state = "$DIR/containerd/state"
     socket_path = "$NRI_SOCKET"
     plugin_path = "$DIR/nri-plugins"
     plugin_config_path = "$DIR/nri-conf.d"
-    plugin_registration_timeout = "5s"
-    plugin_request_timeout = "2s"
+    plugin_registration_timeout = "$(longer 5s "$NRI_TIMEOUT")"
+    plugin_request_timeout = "$NRI_TIMEOUT"
 EOF
     cat >"$DIR/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -170,6 +181,9 @@ featureGates: {$(gates_yaml)}
 EOF
     echo "$FEATURE_GATES" >"$RUN/feature-gates"
 }
+
+# longer A B: the longer of two durations in seconds (`5s`, `30s`).
+longer() { if ((${1%s} >= ${2%s})); then echo "$1"; else echo "$2"; fi; }
 
 # The feature gates as the flow-style map of a KubeletConfiguration: `A: true, B: false`.
 gates_yaml() {
@@ -247,21 +261,72 @@ cmd_up() {
         || die "control plane did not start (see $DIR/logs/controlplane.log)"
     say "control plane ready in $((SECONDS - t)) s"
     network_up
-    t=$SECONDS
-    PATH="$CONTAINERD_BIN:$PATH" start containerd "$CONTAINERD_BIN/containerd" --config "$DIR/containerd.toml"
-    wait_until 30 "containerd serving" ctr_ version
-    say "containerd serving in $((SECONDS - t)) s"
+    start_containerd 30
     t=$SECONDS
     import_archive sandbox "$SANDBOX_ARCHIVE"
     import_archive driver "$(driver_images)"
     say "images in containerd in $((SECONDS - t)) s"
     t=$SECONDS
-    PATH="$CONTAINERD_BIN:$PATH" start kubelet "$KUBE_BIN/kubelet" --config "$DIR/kubelet.yaml" \
-        --kubeconfig "$KUBECONFIG_PATH" --root-dir "$DIR/kubelet" --node-ip "$NODE_IP" \
-        --hostname-override "$NODE_NAME" -v 2
+    start_kubelet "$KUBECONFIG_PATH"
     wait_until 120 "node $NODE_NAME Ready" node_ready
     say "kubelet started, node Ready in $((SECONDS - t)) s"
     echo "$KUBECONFIG_PATH"
+}
+
+start_containerd() { # LIMIT: start and wait until it serves
+    local t=$SECONDS
+    PATH="$CONTAINERD_BIN:$PATH" start containerd "$CONTAINERD_BIN/containerd" --config "$DIR/containerd.toml"
+    wait_until "$1" "containerd serving" ctr_ version
+    say "containerd serving in $((SECONDS - t)) s"
+}
+
+start_kubelet() { # KUBECONFIG
+    PATH="$CONTAINERD_BIN:$PATH" start kubelet "$KUBE_BIN/kubelet" --config "$DIR/kubelet.yaml" \
+        --kubeconfig "$1" --root-dir "$DIR/kubelet" --node-ip "$NODE_IP" \
+        --hostname-override "$NODE_NAME" -v 2
+}
+
+kubelet_healthy() { curl -sf "http://127.0.0.1:$((KUBELET_PORT - 2))/healthz"; }
+
+# The node without the control plane, the bridge or the relay: the kubelet registers with the
+# API server of DRACPU_CLUSTER_NODE_KUBECONFIG. Images: the sandbox image and
+# DRACPU_CLUSTER_IMAGES, imported unless a preloaded root (image-disk) already holds them.
+cmd_node() {
+    local kubeconfig="${DRACPU_CLUSTER_NODE_KUBECONFIG:-}" t
+    [[ -f "$kubeconfig" ]] || die "node: DRACPU_CLUSTER_NODE_KUBECONFIG names no file ('$kubeconfig')"
+    mkdir -p "$RUN" "$DIR/logs"
+    write_configs
+    start_containerd 120
+    t=$SECONDS
+    import_archive sandbox "$SANDBOX_ARCHIVE"
+    [[ -z "${DRACPU_CLUSTER_IMAGES:-}" ]] || import_archive driver "$DRACPU_CLUSTER_IMAGES"
+    say "images in containerd in $((SECONDS - t)) s"
+    t=$SECONDS
+    start_kubelet "$kubeconfig"
+    wait_until 180 "the kubelet healthy" kubelet_healthy
+    say "kubelet healthy in $((SECONDS - t)) s"
+}
+
+# image-disk FILE: run containerd on DIR (which must be empty: nothing else runs there, its NRI
+# socket is its own), import both archives, stop it, and make FILE an ext4 image of
+# DIR/containerd (the root and the import stamps; the state folder left out).
+cmd_image_disk() {
+    local out="$1" size
+    [[ -n "$out" ]] || die "usage: cluster.sh image-disk FILE"
+    [[ -z "$(ls -A "$DIR" 2>/dev/null)" ]] || die "image-disk: $DIR is not empty"
+    NRI_SOCKET="$RUN/nri.sock"
+    mkdir -p "$RUN" "$DIR/logs"
+    write_configs
+    start_containerd 30
+    import_archive sandbox "$SANDBOX_ARCHIVE"
+    import_archive driver "$(driver_images)"
+    stop_pid containerd
+    rm -rf "$DIR/containerd/state"
+    size=$(( $(du -sm "$DIR/containerd" | cut -f1) * 3 / 2 + 256 ))
+    mkfs.ext4 -q -F -L dracpu-images -d "$DIR/containerd" "$out.tmp" "${size}M" >/dev/null \
+        || die "mkfs.ext4 of $DIR/containerd failed"
+    mv "$out.tmp" "$out"
+    say "image disk $out ($size MB, $(du -sm "$out" | cut -f1) MB used)"
 }
 
 cmd_down() {
@@ -340,5 +405,7 @@ case "${1:-}" in
     status) cmd_status ;;
     env) cmd_env ;;
     missing) missing ;;
-    *) die "usage: cluster.sh up|down|status|env" ;;
+    node) cmd_node ;;
+    image-disk) cmd_image_disk "${2:-}" ;;
+    *) die "usage: cluster.sh up|down|status|env|node|image-disk FILE" ;;
 esac

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Forward TCP connections from one local address to another:
 tcp-forward.py LISTEN TARGET [LABEL] (LABEL is ignored: it lets the caller recognise its process).
+tcp-forward.py - TARGET relays one connection already open on stdin/stdout (a socket) to TARGET
+and exits when either side ends: what qemu's user-mode network runs for each connection a guest
+opens to a `guestfwd=...-cmd:` address (stderr is that socket too, so this mode prints nothing).
 
 The one-node cluster has no kube-proxy and no iptables: pods reach the API server through the
 `kubernetes` Service address (KUBERNETES_SERVICE_HOST, e.g. 10.96.0.1:443), which
@@ -11,7 +14,10 @@ Bytes pass through unchanged (TLS ends at the API server). Standard library only
 from __future__ import annotations
 
 import asyncio
+import os
+import selectors
 import signal
+import socket
 import sys
 
 
@@ -54,7 +60,39 @@ async def main(listen: tuple[str, int], target: tuple[str, int]) -> None:
         await stop.wait()
 
 
+def relay_stdio(target: tuple[str, int]) -> int:
+    """Bytes from fd 0 to TARGET and from TARGET to fd 1 until TARGET closes."""
+    try:
+        upstream = socket.create_connection(target, timeout=10)
+    except OSError:
+        return 1
+    upstream.settimeout(None)
+    with selectors.DefaultSelector() as selector, upstream:
+        selector.register(0, selectors.EVENT_READ)
+        selector.register(upstream, selectors.EVENT_READ)
+        while True:
+            for key, _ in selector.select():
+                try:
+                    if key.fileobj == 0:
+                        data = os.read(0, 65536)
+                        if not data:  # the guest closed its side: pass the half-close on
+                            selector.unregister(0)
+                            upstream.shutdown(socket.SHUT_WR)
+                        else:
+                            upstream.sendall(data)
+                        continue
+                    data = upstream.recv(65536)
+                    if not data:
+                        return 0
+                    while data:
+                        data = data[os.write(1, data) :]
+                except OSError:
+                    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "-":
+        sys.exit(relay_stdio(_address(sys.argv[2])))
     if len(sys.argv) not in (3, 4):
         print(
             "tcp-forward: error: usage: tcp-forward.py LISTEN_HOST:PORT TARGET_HOST:PORT [LABEL]",

@@ -12,6 +12,11 @@
 #   tools/tier-bignode.sh shell       an interactive shell in the guest (its second serial port)
 #   tools/tier-bignode.sh status      prints the guest's state folder, agent port and qemu PID
 #   tools/tier-bignode.sh check       exits 0 when bootstrap is done, else prints what is missing
+#   tools/tier-bignode.sh disk        prints the preloaded image disk of the guest's cluster node
+#                                     (tools/cluster.sh image-disk: the sandbox and driver images
+#                                     of this checkout in a containerd root) and the driver images'
+#                                     archive, building the disk when missing; cached in
+#                                     ${DRACPU_CACHE}/bignode-disk/, one disk kept
 #
 # containerd and runc come from the real-node tier (tools/tier-realnode.sh bootstrap). The guest
 # sees the host's / read-only over virtio-9p (with a tmpfs overlay: it writes nothing back but
@@ -26,15 +31,16 @@ ROOT="$(cd "$HERE/.." && pwd)"
 source "$HERE/lib.sh"
 LOG_PREFIX=tier-bignode
 
-RECIPE=3  # bump when the initramfs, its init or the module list changes
+RECIPE=4  # bump when the initramfs, its init or the module list changes
 STATE="${DRACPU_BIGNODE_STATE:-/tmp/dracpu-bignode}"
 PORT="${DRACPU_BIGNODE_PORT:-36190}"
 GUEST_PORT=7390
 PIDFILE="$STATE/qemu.pid"
 MARKER="mount_tag=dracpu-host"
 # The guest's modules, by name; their dependencies are added from the package's modules.dep.
-MODULES="virtio_pci 9pnet_virtio 9p overlay virtio_net"
+MODULES="virtio_pci 9pnet_virtio 9p overlay virtio_net virtio_blk crc32c_generic ext4"
 CONTAINERD=v2.4.2
+KUBERNETES=v1.37.2
 
 skip() { echo "tier-bignode: $*; the bignode tier is skipped"; exit 0; }
 
@@ -176,7 +182,36 @@ bootstrap() {
         build_kernel "$package" "$dir"
     fi
     check_boot "$dir"
+    if cache_ready kubernetes "$KUBERNETES" && [[ -x "$ROOT/.tools/bin/helm" ]]; then
+        disk >/dev/null
+    else
+        say "no Kubernetes $KUBERNETES or helm (tools/tier-e2e.sh bootstrap): the guest's cluster tests will skip"
+    fi
     say "ready"
+}
+
+# disk: the image disk for the driver images of this checkout (built by tools/tier-docker.sh
+# images, cached by content), keyed by both archives' paths, sizes and times: the import stamps
+# inside it name them, so the guest's node finds its images imported. Prints the disk's path,
+# then the driver archive's.
+disk() {
+    local archive sandbox key dir out tmp
+    archive="$(bash "$HERE/tier-docker.sh" images | tail -n 1)"
+    [[ -f "$archive" ]] || die "tools/tier-docker.sh images gave no archive ('$archive')"
+    sandbox="$(cache_dir realnode-image 1)/busybox-pause.tar"
+    key="$(stat -c '%n %s %Y' "$archive" "$sandbox" | sha256sum | cut -c1-16)"
+    dir="$DRACPU_CACHE/bignode-disk"
+    out="$dir/images-$key.ext4"
+    if [[ ! -f "$out" ]]; then
+        mkdir -p "$dir"
+        tmp="$(mktemp -d /tmp/dracpu-image-disk.XXXXXX)"
+        say "building the guest node's image disk from $(basename "$archive")"
+        DRACPU_CLUSTER_DIR="$tmp" DRACPU_CLUSTER_IMAGES="$archive" \
+            bash "$HERE/cluster.sh" image-disk "$out" >&2 || { rm -rf "$tmp"; die "image disk failed"; }
+        rm -rf "$tmp"
+        find "$dir" -name 'images-*.ext4' ! -name "$(basename "$out")" -delete
+    fi
+    printf '%s\n%s\n' "$out" "$archive"
 }
 
 # check_boot DIR: qemu can run this kernel here (a TCG start that reaches the kernel).
@@ -201,7 +236,8 @@ check() {
 case "${1:-}" in
     bootstrap) bootstrap ;;
     check) check ;;
+    disk) disk ;;
     up | down | shell | status)
         exec "$ROOT/.venv/bin/python" "$ROOT/tests/bignode/guest.py" "$1" ;;
-    *) echo "usage: $0 bootstrap|up|down|shell|status|check" >&2; exit 2 ;;
+    *) echo "usage: $0 bootstrap|up|down|shell|status|check|disk" >&2; exit 2 ;;
 esac

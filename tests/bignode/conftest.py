@@ -1,6 +1,8 @@
 """Fixtures of the big-node tier: one guest per session (booted by tests/bignode/guest.py), one
 bed in it (containerd + runc and the services, tests/bignode/inguest.py), and each test's pods
-and claims removed after it. Every step prints its time."""
+and claims removed after it; then, for the modules marked IN_CLUSTER (run last), the bed gives
+way to the one-node cluster whose node is the guest (tests/bignode/cluster.py). Every step
+prints its time."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bignode import cluster as guest_cluster_module
+from bignode.cluster import GuestCluster
 from bignode.guest import Guest, missing
 
 
@@ -29,8 +33,16 @@ def guest(request: pytest.FixtureRequest) -> Iterator[Guest]:
     reason = missing()
     if reason:
         pytest.skip(reason)
+    disk, images, not_cluster = None, "", guest_cluster_module.prerequisites()
+    if not not_cluster:
+        try:
+            disk, images = guest_cluster_module.image_disk()
+        except RuntimeError as exc:
+            not_cluster = f"error: {exc}"
     state = Path(tempfile.mkdtemp(prefix="dracpu-bignode-", dir="/tmp"))
-    booted = Guest(state)
+    booted = Guest(state, disk=disk)
+    booted.images = images
+    booted.not_cluster = not_cluster
     print(f"\nbignode: booting the guest ({state})", flush=True)
     try:
         seconds = booted.start()
@@ -60,8 +72,44 @@ def bed(guest: Guest) -> Guest:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules that need another driver configuration run last, so the bed restarts once."""
-    items.sort(key=lambda item: getattr(getattr(item, "module", None), "DRIVER_CONFIG", ""))
+    """Modules that need another driver configuration run after the others, so the bed
+    restarts once; the cluster's modules last, as the bed does not come back after them."""
+
+    def order(item: pytest.Item) -> tuple[bool, str]:
+        module = getattr(item, "module", None)
+        return (getattr(module, "IN_CLUSTER", False), getattr(module, "DRIVER_CONFIG", ""))
+
+    items.sort(key=order)
+
+
+@pytest.fixture(scope="session")
+def guest_cluster(guest: Guest) -> Iterator[GuestCluster]:
+    """The bed stopped, the guest the node of a cluster whose control plane runs on the host,
+    the chart installed and its pod Ready; the control plane stopped at the end."""
+    reason = guest.not_cluster
+    if reason.startswith("error: "):
+        raise AssertionError(f"bignode cluster: {reason.removeprefix('error: ')}")
+    if reason:
+        pytest.skip(f"bignode tier: {reason}")
+    began = time.monotonic()
+    cluster = guest_cluster_module.bring_up(guest, guest.images)
+    print(f"\nbignode: cluster with its node in the guest up in {time.monotonic() - began:.1f} s")
+    try:
+        yield cluster
+    finally:
+        guest_cluster_module.bring_down(cluster)
+
+
+@pytest.fixture
+def in_cluster(guest_cluster: GuestCluster) -> Iterator[GuestCluster]:
+    """The guest's cluster, left without the test's pods and claims."""
+    began = time.monotonic()
+    yield guest_cluster
+    for kind in ("pods", "resourceclaims"):
+        guest_cluster.kubectl(
+            "delete", kind, "--all", "-n", "default", "--wait=true", "--timeout=300s"
+        )
+    print(f"bignode: test took {time.monotonic() - began:.1f} s", flush=True)
 
 
 @pytest.fixture

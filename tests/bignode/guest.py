@@ -4,8 +4,12 @@ The guest is 8 vCPUs as 2 sockets x 2 cores x 2 threads (`-cpu max,vendor=Genuin
 an AMD-like CPU model TCG offers no SMT), 2 NUMA nodes of 1.5 GiB with distance 20, and
 Debian's own kernel (tools/tier-bignode.sh bootstrap). Its root is the host's / over virtio-9p,
 read-only, under a tmpfs overlay; `state/guest` is shared read-write (the agent's log, the
-services' logs). The only network is qemu's user-mode one with restrict=on and one forward,
-127.0.0.1:<port> on the host to the agent in the guest.
+services' logs). The only network is qemu's user-mode one with restrict=on and two forwards,
+both ending on the host's loopback: 127.0.0.1:<port> on the host to the agent in the guest, and
+the guest's 10.96.0.1:443 (the `kubernetes` Service address; the user-mode network is
+10.96.0.0/24, the guest 10.96.0.15) to the API server of the guest's cluster on
+127.0.0.1:<apiserver_port> (tools/tcp-forward.py relaying each connection). With `disk`, an image
+disk (tools/tier-bignode.sh disk) is the guest's /dev/vda, its writes kept in qemu (snapshot).
 
 qemu's PID is recorded in `state/qemu.pid`; `Guest.stop()` asks the agent to power off and
 kills that PID when it does not. A guest booted for a test (`bound=True`) dies with the process
@@ -32,10 +36,12 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
-RECIPE = "r3"  # tools/tier-bignode.sh RECIPE
+RECIPE = "r4"  # tools/tier-bignode.sh RECIPE
 MARKER = "mount_tag=dracpu-host"
 GUEST_PORT = 7390
 BOOT_TIMEOUT = float(os.environ.get("DRACPU_BIGNODE_BOOT_TIMEOUT", "180"))
+APISERVER_PORT = int(os.environ.get("DRACPU_BIGNODE_APISERVER_PORT", "36443"))
+SERVICE_ADDRESS = "10.96.0.1:443"  # in the guest: the `kubernetes` Service, forwarded
 
 
 class GuestError(RuntimeError):
@@ -89,10 +95,22 @@ def _recorded_qemu(pidfile: Path) -> int | None:
 class Guest:
     """One guest on a state folder; see the module docstring."""
 
-    def __init__(self, state: Path, port: int = 0, *, bound: bool = True) -> None:
+    def __init__(
+        self,
+        state: Path,
+        port: int = 0,
+        *,
+        bound: bool = True,
+        apiserver_port: int = APISERVER_PORT,
+        disk: Path | None = None,
+    ) -> None:
         self.state = Path(state).absolute()
         self.port = port or free_port()
         self.bound = bound
+        self.apiserver_port = apiserver_port
+        self.disk = disk
+        self.images = ""  # the driver images' archive on `disk`
+        self.not_cluster = ""  # why the guest cannot be a cluster's node, if it cannot
         self.shared = self.state / "guest"
         self.pidfile = self.state / "qemu.pid"
         self.console = self.state / "console.log"
@@ -108,7 +126,18 @@ class Guest:
             "console=ttyS0 quiet loglevel=3 panic=-1 "
             f"dracpu.state={self.shared} dracpu.stage2={REPO}/tools/bignode/stage2.sh"
         )
-        net = f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:{GUEST_PORT}"
+        relay = f"python3 {REPO}/tools/tcp-forward.py - 127.0.0.1:{self.apiserver_port}"
+        net = (
+            "user,id=n0,restrict=on,net=10.96.0.0/24,host=10.96.0.2,dns=10.96.0.3,"
+            f"hostfwd=tcp:127.0.0.1:{self.port}-:{GUEST_PORT},"
+            f"guestfwd=tcp:{SERVICE_ADDRESS}-cmd:{relay}"
+        )
+        disk = []
+        if self.disk is not None:
+            disk = [
+                *("-drive", f"file={self.disk},if=none,id=d0,format=raw,snapshot=on"),
+                *("-device", "virtio-blk-pci,drive=d0"),
+            ]
         return [
             *("nice", "-n", "10", "qemu-system-x86_64", "-name", "dracpu-bignode"),
             *("-accel", "tcg,thread=multi,tb-size=512", "-cpu", "max,vendor=GenuineIntel"),
@@ -128,6 +157,7 @@ class Guest:
             "-virtfs",
             f"local,path={self.shared},mount_tag=dracpu-state,security_model=none,multidevs=remap",
             *("-netdev", net, "-device", "virtio-net-pci,netdev=n0,romfile="),
+            *disk,
         ]
 
     # -- lifecycle --------------------------------------------------------------------------

@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 import urllib.error
@@ -27,7 +29,7 @@ from typing import Any
 import skew_bench
 import skew_stack
 from realnode.devup import DevUp, free_port
-from realnode.node import ContainerdNode
+from realnode.node import ContainerdNode, crictl_path
 from shape import machine_shape
 from skew_builds import Build, head_build
 from skew_stack import Stack
@@ -317,6 +319,89 @@ def clean(state: Path) -> bool:
     for name in list(_bed.get("claims", [])):
         release(state, name)
     return True
+
+
+# -- the node of the guest's cluster ----------------------------------------------------------
+
+CLUSTER_DIR = Path("/run/dracpu-node")
+REPO = Path(__file__).resolve().parents[2]
+IMAGE_DISK = Path("/dev/vda")
+
+
+def cluster_node(state: Path, kubeconfig: str, images: str, node_name: str) -> dict[str, Any]:
+    """The bed stopped (the guest has room for one driver); then the node of the guest's
+    cluster: the image disk mounted as containerd's root (its import stamps make the imports
+    no-ops), containerd with NRI timeouts of 30 s and the kubelet on cgroup v2
+    (`tools/cluster.sh node`), registering with the host's API server through `kubeconfig`."""
+    stop(state)
+    began = time.monotonic()
+    if not IMAGE_DISK.is_block_device():
+        raise RuntimeError("no image disk: the guest was booted without one")
+    containerd = CLUSTER_DIR / "containerd"
+    containerd.mkdir(parents=True, exist_ok=True)
+    if not os.path.ismount(containerd):
+        subprocess.run(["mount", "-t", "ext4", "-o", "noatime", str(IMAGE_DISK), str(containerd)],
+                       check=True, capture_output=True, text=True)  # fmt: skip
+    env = {
+        **os.environ,
+        "DRACPU_CLUSTER_DIR": str(CLUSTER_DIR),
+        "DRACPU_CLUSTER_NODE_KUBECONFIG": kubeconfig,
+        "DRACPU_CLUSTER_IMAGES": images,
+        "DRACPU_CLUSTER_NODE_NAME": node_name,
+        "DRACPU_CLUSTER_NODE_IP": "10.96.0.15",
+        "DRACPU_CLUSTER_NRI_TIMEOUT": NRI_TIMEOUT,
+    }
+    done = subprocess.run(
+        ["bash", str(REPO / "tools/cluster.sh"), "node"],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"tools/cluster.sh node: {done.stderr.strip()[-2000:]}")
+    return {"seconds": round(time.monotonic() - began, 1), "log": done.stderr.splitlines()}
+
+
+def _crictl(*args: str) -> str:
+    done = subprocess.run(
+        [str(crictl_path()), "--config", str(CLUSTER_DIR / "crictl.yaml"), "--timeout", "60s",
+         *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"crictl {args[0]}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def cluster_containers(state: Path) -> dict[str, dict[str, Any]]:
+    """Every running container of the guest's kubelet, by `namespace/pod/container`: the guest
+    kernel's view of its process (`kernel_view`) and that process's environment. Two crictl
+    runs for all of them (process starts are what emulation makes slowest)."""
+    listed = json.loads(_crictl("ps", "--state", "running", "-o", "json"))["containers"]
+    if not listed:
+        return {}
+    text = _crictl("inspect", *(c["id"] for c in listed))
+    decoder = json.JSONDecoder()
+    inspected, at = [], 0
+    while at < len(text):  # one JSON document per container
+        if text[at].isspace():
+            at += 1
+            continue
+        found, at = decoder.raw_decode(text, at)
+        inspected.extend(found if isinstance(found, list) else [found])
+    found_pids = {i["status"]["id"]: int(i["info"]["pid"]) for i in inspected}
+    views: dict[str, dict[str, Any]] = {}
+    for listed_container in listed:
+        labels = listed_container["labels"]
+        key = "/".join(
+            labels[f"io.kubernetes.{k}"] for k in ("pod.namespace", "pod.name", "container.name")
+        )
+        pid = found_pids[listed_container["id"]]
+        with contextlib.suppress(OSError, LookupError):  # ended in between
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            views[key] = {
+                **kernel_view(pid),
+                "env": dict(e.decode().partition("=")[::2] for e in environ if b"=" in e),
+            }
+    return views
 
 
 # -- the upgrade walk-through --------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The guest's qemu command line and its PID record, checked without booting anything: the
-machine is the one the scenarios assume, the network reaches nothing but one forward on the
-host's loopback, and a recorded PID is killed only when it is that guest's qemu."""
+machine is the one the scenarios assume, the network reaches nothing but forwards that end on
+the host's loopback, and a recorded PID is killed only when it is that guest's qemu."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from bignode.guest import MARKER, Guest, _recorded_qemu
 
 @pytest.fixture
 def argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    kernel = tmp_path / "bignode-6.1.0-99-amd64-r3"
+    kernel = tmp_path / f"bignode-6.1.0-99-amd64-{guest_module.RECIPE}"
     kernel.mkdir()
     monkeypatch.setattr(guest_module, "kernel_dir", lambda: kernel)
-    return Guest(tmp_path / "state", 40123).qemu_argv()
+    return Guest(tmp_path / "state", 40123, apiserver_port=40443).qemu_argv()
 
 
 def option(argv: list[str], name: str) -> list[str]:
@@ -37,12 +37,31 @@ def test_the_machine_is_two_sockets_of_two_smt_cores_on_two_numa_nodes(argv: lis
     assert option(argv, "-accel")[0].startswith("tcg")
 
 
-def test_the_only_network_is_user_mode_restricted_with_one_loopback_forward(
+def test_the_only_network_is_user_mode_restricted_with_forwards_to_the_hosts_loopback(
     argv: list[str],
 ) -> None:
-    assert option(argv, "-netdev") == ["user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:40123-:7390"]
+    (netdev,) = option(argv, "-netdev")
+    fields = dict(f.partition("=")[::2] for f in netdev.split(",")[1:])
+    assert netdev.startswith("user,") and fields["restrict"] == "on"
+    assert (fields["net"], fields["host"]) == ("10.96.0.0/24", "10.96.0.2")
+    # In: the host's 127.0.0.1:40123 to the agent. Out: only the `kubernetes` Service address,
+    # each connection relayed by a process on the host to the API server on its loopback.
+    assert fields["hostfwd"] == "tcp:127.0.0.1:40123-:7390"
+    target, _, relay = fields["guestfwd"].partition("-cmd:")
+    assert target == "tcp:10.96.0.1:443"
+    assert relay.endswith("tools/tcp-forward.py - 127.0.0.1:40443")
     assert not any(word.startswith(("tap", "bridge")) for word in option(argv, "-netdev"))
     assert "-nic" not in argv and "-net" not in argv
+
+
+def test_the_image_disk_is_attached_with_writes_kept_in_qemu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(guest_module, "kernel_dir", lambda: tmp_path)
+    disk = tmp_path / "images.ext4"
+    argv = Guest(tmp_path / "state", 40123, disk=disk).qemu_argv()
+    assert option(argv, "-drive") == [f"file={disk},if=none,id=d0,format=raw,snapshot=on"]
+    assert option(argv, "-device")[-1] == "virtio-blk-pci,drive=d0"
 
 
 def test_the_host_root_is_shared_read_only_and_only_the_state_folder_writable(

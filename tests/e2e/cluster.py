@@ -74,14 +74,22 @@ def run(argv: Sequence[str], *, stdin: str | None = None, check: bool = True) ->
     return done.stdout
 
 
-class Cluster:
-    """Settings from `tools/cluster.sh env`, plus the commands the scenarios use."""
+def cluster_env() -> dict[str, str]:
+    """The settings `tools/cluster.sh env` prints."""
+    env: dict[str, str] = {}
+    for line in run(["bash", str(ROOT / "tools/cluster.sh"), "env"]).splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = value.strip('"')
+    return env
 
-    def __init__(self) -> None:
-        env: dict[str, str] = {}
-        for line in run(["bash", str(ROOT / "tools/cluster.sh"), "env"]).splitlines():
-            key, _, value = line.removeprefix("export ").partition("=")
-            env[key] = value.strip('"')
+
+class Cluster:
+    """Settings from `tools/cluster.sh env` (or given: `env`), plus the commands the scenarios
+    use. The kernel truth (`online`, `cpus_of`, `cgroup_cpuset_of`, `env_of`) is read on this
+    machine; a node elsewhere (the big-node guest) reads it there."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        env = cluster_env() if env is None else env
         self.env = env
         self.kubeconfig = env["KUBECONFIG"]
         self.kubectl_bin = env["KUBECTL"]
@@ -201,6 +209,10 @@ class Cluster:
         return {d["name"]: d for s in self.slices() for d in s["spec"].get("devices", [])}
 
     # ---- kernel truth -----------------------------------------------------------------------
+
+    def online(self) -> CPUSet:
+        """The node's online CPUs."""
+        return CPUSet.parse(Path("/sys/devices/system/cpu/online").read_text().strip())
 
     def container_pid(self, pod: str, container: str, namespace: str = "default") -> int:
         pods = self.crictl(

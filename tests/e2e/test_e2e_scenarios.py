@@ -27,18 +27,16 @@ from e2e.cluster import (
     step,
     wait_until,
 )
+from e2e.scenarios import (
+    claim_everything_published,
+    grouped_capacity,
+    pod_level_resources,
+    start_pod,
+)
 
 from dracpu.core.cpuset import CPUSet
 
 pytestmark = pytest.mark.e2e
-
-
-def online() -> CPUSet:
-    return CPUSet.parse(Path("/sys/devices/system/cpu/online").read_text().strip())
-
-
-def grouped_capacity(node: Cluster) -> int:
-    return sum(int(d["capacity"]["dra.cpu/cpu"]["value"]) for d in node.published().values())
 
 
 @pytest.fixture
@@ -47,23 +45,6 @@ def clean(driver: Cluster) -> Iterator[Cluster]:
     yield driver
     driver.kubectl("delete", "pods", "--all", "-n", "default", "--wait=true", "--timeout=120s")
     driver.kubectl("delete", "resourceclaims", "--all", "-n", "default", "--wait=true")
-
-
-def start_pod(node: Cluster, name: str, manifest: str) -> None:
-    """Apply and wait for Running. A failed NodePrepareResources fails at once: the kubelet
-    retries it only at its next periodic sync of the pod (60-90 s, pod_workers.go), so
-    waiting would only hide the driver's error."""
-    node.apply(manifest)
-
-    def started() -> bool:
-        if node.running(name):
-            return True
-        failed = node.prepare_failure(name)
-        if failed:
-            raise AssertionError(f"pod {name}: {failed}")
-        return False
-
-    wait_until(started, timeout=90, what=f"pod {name} Running")
 
 
 def test_the_kubelet_registers_the_plugin_from_its_own_registry_dir(driver: Cluster) -> None:
@@ -126,72 +107,18 @@ def test_the_claims_status_names_the_cpus_the_kernel_gives_the_pod(clean: Cluste
 
 def test_claiming_everything_published_keeps_a_shared_pool(clean: Cluster) -> None:
     """Two one-CPU claims on a 2-CPU node used to empty the shared pool."""
-    node = clean
-    capacity = grouped_capacity(node)
-    assert 0 < capacity < len(online())  # the floor is never published
-    with step(f"claims of every published CPU ({capacity})"):
-        node.apply(claim_manifest("all", [cpus_request(capacity)]))
-        start_pod(node, "all", pod_manifest("all", [("work", ["c"])], [("c", "all")]))
-        node.apply(claim_manifest("more", [cpus_request(1)]))
-        node.apply(pod_manifest("more", [("work", ["c"])], [("c", "more")]))
-        start_pod(node, "shared", pod_manifest("shared", [("work", [])]))
-    held = node.cpus_of("all", "work")
-    assert len(held) == capacity
-    shared = node.cpus_of("shared", "work")
-    assert shared and shared.isdisjoint(held)
-    pod = node.get("pod", "more")
-    assert pod["status"]["phase"] == "Pending"
-    assert not node.get("resourceclaim", "more").get("status", {}).get("allocation")
+    assert claim_everything_published(clean)
 
 
 def test_pod_level_resources_claimed_containers_and_a_sidecar(clean: Cluster) -> None:
     """Pod-level resources, each claimed container on its own claim's CPUs, a native sidecar
     (restartable init container) and an unclaimed container on the shared pool."""
-    node = clean
-    claimed = min(2, grouped_capacity(node))  # a 2-CPU node publishes one
-    names = [f"app{i}" for i in range(claimed)]
-    for name in names:
-        node.apply(claim_manifest(name, [cpus_request(1)]))
-    manifest = json.loads(
-        pod_manifest(
-            "mixed",
-            [*((n, [n]) for n in names), ("plain", [])],
-            [(n, n) for n in names],
-            extra_spec={
-                "resources": {
-                    "requests": {"cpu": "100m", "memory": "64Mi"},
-                    "limits": {"cpu": "2", "memory": "256Mi"},
-                },
-                "initContainers": [
-                    {
-                        "name": "sidecar",
-                        "image": TEST_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "restartPolicy": "Always",
-                        "command": SLEEP,
-                    }
-                ],
-            },
-        )
-    )
-    with step(f"pod with {claimed} claimed containers, a sidecar and a shared container"):
-        start_pod(node, "mixed", json.dumps(manifest))
-    stored = node.get("pod", "mixed")
-    say(f"pod-level resources kept by the API server: {'resources' in stored['spec']}")
-    held = CPUSet()
-    for name in names:
-        cpus = node.cpus_of("mixed", name)
-        assert cpus == claim_cpus(node.env_of("mixed", name)) and len(cpus) == 1
-        assert cpus.isdisjoint(held)
-        held = held | cpus
-    for shared in ("plain", "sidecar"):
-        cpus = node.cpus_of("mixed", shared)
-        assert cpus and cpus.isdisjoint(held), (shared, cpus, held)
+    pod_level_resources(clean, [1] * min(2, grouped_capacity(clean)))  # 2 CPUs publish one
 
 
 def test_an_oversize_claim_is_unschedulable(clean: Cluster) -> None:
     node = clean
-    node.apply(claim_manifest("huge", [cpus_request(len(online()) + 1)]))
+    node.apply(claim_manifest("huge", [cpus_request(len(node.online()) + 1)]))
     node.apply(pod_manifest("huge", [("work", ["c"])], [("c", "huge")]))
 
     def refused() -> bool:

@@ -11,10 +11,14 @@ mkdir -p /dev/pts && mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pt
 mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs -o mode=0755 tmpfs /run
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
-echo "+cpuset +cpu +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control ||
+# The kubelet of the guest's cluster also wants io and hugetlb where the kernel has them.
+echo "+cpuset +cpu +memory +pids +io +hugetlb" > /sys/fs/cgroup/cgroup.subtree_control ||
+    echo "+cpuset +cpu +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control ||
     say "error: cannot enable the cgroup v2 controllers"
 ip link set lo up
-ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0
+# qemu's user-mode network 10.96.0.0/24 (its gateway .2): 10.96.0.1:443 is forwarded to the
+# host's API server, nothing else leaves (restrict=on).
+ip link set eth0 up && ip addr add 10.96.0.15/24 dev eth0 && ip route add default via 10.96.0.2
 say "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 # A shell for people: `tools/tier-bignode.sh shell` attaches to this port.
 (while :; do setsid --ctty bash -i </dev/ttyS1 >/dev/ttyS1 2>&1; sleep 1; done) &

@@ -1,0 +1,220 @@
+"""The one-node cluster whose node is the big-node guest: the control plane of
+tools/controlplane.sh on the host's loopback, containerd + kubelet in the guest
+(`tools/cluster.sh node`, through inguest.cluster_node), the chart installed from the host with
+helm. The guest reaches the API server only at 10.96.0.1:443, which qemu relays to the host's
+loopback (tests/bignode/guest.py); the host never reaches into the guest but through the agent.
+
+`GuestCluster` is the e2e harness's `Cluster` with the kernel truth read in the guest: every
+container's Cpus_allowed_list, cgroup v2 cpuset.cpus.effective and environment come from
+inguest.cluster_containers (crictl and /proc in the guest)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from bignode.guest import CACHE, SERVICE_ADDRESS, Guest
+from e2e.cluster import ROOT, Cluster, say, step, wait_until
+
+from dracpu.core.cpuset import CPUSet
+
+NODE_NAME = "dracpu-bignode"
+GUEST_DIR = "/run/dracpu-node"  # inguest.CLUSTER_DIR
+KUBE_BIN = CACHE / "kubernetes-v1.37.2" / "bin"
+HELM = ROOT / ".tools" / "bin" / "helm"
+# The chart's probe timings for a node this slow (emulated, and saturated by five Python
+# services starting at once): what an operator of a slow or loaded node sets, no template
+# edited (docs/user/installation.md#probes, slow-node.yaml). The kubelet's own HTTP probes need
+# no more than time.
+SLOW_NODE_VALUES = (
+    "probes.startup.timeoutSeconds=30",
+    "probes.startup.periodSeconds=5",
+    "probes.startup.failureThreshold=120",
+    "probes.liveness.timeoutSeconds=30",
+    "probes.liveness.failureThreshold=5",
+    "probes.readiness.timeoutSeconds=30",
+)
+# Under emulation a claimed pod takes 10-40 s from apply to Running, a driver pod minutes.
+POD_TIMEOUT = 300.0
+DRIVER_TIMEOUT = 900.0
+
+
+def prerequisites() -> str:
+    """'' when the guest's cluster can run here, else one line saying what is missing."""
+    needs = {
+        "Kubernetes v1.37.2 (tools/build-kubernetes.sh)": (KUBE_BIN / "kube-apiserver").exists(),
+        "helm (tools/install-helm.sh)": HELM.exists(),
+    }
+    absent = [name for name, found in needs.items() if not found]
+    return f"the guest's cluster needs {', '.join(absent)}" if absent else ""
+
+
+def image_disk() -> tuple[Path, str]:
+    """The preloaded image disk (built when missing) and the driver images' archive it holds
+    (tools/tier-bignode.sh disk)."""
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools/tier-bignode.sh"), "disk"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    lines = done.stdout.split()
+    if done.returncode != 0 or len(lines) != 2:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise RuntimeError(f"tools/tier-bignode.sh disk: {tail[0]}")
+    return Path(lines[0]), lines[1]
+
+
+def _controlplane(*args: str, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools/controlplane.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"tools/controlplane.sh {args[0]}: {done.stderr.strip()[-1500:]}")
+    return done.stdout
+
+
+def _inline(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def node_kubeconfig(cp_dir: Path, target: Path, env: dict[str, str]) -> None:
+    """The kubelet's credentials (system:node:<name>, group system:nodes: the Node authorizer
+    and NodeRestriction apply) as a kubeconfig with everything inline, naming the API server
+    by the address the guest reaches it at (in the certificate's SANs)."""
+    name = "node"
+    _controlplane("client", str(cp_dir), name, f"system:node:{NODE_NAME}", "system:nodes", env=env)
+    pki = cp_dir / "pki"
+    config: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "bignode",
+                "cluster": {
+                    "server": f"https://{SERVICE_ADDRESS}",
+                    "certificate-authority-data": _inline(pki / "ca.crt"),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": name,
+                "user": {
+                    "client-certificate-data": _inline(pki / f"{name}.crt"),
+                    "client-key-data": _inline(pki / f"{name}.key"),
+                },
+            }
+        ],
+        "contexts": [{"name": "bignode", "context": {"cluster": "bignode", "user": name}}],
+        "current-context": "bignode",
+    }
+    target.write_text(yaml.safe_dump(config))
+    target.chmod(0o600)
+
+
+class GuestCluster(Cluster):
+    """The e2e harness on the guest's cluster; see the module docstring."""
+
+    def __init__(self, guest: Guest, cp_dir: Path) -> None:
+        super().__init__(
+            {
+                "KUBECONFIG": str(cp_dir / "admin.kubeconfig"),
+                "KUBECTL": str(KUBE_BIN / "kubectl"),
+                "CRICTL": "crictl",  # in the guest only: see cluster_containers
+                "CLUSTER_DIR": GUEST_DIR,
+                "NODE_NAME": NODE_NAME,
+                "KUBELET_ROOT": f"{GUEST_DIR}/kubelet",
+                "NRI_SOCKET": "/var/run/nri/nri.sock",
+            }
+        )
+        self.guest = guest
+        self._online: CPUSet | None = None
+
+    def chart_values(self, *extra: str) -> list[str]:
+        return super().chart_values(*SLOW_NODE_VALUES, *extra)
+
+    def container(self, pod: str, container: str, namespace: str) -> dict[str, Any]:
+        views: dict[str, dict[str, Any]] = self.guest.call("cluster_containers")
+        key = f"{namespace}/{pod}/{container}"
+        if key not in views:
+            raise AssertionError(f"no running container {key} in the guest: {sorted(views)}")
+        return views[key]
+
+    def online(self) -> CPUSet:
+        if self._online is None:
+            self._online = CPUSet.parse(self.guest.call("kernel")["online"])
+        return self._online
+
+    def container_pid(self, pod: str, container: str, namespace: str = "default") -> int:
+        return int(self.container(pod, container, namespace)["pid"])
+
+    def cpus_of(self, pod: str, container: str, namespace: str = "default") -> CPUSet:
+        """Cpus_allowed_list of the container's process; checked equal to its cgroup v2
+        cpuset.cpus.effective (the two views of the guest kernel agree)."""
+        seen = self.container(pod, container, namespace)
+        assert seen["cpus_allowed"] == seen["cpus_effective"], seen
+        return CPUSet.parse(seen["cpus_allowed"])
+
+    def cgroup_cpuset_of(self, pod: str, container: str, namespace: str = "default") -> CPUSet:
+        return CPUSet.parse(self.container(pod, container, namespace)["cpus_effective"])
+
+    def env_of(self, pod: str, container: str, namespace: str = "default") -> dict[str, str]:
+        return dict(self.container(pod, container, namespace)["env"])
+
+
+def bring_up(guest: Guest, images: str) -> GuestCluster:
+    """Control plane on the host, node in the guest, node Ready, chart installed and its pod
+    Ready, slices published; each step printed with its time."""
+    cp_dir = guest.state / "controlplane"
+    env = {
+        "DRACPU_CP_APISERVER_PORT": str(guest.apiserver_port),
+        "DRACPU_CP_ETCD_PORT": str(guest.apiserver_port - 64),
+        "DRACPU_CP_ETCD_PEER_PORT": str(guest.apiserver_port - 63),
+        "DRACPU_CP_SCHEDULER_PORT": str(guest.apiserver_port + 16),
+        "DRACPU_CP_CONTROLLER_MANAGER_PORT": str(guest.apiserver_port + 14),
+    }
+    with step("bignode cluster: control plane up on the host's loopback"):
+        _controlplane("up", str(cp_dir), env=env)
+    cluster = GuestCluster(guest, cp_dir)
+    kubeconfig = guest.shared / "node.kubeconfig"
+    node_kubeconfig(cp_dir, kubeconfig, env)
+    with step("bignode cluster: containerd + kubelet in the guest (bed stopped)"):
+        started = guest.call(
+            "cluster_node", kubeconfig=str(kubeconfig), images=images, node_name=NODE_NAME
+        )
+    for line in started["log"]:
+        say(f"  guest: {line}")
+
+    def ready() -> bool:
+        try:
+            node = cluster.get("node", NODE_NAME, namespace="")
+        except Exception:  # not registered yet
+            return False
+        conditions = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
+        return conditions.get("Ready") == "True"
+
+    with step(f"bignode cluster: node {NODE_NAME} Ready"):
+        wait_until(ready, timeout=300, what=f"node {NODE_NAME} Ready")
+    with step("bignode cluster: helm install (slow-node probe timings)"):
+        cluster.install()
+    with step("bignode cluster: driver pod Ready"):
+        wait_until(cluster.driver_ready, timeout=DRIVER_TIMEOUT, what="driver pod Ready")
+    wait_until(lambda: cluster.published(), timeout=120, what="ResourceSlices published")
+    return cluster
+
+
+def bring_down(cluster: GuestCluster) -> None:
+    cp_dir = Path(cluster.kubeconfig).parent
+    with step("bignode cluster: control plane down"):
+        _controlplane("down", str(cp_dir), env={})
