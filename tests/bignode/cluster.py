@@ -140,16 +140,28 @@ class GuestCluster(Cluster):
         )
         self.guest = guest
         self._online: CPUSet | None = None
+        self._views: dict[str, dict[str, Any]] | None = None
 
     def chart_values(self, *extra: str) -> list[str]:
         return super().chart_values(*SLOW_NODE_VALUES, *extra)
 
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        if args[:1] != ("get",):
+            self._views = None  # the containers may change: read them afresh
+        return super().kubectl(*args, stdin=stdin, check=check)
+
     def container(self, pod: str, container: str, namespace: str) -> dict[str, Any]:
-        views: dict[str, dict[str, Any]] = self.guest.call("cluster_containers")
+        """The guest's view of one running container. One snapshot of all of them serves the
+        checks until the next change made through kubectl (each costs two crictl runs in the
+        guest); a container missing from it is looked for once more in a fresh one."""
         key = f"{namespace}/{pod}/{container}"
-        if key not in views:
-            raise AssertionError(f"no running container {key} in the guest: {sorted(views)}")
-        return views[key]
+        for fresh in (self._views is None, True):
+            if fresh:
+                self._views = self.guest.call("cluster_containers")
+            assert self._views is not None
+            if key in self._views:
+                return self._views[key]
+        raise AssertionError(f"no running container {key} in the guest: {sorted(self._views)}")
 
     def online(self) -> CPUSet:
         if self._online is None:

@@ -102,13 +102,14 @@ def guest_cluster(guest: Guest) -> Iterator[GuestCluster]:
 
 @pytest.fixture
 def in_cluster(guest_cluster: GuestCluster) -> Iterator[GuestCluster]:
-    """The guest's cluster, left without the test's pods and claims."""
+    """The guest's cluster without pods or claims in the default namespace: an earlier test's
+    are removed first (so the last test's go with the cluster, not one by one)."""
     began = time.monotonic()
-    yield guest_cluster
     for kind in ("pods", "resourceclaims"):
         guest_cluster.kubectl(
             "delete", kind, "--all", "-n", "default", "--wait=true", "--timeout=300s"
         )
+    yield guest_cluster
     print(f"bignode: test took {time.monotonic() - began:.1f} s", flush=True)
 
 

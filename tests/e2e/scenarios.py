@@ -52,21 +52,25 @@ def start_pod(node: Cluster, name: str, manifest: str, timeout: float = 90) -> N
 
 
 def pod_level_resources(
-    node: Cluster, sizes: Sequence[int], *, timeout: float = 90
+    node: Cluster, sizes: Sequence[int], *, sidecar: int = 0, timeout: float = 90
 ) -> dict[str, CPUSet]:
     """One pod with pod-level resources, a claimed container per entry of `sizes` (a claim of
-    that many CPUs each), a native sidecar (restartable init container) and an unclaimed
-    container. Each claimed container runs on exactly its claim's CPUs (DRA_CPUSET_<uid>), no
-    two overlap, and the sidecar and the plain container run beside them on the rest. Answers
-    every container's CPUs as the kernel reports them."""
+    that many CPUs each), a native sidecar (restartable init container: it starts, and gets its
+    CPUs, before the others) with a claim of `sidecar` CPUs of its own or none, and an
+    unclaimed container. Each claimed container runs on exactly its claim's CPUs
+    (DRA_CPUSET_<uid>), no two overlap, and the unclaimed ones run beside them on the rest.
+    Answers every container's CPUs as the kernel reports them."""
     names = [f"app{i}" for i in range(len(sizes))]
-    for name, size in zip(names, sizes, strict=True):
+    claimed = dict(zip(names, sizes, strict=True))
+    if sidecar:
+        claimed["sidecar"] = sidecar
+    for name, size in claimed.items():
         node.apply(claim_manifest(name, [cpus_request(size)]))
     manifest = json.loads(
         pod_manifest(
             "mixed",
             [*((n, [n]) for n in names), ("plain", [])],
-            [(n, n) for n in names],
+            [(n, n) for n in claimed],
             extra_spec={
                 "resources": {
                     "requests": {"cpu": "100m", "memory": "64Mi"},
@@ -79,24 +83,26 @@ def pod_level_resources(
                         "imagePullPolicy": "Never",
                         "restartPolicy": "Always",
                         "command": SLEEP,
+                        "resources": {"claims": [{"name": "sidecar"}] if sidecar else []},
                     }
                 ],
             },
         )
     )
-    with step(f"pod with {len(sizes)} claimed containers, a sidecar and a shared container"):
+    kind = "a claimed sidecar" if sidecar else "a sidecar"
+    with step(f"pod with {len(sizes)} claimed containers, {kind} and a shared container"):
         start_pod(node, "mixed", json.dumps(manifest), timeout)
     stored = node.get("pod", "mixed")
     say(f"pod-level resources kept by the API server: {'resources' in stored['spec']}")
     seen: dict[str, CPUSet] = {}
     held = CPUSet()
-    for name, size in zip(names, sizes, strict=True):
+    for name, size in claimed.items():
         cpus = node.cpus_of("mixed", name)
         assert cpus == claim_cpus(node.env_of("mixed", name)) and len(cpus) == size, name
         assert cpus.isdisjoint(held), (name, cpus, held)
         held = held | cpus
         seen[name] = cpus
-    for shared in ("plain", "sidecar"):
+    for shared in ("plain", *(() if sidecar else ("sidecar",))):
         cpus = node.cpus_of("mixed", shared)
         assert cpus and cpus.isdisjoint(held), (shared, cpus, held)
         seen[shared] = cpus
