@@ -11,6 +11,7 @@ inguest.cluster_containers (crictl and /proc in the guest)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -18,10 +19,11 @@ from typing import Any
 
 import yaml
 from bignode.guest import CACHE, SERVICE_ADDRESS, Guest
-from e2e.cluster import ROOT, Cluster, say, step, wait_until
+from e2e.cluster import PROGRESS, ROOT, Cluster, say, step, wait_until
 
 from dracpu.core.cpuset import CPUSet
 
+PROGRESS["tier"] = "bignode"
 NODE_NAME = "dracpu-bignode"
 GUEST_DIR = "/run/dracpu-node"  # inguest.CLUSTER_DIR
 KUBE_BIN = CACHE / "kubernetes-v1.37.2" / "bin"
@@ -82,6 +84,18 @@ def _controlplane(*args: str, env: dict[str, str]) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"tools/controlplane.sh {args[0]}: {done.stderr.strip()[-1500:]}")
     return done.stdout
+
+
+def _controlplane_log(*args: str) -> list[str]:
+    """tools/controlplane.sh's progress lines of a command that cannot fail the session."""
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools/controlplane.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return done.stderr.strip().splitlines()
 
 
 def _inline(path: Path) -> str:
@@ -196,12 +210,12 @@ def bring_up(guest: Guest, images: str) -> GuestCluster:
         "DRACPU_CP_SCHEDULER_PORT": str(guest.apiserver_port + 16),
         "DRACPU_CP_CONTROLLER_MANAGER_PORT": str(guest.apiserver_port + 14),
     }
-    with step("bignode cluster: control plane up on the host's loopback"):
+    with step("cluster: control plane up on the host's loopback"):
         _controlplane("up", str(cp_dir), env=env)
     cluster = GuestCluster(guest, cp_dir)
     kubeconfig = guest.shared / "node.kubeconfig"
     node_kubeconfig(cp_dir, kubeconfig, env)
-    with step("bignode cluster: containerd + kubelet in the guest (bed stopped)"):
+    with step("cluster: containerd + kubelet in the guest (bed stopped)"):
         started = guest.call(
             "cluster_node", kubeconfig=str(kubeconfig), images=images, node_name=NODE_NAME
         )
@@ -216,17 +230,26 @@ def bring_up(guest: Guest, images: str) -> GuestCluster:
         conditions = {c["type"]: c["status"] for c in node["status"].get("conditions", [])}
         return conditions.get("Ready") == "True"
 
-    with step(f"bignode cluster: node {NODE_NAME} Ready"):
+    with step(f"cluster: node {NODE_NAME} Ready"):
         wait_until(ready, timeout=300, what=f"node {NODE_NAME} Ready")
-    with step("bignode cluster: helm install (slow-node probe timings)"):
+    with step("cluster: helm install (slow-node probe timings)"):
         cluster.install()
-    with step("bignode cluster: driver pod Ready"):
+    with step("cluster: driver pod Ready"):
         wait_until(cluster.driver_ready, timeout=DRIVER_TIMEOUT, what="driver pod Ready")
     wait_until(lambda: cluster.published(), timeout=120, what="ResourceSlices published")
     return cluster
 
 
 def bring_down(cluster: GuestCluster) -> None:
+    """The node's and the containers' logs kept in the state folder, the guest powered off
+    (the cluster is the last thing it runs), then the control plane stopped: with the guest's
+    connections still open the API server takes its whole grace period to stop."""
+    with contextlib.suppress(Exception):
+        cluster.guest.call("cluster_logs")
+    with step("cluster: guest powered off"):
+        cluster.guest.stop()
     cp_dir = Path(cluster.kubeconfig).parent
-    with step("bignode cluster: control plane down"):
-        _controlplane("down", str(cp_dir), env={})
+    with step("cluster: control plane down"):
+        stopped = _controlplane_log("down", str(cp_dir))
+    for line in stopped:
+        say(f"  {line}")

@@ -360,6 +360,23 @@ def cluster_node(state: Path, kubeconfig: str, images: str, node_name: str) -> d
     return {"seconds": round(time.monotonic() - began, 1), "log": done.stderr.splitlines()}
 
 
+def cluster_logs(state: Path) -> list[str]:
+    """The cluster node's logs into the state folder (`logs/cluster/`: containerd's and the
+    kubelet's, and every container's from /var/log/pods), where the host reads them after the
+    guest is gone. Answers the files copied."""
+    target = state / "logs" / "cluster"
+    target.mkdir(parents=True, exist_ok=True)
+    copied = []
+    sources = [*(CLUSTER_DIR / "logs").glob("*.log"), *Path("/var/log/pods").glob("*/*/*.log")]
+    for log in sources:
+        relative = log.relative_to(CLUSTER_DIR if log.is_relative_to(CLUSTER_DIR) else "/var/log")
+        name = "_".join(relative.parts)
+        with contextlib.suppress(OSError):
+            shutil.copy(log, target / name)
+            copied.append(name)
+    return copied
+
+
 def _crictl(*args: str) -> str:
     done = subprocess.run(
         [str(crictl_path()), "--config", str(CLUSTER_DIR / "crictl.yaml"), "--timeout", "60s",

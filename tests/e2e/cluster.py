@@ -41,9 +41,13 @@ class CommandError(Exception):
     pass
 
 
+PROGRESS = {"tier": "e2e"}  # the tier named in progress lines (the big-node tier sets its own)
+
+
 def say(message: str) -> None:
     """One progress line on the real stdout (pytest captures the test's own)."""
-    sys.__stdout__.write(f"e2e: [{time.monotonic() - _START:6.1f}s] {message}\n")
+    tier = PROGRESS["tier"]
+    sys.__stdout__.write(f"{tier}: [{time.monotonic() - _START:6.1f}s] {message}\n")
     sys.__stdout__.flush()
 
 

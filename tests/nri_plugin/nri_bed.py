@@ -104,6 +104,14 @@ class Allocator:
     root: Path
     process: subprocess.Popen[bytes]
 
+    async def restart(self) -> None:
+        """Stop the allocator if it runs and start it again on the same state folder."""
+        stop_process(self.process)
+        log = self.root / "allocator.log"
+        command = allocator_command(self.root, self.socket, self.root / "topology.json")
+        self.process = start_process(command, log)
+        await wait_serving(self.socket, self.process, log)
+
     async def prepare(
         self, count: int, uid: str = "", memory_placement: str = ""
     ) -> tuple[str, CPUSet]:
@@ -209,6 +217,7 @@ def new_plugin(
         asyncio.create_task(stub.run()),
         asyncio.create_task(plugin.watch_pool(retry_delay=0.05)),
         asyncio.create_task(plugin.push_pool_changes()),
+        asyncio.create_task(plugin.retry_detaches(retry_delay=0.05)),
     ]
     return plugin, stub, client, tasks
 
@@ -251,8 +260,9 @@ async def allocator(short_tmp: Path) -> AsyncIterator[Allocator]:
     socket = short_tmp / "alloc.sock"
     log = short_tmp / "allocator.log"
     process = start_process(allocator_command(short_tmp, socket, report), log)
+    running = Allocator(socket, short_tmp, process)
     try:
         await wait_serving(socket, process, log)
-        yield Allocator(socket, short_tmp, process)
+        yield running
     finally:
-        stop_process(process)
+        stop_process(running.process)  # the one started last

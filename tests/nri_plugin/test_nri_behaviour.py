@@ -114,6 +114,27 @@ async def test_stop_and_remove_forget_the_container_but_the_claim_keeps_its_cpus
         pytest.param(CONTAINERD_2_0, id="v0.8-StateChange"),
     ],
 )
+async def test_a_stop_the_allocator_missed_is_sent_again_so_the_claim_gives_its_cpus_back(
+    bed: Bed,
+) -> None:
+    """The allocator is away (restarting, or too slow to answer in time) when a claimed
+    container stops. The plugin sends the detach again until it lands; lost, the allocator
+    would hold the container as running, and the claim, unprepared after it, would keep its
+    CPUs out of the shared pool for good."""
+    uid, cpus = await prepare_seen(bed, 2)
+    pod = bed.runtime.add_pod("db")
+    cid = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    stop_process(bed.allocator.process)
+    await bed.runtime.stop_container(cid)
+    await bed.runtime.remove_container(cid)
+    assert bed.plugin.pending_detaches == [cid]
+    await bed.allocator.restart()
+    await wait_until(lambda: not bed.plugin.pending_detaches, what="the detach sent again")
+    assert not (await bed.allocator.claim(uid)).owner.container_id
+    await bed.allocator.unprepare(uid)
+    assert await bed.allocator.shared() == ONLINE
+
+
 async def test_removal_arrives_either_way(bed: Bed) -> None:
     pod = bed.runtime.add_pod("web")
     cid = await bed.runtime.create_container(pod, "nginx")
