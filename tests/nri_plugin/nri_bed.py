@@ -217,7 +217,7 @@ def new_plugin(
         asyncio.create_task(stub.run()),
         asyncio.create_task(plugin.watch_pool(retry_delay=0.05)),
         asyncio.create_task(plugin.push_pool_changes()),
-        asyncio.create_task(plugin.retry_detaches(retry_delay=0.05)),
+        asyncio.create_task(plugin.detaches.run(retry_delay=0.05)),
     ]
     return plugin, stub, client, tasks
 

@@ -127,9 +127,9 @@ async def test_a_stop_the_allocator_missed_is_sent_again_so_the_claim_gives_its_
     stop_process(bed.allocator.process)
     await bed.runtime.stop_container(cid)
     await bed.runtime.remove_container(cid)
-    assert bed.plugin.pending_detaches == [cid]
+    assert bed.plugin.detaches.pending == [cid]
     await bed.allocator.restart()
-    await wait_until(lambda: not bed.plugin.pending_detaches, what="the detach sent again")
+    await wait_until(lambda: not bed.plugin.detaches.pending, what="the detach sent again")
     assert not (await bed.allocator.claim(uid)).owner.container_id
     await bed.allocator.unprepare(uid)
     assert await bed.allocator.shared() == ONLINE

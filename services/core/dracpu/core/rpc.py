@@ -126,10 +126,14 @@ class InfoServicer(info_pb2_grpc.InfoServicer):  # type: ignore[misc]
         )
         self._metrics = metrics
 
-    async def GetVersion(self, request: Any, context: Any) -> Any:
+    async def GetVersion(
+        self, request: info_pb2.GetVersionRequest, context: grpc.aio.ServicerContext
+    ) -> info_pb2.VersionInfo:
         return self._version
 
-    async def GetMetrics(self, request: Any, context: Any) -> Any:
+    async def GetMetrics(
+        self, request: info_pb2.GetMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> info_pb2.MetricsText:
         return info_pb2.MetricsText(text=self._metrics() if self._metrics else "")
 
 

@@ -27,6 +27,7 @@ from dracpu.core.log import get_logger
 from dracpu.nri_plugin.allocator_client import AllocatorAPI
 from dracpu.nri_plugin.claim_env import parse_claim_env
 from dracpu.nri_plugin.compat import Decision, UnsolicitedMode, decide
+from dracpu.nri_plugin.detaches import PendingDetaches
 from dracpu.nri_plugin.events import SUBSCRIBED_EVENTS
 from dracpu.nri_plugin.pacing import UpdatePacer
 from dracpu.nri_plugin.plugin_metrics import NRIMetrics
@@ -136,12 +137,8 @@ class CPUPlugin:
         # Containers whose CreateContainer we answered after the runtime's request timeout
         # (id -> seconds taken), until the next Synchronize finds them.
         self._overdue: dict[str, float] = {}
-        # Stopped containers whose detach the allocator did not take (it was restarting, or
-        # too busy to answer in time), in order: sent again until it does (retry_detaches).
-        # Lost, the allocator would hold the container as running, and a claim unprepared
-        # after would keep its CPUs out of the shared pool for good.
-        self._undetached: dict[str, None] = {}
-        self._detach_pending = asyncio.Event()
+        # Stopped containers whose detach the allocator did not take: sent again (its run()).
+        self.detaches = PendingDetaches(allocator)
 
     def set_pusher(self, push: PushUpdates | None) -> None:
         self._push = push
@@ -265,10 +262,7 @@ class CPUPlugin:
         except DracpuError as exc:
             log.error("reconcile with the allocator failed", error=str(exc))
             return
-        # The allocator detached every container not live: pending detaches are done.
-        alive = set(live)
-        for container_id in [c for c in self._undetached if c not in alive]:
-            del self._undetached[container_id]
+        self.detaches.settled(set(live))  # every container not live is detached now
         if gone:
             log.info(2, "containers stopped while disconnected detached", containers=",".join(gone))
 
@@ -444,36 +438,7 @@ class CPUPlugin:
                     await self._allocator.detach(ctr.id)
                 except DracpuError as exc:
                     log.warning("detach failed; sending it again", container=ctr.id, error=str(exc))
-                    self._undetached[ctr.id] = None
-                    self._detach_pending.set()
-
-    @property
-    def pending_detaches(self) -> list[str]:
-        """Stopped containers the allocator has not yet been told of."""
-        return list(self._undetached)
-
-    async def retry_detaches(self, retry_delay: float = 0.5, max_delay: float = 10.0) -> None:
-        """Forever: every detach the allocator did not take is sent again, oldest first, with
-        backoff while it fails, until it lands (a detach of a container the allocator does not
-        hold is a no-op there)."""
-        delay = retry_delay
-        while True:
-            await self._detach_pending.wait()
-            await asyncio.sleep(delay)
-            for container_id in list(self._undetached):
-                try:
-                    await self._allocator.detach(container_id)
-                except DracpuError as exc:
-                    log.info(2, "detach failed again", container=container_id, error=str(exc),
-                             retry_s=delay)  # fmt: skip
-                    delay = min(delay * 2, max_delay)
-                    break
-                self._undetached.pop(container_id, None)
-                log.info(2, "container detached on a later try", container=container_id)
-            else:
-                delay = retry_delay
-                if not self._undetached:
-                    self._detach_pending.clear()
+                    self.detaches.add(ctr.id)
 
     # -- the shared pool ----------------------------------------------------------------------
 

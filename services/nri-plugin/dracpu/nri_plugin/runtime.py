@@ -77,7 +77,7 @@ async def serve(args: argparse.Namespace) -> int:
         asyncio.create_task(connect(), name="nri-connection"),
         asyncio.create_task(plugin.watch_pool(), name="shared-pool-watch"),
         asyncio.create_task(plugin.push_pool_changes(), name="shared-pool-push"),
-        asyncio.create_task(plugin.retry_detaches(), name="detach-retry"),
+        asyncio.create_task(plugin.detaches.run(), name="detach-retry"),
         asyncio.create_task(follow_health(), name="health"),
     ]
 
