@@ -155,6 +155,7 @@ class GuestCluster(Cluster):
         self.guest = guest
         self._online: CPUSet | None = None
         self._views: dict[str, dict[str, Any]] | None = None
+        self.down = False  # bring_down ran
 
     def chart_values(self, *extra: str) -> list[str]:
         return super().chart_values(*SLOW_NODE_VALUES, *extra)
@@ -244,6 +245,9 @@ def bring_down(cluster: GuestCluster) -> None:
     """The node's and the containers' logs kept in the state folder, the guest powered off
     (the cluster is the last thing it runs), then the control plane stopped: with the guest's
     connections still open the API server takes its whole grace period to stop."""
+    if cluster.down:
+        return
+    cluster.down = True
     with contextlib.suppress(Exception):
         cluster.guest.call("cluster_logs")
     with step("cluster: guest powered off"):

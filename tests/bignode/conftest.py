@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,15 +43,24 @@ def guest(request: pytest.FixtureRequest) -> Iterator[Guest]:
     booted = Guest(state, disk=disk)
     booted.images = images
     booted.not_cluster = not_cluster
+    powered_off = False
+
+    def power_off() -> None:
+        nonlocal powered_off
+        if not powered_off:
+            powered_off = True
+            began = time.monotonic()
+            booted.stop()
+            print(f"bignode: guest powered off in {time.monotonic() - began:.1f} s", flush=True)
+
+    _closers.append(power_off)
     print(f"\nbignode: booting the guest ({state})", flush=True)
     try:
         seconds = booted.start()
         print(f"bignode: guest agent answering after {seconds:.1f} s", flush=True)
         yield booted
     finally:
-        began = time.monotonic()
-        booted.stop()
-        print(f"bignode: guest powered off in {time.monotonic() - began:.1f} s", flush=True)
+        power_off()
         if getattr(request.session, "bignode_failed", False):
             print(f"bignode: kept {state} (console.log, guest/logs)")
         else:
@@ -71,15 +80,37 @@ def bed(guest: Guest) -> Guest:
     return guest
 
 
+HERE = Path(__file__).resolve().parent
+# Run when the tier's last test is done (LIFO): the cluster down, then the guest powered off,
+# so no qemu runs beside the tiers that come after this one in the session.
+_closers: list[Callable[[], None]] = []
+
+
+def _ours(item: pytest.Item) -> bool:
+    return Path(str(item.path)).resolve().is_relative_to(HERE)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules that need another driver configuration run after the others, so the bed
-    restarts once; the cluster's modules last, as the bed does not come back after them."""
+    """Among this tier's tests (in their place in the session: the hook sees every item),
+    modules that need another driver configuration run after the others, so the bed restarts
+    once, and the cluster's modules last, as the bed does not come back after them."""
 
     def order(item: pytest.Item) -> tuple[bool, str]:
         module = getattr(item, "module", None)
         return (getattr(module, "IN_CLUSTER", False), getattr(module, "DRIVER_CONFIG", ""))
 
-    items.sort(key=order)
+    slots = [index for index, item in enumerate(items) if _ours(item)]
+    for index, item in zip(slots, sorted((items[i] for i in slots), key=order), strict=True):
+        items[index] = item
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the tier's last test, stop what its session fixtures started instead of at the
+    end of the session (their own teardown then finds it stopped)."""
+    if _ours(item) and (nextitem is None or not _ours(nextitem)):
+        while _closers:
+            _closers.pop()()
 
 
 @pytest.fixture(scope="session")
@@ -93,6 +124,7 @@ def guest_cluster(guest: Guest) -> Iterator[GuestCluster]:
         pytest.skip(f"bignode tier: {reason}")
     began = time.monotonic()
     cluster = guest_cluster_module.bring_up(guest, guest.images)
+    _closers.append(lambda: guest_cluster_module.bring_down(cluster))
     print(f"\nbignode: cluster with its node in the guest up in {time.monotonic() - began:.1f} s")
     try:
         yield cluster
