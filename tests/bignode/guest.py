@@ -110,6 +110,7 @@ class Guest:
         self.apiserver_port = apiserver_port
         self.disk = disk
         self.images = ""  # the driver images' archive on `disk`
+        self.hung = ""  # why the guest is known to be hung, once it is
         self.not_cluster = ""  # why the guest cannot be a cluster's node, if it cannot
         self.shared = self.state / "guest"
         self.pidfile = self.state / "qemu.pid"
@@ -203,7 +204,7 @@ class Guest:
         """Ask the agent to power the guest off; kill qemu by its recorded PID after `timeout`."""
         with contextlib.suppress(OSError, GuestError, ValueError):
             self.call_op({"op": "poweroff"}, timeout=timeout)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (0 if self.hung else timeout)
         while _recorded_qemu(self.pidfile) and time.monotonic() < deadline:
             if self.process is not None:
                 self.process.poll()
@@ -235,15 +236,32 @@ class Guest:
 
     # -- the agent --------------------------------------------------------------------------
 
+    def lockups(self) -> list[str]:
+        """The guest kernel's soft-lockup reports on its console (a hung emulated machine)."""
+        with contextlib.suppress(OSError):
+            lines = self.console.read_text(errors="replace").splitlines()
+            return [line.strip() for line in lines if "soft lockup" in line]
+        return []
+
     def call_op(self, request: dict[str, Any], timeout: float = 600.0) -> Any:
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as conn:
-            conn.sendall(json.dumps(request).encode() + b"\n")
-            reply = b""
-            while not reply.endswith(b"\n"):
-                chunk = conn.recv(1 << 20)
-                if not chunk:
-                    raise GuestError(f"the agent closed the connection during {request['op']}")
-                reply += chunk
+        if self.hung:
+            raise GuestError(f"the guest is hung: {self.hung}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as conn:
+                conn.sendall(json.dumps(request).encode() + b"\n")
+                reply = b""
+                while not reply.endswith(b"\n"):
+                    chunk = conn.recv(1 << 20)
+                    if not chunk:
+                        raise GuestError(f"the agent closed the connection during {request['op']}")
+                    reply += chunk
+        except TimeoutError:
+            lockups = self.lockups()
+            if lockups:  # every later call would wait as long: fail them at once
+                self.hung = f"{len(lockups)} soft lockups on its console, the last: {lockups[-1]}"
+                raise GuestError(f"no answer to {request['op']} in {timeout:.0f} s; "
+                                 f"the guest is hung: {self.hung}") from None  # fmt: skip
+            raise GuestError(f"no answer to {request['op']} in {timeout:.0f} s") from None
         answer = json.loads(reply)
         if "error" in answer:
             raise GuestError(f"in the guest, {request.get('fn', request['op'])}: {answer['error']}")

@@ -155,7 +155,7 @@ def start(state: Path, config: str = "") -> dict[str, Any]:
         node.start(timeout=120)
         started = time.monotonic()
         _bed.update(node=node, stack=stack, config=config, pods=[], claims=[])
-        stack.start_all(together=True)  # both host cores busy, not one after another
+        stack.start_all()
         return {
             "containerd_s": round(started - began, 1),
             "services_s": round(time.monotonic() - started, 1),

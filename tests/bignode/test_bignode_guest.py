@@ -4,6 +4,7 @@ the host's loopback, and a recorded PID is killed only when it is that guest's q
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from bignode import guest as guest_module
-from bignode.guest import MARKER, Guest, _recorded_qemu
+from bignode.guest import MARKER, Guest, GuestError, _recorded_qemu
 
 
 @pytest.fixture
@@ -120,3 +121,18 @@ def test_a_missing_tool_is_named_with_the_command_that_gets_it(
     reason = guest_module.missing()
     assert "the guest kernel and initramfs" in reason and "containerd v2.4.2" in reason
     assert reason.endswith("(run tools/tier-bignode.sh bootstrap)") and "\n" not in reason
+
+
+def test_a_hung_guest_is_told_apart_and_later_calls_fail_at_once(tmp_path: Path) -> None:
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
+    with silent:
+        guest = Guest(tmp_path, silent.getsockname()[1])
+        guest.console.write_text(
+            "[  392.97] watchdog: BUG: soft lockup - CPU#6 stuck for 286s! [containerd:369]\n"
+        )
+        with pytest.raises(GuestError, match="the guest is hung: 1 soft lockups"):
+            guest.call_op({"op": "ping"}, timeout=0.2)
+        began = time.monotonic()
+        with pytest.raises(GuestError, match=r"CPU#6 stuck for 286s"):
+            guest.call("kernel")
+        assert time.monotonic() - began < 0.1

@@ -128,23 +128,14 @@ class Stack:
             )
         return list(self._commands[build.label][name])
 
-    def start_all(self, *, together: bool = False) -> None:
-        """Every service, one after another (each ready before the next starts), or
-        `together`: all started at once, then each waited for (where starts are slow and
-        CPUs to spare, as in the big-node guest)."""
+    def start_all(self) -> None:
+        """Every service, one after another, each ready before the next starts."""
         for directory in self.layout.directories():
             directory.mkdir(parents=True, exist_ok=True)
         self._lock = self.layout.lock_file.open("a+", encoding="utf-8")
         fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if not together:
-            for name in self.names:
-                self.start(name, self.builds[name])
-            return
-        for name in self.names:  # every process first; each waits for its peers itself
-            self._spawn(name, self.builds[name])
         for name in self.names:
-            self._wait_ready(name)
-        self._write_status()
+            self.start(name, self.builds[name])
 
     def start(self, name: str, build: Build) -> float:
         """Start `name` from `build` and wait until it is ready; the seconds that took."""
