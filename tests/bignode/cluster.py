@@ -72,30 +72,21 @@ def image_disk() -> tuple[Path, str]:
     return Path(lines[0]), lines[1]
 
 
-def _controlplane(*args: str, env: dict[str, str]) -> str:
+def _controlplane(
+    *args: str, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """tools/controlplane.sh; with `check`, a failure is a RuntimeError with its stderr."""
     done = subprocess.run(
         ["bash", str(ROOT / "tools/controlplane.sh"), *args],
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, **env},
+        env={**os.environ, **(env or {})},
         check=False,
     )
-    if done.returncode != 0:
+    if check and done.returncode != 0:
         raise RuntimeError(f"tools/controlplane.sh {args[0]}: {done.stderr.strip()[-1500:]}")
-    return done.stdout
-
-
-def _controlplane_log(*args: str) -> list[str]:
-    """tools/controlplane.sh's progress lines of a command that cannot fail the session."""
-    done = subprocess.run(
-        ["bash", str(ROOT / "tools/controlplane.sh"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    return done.stderr.strip().splitlines()
+    return done
 
 
 def _inline(path: Path) -> str:
@@ -254,6 +245,6 @@ def bring_down(cluster: GuestCluster) -> None:
         cluster.guest.stop()
     cp_dir = Path(cluster.kubeconfig).parent
     with step("cluster: control plane down"):
-        stopped = _controlplane_log("down", str(cp_dir))
-    for line in stopped:
+        stopped = _controlplane("down", str(cp_dir), check=False)
+    for line in stopped.stderr.strip().splitlines():
         say(f"  {line}")

@@ -140,12 +140,6 @@ class Stack:
     def start(self, name: str, build: Build) -> float:
         """Start `name` from `build` and wait until it is ready; the seconds that took."""
         began = time.monotonic()
-        self._spawn(name, build)
-        self._wait_ready(name)
-        self._write_status()
-        return time.monotonic() - began
-
-    def _spawn(self, name: str, build: Build) -> None:
         log = self._logs.get(name)
         if log is None:
             log = self._logs[name] = self.layout.log_file(name).open("ab")
@@ -161,6 +155,9 @@ class Stack:
             start_new_session=True,
         )
         self.builds[name] = build
+        self._wait_ready(name)
+        self._write_status()
+        return time.monotonic() - began
 
     def _wait_ready(self, name: str) -> None:
         process = self.processes[name]
