@@ -19,7 +19,13 @@ run: venv protos
 test: venv protos lint typecheck peers helm-bin chromium real-peers
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed $(VENV)/.harness
+
+# tests/ on the virtualenv's path, so the benchmarks and scripts import `harness` as the tests
+# do (pytest's own `pythonpath` setting does the same for pytest).
+$(VENV)/.harness: $(VENV)/.installed
+	echo "$(CURDIR)/tests" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/dracpu-tests.pth"
+	touch $@
 
 # Every version from constraints.txt, the one list the images install from too. Installing the
 # package generates dracpu.pb (setup.py's build step runs tools/genproto.py).

@@ -460,8 +460,8 @@ def walkthrough(state: Path, claims: int = 3) -> dict[str, Any]:
         container_cpus="",
     )
     began = time.monotonic()
-    base_prepare, base_pin = probe(stack, node, walk_pod["id"], held, pool, "baseline", began)
-    rows = [f"| none (baseline) | - | {base_prepare:.1f} s | {base_pin:.1f} s | |"]
+    base = probe(stack, node, walk_pod["id"], held, pool, "baseline", began)
+    rows = [f"| none (baseline) | - | {base.prepare_cell()} | {base.pinned:.1f} s | |"]
     for service in skew_stack.DRIVER_SERVICES:
         with contextlib.redirect_stdout(io.StringIO()):
             rows.append(upgrade(stack, node, walk_pod["id"], service, head, expected, pool, held))

@@ -16,6 +16,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import grpc
 import pytest
 from conftest import BIN, NODE, Node, claim, eventually, result
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -328,6 +329,55 @@ async def test_allocator_restart_between_calls(started: Node) -> None:
     cpus = [set(_expand(cdi_env(started, u))) for u in (first, second, third)]
     assert not (cpus[0] & cpus[1] or cpus[1] & cpus[2] or cpus[0] & cpus[2])
     assert await plugin.unprepare([Claim("default", "r1", first)]) == {first: ""}
+    await plugin.close()
+
+
+async def test_an_allocator_away_is_waited_for_as_long_as_the_kubelet_allows(
+    started: Node,
+) -> None:
+    """Away longer than any fixed wait the plugin might pick (31 s), inside the kubelet's own
+    deadline for the call: the prepare waits and succeeds."""
+    plugin = await register(started)
+    c = uid()
+    started.write_claim(claim("slow", c, [result("cpudevnuma000", cpus=2)]))
+    started.stop("allocator", signal.SIGKILL)
+    pending = asyncio.create_task(plugin.prepare([Claim("default", "slow", c)], timeout=90))
+    await asyncio.sleep(31)
+    assert not pending.done()
+    await started.start_allocator()
+    assert (await pending)[c].error == ""
+    assert cdi_env(started, c)
+    await plugin.close()
+
+
+@pytest.mark.parametrize("call", ["prepare", "unprepare"])
+async def test_an_allocator_silent_past_the_deadline_fails_unavailable(
+    started: Node, call: str
+) -> None:
+    """The plugin answers before the kubelet's deadline, UNAVAILABLE (try again, not a
+    conflict), in one line naming the allocator and how long it waited."""
+    plugin = await register(started)
+    c = uid()
+    started.write_claim(claim("late", c, [result("cpudevnuma000", cpus=2)]))
+    started.stop("allocator", signal.SIGKILL)
+    ref = [Claim("default", "late", c)]
+    with pytest.raises(grpc.aio.AioRpcError) as failure:
+        if call == "prepare":
+            await plugin.prepare(ref, timeout=4)
+        else:
+            await plugin.unprepare(ref, timeout=4)
+    assert failure.value.code() == grpc.StatusCode.UNAVAILABLE, failure.value
+    detail = failure.value.details() or ""
+    assert "\n" not in detail
+    assert f"allocator at {started.sock('allocator')} did not answer in " in detail, detail
+    waited = float(detail.split(" did not answer in ")[1].split(" s")[0])
+    assert 0 < waited < 4, detail
+    # Back, the kubelet's next try succeeds.
+    await started.start_allocator()
+    if call == "prepare":
+        assert (await plugin.prepare(ref))[c].error == ""
+    else:
+        assert await plugin.unprepare(ref) == {c: ""}
     await plugin.close()
 
 

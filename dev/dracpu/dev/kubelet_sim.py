@@ -108,16 +108,21 @@ class RegisteredPlugin:
         return module, grpc_module.DRAPluginStub(self._channel)
 
     async def prepare(
-        self, claims: Iterable[Claim], *, version: str | None = None
+        self,
+        claims: Iterable[Claim],
+        *,
+        version: str | None = None,
+        timeout: float = DRA_CALL_TIMEOUT,
     ) -> dict[str, PrepareResult]:
-        """NodePrepareResources; a gRPC error is raised as grpc.aio.AioRpcError, as the
-        kubelet sees it. Checks the completeness rules the kubelet applies to the answer."""
+        """NodePrepareResources with the kubelet's deadline (`timeout`); a gRPC error is raised
+        as grpc.aio.AioRpcError, as the kubelet sees it. Checks the completeness rules the
+        kubelet applies to the answer."""
         claims = list(claims)
         module, stub = self._dra(version)
         request = module.NodePrepareResourcesRequest(
             claims=[module.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
         )
-        response = await stub.NodePrepareResources(request, timeout=DRA_CALL_TIMEOUT)
+        response = await stub.NodePrepareResources(request, timeout=timeout)
         _check_complete(claims, response.claims, "NodePrepareResources")
         return {
             uid: PrepareResult(
@@ -139,7 +144,11 @@ class RegisteredPlugin:
         }
 
     async def unprepare(
-        self, claims: Iterable[Claim], *, version: str | None = None
+        self,
+        claims: Iterable[Claim],
+        *,
+        version: str | None = None,
+        timeout: float = DRA_CALL_TIMEOUT,
     ) -> dict[str, str]:
         """NodeUnprepareResources: claim UID -> error ("" on success)."""
         claims = list(claims)
@@ -147,7 +156,7 @@ class RegisteredPlugin:
         request = module.NodeUnprepareResourcesRequest(
             claims=[module.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
         )
-        response = await stub.NodeUnprepareResources(request, timeout=DRA_CALL_TIMEOUT)
+        response = await stub.NodeUnprepareResources(request, timeout=timeout)
         _check_complete(claims, response.claims, "NodeUnprepareResources")
         return {uid: entry.error for uid, entry in response.claims.items()}
 

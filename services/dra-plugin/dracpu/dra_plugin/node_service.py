@@ -6,6 +6,11 @@ ResourceClaims are read before any lock is taken (as the upstream helper does); 
 same claim are serialized, different claims proceed concurrently (the allocator serializes its
 own mutations). What each prepared claim got, or why it failed, goes into its status.devices
 through the status writer, in the background (`dracpu.dra_plugin.status_writer`).
+
+The allocator is waited for as long as the kubelet's deadline for the call allows (a
+CallBudget). When it does not answer in that time the whole call fails UNAVAILABLE, as one line
+naming the allocator and how long it waited: the kubelet tries the pod again, and every claim's
+prepare and unprepare is idempotent.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from typing import Any
 
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
-from dracpu.dra_plugin.allocator_client import AllocatorClient
+from dracpu.dra_plugin.allocator_client import AllocatorClient, AllocatorUnavailableError
+from dracpu.dra_plugin.call_budget import CallBudget
 from dracpu.dra_plugin.claim_request import (
     ALLOCATED_NUM_CPUS,
     ClaimRef,
@@ -55,6 +61,15 @@ class PreparedDevice:
 class PrepareOutcome:
     devices: list[PreparedDevice] = field(default_factory=list)
     error: str = ""
+    unavailable: AllocatorUnavailableError | None = None
+
+
+def _raise_unavailable(failures: Sequence[AllocatorUnavailableError | None]) -> None:
+    """The whole call fails when the allocator could not answer one of its claims in time."""
+    missed = [f for f in failures if f is not None]
+    if missed:
+        others = f" ({len(missed) - 1} more claims of this call alike)" if len(missed) > 1 else ""
+        raise AllocatorUnavailableError(f"{missed[0]}{others}")
 
 
 def _error_text(exc: BaseException) -> str:
@@ -96,18 +111,23 @@ class NodeService:
         async with self._calls:
             return await self.cluster.get_claim(ref.namespace, ref.name)
 
-    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
+    async def prepare(
+        self, claims: Sequence[ClaimRef], budget: CallBudget | None = None
+    ) -> dict[str, PrepareOutcome]:
+        """Each claim's outcome; raises AllocatorUnavailableError when the allocator did not
+        answer one of them within `budget` (the allocator client's default when None)."""
         log.info(4, "preparing claims", count=len(claims))
         objects = await asyncio.gather(
             *(self._get_claim(c) for c in claims), return_exceptions=True
         )
         outcomes = await asyncio.gather(
-            *(self._prepare_one(c, o) for c, o in zip(claims, objects, strict=True))
+            *(self._prepare_one(c, o, budget) for c, o in zip(claims, objects, strict=True))
         )
+        _raise_unavailable([o.unavailable for o in outcomes])
         return {c.uid: o for c, o in zip(claims, outcomes, strict=True)}
 
     async def _prepare_one(
-        self, ref: ClaimRef, claim: dict[str, Any] | BaseException
+        self, ref: ClaimRef, claim: dict[str, Any] | BaseException, budget: CallBudget | None
     ) -> PrepareOutcome:
         start = time.perf_counter()
         try:
@@ -118,9 +138,11 @@ class NodeService:
                     raise type(claim)(f"retrieve claim {ref}: {claim}")
                 raise claim
             async with self._locks.hold(ref.uid), self._calls:
-                outcome = await self._prepare_locked(ref, claim)
+                outcome = await self._prepare_locked(ref, claim, budget)
         except Exception as exc:
             outcome = PrepareOutcome(error=_error_text(exc))
+            if isinstance(exc, AllocatorUnavailableError):
+                outcome.unavailable = exc
             if self.status is not None and isinstance(claim, dict) and _same_uid(ref, claim):
                 self.status.failed(ref, claim, outcome.error)
             if not isinstance(exc, DracpuError):
@@ -131,7 +153,9 @@ class NodeService:
         self.metrics.prepared("success", time.perf_counter() - start)
         return outcome
 
-    async def _prepare_locked(self, ref: ClaimRef, claim: dict[str, Any]) -> PrepareOutcome:
+    async def _prepare_locked(
+        self, ref: ClaimRef, claim: dict[str, Any], budget: CallBudget | None
+    ) -> PrepareOutcome:
         request = prepare_request(ref, claim, self.driver)
         if request is None:
             log.info(2, "claim has nothing for this driver", claim=str(ref), uid=ref.uid)
@@ -144,7 +168,7 @@ class NodeService:
                 results=",".join(f"{r.request}:{r.device}" for r in request.results),
                 configs=len(request.configs),
             )
-        response = await self.allocator.prepare(request)
+        response = await self.allocator.prepare(request, budget.left() if budget else None)
         shares = share_ids(claim, self.driver)
         if self.status is not None:
             self.status.prepared(ref, claim, response, shares)
@@ -244,21 +268,38 @@ class NodeService:
             log.info(2, "claim device status caught up after a restart", claims=written)
         return written
 
-    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+    async def unprepare(
+        self, claims: Sequence[ClaimRef], budget: CallBudget | None = None
+    ) -> dict[str, str]:
+        """Claim UID -> error ("" when released); raises AllocatorUnavailableError as prepare
+        does."""
         log.info(4, "unpreparing claims", count=len(claims))
-        errors = await asyncio.gather(*(self._unprepare_one(c) for c in claims))
+        unavailable: list[AllocatorUnavailableError | None] = []
+        errors = await asyncio.gather(
+            *(self._unprepare_one(c, budget, unavailable) for c in claims)
+        )
+        _raise_unavailable(unavailable)
         return {c.uid: e for c, e in zip(claims, errors, strict=True)}
 
-    async def _unprepare_one(self, ref: ClaimRef) -> str:
+    async def _unprepare_one(
+        self,
+        ref: ClaimRef,
+        budget: CallBudget | None,
+        unavailable: list[AllocatorUnavailableError | None],
+    ) -> str:
         try:
             ref.check()
             async with self._locks.hold(ref.uid), self._calls:
-                response = await self.allocator.unprepare(ref.uid)
+                response = await self.allocator.unprepare(
+                    ref.uid, budget.left() if budget else None
+                )
                 self.metadata.remove(ref)
                 if self.status is not None:
                     self.status.removed(ref)
         except Exception as exc:
             error = _error_text(exc)
+            if isinstance(exc, AllocatorUnavailableError):
+                unavailable.append(exc)
             if not isinstance(exc, DracpuError):
                 log.error("unexpected unprepare failure", claim=str(ref), exc_info=True)
             log.warning("claim not unprepared", claim=str(ref), uid=ref.uid, error=error)

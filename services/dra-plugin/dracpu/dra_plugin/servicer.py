@@ -6,8 +6,9 @@ one DeviceHealth (DRAResourceHealthV1, DRAResourceHealthV1Alpha1). On the regist
 the plugin watcher's pluginregistration.Registration. On --socket: the read-only
 dracpu.dra_plugin.v1.DRAPluginView the api sidecar shows.
 
-Overall gRPC errors are reserved for requests that cannot be answered at all; every claim gets
-its own entry (the kubelet rejects a response that skips one).
+Overall gRPC errors are reserved for requests that cannot be answered at all (the allocator
+silent for all the time the kubelet's deadline leaves: UNAVAILABLE, tried again); every claim
+gets its own entry (the kubelet rejects a response that skips one).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import grpc
 
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import rpc_errors
+from dracpu.dra_plugin.call_budget import CallBudget
 from dracpu.dra_plugin.claim_request import ClaimRef
 from dracpu.dra_plugin.cluster import Cluster
 from dracpu.dra_plugin.health import DeviceHealth
@@ -92,7 +94,8 @@ class DRAPluginV1(v1_grpc.DRAPluginServicer):  # type: ignore[misc]
         self, request: v1.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext
     ) -> v1.NodePrepareResourcesResponse:
         return _build_prepare(
-            v1.NodePrepareResourcesResponse(), await self.node.prepare(_refs(request.claims))
+            v1.NodePrepareResourcesResponse(),
+            await self.node.prepare(_refs(request.claims), CallBudget.of(context)),
         )
 
     @rpc_errors
@@ -100,7 +103,8 @@ class DRAPluginV1(v1_grpc.DRAPluginServicer):  # type: ignore[misc]
         self, request: v1.NodeUnprepareResourcesRequest, context: grpc.aio.ServicerContext
     ) -> v1.NodeUnprepareResourcesResponse:
         return _build_unprepare(
-            v1.NodeUnprepareResourcesResponse(), await self.node.unprepare(_refs(request.claims))
+            v1.NodeUnprepareResourcesResponse(),
+            await self.node.unprepare(_refs(request.claims), CallBudget.of(context)),
         )
 
 
@@ -113,7 +117,8 @@ class DRAPluginV1Beta1(v1beta1_grpc.DRAPluginServicer):  # type: ignore[misc]
         self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.aio.ServicerContext
     ) -> v1beta1.NodePrepareResourcesResponse:
         return _build_prepare(
-            v1beta1.NodePrepareResourcesResponse(), await self.node.prepare(_refs(request.claims))
+            v1beta1.NodePrepareResourcesResponse(),
+            await self.node.prepare(_refs(request.claims), CallBudget.of(context)),
         )
 
     @rpc_errors
@@ -122,7 +127,7 @@ class DRAPluginV1Beta1(v1beta1_grpc.DRAPluginServicer):  # type: ignore[misc]
     ) -> v1beta1.NodeUnprepareResourcesResponse:
         return _build_unprepare(
             v1beta1.NodeUnprepareResourcesResponse(),
-            await self.node.unprepare(_refs(request.claims)),
+            await self.node.unprepare(_refs(request.claims), CallBudget.of(context)),
         )
 
 
