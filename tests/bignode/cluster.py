@@ -202,9 +202,21 @@ def bring_up(guest: Guest, images: str) -> GuestCluster:
         "DRACPU_CP_SCHEDULER_PORT": str(guest.apiserver_port + 16),
         "DRACPU_CP_CONTROLLER_MANAGER_PORT": str(guest.apiserver_port + 14),
     }
-    with step("cluster: control plane up on the host's loopback"):
-        _controlplane("up", str(cp_dir), env=env)
     cluster = GuestCluster(guest, cp_dir)
+    try:
+        with step("cluster: control plane up on the host's loopback"):
+            _controlplane("up", str(cp_dir), env=env)
+        _bring_up_node(cluster, guest, cp_dir, env, images)
+    except BaseException:
+        # A failed bring-up (a timeout included) leaves no control plane or guest behind.
+        bring_down(cluster)
+        raise
+    return cluster
+
+
+def _bring_up_node(
+    cluster: GuestCluster, guest: Guest, cp_dir: Path, env: dict[str, str], images: str
+) -> None:
     kubeconfig = guest.shared / "node.kubeconfig"
     node_kubeconfig(cp_dir, kubeconfig, env)
     with step("cluster: containerd + kubelet in the guest (bed stopped)"):
@@ -229,7 +241,6 @@ def bring_up(guest: Guest, images: str) -> GuestCluster:
     with step("cluster: driver pod Ready"):
         wait_until(cluster.driver_ready, timeout=DRIVER_TIMEOUT, what="driver pod Ready")
     wait_until(lambda: cluster.published(), timeout=120, what="ResourceSlices published")
-    return cluster
 
 
 def bring_down(cluster: GuestCluster) -> None:

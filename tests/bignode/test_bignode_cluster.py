@@ -13,7 +13,9 @@ from e2e.scenarios import claim_everything_published, pod_level_resources
 
 from dracpu.core.cpuset import CPUSet
 
-pytestmark = pytest.mark.bignode
+# Longer than the cluster's bring-up waits (node Ready 300 s, driver pod 900 s, slices 120 s,
+# the guest's containerd and kubelet start) that the first test's setup holds.
+pytestmark = [pytest.mark.bignode, pytest.mark.timeout(2700)]
 IN_CLUSTER = True  # conftest: after the bed's modules; the bed gives way to the cluster
 
 NUMA = (CPUSet.range(0, 3), CPUSet.range(4, 7))
