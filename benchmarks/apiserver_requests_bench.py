@@ -46,7 +46,7 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from controlplane.harness import (  # noqa: E402
+from harness.control_plane import (  # noqa: E402
     CommandError,
     ControlPlane,
     missing_binaries,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from controlplane.harness import ControlPlane
+from harness.control_plane import ControlPlane
 
 DRIVER = "dra.cpu"
 

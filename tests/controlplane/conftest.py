@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from controlplane.harness import ControlPlane, missing_binaries
 from controlplane.stack import DriverStack
+from harness.control_plane import ControlPlane, missing_binaries
 
 ROOT = Path(os.environ.get("DRACPU_CP_ROOT", "/tmp/dracpu-controlplane"))
 

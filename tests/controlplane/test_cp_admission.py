@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 from controlplane.checks import complete, slices
-from controlplane.harness import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
 from controlplane.stack import DriverStack
+from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 HELM = REPO / ".tools" / "bin" / "helm"

@@ -31,8 +31,8 @@ from controlplane.checks import (
     driver_pod,
     slices,
 )
-from controlplane.harness import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
 from controlplane.stack import DriverStack
+from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError

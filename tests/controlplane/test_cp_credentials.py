@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from controlplane.checks import complete, slices
-from controlplane.harness import CommandError, ControlPlane, wait_until
 from controlplane.stack import DriverStack
+from harness.control_plane import CommandError, ControlPlane, wait_until
 
 from dracpu.dra_plugin.api_access import in_cluster
 from dracpu.dra_plugin.apiserver import KubernetesAPI

@@ -24,7 +24,7 @@ from controlplane.checks import (
     pod,
     slices,
 )
-from controlplane.harness import ControlPlane, wait_until
+from harness.control_plane import ControlPlane, wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 NODE = "dev-up-node"

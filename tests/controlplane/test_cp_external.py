@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from controlplane.checks import complete, devices, slices
-from controlplane.harness import ControlPlane, wait_until
 from controlplane.stack import DriverStack
+from harness.control_plane import ControlPlane, wait_until
 
 from dracpu.allocator.devices import DeviceOptions, GroupBy, build_devices
 from dracpu.allocator.external import (

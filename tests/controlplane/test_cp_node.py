@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 from controlplane.checks import complete, slices, stays_unchanged
-from controlplane.harness import ControlPlane, wait_until
 from controlplane.stack import DriverStack
+from harness.control_plane import ControlPlane, wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 NODE = "recreated-node"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 from controlplane.checks import allocation, claim, complete, driver_pod, pod, slices
-from controlplane.harness import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
 from controlplane.stack import DriverStack
+from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
 
 from dracpu.dev.kubelet_sim import Claim
 

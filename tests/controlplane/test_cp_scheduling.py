@@ -18,8 +18,8 @@ from controlplane.checks import (
     pod,
     slices,
 )
-from controlplane.harness import ControlPlane, wait_until
 from controlplane.stack import DriverStack
+from harness.control_plane import ControlPlane, wait_until
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev.kubelet_sim import Claim

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from controlplane.checks import complete, devices, slices, stays_unchanged
-from controlplane.harness import ControlPlane, wait_until
 from controlplane.stack import DriverStack
+from harness.control_plane import ControlPlane, wait_until
 
 from dracpu.topology.fixtures import write_fixture
 

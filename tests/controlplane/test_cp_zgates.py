@@ -11,8 +11,8 @@ import time
 
 import pytest
 from controlplane.checks import complete, devices, slices, stays_unchanged
-from controlplane.harness import ControlPlane, wait_until
 from controlplane.stack import DriverStack
+from harness.control_plane import ControlPlane, wait_until
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 CONTROL_PLANE_FLAGS = (

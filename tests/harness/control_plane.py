@@ -5,10 +5,9 @@
     cp.kubectl("get", "nodes")
     cp.down()
 
-Other test areas import it as `from controlplane.harness import ControlPlane` (tests/ is on
-sys.path through tests/conftest.py). Ports come from the DRACPU_CP_*_PORT environment
-variables (see tools/controlplane.sh); binaries from the cache that tools/build-kubernetes.sh
-fills.
+Every tier and benchmark imports it as `from harness.control_plane import ControlPlane`.
+Ports come from the DRACPU_CP_*_PORT environment variables (see tools/controlplane.sh);
+binaries from the cache that tools/build-kubernetes.sh fills.
 """
 
 from __future__ import annotations
