@@ -26,32 +26,36 @@ class WaitTimeout(AssertionError):
     """A condition that did not hold within its budget."""
 
 
-def _timed_out(what: str, waited: float, last: Any) -> WaitTimeout:
-    return WaitTimeout(f"waited {waited:.1f} s for {what}; last seen: {last!r}")
+class _Budget:
+    """One wait's budget: whether a check's value ends it, or the time is up."""
+
+    def __init__(self, what: str, timeout: float) -> None:
+        self.what = what
+        self.start = time.monotonic()
+        self.limit = budget(timeout)
+
+    def settled(self, value: Any) -> bool:
+        """True when `value` (a check's result, or the "not yet" it raised) holds."""
+        if value and not isinstance(value, BaseException):
+            return True
+        waited = time.monotonic() - self.start
+        if waited >= self.limit:
+            raise WaitTimeout(f"waited {waited:.1f} s for {self.what}; last seen: {value!r}")
+        return False
 
 
 def wait_for(
-    check: Callable[[], T | None],
-    what: str,
-    *,
-    timeout: float = 30.0,
-    interval: float = 0.1,
-    scale: bool = True,
+    check: Callable[[], T | None], what: str, *, timeout: float = 30.0, interval: float = 0.1
 ) -> T:
     """Poll `check` every `interval` s until it returns something truthy, and return that."""
-    start = time.monotonic()
-    limit = budget(timeout) if scale else timeout
-    last: Any = None
+    clock = _Budget(what, timeout)
     while True:
         try:
-            last = check()
+            value: Any = check()
         except NOT_YET as exc:
-            last = exc
-        if last and not isinstance(last, BaseException):
-            return last  # type: ignore[no-any-return]
-        waited = time.monotonic() - start
-        if waited >= limit:
-            raise _timed_out(what, waited, last)
+            value = exc
+        if clock.settled(value):
+            return value  # type: ignore[no-any-return]
         time.sleep(interval)
 
 
@@ -61,20 +65,14 @@ async def eventually(
     *,
     timeout: float = 15.0,
     interval: float = 0.05,
-    scale: bool = True,
 ) -> T:
     """wait_for for a coroutine check, without blocking the event loop."""
-    start = time.monotonic()
-    limit = budget(timeout) if scale else timeout
-    last: Any = None
+    clock = _Budget(what, timeout)
     while True:
         try:
-            last = await check()
+            value: Any = await check()
         except NOT_YET as exc:
-            last = exc
-        if last and not isinstance(last, BaseException):
-            return last  # type: ignore[no-any-return]
-        waited = time.monotonic() - start
-        if waited >= limit:
-            raise _timed_out(what, waited, last)
+            value = exc
+        if clock.settled(value):
+            return value  # type: ignore[no-any-return]
         await asyncio.sleep(interval)

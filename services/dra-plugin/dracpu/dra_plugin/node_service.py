@@ -274,19 +274,14 @@ class NodeService:
         """Claim UID -> error ("" when released); raises AllocatorUnavailableError as prepare
         does."""
         log.info(4, "unpreparing claims", count=len(claims))
-        unavailable: list[AllocatorUnavailableError | None] = []
-        errors = await asyncio.gather(
-            *(self._unprepare_one(c, budget, unavailable) for c in claims)
-        )
-        _raise_unavailable(unavailable)
-        return {c.uid: e for c, e in zip(claims, errors, strict=True)}
+        outcomes = await asyncio.gather(*(self._unprepare_one(c, budget) for c in claims))
+        _raise_unavailable([missed for _, missed in outcomes])
+        return {c.uid: error for c, (error, _) in zip(claims, outcomes, strict=True)}
 
     async def _unprepare_one(
-        self,
-        ref: ClaimRef,
-        budget: CallBudget | None,
-        unavailable: list[AllocatorUnavailableError | None],
-    ) -> str:
+        self, ref: ClaimRef, budget: CallBudget | None
+    ) -> tuple[str, AllocatorUnavailableError | None]:
+        """The claim's error ("" when released), and the allocator's silence if that was it."""
         try:
             ref.check()
             async with self._locks.hold(ref.uid), self._calls:
@@ -298,13 +293,11 @@ class NodeService:
                     self.status.removed(ref)
         except Exception as exc:
             error = _error_text(exc)
-            if isinstance(exc, AllocatorUnavailableError):
-                unavailable.append(exc)
             if not isinstance(exc, DracpuError):
                 log.error("unexpected unprepare failure", claim=str(ref), exc_info=True)
             log.warning("claim not unprepared", claim=str(ref), uid=ref.uid, error=error)
             self.metrics.unprepared("error")
-            return error
+            return error, exc if isinstance(exc, AllocatorUnavailableError) else None
         log.info(
             2,
             "claim unprepared",
@@ -314,4 +307,4 @@ class NodeService:
             released=response.released_cpus,
         )
         self.metrics.unprepared("success")
-        return ""
+        return "", None
