@@ -868,6 +868,35 @@ def test_adopt_refuses_a_claim_owned_elsewhere(prepared: NodeState) -> None:
     assert "belongs to ns/a" in outcome.results[0].error
 
 
+def test_a_claim_unprepared_under_its_running_container_is_adopted_by_that_container(
+    prepared: NodeState,
+) -> None:
+    # The container keeps the CPUs it runs on; its stop (a detach) gives them back.
+    cpus = cpus_of(prepared, "one")
+    bound = claims.attach(prepared, container("c1"), {"one": cpus}).state
+    draining, _ = claims.unprepare(bound, "one")
+    outcome = claims.adopt(draining, container("c1"), {"one": cpus}, 5)
+    assert outcome.results[0].accepted and outcome.cpus == cpus
+    assert outcome.state is draining and not outcome.state.shared & cpus
+    stopped, _ = claims.detach(outcome.state, "c1")
+    assert cpus & stopped.shared == cpus and "one" not in stopped.draining
+
+
+@pytest.mark.parametrize(
+    ("cid", "presented"), [("c2", None), ("c1", "15")], ids=["other-container", "other-cpus"]
+)
+def test_a_claim_unprepared_under_a_running_container_is_refused_to_any_other(
+    prepared: NodeState, cid: str, presented: str | None
+) -> None:
+    cpus = cpus_of(prepared, "one")
+    bound = claims.attach(prepared, container("c1"), {"one": cpus}).state
+    draining, _ = claims.unprepare(bound, "one")
+    shown = CPUSet.parse(presented) if presented else cpus
+    outcome = claims.adopt(draining, container(cid), {"one": shown}, 5)
+    assert not outcome.results[0].accepted and "it was unprepared" in outcome.results[0].error
+    assert outcome.state is draining
+
+
 def test_a_quarantined_claim_is_confirmed_by_its_prepare(machines: Machines) -> None:
     state = state_for(machines("xeon-2s-ht"))
     adopted = claims.adopt(state, container("c1"), {"u": CPUSet.parse("3-4")}, 5).state

@@ -179,3 +179,25 @@ async def test_unprepare_while_the_container_runs_keeps_its_cpus_out_of_the_pool
     await wait_until(
         lambda: CPUSet.parse(bed.runtime.cpus(shared)) == ONLINE, what="push of the pool"
     )
+
+
+async def test_a_container_whose_claim_was_unprepared_keeps_its_cpus_across_a_resync(
+    bed: Bed,
+) -> None:
+    # Found running at a resync, it is adopted on the CPUs held for it (not moved onto the
+    # shared pool beside them); its stop still gives them back.
+    owner = bed.runtime.add_pod("p-owner", namespace="t")
+    uid, cpus = await prepare(bed, 2, pods=(pod_uid(bed, owner),))
+    pinned = await bed.runtime.create_container(owner, "app", claim_env((uid, cpus)))
+    await bed.allocator.unprepare(uid)
+    connects = bed.stub.status.connects
+    await bed.runtime.stop()
+    await bed.runtime.start()
+    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await bed.runtime.wait_plugin()
+    assert CPUSet.parse(bed.runtime.cpus(pinned)) == cpus
+    record = bed.plugin.registry.get(pinned)
+    assert record is not None and record.exclusive
+    assert await bed.allocator.shared() == ONLINE - cpus
+    await bed.runtime.stop_container(pinned)
+    await wait_until(lambda: bed.plugin.shared_pool == ONLINE, what="the CPUs to come back")

@@ -164,9 +164,17 @@ def adopt(
     for uid in sorted(claims):
         cpus = claims[uid]
         record = records.get(uid)
+        leaving = state.draining.get(uid)
+        if record is None and leaving is not None and _still_its(leaving, container, cpus):
+            # Unprepared while this very container ran: its CPUs are kept out of the pool
+            # for it until it stops, so it keeps running on them (and its stop, reported as
+            # for any claimed container, gives them back).
+            union = union | cpus
+            results.append(AdoptResult(uid, True, False))
+            continue
         if record is None:
             problem = ""
-            if uid in state.draining:
+            if leaving is not None:
                 problem = "it was unprepared"
             elif not cpus:
                 problem = "the container presents an empty cpuset"
@@ -227,5 +235,16 @@ def adopt(
     new_state = state.with_records(records, pool_changed=False) if changed else state
     if quarantined != state.quarantined:
         new_state = replace(new_state, quarantined=quarantined)
-    memory = container_memory_nodes(state, (records[r.uid] for r in results if r.accepted))
+    memory = container_memory_nodes(
+        state, (records.get(r.uid) or state.draining[r.uid] for r in results if r.accepted)
+    )
     return AdoptOutcome(new_state, tuple(results), union, (), changed, memory)
+
+
+def _still_its(leaving: ClaimRecord, container: Container, cpus: CPUSet) -> bool:
+    """An unprepared claim's record still held for `container`, on the CPUs it presents."""
+    return (
+        leaving.container_id == container.container_id
+        and leaving.cpus == cpus
+        and owner_conflict(leaving.uid, leaving, container.owner) is None
+    )
