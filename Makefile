@@ -1,4 +1,5 @@
-# The two entry points are `make run` and `make test`; each bootstraps what it needs.
+# The entry points are `make run`, `make test` and `make check` (the quick loop: lint, type-check
+# and the tests needing neither root nor a real peer); each bootstraps what it needs.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -11,13 +12,16 @@ PYTEST_ARGS ?= -rfEs
 # Go lives in /usr/local/go/bin on the project machines; login shells are not assumed.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: run test venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down bignode-up bignode-down e2e
+.PHONY: run test check venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down bignode-up bignode-down e2e
 
 run: venv protos
 	$(BIN)/dracpu dev up $(RUN_ARGS)
 
 test: venv protos lint typecheck peers helm-bin chromium real-peers
-	$(BIN)/pytest $(PYTEST_ARGS)
+	bash tools/run-tests.sh all $(PYTEST_ARGS)
+
+check: venv protos lint typecheck
+	bash tools/run-tests.sh local $(PYTEST_ARGS)
 
 venv: $(VENV)/.installed $(VENV)/.harness
 

@@ -6,7 +6,6 @@ prints its time."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -150,15 +149,6 @@ def node(bed: Guest, request: pytest.FixtureRequest) -> Iterator[Guest]:
     """The bed with the test module's DRIVER_CONFIG (default: none), restarted when that
     differs from what runs; left as found: the test's pods removed and claims released."""
     config = getattr(request.module, "DRIVER_CONFIG", "")
-    if not os.environ.get("DRACPU_BIGNODE_ALL"):
-        # The tier's core (make test) fits its time budget only on one bed; every other driver
-        # configuration restarts the services, about 2 minutes under emulation.
-        if config:
-            pytest.skip(
-                "needs the bed restarted with another driver configuration; DRACPU_BIGNODE_ALL=1"
-            )
-        if not getattr(request.module, "CORE", True):
-            pytest.skip(f"{request.module.CORE_BY}; DRACPU_BIGNODE_ALL=1")
     times = bed.call("start", config=config)
     if not times["reused"]:
         print(

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The test run of `make test` and `make check`, in two phases:
+#   local  the tests that need neither root nor a real peer, spread over the machine's cores;
+#   peers  the real-peer tiers (Docker engine, containerd node, control plane, cluster, chaos,
+#          skew, big node), one test at a time: they share the node's runtime and ports.
+# usage: tools/run-tests.sh local|all [pytest args...]
+# Both phases run even when the first fails; the exit status is the first failure's.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+phases=$1
+shift
+PYTEST=${PYTEST:-.venv/bin/pytest}
+PEER_MARKERS="docker or realnode or controlplane or e2e or chaos or skew or peer or slow or bignode"
+workers=${DRACPU_TEST_WORKERS:-$(nproc)}
+
+run_phase() {
+    local name=$1
+    shift
+    local began=$SECONDS
+    echo "tests: phase '$name' ($*)"
+    "$PYTEST" "$@"
+    local status=$?
+    [ "$status" -eq 5 ] && status=0  # nothing selected in this phase (a narrowed PYTEST_ARGS)
+    echo "tests: phase '$name' took $((SECONDS - began)) s (exit $status)"
+    return "$status"
+}
+
+status=0
+run_phase local -n "$workers" -m "not ($PEER_MARKERS)" "$@" || status=$?
+if [ "$phases" = all ]; then
+    run_phase peers -m "$PEER_MARKERS" "$@" || { [ "$status" -ne 0 ] || status=$?; }
+fi
+exit "$status"
