@@ -1,4 +1,5 @@
-"""Shared pytest configuration: the time each test area took, printed at the end of a run."""
+"""Shared pytest configuration: per-test timeouts scaled to the machine's speed like every wait
+(harness.speed), and the time each test area took, printed at the end of a run."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from harness import speed
 
 _AREA_SECONDS: defaultdict[str, float] = defaultdict(float)
 _TESTS_ROOT = Path(__file__).parent
@@ -26,3 +28,25 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("time per test area")
     for area, seconds in sorted(_AREA_SECONDS.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{area:<16} {seconds:8.1f} s")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"speed factor {speed.factor():.2f} (waits and per-test timeouts scaled by it)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test's timeout (its marker, else the ini's) is a budget on the nominal machine: on a
+    slower one it grows by the same factor as the waits inside the test."""
+    scale = speed.factor()
+    if scale <= 1.0:
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        kwargs = dict(marker.kwargs) if marker else {}
+        seconds = kwargs.pop("timeout", None)
+        if marker and marker.args:
+            seconds = marker.args[0]
+        nominal = float(seconds) if seconds is not None else default
+        if nominal > 0:
+            item.add_marker(pytest.mark.timeout(nominal * scale, **kwargs), append=False)
