@@ -16,20 +16,16 @@ import argparse
 import asyncio
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
+from harness.api_stack import PodServices, start_api, stop_api
+from harness.requests import prepare_request
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "api"))
-
-from conftest import PodServices, start_api, stop_api  # noqa: E402  (the api tests' harness)
-
-from dracpu.core.rpc import channel  # noqa: E402
-from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc  # noqa: E402
+from dracpu.core.rpc import channel
+from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 
 TARGET_P99_MS = 50.0
 PATHS = ("/v1/claims", "/metrics")
@@ -44,19 +40,13 @@ async def _prepare(socket: str, claims: int) -> float:
         semaphore = asyncio.Semaphore(8)
 
         async def one(index: int) -> None:
-            request = allocator_pb2.PrepareRequest(
-                claim_uid=f"bench-{index:05d}",
+            request = prepare_request(
+                f"bench-{index:05d}",
+                1,
+                device=f"cpudevnuma{index % NUMA_NODES:03d}",
                 namespace=f"ns-{index % 10}",
                 name=f"claim-{index}",
-                results=[
-                    allocator_pb2.AllocationResult(
-                        request="cpus",
-                        driver="dra.cpu",
-                        pool="bench-node",
-                        device=f"cpudevnuma{index % NUMA_NODES:03d}",
-                        consumed_capacity={"dra.cpu/cpu": "1"},
-                    )
-                ],
+                pool="bench-node",
             )
             async with semaphore:
                 await stub.Prepare(request, timeout=30)

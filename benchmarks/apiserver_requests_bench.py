@@ -41,21 +41,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from harness.control_plane import CommandError, ControlPlane, missing_binaries
+from harness.services import wait_serving
+from harness.waits import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from harness.control_plane import (  # noqa: E402
-    CommandError,
-    ControlPlane,
-    missing_binaries,
-    wait_until,
-)
-
-from dracpu.core.rpc import check_health  # noqa: E402
-from dracpu.dev.kubelet_sim import Claim, KubeletSim, RegisteredPlugin  # noqa: E402
-from dracpu.topology.fixtures import write_fixture  # noqa: E402
+from dracpu.dev.kubelet_sim import Claim, KubeletSim, RegisteredPlugin
+from dracpu.topology.fixtures import write_fixture
 
 BIN = Path(sys.executable).parent
 DRIVER = "dra.cpu"
@@ -111,11 +103,8 @@ class Fleet:
             )  # fmt: skip
 
     async def _ready(self, name: str, socket: Path) -> None:
-        deadline = time.monotonic() + 120
-        while not (socket.is_socket() and await check_health(socket) == "SERVING"):
-            if self.procs[name].poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{name} did not start; see {self.root / name}.log")
-            await asyncio.sleep(0.2)
+        log = self.root / f"{name}.log"
+        await wait_serving(socket, self.procs[name], what=name, log=log, timeout=120, interval=0.2)
 
     async def start_allocator(self) -> None:
         topology = self.root / "topology.sock"
@@ -213,7 +202,7 @@ async def churn(
             )
             return bool((got.get("status") or {}).get("allocation"))
 
-        wait_until(allocated, timeout=60, what=f"{name} allocated")
+        wait_for(allocated, f"{name} allocated", timeout=60, interval=0.2)
         ref = Claim("default", name, stored["metadata"]["uid"])
         answer = await plugins[node].prepare([ref])
         if answer[ref.uid].error:
@@ -268,7 +257,7 @@ async def measure(
 
         t0 = time.monotonic()
         await fleet.start_plugins(nodes)
-        wait_until(fleet.published, timeout=600, what="every node's slices")
+        wait_for(fleet.published, "every node's slices", timeout=600, interval=0.2)
         print(f"  {nodes} plugin(s) started and published in {time.monotonic() - t0:.1f} s")
         # Settle: the controller-manager marks the heartbeat-less Nodes NotReady (a GET, PUT
         # and PATCH of each Node) about 50 s after they were created; not the plugin's doing.

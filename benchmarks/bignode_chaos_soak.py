@@ -22,10 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
-sys.path[:0] = [str(TESTS)]
-
-from bignode.guest import Guest, missing  # noqa: E402
+from bignode.guest import Guest, missing
 
 
 def main() -> int:

@@ -22,14 +22,10 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
-sys.path[:0] = [str(TESTS / "chaos"), str(TESTS)]
-
-from chaos_run import Chaos  # noqa: E402
-from realnode.node import missing_tools  # noqa: E402
-from realnode.stack import finish_stack, start_stack  # noqa: E402
+from chaos.chaos_run import Chaos
+from realnode.node import missing_tools
+from realnode.stack import finish_stack, start_stack
 
 
 def main() -> int:

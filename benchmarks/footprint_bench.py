@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import resource
 import shutil
@@ -40,6 +41,7 @@ import uuid
 from pathlib import Path
 
 import yaml
+from harness.services import wait_serving
 
 from dracpu.topology.fixtures import write_fixture
 
@@ -86,21 +88,15 @@ def memory_mb(pid: int) -> dict[str, float]:
     return {kind: values.get(field, 0.0) for kind, field, _ in MEMORY_KINDS}
 
 
-async def wait_serving(socket: Path, proc: subprocess.Popen[bytes], name: str) -> None:
+async def healthy(socket: Path) -> bool:
     """SERVING by `dracpu health` (a child process: the bench maps no gRPC of its own)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{name} exited with {proc.returncode}")
-        if socket.is_socket():
-            probe = await asyncio.create_subprocess_exec(
-                str(BIN / "dracpu"), "health", "--socket", str(socket),
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-            if await probe.wait() == 0:
-                return
-        await asyncio.sleep(0.05)
-    raise SystemExit(f"{name} did not become ready")
+    if not socket.is_socket():
+        return False
+    probe = await asyncio.create_subprocess_exec(
+        str(BIN / "dracpu"), "health", "--socket", str(socket),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    return await probe.wait() == 0
 
 
 def http_get(url: str) -> bytes:
@@ -108,17 +104,9 @@ def http_get(url: str) -> bytes:
         return bytes(reply.read())
 
 
-async def wait_http(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"api exited with {proc.returncode}")
-        try:
-            await asyncio.to_thread(http_get, url)
-            return
-        except OSError:
-            await asyncio.sleep(0.1)
-    raise SystemExit("api did not answer")
+async def answers(url: str) -> bool:
+    await asyncio.to_thread(http_get, url)  # an OSError until the api answers
+    return True
 
 
 def write_claims(cluster: Path, count: int, numa_nodes: int) -> list[tuple[str, str, str]]:
@@ -172,7 +160,8 @@ def print_memory(label: str, procs: dict[str, subprocess.Popen[bytes]]) -> float
 async def services(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="fp", dir=args.base_dir))
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    log = (root / "services.log").open("wb")
+    log_file = root / "services.log"
+    log = log_file.open("wb")
     try:
         sysfs = write_fixture(args.fixture, root / "sys")
         config = root / "config.yaml"
@@ -185,18 +174,23 @@ async def services(args: argparse.Namespace) -> None:
             procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
             return procs[name]
 
-        await wait_serving(sock["t"], spawn("topology", [
+        topology = spawn("topology", [
             str(BIN / "dracpu-topology"), "--socket", str(sock["t"]),
-            "--sysfs-root", str(sysfs), *common]), "topology")  # fmt: skip
-        await wait_serving(sock["a"], spawn("allocator", [
+            "--sysfs-root", str(sysfs), *common])  # fmt: skip
+        await wait_serving(sock["t"], topology, what="topology", log=log_file, timeout=60,
+                           probe=functools.partial(healthy, sock["t"]))  # fmt: skip
+        allocator = spawn("allocator", [
             str(BIN / "dracpu-allocator"), "--socket", str(sock["a"]),
             "--topology-socket", str(sock["t"]), "--state-dir", str(root / "state"),
-            "--cdi-dir", str(root / "cdi"), *common]), "allocator")  # fmt: skip
-        await wait_serving(sock["d"], spawn("dra-plugin", [
+            "--cdi-dir", str(root / "cdi"), *common])  # fmt: skip
+        await wait_serving(sock["a"], allocator, what="allocator", log=log_file, timeout=60,
+                           probe=functools.partial(healthy, sock["a"]))  # fmt: skip
+        plugin = spawn("dra-plugin", [
             str(BIN / "dracpu-dra-plugin"), "--socket", str(sock["d"]),
             "--allocator-socket", str(sock["a"]), "--kubelet-root-dir", str(root / "k"),
-            "--cluster-dir", str(cluster), "--cdi-dir", str(root / "cdi"), *common]),
-            "dra-plugin")  # fmt: skip
+            "--cluster-dir", str(cluster), "--cdi-dir", str(root / "cdi"), *common])  # fmt: skip
+        await wait_serving(sock["d"], plugin, what="dra-plugin", log=log_file, timeout=60,
+                           probe=functools.partial(healthy, sock["d"]))  # fmt: skip
         nri = spawn("nri-plugin", [
             str(BIN / "dracpu-nri-plugin"), "--socket", str(sock["n"]),
             "--allocator-socket", str(sock["a"]), "--nri-socket", str(root / "nri.sock"),
@@ -207,11 +201,12 @@ async def services(args: argparse.Namespace) -> None:
             "--topology-socket", str(sock["t"]), "--allocator-socket", str(sock["a"]),
             "--dra-plugin-socket", str(sock["d"]), "--nri-plugin-socket", str(sock["n"]),
             *common])  # fmt: skip
-        while not sock["n"].is_socket():
-            if nri.poll() is not None:
-                raise SystemExit(f"nri-plugin exited with {nri.returncode}")
-            await asyncio.sleep(0.05)
-        await wait_http(f"{base}/v1/health", api)
+        # No runtime: the nri-plugin listens, and waits for one.
+        await wait_serving(sock["n"], nri, what="nri-plugin", log=log_file, timeout=60,
+                           probe=sock["n"].is_socket)  # fmt: skip
+        await wait_serving(f"{base}/v1/health", api, what="api", log=log_file, timeout=60,
+                           probe=functools.partial(answers, f"{base}/v1/health"),
+                           interval=0.1)  # fmt: skip
         print(f"fixture={args.fixture} claims={args.claims}")
         for kind, _, meaning in MEMORY_KINDS:
             print(f"# {kind}: {meaning}")

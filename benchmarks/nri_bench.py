@@ -30,8 +30,10 @@ import time
 import uuid
 from pathlib import Path
 
-from dracpu.core.errors import DracpuError
-from dracpu.core.rpc import call, channel, check_health
+from harness.requests import prepare_request
+from harness.services import wait_serving
+
+from dracpu.core.rpc import call, channel
 from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.topology.discovery import discover
@@ -54,37 +56,9 @@ def report(name: str, samples_ms: list[float], target: str = "") -> None:
     print(f"{name:<44} n={len(samples_ms):<5} median={median:8.3f} ms  p99={p99:8.3f} ms {target}")
 
 
-async def wait_serving(socket: Path, process: asyncio.subprocess.Process) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.returncode is not None:
-            raise SystemExit(f"process {process.pid} exited early")
-        if socket.exists():
-            try:
-                if await check_health(socket, timeout=1.0) == "SERVING":
-                    return
-            except DracpuError:
-                pass
-        await asyncio.sleep(0.05)
-    raise SystemExit(f"{socket} not serving")
-
-
 async def prepare(socket: Path, count: int, device: str = "cpudevnuma000") -> tuple[str, str]:
     uid = str(uuid.uuid4())
-    request = allocator_pb2.PrepareRequest(
-        claim_uid=uid,
-        namespace="bench",
-        name=f"c-{uid[:8]}",
-        results=[
-            allocator_pb2.AllocationResult(
-                request="cpus",
-                driver="dra.cpu",
-                pool="node",
-                device=device,
-                consumed_capacity={"dra.cpu/cpu": str(count)},
-            )
-        ],
-    )
+    request = prepare_request(uid, count, device=device, namespace="bench", name=f"c-{uid[:8]}")
     async with channel(socket) as chan:
         reply = await call(allocator_pb2_grpc.AllocatorStub(chan).Prepare(request), "prepare")
     return uid, reply.claim.cpus
@@ -142,7 +116,9 @@ async def bench(containers: int, root: Path) -> None:
         stdout=logs[0],
         stderr=subprocess.STDOUT,
     )
-    await wait_serving(alloc_sock, allocator)
+    await wait_serving(
+        alloc_sock, allocator, what="the allocator", log=root / "allocator.log", timeout=60
+    )
     runtime = RuntimeSim(str(nri_sock))
     await runtime.start()
     plugin = await asyncio.create_subprocess_exec(

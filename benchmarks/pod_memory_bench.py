@@ -32,8 +32,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
 from e2e.cluster import (
     NAMESPACE,
     ROOT,
@@ -42,8 +40,8 @@ from e2e.cluster import (
     claim_manifest,
     cpus_request,
     pod_manifest,
-    wait_until,
 )
+from harness.waits import wait_for
 
 MIB = 1024 * 1024
 SMAPS_FIELDS = ("Rss", "Pss", "Pss_Anon", "Pss_File", "Private_Dirty", "Shared_Clean")
@@ -114,7 +112,7 @@ def churn(cluster: Cluster, claims: int, parallel: int) -> float:
             cluster.apply(claim_manifest(name, [cpus_request(1)]))
             cluster.apply(pod_manifest(name, [("work", ["c"])], [("c", name)]))
         for name in batch:
-            wait_until(partial(cluster.running, name), timeout=120, what=f"pod {name} runs")
+            wait_for(partial(cluster.running, name), f"pod {name} runs", timeout=120, interval=0.3)
         cluster.delete("pod", *batch)
         cluster.delete("resourceclaim", *batch)
         done += len(batch)
@@ -156,8 +154,8 @@ def main() -> int:
     cluster = Cluster()
     if args.install:
         cluster.install()
-    pod = wait_until(cluster.driver_ready, timeout=180, what="driver pod Ready")
-    wait_until(lambda: cluster.published(), timeout=60, what="ResourceSlice published")
+    pod = wait_for(cluster.driver_ready, "driver pod Ready", timeout=180, interval=0.3)
+    wait_for(lambda: cluster.published(), "ResourceSlice published", timeout=60, interval=0.3)
     time.sleep(args.settle)
     results = {"idle": measure(cluster, pod)}
     if args.claims:

@@ -28,31 +28,16 @@ import uuid
 from pathlib import Path
 
 import yaml
+from harness.requests import prepare_request
+from harness.services import wait_serving
 
 from dracpu.core import rpc
-from dracpu.core.errors import DracpuError
-from dracpu.core.rpc import check_health
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, RegisteredPlugin
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.topology.fixtures import write_fixture
 
 BIN = Path(sys.executable).parent
 NODE = "bench-node"
-
-
-async def wait_serving(socket: Path, proc: subprocess.Popen[bytes], name: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{name} exited with {proc.returncode}")
-        if socket.is_socket():
-            try:
-                if await check_health(socket) == "SERVING":
-                    return
-            except DracpuError:
-                pass
-        await asyncio.sleep(0.05)
-    raise SystemExit(f"{name} did not become ready")
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -116,7 +101,8 @@ async def run(args: argparse.Namespace) -> None:
         config = root / "config.yaml"
         config.write_text(yaml.safe_dump({"hostnameOverride": NODE}))
         cluster = root / "cluster"
-        log = (root / "services.log").open("wb")
+        log_file = root / "services.log"
+        log = log_file.open("wb")
 
         def spawn(argv: list[str]) -> subprocess.Popen[bytes]:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -125,17 +111,19 @@ async def run(args: argparse.Namespace) -> None:
 
         topo = spawn([str(BIN / "dracpu-topology"), "--socket", str(root / "t.sock"),
                       "--sysfs-root", str(sysfs)])  # fmt: skip
-        await wait_serving(root / "t.sock", topo, "topology")
+        await wait_serving(root / "t.sock", topo, what="topology", log=log_file, timeout=60)
         alloc = spawn([str(BIN / "dracpu-allocator"), "--socket", str(root / "a.sock"),
                        "--topology-socket", str(root / "t.sock"), "--state-dir",
                        str(root / "state"), "--cdi-dir", str(root / "cdi"),
                        "--config", str(config)])  # fmt: skip
-        await wait_serving(root / "a.sock", alloc, "allocator")
+        await wait_serving(root / "a.sock", alloc, what="allocator", log=log_file, timeout=60)
         plugin_proc = spawn([str(BIN / "dracpu-dra-plugin"), "--socket", str(root / "p.sock"),
                              "--allocator-socket", str(root / "a.sock"), "--kubelet-root-dir",
                              str(root / "k"), "--cluster-dir", str(cluster), "--cdi-dir",
                              str(root / "cdi"), "--config", str(config)])  # fmt: skip
-        await wait_serving(root / "p.sock", plugin_proc, "dra-plugin")
+        await wait_serving(
+            root / "p.sock", plugin_proc, what="dra-plugin", log=log_file, timeout=60
+        )
         plugin = await KubeletSim(root / "k").register("dra.cpu", timeout=30)
         numa = len(list((sysfs / "devices/system/node").glob("node[0-9]*")))
 
@@ -155,12 +143,9 @@ async def run(args: argparse.Namespace) -> None:
             stub = allocator_pb2_grpc.AllocatorStub(chan)
             start = time.perf_counter()
             for i, c in enumerate(direct):
-                request = allocator_pb2.PrepareRequest(
-                    claim_uid=c.uid, namespace=c.namespace, name=c.name
-                )
-                request.results.add(
-                    request="cpus", driver="dra.cpu", pool=NODE,
-                    device=f"cpudevnuma{i % numa:03d}", consumed_capacity={"dra.cpu/cpu": "1"},
+                request = prepare_request(
+                    c.uid, 1, device=f"cpudevnuma{i % numa:03d}", namespace=c.namespace,
+                    name=c.name, pool=NODE,
                 )  # fmt: skip
                 began = time.perf_counter()
                 await stub.Prepare(request)

@@ -25,13 +25,12 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
+from harness import speed
+from harness.waits import wait_for
 from realnode.devup import DevUp
 from realnode.node import RUNC, ContainerdNode, cpus_allowed, missing_tools
 from realnode.stack import Stack, finish_stack, start_stack
@@ -47,16 +46,6 @@ def summary(label: str, samples: Sequence[float]) -> str:
         f"{label:<58} n={len(ordered):<4} median={statistics.median(ordered) * 1e3:8.1f} ms"
         f"  p99={p99 * 1e3:8.1f} ms"
     )
-
-
-def until(condition: Callable[[], bool], timeout: float = 120.0) -> float:
-    """Seconds until `condition` holds (polled every 5 ms)."""
-    started = time.perf_counter()
-    while not condition():
-        if time.perf_counter() - started > timeout:
-            raise TimeoutError("condition not reached")
-        time.sleep(0.005)
-    return time.perf_counter() - started
 
 
 def on_pool(pids: Sequence[int], pool: str) -> Callable[[], bool]:
@@ -89,7 +78,8 @@ def pool_changes(stack: Stack, size: int, changes: int) -> list[str]:
                 dev.release(claim.name)
                 pool = ONLINE
             returned = time.perf_counter()
-            until(on_pool(pids, pool))
+            what = f"{size} containers on the pool {pool}"
+            wait_for(on_pool(pids, pool), what, timeout=120, interval=0.005)
             reach.append(time.perf_counter() - started)
             after.append(time.perf_counter() - returned)
     pushes = push_times(dev, size)[before:]
@@ -172,6 +162,7 @@ def main() -> int:
         print(f"realnode_bench: skipped: {reason}")
         return 0
     os.environ.setdefault("DRACPU_REALNODE_PREFIX", "dracpu-bench-")
+    speed.factor()  # measured once per process: here, rather than inside a timed wait
     stack = start_stack(verbosity=2)
     lines = [f"machine: {os.cpu_count()} CPUs online {ONLINE}; containerd {stack.node.version}"]
     try:

@@ -26,7 +26,7 @@ run_phase() {
 }
 
 status=0
-run_phase local -n "$workers" -m "not ($PEER_MARKERS)" "$@" || status=$?
+run_phase local -n "$workers" --dist worksteal -m "not ($PEER_MARKERS)" "$@" || status=$?
 if [ "$phases" = all ]; then
     run_phase peers -m "$PEER_MARKERS" "$@" || { [ "$status" -ne 0 ] || status=$?; }
 fi

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dracpu.core.errors import DracpuError
-from dracpu.core.rpc import check_health
+from harness.waits import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,30 +26,6 @@ def spawn(module: str, args: Sequence[str], log: Path) -> subprocess.Popen[bytes
             env=env,
             cwd=REPO,
         )
-
-
-async def health_of(socket: Path) -> str:
-    try:
-        return await check_health(socket, timeout=0.5)
-    except DracpuError:
-        return "UNREACHABLE"
-
-
-async def wait_for(
-    socket: Path, status: str, process: subprocess.Popen[bytes] | int, timeout: float = 20.0
-) -> None:
-    """Poll the health service until it reports `status` (or the process dies)."""
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        gone = not alive(process) if isinstance(process, int) else process.poll() is not None
-        if gone:
-            raise AssertionError(f"process exited while waiting for {status}")
-        last = await health_of(socket)
-        if last == status:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{socket}: health {last}, wanted {status}")
 
 
 def stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
@@ -114,14 +87,9 @@ def kill_and_wait(pid: int, timeout: float = 10.0) -> None:
     """SIGKILL a launched process and wait until it is gone."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"process {pid} still alive after SIGKILL")
+    wait_for(
+        lambda: not alive(pid), f"process {pid} gone after SIGKILL", timeout=timeout, interval=0.005
+    )
 
 
 def alive(pid: int) -> bool:

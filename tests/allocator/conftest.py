@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from harness import paths
 
 from dracpu.core.machine import Machine
 from dracpu.topology.discovery import discover
@@ -34,9 +35,8 @@ def machines() -> Callable[[str], Machine]:
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
     """A short temp dir: unix socket paths must fit in 107 bytes."""
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="al-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with paths.short_tmp("al-") as path:
+        yield path
 
 
 def write_topology_file(machine: Machine, path: Path) -> Path:

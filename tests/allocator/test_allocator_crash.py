@@ -14,7 +14,9 @@ from typing import Any
 
 import grpc
 import pytest
-from allocator_process import Launcher, kill_and_wait, spawn, stop, wait_for
+from allocator_process import Launcher, kill_and_wait, spawn, stop
+from harness.requests import prepare_request
+from harness.services import wait_serving
 
 from dracpu.allocator import cdi, records
 from dracpu.core.cpuset import CPUSet
@@ -27,23 +29,6 @@ from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 Machines = Callable[[str], Machine]
 ITERATIONS = int(os.environ.get("DRACPU_CRASH_ITERATIONS", "100"))
 RESERVED = CPUSet.parse("0,20")
-
-
-def prepare_request(uid: str, device: str, count: int) -> Any:
-    return pb.PrepareRequest(
-        claim_uid=uid,
-        namespace="crash",
-        name=uid,
-        results=[
-            pb.AllocationResult(
-                request="cpus",
-                driver="dra.cpu",
-                pool="node",
-                device=device,
-                consumed_capacity={"dra.cpu/cpu": str(count)},
-            )
-        ],
-    )
 
 
 class Model:
@@ -80,8 +65,9 @@ def next_op(rng: random.Random, model: Model, counter: list[int]) -> tuple[str, 
 
 def prepare_op(rng: random.Random, counter: list[int]) -> tuple[str, Any]:
     counter[0] += 1
-    device = rng.choice(["cpudevnuma000", "cpudevnuma001"])
-    return "prepare", prepare_request(f"c{counter[0]:04d}", device, rng.randint(1, 5))
+    uid, device = f"c{counter[0]:04d}", rng.choice(["cpudevnuma000", "cpudevnuma001"])
+    count = rng.randint(1, 5)
+    return "prepare", prepare_request(uid, count, device=device, namespace="crash", name=uid)
 
 
 async def check_after_restart(stub: Any, model: Model, cdi_dir: Path, state_dir: Path) -> None:
@@ -140,7 +126,7 @@ async def test_kill_9_loses_nothing_acknowledged(short_tmp: Path, machines: Mach
     # The final restart runs the real entry point in a fresh interpreter.
     process = spawn("dracpu.allocator.main", args, short_tmp / "allocator.log")
     try:
-        await wait_for(socket, "SERVING", process)
+        await wait_serving(socket, process, what="the allocator", timeout=20, interval=0.02)
         async with channel(socket) as chan:
             await check_after_restart(
                 allocator_pb2_grpc.AllocatorStub(chan),
@@ -164,7 +150,7 @@ async def crash_once(
 ) -> None:
     """Restart check, a few operations, then SIGKILL at a random moment of one more (or of
     a few concurrent prepares)."""
-    await wait_for(socket, "SERVING", pid)
+    await wait_serving(socket, pid, what="the allocator", timeout=20, interval=0.02)
     async with channel(socket) as chan:
         stub = allocator_pb2_grpc.AllocatorStub(chan)
         await check_after_restart(stub, model, base / "cdi", base / "state")

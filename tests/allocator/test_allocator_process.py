@@ -4,6 +4,7 @@ version and metrics, waiting for the topology service, and one-line refusals of 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
 import subprocess
@@ -14,7 +15,9 @@ from typing import Any
 
 import grpc
 import pytest
-from allocator_process import spawn, stop, wait_for
+from allocator_process import spawn, stop
+from harness.requests import prepare_request
+from harness.services import wait_serving
 
 from dracpu.core.machine import Machine
 from dracpu.core.rpc import channel
@@ -23,6 +26,8 @@ from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 from dracpu.topology.fixtures import write_fixture
 
+# The claims of these tests are in namespace "ns", as their pods are.
+grouped = functools.partial(prepare_request, namespace="ns")
 Machines = Callable[[str], Machine]
 
 
@@ -62,29 +67,11 @@ async def allocator(short_tmp: Path, machines: Machines) -> AsyncIterator[Runnin
     )
     running = Running(short_tmp, process)
     try:
-        await wait_for(running.socket, "SERVING", process)
+        await wait_serving(running.socket, process, what="the allocator", timeout=20, interval=0.02)
         yield running
     finally:
         await running.channel.close()
         stop(process)
-
-
-def grouped(uid: str, count: str, device: str = "cpudevnuma000", **extra: Any) -> Any:
-    return pb.PrepareRequest(
-        claim_uid=uid,
-        namespace="ns",
-        name=f"claim-{uid}",
-        results=[
-            pb.AllocationResult(
-                request="cpus",
-                driver="dra.cpu",
-                pool="node",
-                device=device,
-                consumed_capacity={"dra.cpu/cpu": count},
-            )
-        ],
-        **extra,
-    )
 
 
 def ref(container_id: str, pod: str, name: str) -> Any:
@@ -110,14 +97,7 @@ async def test_every_rpc(allocator: Running) -> None:
     first = await watch.read()
     assert first.cpus == "1-19,21-39" and first.reserved == "0,20" and first.online == "0-39"
 
-    spread = json.dumps({"apiVersion": "v1alpha1", "cpuConfig": {"strategy": "spread"}}).encode()
-    prepared = await stub.Prepare(
-        grouped(
-            "u1",
-            "4",
-            configs=[pb.OpaqueConfig(source="FromClaim", driver="dra.cpu", parameters=spread)],
-        )
-    )
+    prepared = await stub.Prepare(grouped("u1", "4", cpu_config={"strategy": "spread"}))
     cpus = prepared.claim.cpus
     assert prepared.claim.policy == "spread" and not prepared.already_prepared
     assert prepared.claim.cdi_device_id == "dra.k8s.io/cpu=claim-u1"
@@ -263,7 +243,9 @@ async def test_restart_keeps_prepared_claims(allocator: Running, machines: Machi
         allocator.base / "allocator.log",
     )
     try:
-        await wait_for(allocator.socket, "SERVING", process)
+        await wait_serving(
+            allocator.socket, process, what="the allocator", timeout=20, interval=0.02
+        )
         async with channel(allocator.socket) as chan:
             stub = allocator_pb2_grpc.AllocatorStub(chan)
             claim = await stub.GetClaim(pb.GetClaimRequest(claim_uid="keep"))
@@ -283,7 +265,14 @@ async def test_waits_for_the_topology_service(short_tmp: Path) -> None:
     )
     topology = None
     try:
-        await wait_for(short_tmp / "a.sock", "NOT_SERVING", allocator)
+        await wait_serving(
+            short_tmp / "a.sock",
+            allocator,
+            what="the allocator",
+            status="NOT_SERVING",
+            timeout=20,
+            interval=0.02,
+        )
         async with channel(short_tmp / "a.sock") as chan:
             stub = allocator_pb2_grpc.AllocatorStub(chan)
             with pytest.raises(grpc.aio.AioRpcError) as early:
@@ -295,7 +284,9 @@ async def test_waits_for_the_topology_service(short_tmp: Path) -> None:
                 ["--socket", str(topology_socket), "--sysfs-root", str(sysfs)],
                 short_tmp / "topology.log",
             )
-            await wait_for(short_tmp / "a.sock", "SERVING", allocator, timeout=30)
+            await wait_serving(
+                short_tmp / "a.sock", allocator, what="the allocator", timeout=30, interval=0.02
+            )
             devices = await stub.ListDevices(pb.ListDevicesRequest())
             assert [d.name for d in devices.devices] == [f"cpudevnuma{n:03d}" for n in range(8)]
     finally:
@@ -320,7 +311,9 @@ async def test_follows_cpus_going_offline(short_tmp: Path) -> None:
         short_tmp / "allocator.log",
     )
     try:
-        await wait_for(short_tmp / "a.sock", "SERVING", allocator, timeout=30)
+        await wait_serving(
+            short_tmp / "a.sock", allocator, what="the allocator", timeout=30, interval=0.02
+        )
         async with channel(short_tmp / "a.sock") as chan:
             stub = allocator_pb2_grpc.AllocatorStub(chan)
             before = await stub.ListDevices(pb.ListDevicesRequest())
@@ -396,7 +389,16 @@ def test_sigterm_while_waiting_for_topology_exits_cleanly(short_tmp: Path) -> No
         allocator_args(short_tmp, "--topology-socket", str(short_tmp / "none.sock")),
         short_tmp / "allocator.log",
     )
-    asyncio.run(wait_for(short_tmp / "a.sock", "NOT_SERVING", process))
+    asyncio.run(
+        wait_serving(
+            short_tmp / "a.sock",
+            process,
+            what="the allocator",
+            status="NOT_SERVING",
+            timeout=20,
+            interval=0.02,
+        )
+    )
     assert stop(process, signal.SIGTERM) == 0
 
 
@@ -426,7 +428,9 @@ async def test_individual_mode_warns_once_at_start(short_tmp: Path, machines: Ma
     args = allocator_args(short_tmp, "--topology-file", str(report), "--config", str(config))
     process = spawn("dracpu.allocator.main", args, log)
     try:
-        await wait_for(short_tmp / "a.sock", "SERVING", process)
+        await wait_serving(
+            short_tmp / "a.sock", process, what="the allocator", timeout=20, interval=0.02
+        )
     finally:
         stop(process)
     warned = [line for line in log.read_text().splitlines() if "is deprecated" in line]

@@ -11,7 +11,9 @@ from typing import Any
 
 import grpc
 import pytest
-from allocator_process import spawn, stop, wait_for
+from allocator_process import spawn, stop
+from harness.requests import prepare_request
+from harness.services import wait_serving
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.machine import Machine
@@ -20,32 +22,6 @@ from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 
 Machines = Callable[[str], Machine]
-
-
-def grouped(uid: str, count: int) -> Any:
-    return pb.PrepareRequest(
-        claim_uid=uid,
-        namespace="ns",
-        name=uid,
-        results=[
-            pb.AllocationResult(
-                request="cpus",
-                driver="dra.cpu",
-                pool="node",
-                device="cpudevnuma000",
-                consumed_capacity={"dra.cpu/cpu": str(count)},
-            )
-        ],
-    )
-
-
-def individual(uid: str, device: str) -> Any:
-    return pb.PrepareRequest(
-        claim_uid=uid,
-        namespace="ns",
-        name=uid,
-        results=[pb.AllocationResult(request="cpus", driver="dra.cpu", pool="node", device=device)],
-    )
 
 
 class Allocator:
@@ -74,7 +50,9 @@ class Allocator:
         self.stub = allocator_pb2_grpc.AllocatorStub(self.channel)
 
     async def __aenter__(self) -> Allocator:
-        await wait_for(self.base / "a.sock", "SERVING", self.process)
+        await wait_serving(
+            self.base / "a.sock", self.process, what="the allocator", timeout=20, interval=0.02
+        )
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -97,7 +75,9 @@ async def test_mode_change_with_a_claim_held(short_tmp: Path, topology: Path) ->
     async with Allocator(short_tmp, topology, {}) as grouped_node:
         devices, _ = await grouped_node.offered()
         assert devices == {"cpudevnuma000": "1-7"}  # CPU 0 is the shared pool's floor
-        held = (await grouped_node.stub.Prepare(grouped("g", 2))).claim.cpus
+        held = (
+            await grouped_node.stub.Prepare(prepare_request("g", 2, namespace="ns", name="g"))
+        ).claim.cpus
 
     async with Allocator(short_tmp, topology, {"cpuDeviceMode": "individual"}) as node:
         devices, generation = await node.offered()
@@ -111,7 +91,9 @@ async def test_mode_change_with_a_claim_held(short_tmp: Path, topology: Path) ->
             f"cpudev{n:03d}" for n, cpu in enumerate([0, 4, 1, 5, 2, 6, 3, 7]) if cpu == 1
         )
         with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await node.stub.Prepare(individual("new", held_device))
+            await node.stub.Prepare(
+                prepare_request("new", None, device=held_device, namespace="ns", name="new")
+            )
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "overlapping device assignment" in (refused.value.details() or "")
         assert "held by claim g" in (refused.value.details() or "")
@@ -128,11 +110,17 @@ async def test_claims_never_empty_the_shared_pool(short_tmp: Path, topology: Pat
         devices, _ = await node.offered()
         assert "cpudev000" not in devices and len(devices) == 7
         for name in sorted(devices):
-            await node.stub.Prepare(individual(f"c-{name}", name))
+            await node.stub.Prepare(
+                prepare_request(f"c-{name}", None, device=name, namespace="ns", name=f"c-{name}")
+            )
         pool = await node.stub.GetSharedPool(pb.GetSharedPoolRequest())
         assert pool.cpus == "0"
         with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await node.stub.Prepare(individual("one-more", "cpudev000"))
+            await node.stub.Prepare(
+                prepare_request(
+                    "one-more", None, device="cpudev000", namespace="ns", name="one-more"
+                )
+            )
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "kept for the shared pool" in (refused.value.details() or "")
         # Claimed devices stay published: the scheduler counts them as allocated itself.

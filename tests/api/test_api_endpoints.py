@@ -8,18 +8,8 @@ import time
 
 import httpx
 import pytest
-from conftest import (
-    EXCLUSIVE,
-    RESERVED,
-    SERVICES,
-    SHARED,
-    UID_BATCH,
-    UID_CACHE,
-    UID_DB,
-    PodServices,
-    ServiceSet,
-    app_client,
-)
+from harness.api_scenario import EXCLUSIVE, RESERVED, SHARED, UID_BATCH, UID_CACHE, UID_DB
+from harness.api_stack import SERVICES, PodServices, ServiceSet, app_client
 from prometheus_client.parser import text_string_to_metric_families
 
 from dracpu.api.models import ClaimList

@@ -7,19 +7,21 @@ The screenshot is kept as tests/artifacts/api-cpu-map.png. Chromium comes from D
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import Stack
+from harness.api_stack import Stack
+from harness.services import wait_serving
+from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
 
@@ -58,16 +60,17 @@ class DevTools:
             self.events.append(message)
 
     def wait_for(self, method: str) -> dict[str, Any]:
-        deadline = time.monotonic() + DEADLINE
+        """The first `method` event, among those seen or the next ones the page sends."""
         for event in self.events:
             if event.get("method") == method:
                 return event
-        while time.monotonic() < deadline:
-            message = json.loads(self._ws.recv())
+
+        def received() -> dict[str, Any] | None:
+            message: dict[str, Any] = json.loads(self._ws.recv())
             self.events.append(message)
-            if message.get("method") == method:
-                return message
-        raise AssertionError(f"no {method} within {DEADLINE}s")
+            return message if message.get("method") == method else None
+
+        return wait_for(received, f"the DevTools event {method}", timeout=DEADLINE, interval=0)
 
     def evaluate(self, expression: str) -> Any:
         result = self.send("Runtime.evaluate", expression=expression, returnByValue=True)
@@ -117,11 +120,16 @@ def browser() -> Iterator[str]:
     )
     try:
         port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + DEADLINE
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"chromium did not open its DevTools port ({process.poll()})")
-            time.sleep(0.05)  # polling interval, not synchronisation
+        asyncio.run(
+            wait_serving(
+                port_file,
+                process,
+                what="chromium",
+                timeout=DEADLINE,
+                status="DevTools port",
+                probe=lambda: port_file.exists() and port_file.read_text().strip(),
+            )
+        )
         yield f"http://127.0.0.1:{port_file.read_text().split()[0]}"
     finally:
         process.terminate()

@@ -5,12 +5,13 @@ steps reported."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
-from conftest import SERVICES, Stack
+from harness.api_stack import SERVICES, Stack
+from harness.waits import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from dracpu.core.cpuset import CPUSet
@@ -129,12 +130,13 @@ def test_devices_show_consumption_and_publication(stack: Stack, http: httpx.Clie
 
 def test_runtime_side_follows_the_shared_pool(http: httpx.Client) -> None:
     pool = http.get("/v1/shared-pool").json()
-    deadline = time.monotonic() + 10
-    while True:
-        runtime = http.get("/v1/health").json()["runtime"]
-        if runtime["shared_pool_generation"] == pool["generation"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)  # polling interval: the plugin learns of changes by watching
+
+    def caught_up() -> dict[str, Any] | None:
+        runtime: dict[str, Any] = http.get("/v1/health").json()["runtime"]
+        return runtime if runtime["shared_pool_generation"] == pool["generation"] else None
+
+    # The plugin learns of changes by watching.
+    runtime = wait_for(caught_up, "the runtime side at the shared pool's generation", timeout=10)
     assert (runtime["shared_pool"], runtime["shared_pool_generation"]) == (
         pool["cpus"],
         pool["generation"],

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import schemathesis
-from conftest import SERVICES, ServiceSet, Stack, running_services, start_api, stop_api
+from harness.api_stack import SERVICES, ServiceSet, Stack, running_services, start_api, stop_api
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,

@@ -9,6 +9,9 @@ A request is one JSON line, the answer one JSON line on the same connection:
   {"op": "poweroff"}                               -> {"ok": true}, then the guest powers off
 A failure answers {"error": "<type>: <message>"}. Connections are served at once, each
 request in a thread of its own, so a sampler can read the kernel while a step runs.
+
+Run as a script, so tests/bignode is first on its path; stage 2 (tools/bignode/stage2.sh)
+starts it with tests/skew on PYTHONPATH for inguest's imports.
 """
 
 from __future__ import annotations
@@ -23,10 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-TESTS = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(TESTS / "bignode"), str(TESTS / "skew"), str(TESTS / "chaos"), str(TESTS)]
-
-import inguest  # noqa: E402
+import inguest
 
 
 def _sh(argv: list[str], timeout: float) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 from bignode.guest import CACHE, SERVICE_ADDRESS, Guest
-from e2e.cluster import PROGRESS, ROOT, Cluster, say, step, wait_until
+from e2e.cluster import PROGRESS, ROOT, Cluster, say, step
+from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
 
@@ -235,12 +236,12 @@ def _bring_up_node(
         return conditions.get("Ready") == "True"
 
     with step(f"cluster: node {NODE_NAME} Ready"):
-        wait_until(ready, timeout=300, what=f"node {NODE_NAME} Ready")
+        wait_for(ready, f"node {NODE_NAME} Ready", timeout=300, interval=0.3)
     with step("cluster: helm install (slow-node probe timings)"):
         cluster.install()
     with step("cluster: driver pod Ready"):
-        wait_until(cluster.driver_ready, timeout=DRIVER_TIMEOUT, what="driver pod Ready")
-    wait_until(lambda: cluster.published(), timeout=120, what="ResourceSlices published")
+        wait_for(cluster.driver_ready, "driver pod Ready", timeout=DRIVER_TIMEOUT, interval=0.3)
+    wait_for(lambda: cluster.published(), "ResourceSlices published", timeout=120, interval=0.3)
 
 
 def bring_down(cluster: GuestCluster) -> None:

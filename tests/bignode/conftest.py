@@ -9,13 +9,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from bignode import cluster as guest_cluster_module
 from bignode.cluster import GuestCluster
 from bignode.guest import Guest, missing
+from harness.tier_end import TierEnd
 
 
 @pytest.hookimpl(wrapper=True)
@@ -52,7 +53,7 @@ def guest(request: pytest.FixtureRequest) -> Iterator[Guest]:
             booted.stop()
             print(f"bignode: guest powered off in {time.monotonic() - began:.1f} s", flush=True)
 
-    _closers.append(power_off)
+    power_off = TIER.at_end(power_off)
     print(f"\nbignode: booting the guest ({state})", flush=True)
     try:
         seconds = booted.start()
@@ -79,14 +80,9 @@ def bed(guest: Guest) -> Guest:
     return guest
 
 
-HERE = Path(__file__).resolve().parent
-# Run when the tier's last test is done (LIFO): the cluster down, then the guest powered off,
-# so no qemu runs beside the tiers that come after this one in the session.
-_closers: list[Callable[[], None]] = []
-
-
-def _ours(item: pytest.Item) -> bool:
-    return Path(str(item.path)).resolve().is_relative_to(HERE)
+# When the tier's last test is done: the cluster down, then the guest powered off, so no qemu
+# runs beside the tiers that come after this one in the session.
+TIER = TierEnd(Path(__file__).parent)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -98,18 +94,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = getattr(item, "module", None)
         return (getattr(module, "IN_CLUSTER", False), getattr(module, "DRIVER_CONFIG", ""))
 
-    slots = [index for index, item in enumerate(items) if _ours(item)]
+    slots = [index for index, item in enumerate(items) if TIER.ours(item)]
     for index, item in zip(slots, sorted((items[i] for i in slots), key=order), strict=True):
         items[index] = item
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """After the tier's last test, stop what its session fixtures started instead of at the
-    end of the session (their own teardown then finds it stopped)."""
-    if _ours(item) and (nextitem is None or not _ours(nextitem)):
-        while _closers:
-            _closers.pop()()
+    TIER.after(item, nextitem)
 
 
 @pytest.fixture(scope="session")
@@ -123,12 +115,12 @@ def guest_cluster(guest: Guest) -> Iterator[GuestCluster]:
         pytest.skip(f"bignode tier: {reason}")
     began = time.monotonic()
     cluster = guest_cluster_module.bring_up(guest, guest.images)
-    _closers.append(lambda: guest_cluster_module.bring_down(cluster))
+    down = TIER.at_end(lambda: guest_cluster_module.bring_down(cluster))
     print(f"\nbignode: cluster with its node in the guest up in {time.monotonic() - began:.1f} s")
     try:
         yield cluster
     finally:
-        guest_cluster_module.bring_down(cluster)
+        down()
 
 
 @pytest.fixture

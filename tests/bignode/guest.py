@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.waits import WaitTimeout, wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
 RECIPE = "r4"  # tools/tier-bignode.sh RECIPE
@@ -190,15 +192,21 @@ class Guest:
         return self.booted_in
 
     def _wait_agent(self, deadline: float) -> None:
-        while True:
+        def answers() -> bool:
             if self.process is not None and self.process.poll() is not None:
                 raise GuestError(f"qemu exited with {self.process.returncode}: {self.tail()}")
-            with contextlib.suppress(OSError, GuestError, ValueError):
+            try:
                 self.call_op({"op": "ping"}, timeout=5)
-                return
-            if time.monotonic() > deadline:
-                raise GuestError(f"the guest's agent did not answer in time: {self.tail()}")
-            time.sleep(0.5)
+            except (OSError, GuestError, ValueError):
+                return False
+            return True
+
+        try:
+            wait_for(
+                answers, "the guest's agent", timeout=deadline - time.monotonic(), interval=0.5
+            )
+        except WaitTimeout:
+            raise GuestError(f"the guest's agent did not answer in time: {self.tail()}") from None
 
     def stop(self, timeout: float = 30.0) -> None:
         """Ask the agent to power the guest off; kill qemu by its recorded PID after `timeout`."""

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos_check import ONLINE, Book, Live, check, cpuset_file, served
+from chaos.chaos_check import ONLINE, Book, Live, check, cpuset_file, served
+from harness.waits import WaitTimeout, wait_for
 from realnode.devup import DevUp
 from realnode.node import RECORD, ContainerdNode, NodeError
 from realnode.stack import Stack
@@ -44,6 +45,7 @@ FAULT_GAP = (0.1, 0.8)  # seconds between two faults
 STOP_TIME = (0.1, 1.5)  # how long a SIGSTOPped process stays stopped
 FAULTS_PER_SETTLE = 8
 SETTLE_TIMEOUT = 90.0
+POLL = 0.2  # seconds between two looks at a settling node
 MAX_CLAIMS = max(1, len(ONLINE) // 2)  # keep CPUs in the shared pool
 
 
@@ -70,19 +72,18 @@ class Tally:
         )
 
 
-def wait_for(probe: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while True:
+def tolerant(probe: Callable[[], Any]) -> Callable[[], Any]:
+    """`probe` with any error it raises counting as "not yet" for harness.waits.wait_for: a
+    peer still coming back fails in many ways (a node step, a subprocess, gRPC, a half-written
+    file)."""
+
+    def attempt() -> Any:
         try:
-            value = probe()
-        except Exception as exc:  # a peer still coming back: try again until the deadline
-            value, last = None, exc
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}: {last}")
-        time.sleep(0.2)
+            return probe()
+        except Exception as exc:
+            raise AssertionError(f"{type(exc).__name__}: {exc}") from exc
+
+    return attempt
 
 
 class Chaos:
@@ -239,7 +240,12 @@ class Chaos:
     def _revive(self) -> None:
         """Everything running again: containerd restarted if it died (its containers live on
         under their shims), every service restarted by `dev up` and ready."""
-        wait_for(self._revived, SETTLE_TIMEOUT, "every service and containerd ready")
+        wait_for(
+            tolerant(self._revived),
+            "every service and containerd ready",
+            timeout=SETTLE_TIMEOUT,
+            interval=POLL,
+        )
 
     def _keep_containerd(self) -> None:
         """Start containerd again when it is dead (its containers live on under their
@@ -333,7 +339,12 @@ class Chaos:
         with self._gate:
             self._faulting.clear()
         self._revive()
-        wait_for(lambda: self._repair() or True, SETTLE_TIMEOUT, "the node repaired")
+        wait_for(
+            tolerant(lambda: self._repair() or True),
+            "the node repaired",
+            timeout=SETTLE_TIMEOUT,
+            interval=POLL,
+        )
         violations: list[str] = []
 
         def clean() -> bool:
@@ -341,8 +352,10 @@ class Chaos:
             violations = self._converged()
             return not violations
 
-        with contextlib.suppress(TimeoutError):
-            wait_for(clean, SETTLE_TIMEOUT, "the invariants to hold")
+        with contextlib.suppress(WaitTimeout):
+            wait_for(
+                tolerant(clean), "the invariants to hold", timeout=SETTLE_TIMEOUT, interval=POLL
+            )
         self.tally.settles += 1
         self.tally.settle_seconds.append(time.monotonic() - began)
         if violations:
@@ -357,7 +370,12 @@ class Chaos:
         behind the driver's back is reported, and is not once put back."""
         container = self.node.run_container(self.pod, self._name("probe"))
         self.book.shared[container.id] = self.pod
-        wait_for(lambda: not self._converged(), SETTLE_TIMEOUT, "the probe container settled")
+        wait_for(
+            tolerant(lambda: not self._converged()),
+            "the probe container settled",
+            timeout=SETTLE_TIMEOUT,
+            interval=POLL,
+        )
         cpuset = cpuset_file(self.node.container_pid(container.id))
         original = cpuset.read_text().strip()
         cpuset.write_text(f"{ONLINE.first()}\n")
@@ -367,7 +385,12 @@ class Chaos:
             cpuset.write_text(f"{original}\n")
         if blind:
             raise AssertionError(f"the checker missed {cpuset} narrowed to {ONLINE.first()}")
-        wait_for(lambda: not self._converged(), SETTLE_TIMEOUT, "the probe container restored")
+        wait_for(
+            tolerant(lambda: not self._converged()),
+            "the probe container restored",
+            timeout=SETTLE_TIMEOUT,
+            interval=POLL,
+        )
         self.node.remove_container(container.id)
         del self.book.shared[container.id]
 

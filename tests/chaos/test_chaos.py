@@ -12,7 +12,7 @@ import os
 import random
 
 import pytest
-from chaos_run import Chaos
+from chaos.chaos_run import Chaos
 from realnode.stack import finish_stack, start_stack
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1200)]

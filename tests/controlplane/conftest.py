@@ -14,8 +14,15 @@ from pathlib import Path
 import pytest
 from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane, missing_binaries
+from harness.tier_end import TierEnd
 
 ROOT = Path(os.environ.get("DRACPU_CP_ROOT", "/tmp/dracpu-controlplane"))
+TIER = TierEnd(Path(__file__).parent)  # the control plane stops after the tier's last test
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    TIER.after(item, nextitem)
 
 
 @pytest.fixture(scope="session")
@@ -24,10 +31,11 @@ def _control_plane_session() -> Iterator[ControlPlane]:
     if reason:
         pytest.skip(reason)
     cp = ControlPlane(ROOT)
+    down = TIER.at_end(cp.down)
     try:
         yield cp
     finally:
-        cp.down()
+        down()
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,8 @@ import pytest
 import yaml
 from controlplane.checks import complete, slices
 from controlplane.stack import DriverStack
-from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
+from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane
+from harness.waits import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 HELM = REPO / ".tools" / "bin" / "helm"
@@ -154,8 +155,12 @@ def policy_in_force(cp: ControlPlane, kubeconfig: Path) -> bool:
 
 @pytest.fixture(scope="module")
 def enforced(control_plane: ControlPlane, driver_token: Path) -> Path:
-    wait_until(lambda: policy_in_force(control_plane, driver_token), timeout=60,
-               what="the policy to be in force")  # fmt: skip
+    wait_for(
+        lambda: policy_in_force(control_plane, driver_token),
+        "the policy to be in force",
+        timeout=60,
+        interval=0.2,
+    )
     return driver_token
 
 
@@ -253,10 +258,16 @@ async def test_the_driver_publishes_its_slices_under_the_policy(
     stack = DriverStack(NODE, enforced, config={"cpuDeviceMode": "individual"})
     try:
         await stack.start()
-        found = wait_until(lambda: (s := slices(cp, NODE)) and complete(s, 40) and s,
-                           timeout=60, what="slices published with the bound token")  # fmt: skip
+        found = wait_for(
+            lambda: (s := slices(cp, NODE)) and complete(s, 40) and s,
+            "slices published with the bound token",
+            timeout=60,
+            interval=0.2,
+        )
         cp.kubectl("delete", "resourceslice", found[0]["metadata"]["name"])
-        wait_until(lambda: complete(slices(cp, NODE), 40), timeout=60, what="slice recreated")
+        wait_for(
+            lambda: complete(slices(cp, NODE), 40), "slice recreated", timeout=60, interval=0.2
+        )
         status = await stack.status()
         assert status.last_publish_error == ""
         assert "denied request" not in stack.plugin_log()

@@ -32,7 +32,8 @@ from controlplane.checks import (
     slices,
 )
 from controlplane.stack import DriverStack
-from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
+from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane
+from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError
@@ -147,7 +148,7 @@ def stack(control_plane: ControlPlane, driver_token: Path) -> Iterator[DriverSta
 
     made = DriverStack(NODE, driver_token)
     asyncio.run(made.start())
-    wait_until(lambda: complete(slices(control_plane, NODE), 2), timeout=60, what="slices")
+    wait_for(lambda: complete(slices(control_plane, NODE), 2), "slices", timeout=60, interval=0.2)
     yield made
     made.close()
 
@@ -186,7 +187,7 @@ def apply_entry(
 
 def allocated(cp: ControlPlane, name: str) -> dict[str, dict[str, Any]]:
     """Request name -> allocation result, once the scheduler has allocated the claim."""
-    found = wait_until(lambda: allocation(cp, name), timeout=60, what=f"{name} allocated")
+    found = wait_for(lambda: allocation(cp, name), f"{name} allocated", timeout=60, interval=0.2)
     return {r["request"]: r for r in found["devices"]["results"]}
 
 
@@ -213,7 +214,7 @@ async def test_status_written_kept_across_a_restart_and_removed_on_unprepare(
         assert (await kubelet.prepare([Claim(NAMESPACE, "st-main", uid)]))[uid].error == ""
     finally:
         await kubelet.close()
-    entry = wait_until(lambda: ours(cp, "st-main"), timeout=30, what="the status entry")
+    entry = wait_for(lambda: ours(cp, "st-main"), "the status entry", timeout=30, interval=0.2)
     cpu = results["cpus"]
     assert (entry["pool"], entry["device"], entry["shareID"]) == (
         cpu["pool"], cpu["device"], cpu["shareID"])  # fmt: skip
@@ -247,7 +248,7 @@ async def test_status_written_kept_across_a_restart_and_removed_on_unprepare(
         assert await kubelet.unprepare([Claim(NAMESPACE, "st-main", uid)]) == {uid: ""}
     finally:
         await kubelet.close()
-    wait_until(lambda: ours(cp, "st-main") is None, timeout=30, what="our entry removed")
+    wait_for(lambda: ours(cp, "st-main") is None, "our entry removed", timeout=30, interval=0.2)
     assert ours(cp, "st-main", OTHER_DRIVER)["data"] == {"link": "up"}  # type: ignore[index]
 
 
@@ -278,7 +279,7 @@ async def test_concurrent_and_conflicting_writers(
         assert (await kubelet.prepare([Claim(NAMESPACE, "st-race", uid)]))[uid].error == ""
         writer.join()
         assert errors == []
-        entry = wait_until(lambda: ours(cp, "st-race"), timeout=30, what="our entry")
+        entry = wait_for(lambda: ours(cp, "st-race"), "our entry", timeout=30, interval=0.2)
         assert entry["data"]["cpuset"] == cdi_cpus(stack, uid)
         assert ours(cp, "st-race", OTHER_DRIVER)["data"] == {"round": 14}  # type: ignore[index]
 
@@ -296,7 +297,7 @@ async def test_concurrent_and_conflicting_writers(
         assert await kubelet.unprepare([Claim(NAMESPACE, "st-race", uid)]) == {uid: ""}
     finally:
         await kubelet.close()
-    wait_until(lambda: ours(cp, "st-race") is None, timeout=30, what="our entry removed")
+    wait_for(lambda: ours(cp, "st-race") is None, "our entry removed", timeout=30, interval=0.2)
     assert ours(cp, "st-race", OTHER_DRIVER) is not None
     assert ": 403 " not in stack.plugin_log() and "refused" not in stack.plugin_log()
 

@@ -15,7 +15,8 @@ import pytest
 import yaml
 from controlplane.checks import complete, slices
 from controlplane.stack import DriverStack
-from harness.control_plane import CommandError, ControlPlane, wait_until
+from harness.control_plane import CommandError, ControlPlane
+from harness.waits import wait_for
 
 from dracpu.dra_plugin.api_access import in_cluster
 from dracpu.dra_plugin.apiserver import KubernetesAPI
@@ -81,8 +82,12 @@ async def test_an_exec_credential_plugin_drives_a_slice_publish(
     stacks.append(stack)
     runs.write_text("")
     await stack.start()
-    wait_until(lambda: complete(slices(cp, node), 40), timeout=60,
-               what="slices published with the exec plugin's token")  # fmt: skip
+    wait_for(
+        lambda: complete(slices(cp, node), 40),
+        "slices published with the exec plugin's token",
+        timeout=60,
+        interval=0.2,
+    )
     status = await stack.status()
     assert (status.last_publish_error, status.node_uid) == ("", uid)
     assert runs.read_text().splitlines()[:1] == ["ExecCredential"]  # the plugin ran it
@@ -125,7 +130,7 @@ async def test_a_rotated_in_cluster_token_is_used_once_the_old_one_is_revoked(
                 return "Unauthorized" in str(exc) or "401" in str(exc)
             return False
 
-        wait_until(revoked, timeout=30, what="the first token refused")
+        wait_for(revoked, "the first token refused", timeout=30, interval=0.2)
         assert await api.node_uid(node) == uid  # a 401, the file read again, retried
         assert api.access.configuration.api_key["BearerToken"] == f"Bearer {second}"
         assert await api.list_slices("dra.cpu", node) == []

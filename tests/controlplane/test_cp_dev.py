@@ -24,7 +24,8 @@ from controlplane.checks import (
     pod,
     slices,
 )
-from harness.control_plane import ControlPlane, wait_until
+from harness.control_plane import ControlPlane
+from harness.waits import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 NODE = "dev-up-node"
@@ -56,8 +57,12 @@ def run_dir(control_plane: ControlPlane) -> Iterator[Path]:
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
-        wait_until(lambda: "ready: api" in (root / "up.log").read_text(), timeout=180,
-                   what="dev up ready")  # fmt: skip
+        wait_for(
+            lambda: "ready: api" in (root / "up.log").read_text(),
+            "dev up ready",
+            timeout=180,
+            interval=0.2,
+        )
         yield root / "run"
     finally:
         up.send_signal(signal.SIGINT)
@@ -74,12 +79,12 @@ def test_dev_up_publishes_to_the_api_server_and_prepares_its_claims(
     control_plane: ControlPlane, run_dir: Path
 ) -> None:
     cp = control_plane
-    wait_until(lambda: complete(slices(cp, NODE), 2), timeout=60, what="slices of dev up")
+    wait_for(lambda: complete(slices(cp, NODE), 2), "slices of dev up", timeout=60, interval=0.2)
     assert not list((run_dir / "cluster" / "resourceslices").glob("*.yaml"))
     cp.create(claim("dev-cpus-2", {"allocationMode": "ExactCount", "count": 1,
                                    "capacity": {"requests": {"dra.cpu/cpu": "2"}}}),
               pod("dev-pod", "dev-cpus-2", NODE))  # fmt: skip
-    wait_until(lambda: allocation(cp, "dev-cpus-2"), timeout=60, what="allocation")
+    wait_for(lambda: allocation(cp, "dev-cpus-2"), "allocation", timeout=60, interval=0.2)
     uid = cp.get("resourceclaim", "dev-cpus-2", NAMESPACE)["metadata"]["uid"]
 
     done = subprocess.run(dracpu("dev", "prepare", "--run-dir", str(run_dir), "dev-cpus-2"),

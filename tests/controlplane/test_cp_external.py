@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from controlplane.checks import complete, devices, slices
 from controlplane.stack import DriverStack
-from harness.control_plane import ControlPlane, wait_until
+from harness.control_plane import ControlPlane
+from harness.waits import wait_for
 
 from dracpu.allocator.devices import DeviceOptions, GroupBy, build_devices
 from dracpu.allocator.external import (
@@ -76,10 +77,11 @@ async def test_every_fixture_in_every_grouping_is_accepted(
     await asyncio.gather(*(stack.start() for stack in stacks))
     for stack, group_by in zip(stacks, GROUPINGS, strict=True):
         want = expected[group_by]
-        found = wait_until(
+        found = wait_for(
             _published(control_plane, stack.node, len(want)),
+            f"{fixture} {group_by} slices in the API server",
             timeout=90,
-            what=f"{fixture} {group_by} slices in the API server",
+            interval=0.2,
         )
         published = {
             d["name"]: {a: d["attributes"][a] for a in (ATTR_CPU_IDS, ATTR_SMT_LAYOUT)}

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 from controlplane.checks import complete, slices, stays_unchanged
 from controlplane.stack import DriverStack
-from harness.control_plane import ControlPlane, wait_until
+from harness.control_plane import ControlPlane
+from harness.waits import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 NODE = "recreated-node"
@@ -31,14 +32,22 @@ async def test_slices_follow_the_new_node_uid_and_stay(
     cp = control_plane
     old = cp.register_node(NODE)
     await stack.start()
-    wait_until(lambda: complete(slices(cp, NODE), 40) and owners(cp) == {old},
-               timeout=60, what="slices owned by the Node")  # fmt: skip
+    wait_for(
+        lambda: complete(slices(cp, NODE), 40) and owners(cp) == {old},
+        "slices owned by the Node",
+        timeout=60,
+        interval=0.2,
+    )
 
     cp.kubectl("delete", "node", NODE, "--wait=true")
     new = cp.register_node(NODE)
     assert new != old
-    wait_until(lambda: complete(slices(cp, NODE), 40) and owners(cp) == {new},
-               timeout=90, what="slices owned by the new Node")  # fmt: skip
+    wait_for(
+        lambda: complete(slices(cp, NODE), 40) and owners(cp) == {new},
+        "slices owned by the new Node",
+        timeout=90,
+        interval=0.2,
+    )
     assert (await stack.status()).node_uid == new
     assert "the Node was recreated; slices follow its new UID" in stack.plugin_log() or (
         "no Node object found" in stack.plugin_log()

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from controlplane.checks import allocation, claim, complete, driver_pod, pod, slices
 from controlplane.stack import DriverStack
-from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane, wait_until
+from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane
+from harness.waits import wait_for
 
 from dracpu.dev.kubelet_sim import Claim
 
@@ -71,18 +72,24 @@ async def test_the_plugin_runs_on_the_charts_service_account(
 ) -> None:
     cp = control_plane
     await stack.start()
-    found = wait_until(lambda: (s := slices(cp, stack.node)) and complete(s, 40) and s,
-                       timeout=60, what="slices published with the token")  # fmt: skip
+    found = wait_for(
+        lambda: (s := slices(cp, stack.node)) and complete(s, 40) and s,
+        "slices published with the token",
+        timeout=60,
+        interval=0.2,
+    )
     # Repair (watch, update, delete, create) under the same identity.
     cp.kubectl("delete", "resourceslice", found[0]["metadata"]["name"])
-    wait_until(lambda: complete(slices(cp, stack.node), 40), timeout=60, what="slice recreated")
+    wait_for(
+        lambda: complete(slices(cp, stack.node), 40), "slice recreated", timeout=60, interval=0.2
+    )
     status = await stack.status()
     assert status.last_publish_error == "" and status.node_uid
 
     # Prepare reads the claim with the token: get on resourceclaims is enough.
     cp.create(claim("rbac-claim", {"allocationMode": "ExactCount", "count": 2}),
               pod("rbac-pod", "rbac-claim", stack.node))  # fmt: skip
-    wait_until(lambda: allocation(cp, "rbac-claim"), timeout=60, what="allocation")
+    wait_for(lambda: allocation(cp, "rbac-claim"), "allocation", timeout=60, interval=0.2)
     uid = cp.get("resourceclaim", "rbac-claim", NAMESPACE)["metadata"]["uid"]
     kubelet = await stack.kubelet()
     try:
@@ -97,7 +104,9 @@ async def test_the_plugin_runs_on_the_charts_service_account(
             return status.get("devices")
 
         # patch on resourceclaims/status and associated-node:patch on resourceclaims/driver.
-        entries = wait_until(written, timeout=30, what="status.devices written with the token")
+        entries = wait_for(
+            written, "status.devices written with the token", timeout=30, interval=0.2
+        )
         assert len(entries) == 2 and {e["driver"] for e in entries} == {"dra.cpu"}
     finally:
         await kubelet.close()
@@ -135,7 +144,7 @@ async def test_a_refused_write_is_logged_with_the_servers_reason(
                 'cannot list resource "resourceslices"' in stack.plugin_log()
             )
 
-        wait_until(refused, timeout=60, what="the server's reason in the plugin log")
+        wait_for(refused, "the server's reason in the plugin log", timeout=60, interval=0.2)
         assert "403 Forbidden: resourceslices.resource.k8s.io is forbidden" in stack.plugin_log()
     finally:
         stack.close()

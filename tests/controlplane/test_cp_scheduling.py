@@ -19,7 +19,8 @@ from controlplane.checks import (
     slices,
 )
 from controlplane.stack import DriverStack
-from harness.control_plane import ControlPlane, wait_until
+from harness.control_plane import ControlPlane
+from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev.kubelet_sim import Claim
@@ -36,7 +37,7 @@ def grouped(control_plane: ControlPlane) -> Iterator[DriverStack]:
     control_plane.register_node(node)
     stack = DriverStack(node, control_plane.kubeconfig)
     asyncio.run(stack.start())
-    wait_until(lambda: complete(slices(control_plane, node), 2), timeout=60, what="slices")
+    wait_for(lambda: complete(slices(control_plane, node), 2), "slices", timeout=60, interval=0.2)
     yield stack
     stack.close()
 
@@ -50,7 +51,7 @@ def individual(control_plane: ControlPlane) -> Iterator[DriverStack]:
     control_plane.register_node(node)
     stack = DriverStack(node, control_plane.kubeconfig, config={"cpuDeviceMode": "individual"})
     asyncio.run(stack.start())
-    wait_until(lambda: complete(slices(control_plane, node), 40), timeout=60, what="slices")
+    wait_for(lambda: complete(slices(control_plane, node), 40), "slices", timeout=60, interval=0.2)
     yield stack
     stack.close()
 
@@ -71,7 +72,7 @@ async def test_capacity_of_a_grouped_device_is_allocated_and_prepared(
     cp.create(claim("cpus-4", {"allocationMode": "ExactCount", "count": 1,
                                "capacity": {"requests": {"dra.cpu/cpu": "4"}}}),
               pod("pinned-4", "cpus-4", grouped.node))  # fmt: skip
-    allocated = wait_until(lambda: allocation(cp, "cpus-4"), timeout=60, what="allocation")
+    allocated = wait_for(lambda: allocation(cp, "cpus-4"), "allocation", timeout=60, interval=0.2)
     (result,) = allocated["devices"]["results"]
     assert result["driver"] == "dra.cpu" and result["pool"] == grouped.node
     assert result["device"] in ("cpudevnuma000", "cpudevnuma001")
@@ -108,7 +109,9 @@ async def test_a_numa_selector_and_match_attribute_pick_devices_of_one_node(
               [{"requests": ["cpus"], "matchAttribute": "dra.cpu/socketID"}]),
         pod("pinned-numa1", "cpus-4-numa1", individual.node),
     )  # fmt: skip
-    allocated = wait_until(lambda: allocation(cp, "cpus-4-numa1"), timeout=60, what="allocation")
+    allocated = wait_for(
+        lambda: allocation(cp, "cpus-4-numa1"), "allocation", timeout=60, interval=0.2
+    )
     chosen = [r["device"] for r in allocated["devices"]["results"]]
     assert len(chosen) == 4
     published = {d["name"]: d for d in devices(slices(cp, individual.node))}
@@ -147,7 +150,7 @@ def test_a_claim_that_cannot_fit_is_refused_by_the_scheduler(
                 return f"{c.get('reason')}: {c.get('message')}"
         return None
 
-    reason = wait_until(unschedulable, timeout=60, what="the scheduler's verdict")
+    reason = wait_for(unschedulable, "the scheduler's verdict", timeout=60, interval=0.2)
     assert reason.startswith("Unschedulable: ")
     assert "cannot allocate all claims" in reason
     assert allocation(cp, "cpus-24") is None

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from controlplane.checks import complete, devices, slices, stays_unchanged
 from controlplane.stack import DriverStack
-from harness.control_plane import ControlPlane, wait_until
+from harness.control_plane import ControlPlane
+from harness.waits import wait_for
 
 from dracpu.topology.fixtures import write_fixture
 
@@ -35,10 +36,11 @@ async def test_every_mode_is_accepted_by_the_api_server(
     stack = DriverStack(node, control_plane.kubeconfig, config=fields)
     stacks.append(stack)
     await stack.start()
-    found = wait_until(
+    found = wait_for(
         lambda: (s := slices(control_plane, node)) and complete(s, len(expected)) and s,
+        f"{mode} slices in the API server",
         timeout=60,
-        what=f"{mode} slices in the API server",
+        interval=0.2,
     )
     assert [d["name"] for d in devices(found)] == expected
     for s in found:
@@ -66,10 +68,11 @@ async def test_1024_individual_devices_in_eight_slices(
                         config={"cpuDeviceMode": "individual"})  # fmt: skip
     stacks.append(stack)
     await stack.start()
-    found = wait_until(
+    found = wait_for(
         lambda: (s := slices(control_plane, node)) and complete(s, 1024) and s,
+        "1024 devices",
         timeout=120,
-        what="1024 devices",
+        interval=0.2,
     )
     assert [len(s["spec"]["devices"]) for s in found] == [128] * 8
     assert [d["name"] for d in devices(found)] == [f"cpudev{i:03d}" for i in range(1024)]
@@ -84,10 +87,11 @@ async def test_list_attributes_refused_without_the_gate_are_left_out_and_reporte
     stack = DriverStack(node, control_plane.kubeconfig, config={"cpuDeviceMode": "individual"})
     stacks.append(stack)
     await stack.start("--expose-pcie-roots")
-    found = wait_until(
+    found = wait_for(
         lambda: (s := slices(control_plane, node)) and complete(s, 40) and s,
+        "slices published without list attributes",
         timeout=60,
-        what="slices published without list attributes",
+        interval=0.2,
     )
     assert all("resource.kubernetes.io/pcieRoot" not in d["attributes"] for d in devices(found))
     status = await stack.status()
@@ -111,10 +115,11 @@ async def test_a_mapping_dropped_without_the_gate_is_noticed_once_and_not_rewrit
                         config={"publishNodeAllocatableResourceMapping": True})  # fmt: skip
     stacks.append(stack)
     await stack.start()
-    wait_until(
+    wait_for(
         lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
+        "slices",
         timeout=60,
-        what="slices",
+        interval=0.2,
     )
 
     async def reported() -> str:

@@ -12,7 +12,8 @@ import time
 import pytest
 from controlplane.checks import complete, devices, slices, stays_unchanged
 from controlplane.stack import DriverStack
-from harness.control_plane import ControlPlane, wait_until
+from harness.control_plane import ControlPlane
+from harness.waits import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 CONTROL_PLANE_FLAGS = (
@@ -28,8 +29,12 @@ async def test_list_attributes_are_accepted_with_the_gate(
     stack = DriverStack(node, control_plane.kubeconfig, config={"cpuDeviceMode": "individual"})
     stacks.append(stack)
     await stack.start("--expose-pcie-roots")
-    found = wait_until(lambda: (s := slices(control_plane, node)) and complete(s, 40) and s,
-                       timeout=60, what="slices")  # fmt: skip
+    found = wait_for(
+        lambda: (s := slices(control_plane, node)) and complete(s, 40) and s,
+        "slices",
+        timeout=60,
+        interval=0.2,
+    )
     assert all("strings" in d["attributes"]["resource.kubernetes.io/pcieRoot"]
                for d in devices(found))  # fmt: skip
     assert len((await stack.status()).missing_api_features) == 0
@@ -44,8 +49,12 @@ async def test_a_mapping_is_kept_when_the_node_declares_the_feature(
                         config={"publishNodeAllocatableResourceMapping": True})  # fmt: skip
     stacks.append(stack)
     await stack.start()
-    found = wait_until(lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
-                       timeout=60, what="slices")  # fmt: skip
+    found = wait_for(
+        lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
+        "slices",
+        timeout=60,
+        interval=0.2,
+    )
     assert all("nodeAllocatableResources" in d for d in devices(found))
     assert len((await stack.status()).missing_api_features) == 0
     await stays_unchanged(control_plane, node)
@@ -60,8 +69,12 @@ async def test_a_mapping_refused_for_an_undeclared_node_is_left_out_and_reported
                         config={"publishNodeAllocatableResourceMapping": True})  # fmt: skip
     stacks.append(stack)
     await stack.start()
-    found = wait_until(lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
-                       timeout=60, what="slices without the mapping")  # fmt: skip
+    found = wait_for(
+        lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
+        "slices without the mapping",
+        timeout=60,
+        interval=0.2,
+    )
     assert all("nodeAllocatableResources" not in d for d in devices(found))
     deadline = time.monotonic() + 30
     while not (await stack.status()).missing_api_features:

@@ -13,34 +13,22 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
+from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
 
 FIXTURE = "xeon-2s-ht"  # 2 sockets x 10 cores x 2 threads, one NUMA node per socket
-T = TypeVar("T")
 
 
 def dracpu(*args: str) -> list[str]:
     return [sys.executable, "-m", "dracpu.core.cli", *args]
-
-
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def free_port() -> int:
@@ -131,7 +119,9 @@ def dev_up(fixture: str, config: str | None = None) -> Iterator[Run]:
     started = Run(root, f"http://127.0.0.1:{port}", process, output)
     try:
         wait_for(
-            lambda: "ready: api" in started.log() or process.poll() is not None, "dev up ready"
+            lambda: "ready: api" in started.log() or process.poll() is not None,
+            "dev up ready",
+            timeout=60,
         )
         assert process.poll() is None, started.log()
         yield started
@@ -189,12 +179,18 @@ def test_claims_restart_and_clean_stop(run: Run) -> None:
     # comes back with the remaining claim on the same CPUs.
     before = run.status()["services"]["allocator"]["pid"]
     os.kill(before, signal.SIGKILL)
-    wait_for(lambda: run.status()["services"]["allocator"]["restarts"] == 1, "allocator restart")
+    wait_for(
+        lambda: run.status()["services"]["allocator"]["restarts"] == 1,
+        "allocator restart",
+        timeout=60,
+    )
     after = run.status()["services"]["allocator"]["pid"]
     assert after != before and alive(after)
     assert f"allocator (pid {before}) stopped: killed by SIGKILL" in run.log()
     # The api reconnects to the new allocator on its own.
-    answer = wait_for(lambda: run.poll("/v1/claims"), "the api answering from the new allocator")
+    answer = wait_for(
+        lambda: run.poll("/v1/claims"), "the api answering from the new allocator", timeout=60
+    )
     served = {c["uid"]: c for c in answer["claims"]}
     assert list(served) == [second["uid"]]
     assert CPUSet.parse(served[second["uid"]]["cpus"]) == cpus[second["uid"]]
@@ -203,7 +199,11 @@ def test_claims_restart_and_clean_stop(run: Run) -> None:
     # the next claim goes through the new process.
     plugin = run.status()["services"]["dra-plugin"]["pid"]
     os.kill(plugin, signal.SIGKILL)
-    wait_for(lambda: run.status()["services"]["dra-plugin"]["restarts"] == 1, "dra-plugin restart")
+    wait_for(
+        lambda: run.status()["services"]["dra-plugin"]["restarts"] == 1,
+        "dra-plugin restart",
+        timeout=60,
+    )
     third = run.claim("--cpus", "2")
     assert not CPUSet.parse(third["cpuset"]) & cpus[second["uid"]]
     assert third["uid"] in {c["uid"] for c in run.get("/v1/claims")["claims"]}
@@ -222,14 +222,18 @@ def test_claims_restart_and_clean_stop(run: Run) -> None:
     runtime = run.status()["services"]["runtime-sim"]["pid"]
     os.kill(runtime, signal.SIGKILL)
     wait_for(
-        lambda: run.status()["services"]["runtime-sim"]["restarts"] == 1, "runtime-sim restart"
+        lambda: run.status()["services"]["runtime-sim"]["restarts"] == 1,
+        "runtime-sim restart",
+        timeout=60,
     )
 
     def resynchronized() -> dict[str, str] | None:
         entry = (listed() or {}).get(second["container"])
         return entry if entry is not None and entry["state"] == "running" else None
 
-    seen = wait_for(resynchronized, "containers seen again by the reconnected nri-plugin")
+    seen = wait_for(
+        resynchronized, "containers seen again by the reconnected nri-plugin", timeout=60
+    )
     assert CPUSet.parse(seen["cpus"]) == cpus[second["uid"]]
     released = run.dev("release", "numa-one")
     assert released.returncode == 0, released.stderr
@@ -242,7 +246,7 @@ def test_claims_restart_and_clean_stop(run: Run) -> None:
         now = listed()
         return now is not None and second["container"] not in now
 
-    wait_for(released_gone, "released container gone from the nri-plugin's view")
+    wait_for(released_gone, "released container gone from the nri-plugin's view", timeout=60)
 
     pids = [entry["pid"] for entry in run.status()["services"].values()]
     run.process.send_signal(signal.SIGINT)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness import paths
+from harness.waits import eventually
 
 from dracpu.dev.readiness import Readiness, is_ready
 from dracpu.dev.supervisor import ProcessSpec, StartError, Supervisor
@@ -22,9 +21,8 @@ TOY = Path(__file__).with_name("toy_service.py")
 
 @pytest.fixture
 def workdir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="sv-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with paths.short_tmp("sv-") as path:
+        yield path
 
 
 def toy(workdir: Path, name: str, *extra: str) -> ProcessSpec:
@@ -48,14 +46,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_starts_in_order_each_ready_before_the_next(workdir: Path) -> None:
@@ -82,7 +72,11 @@ async def test_a_killed_process_is_restarted_and_ready_again(workdir: Path) -> N
         old = supervisor.pids()["b"]
         assert old is not None
         os.kill(old, signal.SIGKILL)
-        await until(lambda: any("b restarted" in line for line in lines), "restart of b")
+
+        async def restarted() -> bool:
+            return any("b restarted" in line for line in lines)
+
+        await eventually(restarted, "restart of b", timeout=20)
         new = supervisor.pids()["b"]
         assert new not in (None, old)
         assert await is_ready(specs[1].readiness)
@@ -129,7 +123,11 @@ async def test_a_stop_request_during_start_starts_nothing_more(workdir: Path) ->
     specs = [toy(workdir, "slow", "--never-ready"), toy(workdir, "next")]
     supervisor = Supervisor(specs, report=lambda _line: None, ready_timeout=30.0)
     starting = asyncio.create_task(supervisor.start())
-    await until(lambda: supervisor.pids()["slow"] is not None, "first spawn")
+
+    async def spawned() -> bool:
+        return supervisor.pids()["slow"] is not None
+
+    await eventually(spawned, "first spawn", timeout=20)
     supervisor.request_stop()
     assert await asyncio.wait_for(starting, 10) is False
     await supervisor.stop()

@@ -6,10 +6,19 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from docker_engine import BUILD, ROOT, TIER, Engine, engine_env, tier, tier_env
+from harness.tier_end import TierEnd
 from tiers import require_root
+
+TIER_END = TierEnd(Path(__file__).parent)  # the engine stops after the tier's last test
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    TIER_END.after(item, nextitem)
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +30,7 @@ def engine() -> Iterator[Engine]:
     if check.returncode != 0:
         pytest.skip(f"docker tier: {check.stdout.strip()}")
     tier("start", timeout=120)
+    stop = TIER_END.at_end(lambda: tier("stop", timeout=120))
     try:
         base = tier("base", timeout=300).strip().splitlines()[-1]
         chart = (ROOT / "helm" / "dra-driver-cpu" / "Chart.yaml").read_text()
@@ -28,7 +38,7 @@ def engine() -> Iterator[Engine]:
         assert match
         yield Engine(env=engine_env(), base_image=base, tag=match.group(1))
     finally:
-        tier("stop", timeout=120)
+        stop()
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import Node, claim, result
+from harness.dra_plugin_node import Node, claim, result
 
 from dracpu.dev.kubelet_sim import DRA_CALL_TIMEOUT, Claim, KubeletSim
 from dracpu.topology.fixtures import MachineSpec, write_fixture

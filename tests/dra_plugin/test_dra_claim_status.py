@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import NODE, NODE_UID, Node, claim, eventually, result
 from fake_apiserver import Store, fake_apiserver
+from harness.dra_plugin_node import NODE, NODE_UID, Node, claim, result
+from harness.waits import eventually
 
 from dracpu.core import __version__
 from dracpu.dev.kubelet_sim import Claim, KubeletSim
@@ -240,7 +241,7 @@ async def test_the_plugin_process_writes_and_removes_the_status(node: Node) -> N
         i = argv.index("--cluster-dir")
         del argv[i : i + 2]
         node._spawn("plugin", [*argv, "--kubeconfig", str(kubeconfig)])
-        await node._ready("plugin", node.sock("plugin"))
+        await node.wait_serving("plugin", node.sock("plugin"))
         plugin = await KubeletSim(node.kubelet_root).register("dra.cpu", timeout=15)
         u = str(uuid.uuid4())
         store.claims[("default", "st")] = claim("st", u, [result("cpudevnuma001", cpus=2)])
@@ -253,7 +254,7 @@ async def test_the_plugin_process_writes_and_removes_the_status(node: Node) -> N
         async def written() -> dict[str, Any] | None:
             return status_of(store, "st")
 
-        entry = await eventually(written, what="the claim's status.devices entry")
+        entry = await eventually(written, "the claim's status.devices entry")
         assert entry["data"]["cpuset"] == pinned.group(1)
         assert entry["data"]["numaNodes"] == [1] and entry["data"]["wholeCores"] is True
         assert entry["conditions"][0]["status"] == "True"
@@ -263,7 +264,7 @@ async def test_the_plugin_process_writes_and_removes_the_status(node: Node) -> N
         async def removed() -> bool:
             return status_of(store, "st") is None
 
-        await eventually(removed, what="the entry removed")
+        await eventually(removed, "the entry removed")
 
         # A prepare that fails says why in the claim.
         bad = str(uuid.uuid4())
@@ -279,7 +280,7 @@ async def test_the_plugin_process_writes_and_removes_the_status(node: Node) -> N
         async def failed() -> dict[str, Any] | None:
             return status_of(store, "bad")
 
-        entry = await eventually(failed, what="the failure in the claim")
+        entry = await eventually(failed, "the failure in the claim")
         assert entry["conditions"][0]["status"] == "False"
         assert entry["conditions"][0]["message"] == answer[bad].error
         await plugin.close()
@@ -296,7 +297,7 @@ async def test_a_write_left_undone_at_a_restart_is_caught_up(node: Node) -> None
         del argv[i : i + 2]
         argv += ["--kubeconfig", str(kubeconfig)]
         node._spawn("plugin", argv)
-        await node._ready("plugin", node.sock("plugin"))
+        await node.wait_serving("plugin", node.sock("plugin"))
         store.fail_status = 10**6  # every status write fails while this plugin runs
         plugin = await KubeletSim(node.kubelet_root).register("dra.cpu", timeout=15)
         u = str(uuid.uuid4())
@@ -309,12 +310,12 @@ async def test_a_write_left_undone_at_a_restart_is_caught_up(node: Node) -> None
 
         store.fail_status = 0
         node._spawn("plugin", argv)  # the kubelet does not prepare a prepared claim again
-        await node._ready("plugin", node.sock("plugin"))
+        await node.wait_serving("plugin", node.sock("plugin"))
 
         async def caught_up() -> dict[str, Any] | None:
             return status_of(store, "late")
 
-        entry = await eventually(caught_up, what="the entry written after the restart")
+        entry = await eventually(caught_up, "the entry written after the restart")
         assert entry["conditions"][0]["status"] == "True" and entry["data"]["cpuset"]
 
 
@@ -334,11 +335,11 @@ async def test_the_cluster_folder_keeps_other_managers_entries(started: Node) ->
     async def both() -> bool:
         return await drivers() == ["dra.cpu", "net.x"]
 
-    await eventually(both, what="our entry beside the other driver's")
+    await eventually(both, "our entry beside the other driver's")
     assert await plugin.unprepare([Claim("default", "f", u)]) == {u: ""}
 
     async def only_theirs() -> bool:
         return await drivers() == ["net.x"]
 
-    await eventually(only_theirs, what="our entry removed, theirs kept")
+    await eventually(only_theirs, "our entry removed, theirs kept")
     await plugin.close()

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import pytest
-from conftest import claim, result
+from harness.dra_plugin_node import claim, result
 
 from dracpu.core.errors import ConflictError, DracpuError, InvalidInputError
 from dracpu.dra_plugin.claim_request import (

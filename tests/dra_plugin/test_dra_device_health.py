@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import Node, eventually
+from harness.dra_plugin_node import Node
+from harness.waits import eventually
 
 from dracpu.core import rpc
 from dracpu.dev.kubelet_sim import HealthEntry, KubeletSim, RegisteredPlugin
@@ -70,7 +71,7 @@ async def health_is(
             found = await snapshot(plugin, version)
             return {name: e.health for name, e in found.items()} == expected
 
-        await eventually(matches, timeout=30, what=f"{what} ({version})")
+        await eventually(matches, f"{what} ({version})", timeout=30)
     return found
 
 
@@ -162,7 +163,7 @@ async def test_a_device_withdrawn_with_its_cpus_is_reported_unhealthy(node: Node
         health = await allocator_health(node)
         return [n for n, h in health.items() if h.status == "Unhealthy"]
 
-    (name,) = await eventually(withdrawn, timeout=30, what="one unhealthy device")
+    (name,) = await eventually(withdrawn, "one unhealthy device", timeout=30)
     entry = (await allocator_health(node))[name]
     assert entry.missing_cpus == "39"
 
@@ -170,7 +171,7 @@ async def test_a_device_withdrawn_with_its_cpus_is_reported_unhealthy(node: Node
         entries = await snapshot(plugin, "v1")
         return entries if entries[name].health == "UNHEALTHY" else None
 
-    entries = await eventually(streamed, timeout=30, what=f"{name} streamed unhealthy")
+    entries = await eventually(streamed, f"{name} streamed unhealthy", timeout=30)
     assert len(entries) == 40 and "withdrawn" in entries[name].message
 
     hotplug.online([39])
@@ -179,5 +180,5 @@ async def test_a_device_withdrawn_with_its_cpus_is_reported_unhealthy(node: Node
         health = await allocator_health(node)
         return len(health) == 40 and {h.status for h in health.values()} == {"Healthy"}
 
-    await eventually(all_healthy, timeout=30, what="every device healthy again")
+    await eventually(all_healthy, "every device healthy again", timeout=30)
     await plugin.close()

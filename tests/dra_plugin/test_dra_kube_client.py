@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import NODE, eventually
 from fake_apiserver import Store, fake_apiserver
+from harness.dra_plugin_node import NODE
+from harness.waits import eventually
 from kubernetes.config import incluster_config
 from pki import PKI, make_pki
 
@@ -274,7 +275,7 @@ async def test_leaving_a_watch_early_closes_its_stream(tmp_path: Path, how: str)
                     pass
 
             task = asyncio.create_task(read())
-            await eventually(lambda: open_watches(store), what="the watch open")
+            await eventually(lambda: open_watches(store), "the watch open")
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -283,7 +284,7 @@ async def test_leaving_a_watch_early_closes_its_stream(tmp_path: Path, how: str)
             return await open_watches(store) == 0
 
         # The server sees the connection end long before the watch's 300 s.
-        await eventually(closed, timeout=10, what="the server to see the watch closed")
+        await eventually(closed, "the server to see the watch closed", timeout=10)
         await api.aclose()
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import BIN, NODE, Node, claim, eventually, result
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from harness.dra_plugin_node import BIN, NODE, Node, claim, result
+from harness.waits import eventually
 from logformats import klog_lines, parse_klog
 
 from dracpu.core import rpc
@@ -84,7 +85,7 @@ async def test_registration_advertises_both_dra_versions_and_health(started: Nod
     async def registered() -> bool:
         return (await status(started)).registered
 
-    await eventually(registered, what="status shows the registration")
+    await eventually(registered, "status shows the registration")
     assert await registration_health(started) == "SERVING"
     view = await status(started)
     assert (view.node_name, view.registration_error) == (NODE, "")
@@ -455,7 +456,7 @@ async def test_default_health_lease_is_twenty_seconds(started: Node) -> None:
             return snapshot  # type: ignore[return-value]
         return []
 
-    snapshot = await eventually(first_nonempty, what="a health snapshot with devices")
+    snapshot = await eventually(first_nonempty, "a health snapshot with devices")
     assert {e.lease_seconds for e in snapshot} == {20}
     await plugin.close()
 
@@ -471,7 +472,7 @@ async def test_rejected_plugin_keeps_serving_and_says_why(node: Node) -> None:
         text = node.log("plugin").read_text()
         return "has not registered the plugin" in text and "version skew test" in text
 
-    await eventually(warned, what="the registration watchdog warning")
+    await eventually(warned, "the registration watchdog warning")
     line = next(
         x for x in klog_lines(node.log("plugin").read_text()) if "has not registered" in x.msg
     )
@@ -487,7 +488,7 @@ async def test_rejected_plugin_keeps_serving_and_says_why(node: Node) -> None:
     async def registered() -> bool:
         return (await status(node)).registered
 
-    await eventually(registered, what="registration after a rejection")
+    await eventually(registered, "registration after a rejection")
     await plugin.close()
 
 
@@ -584,7 +585,7 @@ async def test_watchdog_when_no_kubelet_ever_calls(node: Node) -> None:
         lines = node.log("plugin").read_text().splitlines()
         return next((x for x in lines if "has not registered the plugin within 0.3s" in x), "")
 
-    line = await eventually(warned, what="the watchdog warning")
+    line = await eventually(warned, "the watchdog warning")
     assert "the kubelet never contacted the plugin" in line
     parsed = parse_klog(line)
     assert parsed.values["registrar_dir"] == f"{node.kubelet_root}/plugins_registry/dra.cpu"

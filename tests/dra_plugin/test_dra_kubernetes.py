@@ -7,8 +7,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import NODE, NODE_UID, Node, claim, eventually, result
 from fake_apiserver import fake_apiserver
+from harness.dra_plugin_node import NODE, NODE_UID, Node, claim, result
+from harness.waits import eventually
 
 from dracpu.core.errors import ConfigError, ConflictError, NotFoundError, UnavailableError
 from dracpu.dev.kubelet_sim import Claim, KubeletSim
@@ -84,13 +85,13 @@ async def test_plugin_process_against_the_api_server(node: Node) -> None:
         i = argv.index("--cluster-dir")
         del argv[i : i + 2]
         node._spawn("plugin", [*argv, "--kubeconfig", str(kubeconfig)])
-        await node._ready("plugin", node.sock("plugin"))
+        await node.wait_serving("plugin", node.sock("plugin"))
 
         async def published() -> bool:
             with store.lock:
                 return any(s["spec"]["driver"] == "dra.cpu" for s in store.slices.values())
 
-        await eventually(published, what="slices in the API server")
+        await eventually(published, "slices in the API server")
         plugin = await KubeletSim(node.kubelet_root).register("dra.cpu", timeout=15)
         u = str(uuid.uuid4())
         store.claims[("default", "api")] = claim("api", u, [result("cpudevnuma001", cpus=2)])

@@ -10,7 +10,8 @@ import uuid
 from typing import Any
 
 import yaml
-from conftest import Node, claim, eventually, result
+from harness.dra_plugin_node import Node, claim, result
+from harness.waits import eventually
 
 from dracpu.dev.kubelet_sim import Claim, KubeletSim
 
@@ -40,7 +41,7 @@ async def test_a_placed_claim_shows_its_memory_nodes_in_metadata_and_status(
         devices = yaml.safe_load(path.read_text())["status"].get("devices") or []
         return devices[0]["data"] if devices else None
 
-    written = await eventually(data, what="the claim's status.devices entry")
+    written = await eventually(data, "the claim's status.devices entry")
     assert written["memoryNodes"] == [1] and written["numaNodes"] == [1]
 
     plain = str(uuid.uuid4())

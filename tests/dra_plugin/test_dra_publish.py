@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import NODE, NODE_UID, Node, eventually
+from harness.dra_plugin_node import NODE, NODE_UID, Node
+from harness.waits import eventually
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -44,7 +45,7 @@ async def published(node: Node, predicate: Any, what: str) -> list[dict[str, Any
         slices = node.slices()
         return slices if slices and predicate(slices) else None
 
-    result: list[dict[str, Any]] = await eventually(check, timeout=30, what=what)
+    result: list[dict[str, Any]] = await eventually(check, what, timeout=30)
     return result
 
 
@@ -203,7 +204,7 @@ async def test_plugin_started_before_the_allocator_publishes_once_it_is_up(node:
     async def failing() -> bool:
         return "allocator" in (await view()).last_publish_error
 
-    await eventually(failing, timeout=30, what="the publish error naming the allocator")
+    await eventually(failing, "the publish error naming the allocator", timeout=30)
     assert node.slices() == []
     await node.start_allocator()
     slices = await published(node, lambda s: device_count(s) == 2, "slices after the allocator")
@@ -213,5 +214,5 @@ async def test_plugin_started_before_the_allocator_publishes_once_it_is_up(node:
         status = await view()
         return status.last_publish_error == "" and status.slice_count == 1
 
-    await eventually(recovered, timeout=30, what="status without the error")
+    await eventually(recovered, "status without the error", timeout=30)
     assert (await view()).published_generation >= 1

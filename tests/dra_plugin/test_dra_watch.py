@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import NODE, NODE_UID, eventually
 from fake_apiserver import Store, fake_apiserver
+from harness.dra_plugin_node import NODE, NODE_UID
+from harness.waits import eventually
 
 from dracpu.core.errors import InvalidInputError, NotFoundError
 from dracpu.dra_plugin.api_features import FeatureSupport
@@ -48,7 +49,7 @@ async def soon(check: Callable[[], Any], what: str) -> Any:
     async def wrapped() -> Any:
         return check()
 
-    return await eventually(wrapped, what=what)
+    return await eventually(wrapped, what)
 
 
 def node(store: Store, uid: str = NODE_UID) -> None:

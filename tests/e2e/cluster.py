@@ -11,17 +11,18 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+
+from harness.control_plane import CommandError
 
 from dracpu.core.cgroups import Cgroups
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import NotFoundError
 
 ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 
 RELEASE = "dra-driver-cpu"
 NAMESPACE = "kube-system"
@@ -35,10 +36,6 @@ SLEEP = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 # next claim's NodePrepareResources finds their CPUs still taken.
 GRACE_SECONDS = 1
 _START = time.monotonic()
-
-
-class CommandError(Exception):
-    pass
 
 
 PROGRESS = {"tier": "e2e"}  # the tier named in progress lines (the big-node tier sets its own)
@@ -56,17 +53,6 @@ def step(name: str) -> Iterator[None]:
     started = time.monotonic()
     yield
     say(f"{name} ({time.monotonic() - started:.1f} s)")
-
-
-def wait_until(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached within {timeout:.0f} s")
-        time.sleep(0.3)
 
 
 def run(argv: Sequence[str], *, stdin: str | None = None, check: bool = True) -> str:

@@ -7,10 +7,20 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from e2e.cluster import ROOT, Cluster, say, step, wait_until
+from e2e.cluster import ROOT, Cluster, say, step
+from harness.tier_end import TierEnd
+from harness.waits import wait_for
 from tiers import require_root
+
+TIER = TierEnd(Path(__file__).parent)  # the cluster goes down after the tier's last test
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    TIER.after(item, nextitem)
 
 
 def _missing() -> str:
@@ -28,19 +38,23 @@ def cluster() -> Iterator[Cluster]:
         pytest.skip(f"e2e tier: {reason}")
     if not (ROOT / ".tools/bin/helm").exists():
         pytest.skip("e2e tier: helm not installed (tools/install-helm.sh)")
-    with step("cluster up (tools/cluster.sh up)"):
-        done = subprocess.run(
-            ["bash", str(ROOT / "tools/cluster.sh"), "up"], capture_output=True, text=True
-        )
-        if done.returncode != 0:
-            raise AssertionError(f"tools/cluster.sh up failed: {done.stderr.strip()}")
-    node = Cluster()
-    try:
-        yield node
-    finally:
+
+    def down() -> None:
         if not os.environ.get("DRACPU_E2E_KEEP"):
             with step("cluster down"):
                 subprocess.run(["bash", str(ROOT / "tools/cluster.sh"), "down"], check=False)
+
+    down = TIER.at_end(down)
+    try:
+        with step("cluster up (tools/cluster.sh up)"):
+            done = subprocess.run(
+                ["bash", str(ROOT / "tools/cluster.sh"), "up"], capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                raise AssertionError(f"tools/cluster.sh up failed: {done.stderr.strip()}")
+        yield Cluster()
+    finally:
+        down()  # a bring-up that failed half-way is taken down too
 
 
 @pytest.fixture(scope="session")
@@ -49,10 +63,10 @@ def driver(cluster: Cluster) -> Iterator[Cluster]:
     with step("helm install"):
         cluster.install()
     with step("driver pod Ready"):
-        pod = wait_until(cluster.driver_ready, timeout=120, what="driver pod Ready")
+        pod = wait_for(cluster.driver_ready, "driver pod Ready", timeout=120, interval=0.3)
     statuses = pod["status"]["containerStatuses"]
     started = max(s["state"]["running"]["startedAt"] for s in statuses if "running" in s["state"])
     ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
     say(f"driver pod: last container started {started}, Ready at {ready['lastTransitionTime']}")
-    wait_until(lambda: cluster.published(), timeout=60, what="ResourceSlice published")
+    wait_for(lambda: cluster.published(), "ResourceSlice published", timeout=60, interval=0.3)
     yield cluster

@@ -18,8 +18,8 @@ from e2e.cluster import (
     pod_manifest,
     say,
     step,
-    wait_until,
 )
+from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
 
@@ -48,7 +48,7 @@ def start_pod(node: Cluster, name: str, manifest: str, timeout: float = 90) -> N
             raise AssertionError(f"pod {name}: {failed}")
         return False
 
-    wait_until(started, timeout=timeout, what=f"pod {name} Running")
+    wait_for(started, f"pod {name} Running", timeout=timeout, interval=0.3)
 
 
 def pod_level_resources(

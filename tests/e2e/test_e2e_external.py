@@ -13,15 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.cluster import (
-    NAMESPACE,
-    Cluster,
-    claim_manifest,
-    cpus_request,
-    pod_manifest,
-    step,
-    wait_until,
-)
+from e2e.cluster import NAMESPACE, Cluster, claim_manifest, cpus_request, pod_manifest, step
+from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
 
@@ -44,7 +37,7 @@ def restart_driver_with(node: Cluster, *values: str) -> None:
         pod = node.driver_ready()
         return pod if pod and pod["metadata"]["uid"] != uid else None
 
-    wait_until(replaced, timeout=120, what="new driver pod Ready")
+    wait_for(replaced, "new driver pod Ready", timeout=120, interval=0.3)
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +47,14 @@ def external(driver: Cluster) -> Iterator[Cluster]:
     try:
         with step("helm upgrade with driverConfig.allocator=external"):
             restart_driver_with(node, "driverConfig.allocator=external")
-            wait_until(
+            wait_for(
                 lambda: (
                     node.published()
                     and all("dra.cpu/cpuIDs" in d["attributes"] for d in node.published().values())
                 ),
+                "grouped devices published with dra.cpu/cpuIDs",
                 timeout=120,
-                what="grouped devices published with dra.cpu/cpuIDs",
+                interval=0.3,
             )
         yield node
     finally:
@@ -68,15 +62,16 @@ def external(driver: Cluster) -> Iterator[Cluster]:
             node.kubectl("delete", "pods", "--all", "-n", "default", "--wait=true")
             node.kubectl("delete", "resourceclaims", "--all", "-n", "default", "--wait=true")
             restart_driver_with(node)
-            wait_until(
+            wait_for(
                 lambda: (
                     node.published()
                     and not any(
                         "dra.cpu/cpuIDs" in d["attributes"] for d in node.published().values()
                     )
                 ),
+                "devices published without the external allocator's attributes",
                 timeout=120,
-                what="devices published without the external allocator's attributes",
+                interval=0.3,
             )
 
 
@@ -183,10 +178,11 @@ def test_the_kubelet_runs_the_container_on_the_cpuset_the_allocator_wrote(clean:
     chosen = CPUSet([max(allowed)])
     with step(f"external allocation of CPUs {chosen.format()} on {device['name']}"):
         allocate_and_bind(node, "picked", device, chosen)
-        wait_until(
+        wait_for(
             lambda: node.running("picked") or _failed(node, "picked"),
+            "pod picked Running",
             timeout=90,
-            what="pod picked Running",
+            interval=0.3,
         )
     assert node.cpus_of("picked", "work") == chosen
     assert node.cgroup_cpuset_of("picked", "work") == chosen
@@ -208,10 +204,11 @@ def test_a_cpuset_outside_the_devices_group_is_refused_in_the_pods_events(
     assert not outside & group
     with step(f"external allocation of CPUs {outside.format()} on {device['name']}"):
         allocate_and_bind(node, "astray", device, outside)
-        message = wait_until(
+        message = wait_for(
             lambda: node.prepare_failure("astray"),
+            "FailedPrepareDynamicResources for the pod",
             timeout=90,
-            what="FailedPrepareDynamicResources for the pod",
+            interval=0.3,
         )
     assert (
         f"opaque config cpuset {outside.format()} has CPUs {outside.format()} outside the "

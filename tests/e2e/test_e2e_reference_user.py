@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.cluster import NAMESPACE, RELEASE, ROOT, Cluster, say, step, wait_until
+from e2e.cluster import NAMESPACE, RELEASE, ROOT, Cluster, say, step
+from harness.waits import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -97,14 +98,18 @@ def reference_install(
             "--timeout",
             "180s",
         )
-        wait_until(_reference_pod_ready(driver), timeout=180, what="reference-valued pod Ready")
+        wait_for(
+            _reference_pod_ready(driver), "reference-valued pod Ready", timeout=180, interval=0.3
+        )
         # The loop execs into every pod the selector lists: the replaced pod must be gone.
-        wait_until(lambda: len(_driver_pods(driver)) == 1 or None, timeout=120, what="one pod")
+        wait_for(
+            lambda: len(_driver_pods(driver)) == 1 or None, "one pod", timeout=120, interval=0.3
+        )
     yield driver
     with step("the session's install back"):
         driver.install()
-        wait_until(driver.driver_ready, timeout=180, what="driver pod Ready again")
-        wait_until(lambda: driver.published(), timeout=60, what="ResourceSlice published")
+        wait_for(driver.driver_ready, "driver pod Ready again", timeout=180, interval=0.3)
+        wait_for(lambda: driver.published(), "ResourceSlice published", timeout=60, interval=0.3)
 
 
 def _driver_pods(node: Cluster) -> list[dict[str, Any]]:

@@ -25,7 +25,6 @@ from e2e.cluster import (
     pod_manifest,
     say,
     step,
-    wait_until,
 )
 from e2e.scenarios import (
     claim_everything_published,
@@ -33,6 +32,7 @@ from e2e.scenarios import (
     pod_level_resources,
     start_pod,
 )
+from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
 
@@ -56,10 +56,11 @@ def test_the_kubelet_registers_the_plugin_from_its_own_registry_dir(driver: Clus
     assert socket.is_socket()
     assert sorted(p.name for p in registry.glob("dra.cpu*")) == ["dra.cpu"]
     registering = f'RegisterPlugin started" plugin={{"SocketPath":"{socket}"'
-    wait_until(
+    wait_for(
         lambda: registering in node.kubelet_log_of_this_run(),
+        "the kubelet registering the plugin from plugins_registry/dra.cpu",
         timeout=30,
-        what="the kubelet registering the plugin from plugins_registry/dra.cpu",
+        interval=0.3,
     )
 
 
@@ -97,12 +98,12 @@ def test_the_claims_status_names_the_cpus_the_kernel_gives_the_pod(clean: Cluste
             return node.kubectl("get", "resourceclaim", "told", "-n", "default", "-o",
                                 STATUS_CPUSET).strip()  # fmt: skip
 
-        written = wait_until(told, timeout=30, what="the cpuset in the claim's status")
+        written = wait_for(told, "the cpuset in the claim's status", timeout=30, interval=0.3)
     assert CPUSet.parse(written) == node.cpus_of("told", "work")
     assert node.kubectl("get", "resourceclaim", "told", "-o", STATUS_READY).strip() == "True"
     with step("the entry goes with the pod"):
         node.delete("pod", "told")
-        wait_until(lambda: not told(), timeout=60, what="the status entry removed")
+        wait_for(lambda: not told(), "the status entry removed", timeout=60, interval=0.3)
 
 
 def test_claiming_everything_published_keeps_a_shared_pool(clean: Cluster) -> None:
@@ -129,7 +130,7 @@ def test_an_oversize_claim_is_unschedulable(clean: Cluster) -> None:
         )
 
     with step("oversize claim refused by the scheduler"):
-        wait_until(refused, timeout=60, what="FailedScheduling for the oversize claim")
+        wait_for(refused, "FailedScheduling for the oversize claim", timeout=60, interval=0.3)
     assert node.get("pod", "huge")["status"]["phase"] == "Pending"
 
 
@@ -149,7 +150,7 @@ def test_a_claim_shared_by_two_containers_is_refused(clean: Cluster) -> None:
         return None
 
     with step("second container of a shared claim refused"):
-        pod = wait_until(one_refused, timeout=90, what="one container running, one refused")
+        pod = wait_for(one_refused, "one container running, one refused", timeout=90, interval=0.3)
     statuses = pod["status"]["containerStatuses"]  # type: ignore[index]
     message = next(s for s in statuses if "waiting" in s["state"])["state"]["waiting"]["message"]
     assert "belongs to" in message, message
@@ -178,7 +179,7 @@ def test_restarting_each_driver_container_keeps_running_pods_pinned(clean: Clust
                 counts = {s["name"]: s["restartCount"] for s in now["status"]["containerStatuses"]}
                 return bool(counts[service] > before[service])
 
-            wait_until(restarted, timeout=120, what=f"{service} restarted and pod Ready")
+            wait_for(restarted, f"{service} restarted and pod Ready", timeout=120, interval=0.3)
         assert node.cpus_of("kept", "work") == pinned, service
         assert node.cpus_of("shared", "work") == shared, service
 
@@ -196,14 +197,15 @@ def test_mode_change_with_a_claim_held_never_hands_its_cpu_out(clean: Cluster) -
             node.install("driverConfig.cpuDeviceMode=individual")
             node.kubectl("delete", "pod", old_pod, "-n", NAMESPACE, "--wait=true")
             # On a 2-CPU node nothing is left to publish: CPU 0 is the floor, CPU 1 the claim's.
-            wait_until(
+            wait_for(
                 lambda: (
                     node.driver_ready()
                     and node.slices()
                     and not any(n.startswith("cpudevnuma") for n in node.published())
                 ),
+                "individual devices published",
                 timeout=120,
-                what="individual devices published",
+                interval=0.3,
             )
         offered = node.published()
         for device in offered.values():
@@ -231,7 +233,7 @@ def test_mode_change_with_a_claim_held_never_hands_its_cpu_out(clean: Cluster) -
             with step("released old claim: its CPU published again"):
                 node.delete("pod", "old")
                 node.delete("resourceclaim", "old")
-        wait_until(lambda: node.running("new"), timeout=120, what="pod new Running")
+        wait_for(lambda: node.running("new"), "pod new Running", timeout=120, interval=0.3)
         got = claim_cpus(node.env_of("new", "work"))
         assert node.cpus_of("new", "work") == got
         if node.running("old"):
@@ -246,10 +248,11 @@ def test_mode_change_with_a_claim_held_never_hands_its_cpu_out(clean: Cluster) -
                 node.kubectl(
                     "delete", "pod", current["metadata"]["name"], "-n", NAMESPACE, "--wait=true"
                 )
-            wait_until(
+            wait_for(
                 lambda: node.driver_ready() and "cpudevnuma000" in node.published(),
+                "grouped devices published again",
                 timeout=120,
-                what="grouped devices published again",
+                interval=0.3,
             )
 
 
@@ -274,7 +277,7 @@ def test_upgrading_one_image_with_on_delete(clean: Cluster) -> None:
             node.kubectl(
                 "delete", "pod", before["metadata"]["name"], "-n", NAMESPACE, "--wait=true"
             )
-            after = wait_until(node.driver_ready, timeout=120, what="new driver pod Ready")
+            after = wait_for(node.driver_ready, "new driver pod Ready", timeout=120, interval=0.3)
         images = {c["name"]: c["image"] for c in after["spec"]["containers"]}
         assert images["api"] == f"{image}:{tag}"
         assert all(v.endswith(f":{version}") for k, v in images.items() if k != "api"), images
@@ -287,7 +290,7 @@ def test_upgrading_one_image_with_on_delete(clean: Cluster) -> None:
                 node.kubectl(
                     "delete", "pod", current["metadata"]["name"], "-n", NAMESPACE, "--wait=true"
                 )
-            wait_until(node.driver_ready, timeout=120, what="driver pod Ready")
+            wait_for(node.driver_ready, "driver pod Ready", timeout=120, interval=0.3)
 
 
 MAPPING_GATE = "DRANodeAllocatableResources"
@@ -307,7 +310,7 @@ def restart_driver_with(node: Cluster, *values: str) -> dict[str, Any]:
         pod = node.driver_ready()
         return pod if pod and pod["metadata"]["uid"] != uid else None
 
-    return wait_until(replaced, timeout=120, what="new driver pod Ready")
+    return wait_for(replaced, "new driver pod Ready", timeout=120, interval=0.3)
 
 
 def test_node_allocatable_mapping_counts_claimed_cpus(clean: Cluster) -> None:
@@ -322,13 +325,14 @@ def test_node_allocatable_mapping_counts_claimed_cpus(clean: Cluster) -> None:
     try:
         with step("helm upgrade with publishNodeAllocatableResourceMapping=true"):
             restart_driver_with(node, "driverConfig.publishNodeAllocatableResourceMapping=true")
-            wait_until(
+            wait_for(
                 lambda: (
                     node.published()
                     and all("nodeAllocatableResources" in d for d in node.published().values())
                 ),
+                "devices published with nodeAllocatableResources",
                 timeout=120,
-                what="devices published with nodeAllocatableResources",
+                interval=0.3,
             )
         for device in node.published().values():
             assert device["nodeAllocatableResources"] == {
@@ -353,10 +357,11 @@ def test_node_allocatable_mapping_counts_claimed_cpus(clean: Cluster) -> None:
 
         with step("a second pod on the mapped claim refused by kube-scheduler"):
             node.apply(pod_manifest("sharer", [("work", ["c"])], [("c", "mapped")]))
-            message = wait_until(
+            message = wait_for(
                 lambda: node.scheduling_failure("sharer"),
+                "FailedScheduling for the pod sharing a mapped claim",
                 timeout=60,
-                what="FailedScheduling for the pod sharing a mapped claim",
+                interval=0.3,
             )
         say(f"scheduler on the shared claim: {message}")
         assert f"node allocatable resource claim mapped {SHARING_REFUSED}" in message, message
@@ -385,29 +390,31 @@ def test_node_allocatable_mapping_counts_claimed_cpus(clean: Cluster) -> None:
                     },
                 )
             )
-            message = wait_until(
+            message = wait_for(
                 lambda: node.scheduling_failure("big"),
+                "FailedScheduling for the pod that no longer fits",
                 timeout=60,
-                what="FailedScheduling for the pod that no longer fits",
+                interval=0.3,
             )
         say(f"scheduler on the cpu request: {message}")
         assert "Insufficient cpu" in message, message
         assert node.get("pod", "big")["status"]["phase"] == "Pending"
         with step("claimed pod deleted: the cpu request fits again"):
             node.delete("pod", "mapped")
-            wait_until(lambda: node.running("big"), timeout=90, what="pod big Running")
+            wait_for(lambda: node.running("big"), "pod big Running", timeout=90, interval=0.3)
     finally:
         with step("helm upgrade back to the chart's defaults"):
             node.kubectl("delete", "pods", "--all", "-n", "default", "--wait=true")
             node.kubectl("delete", "resourceclaims", "--all", "-n", "default", "--wait=true")
             restart_driver_with(node)
-            wait_until(
+            wait_for(
                 lambda: (
                     node.published()
                     and not any("nodeAllocatableResources" in d for d in node.published().values())
                 ),
+                "devices published without the mapping",
                 timeout=120,
-                what="devices published without the mapping",
+                interval=0.3,
             )
 
 
@@ -419,15 +426,16 @@ def test_uninstall_leaves_nothing_behind(driver: Cluster) -> None:
         # prepared when the driver goes keeps its files (nothing is left to unprepare it).
         node.kubectl("delete", "pods", "--all", "-n", "default", "--wait=true", "--timeout=120s")
         node.kubectl("delete", "resourceclaims", "--all", "-n", "default", "--wait=true")
-        wait_until(
+        wait_for(
             lambda: not list(Path("/var/run/cdi").glob("dra.k8s.io-cpu_claim-*")),
+            "every claim unprepared",
             timeout=120,
-            what="every claim unprepared",
+            interval=0.3,
         )
     with step("helm uninstall"):
         node.helm("uninstall", "dra-driver-cpu", "-n", NAMESPACE, "--wait")
-        wait_until(lambda: node.driver_pod() is None, timeout=120, what="driver pod gone")
-        wait_until(lambda: not node.slices(), timeout=120, what="ResourceSlices removed")
+        wait_for(lambda: node.driver_pod() is None, "driver pod gone", timeout=120, interval=0.3)
+        wait_for(lambda: not node.slices(), "ResourceSlices removed", timeout=120, interval=0.3)
     leftovers = {
         "plugin sockets": sorted(str(p) for p in (node.dir / "kubelet/plugins").rglob("*.sock")),
         "registration sockets": sorted(

@@ -16,9 +16,9 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
@@ -31,11 +31,10 @@ KUBE_BIN = CACHE / f"kubernetes-{KUBE_VERSION}" / "bin"
 ETCD_BIN = CACHE / f"etcd-{ETCD_VERSION}" / "bin" / "etcd"
 KUBECTL = Path(os.environ.get("DRACPU_CP_KUBECTL", str(KUBE_BIN / "kubectl")))
 
-T = TypeVar("T")
 
-
-class CommandError(Exception):
-    """A kubectl or controlplane.sh call failed; carries its stderr."""
+class CommandError(ChildProcessError):
+    """A kubectl or controlplane.sh call failed; carries its stderr. An OSError, so a wait
+    (harness.waits) counts it as "not yet": an object not there yet, a server not answering yet."""
 
 
 def missing_binaries() -> str:
@@ -54,22 +53,6 @@ def missing_binaries() -> str:
     if absent:
         return f"control plane binaries not built ({', '.join(absent)}; run make real-peers)"
     return ""
-
-
-def wait_until(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
-    """Poll `check` until it returns something truthy; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = check()
-        except (CommandError, AssertionError) as exc:
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last  # type: ignore[no-any-return]
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last: {last!r}")
-        time.sleep(0.2)
 
 
 class ControlPlane:

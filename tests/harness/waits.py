@@ -9,6 +9,7 @@ end WaitTimeout says what was waited for, how long, and what was seen last.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -60,17 +61,20 @@ def wait_for(
 
 
 async def eventually(
-    check: Callable[[], Awaitable[T | None]],
+    check: Callable[[], Awaitable[T | None] | T | None],
     what: str,
     *,
     timeout: float = 15.0,
     interval: float = 0.05,
 ) -> T:
-    """wait_for for a coroutine check, without blocking the event loop."""
+    """wait_for without blocking the event loop; `check` may be a coroutine function or a
+    plain one (a plain one must not block)."""
     clock = _Budget(what, timeout)
     while True:
         try:
-            value: Any = await check()
+            value: Any = check()
+            if inspect.isawaitable(value):
+                value = await value
         except NOT_YET as exc:
             value = exc
         if clock.settled(value):

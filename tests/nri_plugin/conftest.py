@@ -1,14 +1,14 @@
 """Fixtures of the nri-plugin tests: the real allocator process, the runtime stand-in on a
-temporary NRI socket, and the plugin (in-process) connected to both. See nri_bed.py."""
+temporary NRI socket, and the plugin (in-process) connected to both (tests/harness/nri_bed.py)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nri_bed
 import pytest
-from nri_bed import (
+from harness import nri_bed
+from harness.nri_bed import (
     Allocator,
     Bed,
     new_plugin,

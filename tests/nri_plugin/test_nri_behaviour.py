@@ -4,7 +4,8 @@ transport, with the real allocator deciding the CPUs."""
 from __future__ import annotations
 
 import pytest
-from nri_bed import ONLINE, Bed, claim_env, prepare_seen, stop_process, wait_until
+from harness.nri_bed import ONLINE, Bed, claim_env, prepare_seen, stop_process
+from harness.waits import eventually
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev.runtime_sim import CONTAINERD_2_0, CreateContainerError, RuntimeProfile
@@ -129,7 +130,7 @@ async def test_a_stop_the_allocator_missed_is_sent_again_so_the_claim_gives_its_
     await bed.runtime.remove_container(cid)
     assert bed.plugin.detaches.pending == [cid]
     await bed.allocator.restart()
-    await wait_until(lambda: not bed.plugin.detaches.pending, what="the detach sent again")
+    await eventually(lambda: not bed.plugin.detaches.pending, "the detach sent again", timeout=10)
     assert not (await bed.allocator.claim(uid)).owner.container_id
     await bed.allocator.unprepare(uid)
     assert await bed.allocator.shared() == ONLINE
@@ -147,7 +148,7 @@ async def test_empty_shared_pool_refuses_shared_containers(bed: Bed) -> None:
     uid, cpus = await prepare_seen(bed, len(ONLINE))
     assert await bed.allocator.shared() == CPUSet()
     pod = bed.runtime.add_pod("web")
-    await wait_until(lambda: bed.plugin.shared_pool == CPUSet(), what="pool to empty")
+    await eventually(lambda: bed.plugin.shared_pool == CPUSet(), "pool to empty", timeout=10)
     with pytest.raises(CreateContainerError, match="shared pool is empty"):
         await bed.runtime.create_container(pod, "nginx")
     # A claimed container still starts.
@@ -164,8 +165,10 @@ async def test_pool_growth_is_pushed_in_batches_where_the_runtime_is_safe(bed: B
     assert {bed.runtime.cpus(i) for i in ids} == {(ONLINE - cpus).format()}
     before = len(bed.runtime.unsolicited)
     await bed.allocator.unprepare(uid)
-    await wait_until(
-        lambda: {bed.runtime.cpus(i) for i in ids} == {ONLINE.format()}, what="pool push"
+    await eventually(
+        lambda: {bed.runtime.cpus(i) for i in ids} == {ONLINE.format()},
+        "pool push",
+        timeout=10,
     )
     pushed = bed.runtime.unsolicited[before:]
     assert sum(len(b.updates) for b in pushed) >= 100
@@ -179,11 +182,11 @@ async def test_pool_growth_is_pushed_in_batches_where_the_runtime_is_safe(bed: B
 async def test_pool_growth_waits_for_the_next_create_on_unsafe_runtimes(bed: Bed) -> None:
     assert not bed.plugin.unsolicited.enabled
     uid, cpus = await prepare_seen(bed, 2)
-    await wait_until(lambda: bed.plugin.shared_pool == ONLINE - cpus, what="pool watch")
+    await eventually(lambda: bed.plugin.shared_pool == ONLINE - cpus, "pool watch", timeout=10)
     web = bed.runtime.add_pod("web")
     old = await bed.runtime.create_container(web, "old")
     await bed.allocator.unprepare(uid)
-    await wait_until(lambda: bed.plugin.shared_pool == ONLINE, what="pool watch")
+    await eventually(lambda: bed.plugin.shared_pool == ONLINE, "pool watch", timeout=10)
     assert bed.runtime.cpus(old) == (ONLINE - cpus).format()
     assert bed.runtime.unsolicited == []
     await bed.runtime.create_container(web, "new")
@@ -210,7 +213,7 @@ async def test_synchronize_rebuilds_and_reapplies_after_a_runtime_restart(bed: B
     bed.runtime.containers[malformed].linux.resources.cpu.cpus = "5"
     connects = bed.stub.status.connects
     await bed.runtime.restart()
-    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await bed.runtime.wait_plugin()
     assert CPUSet.parse(bed.runtime.cpus(pinned)) == cpus
     assert CPUSet.parse(bed.runtime.cpus(shared)) == ONLINE - cpus
@@ -233,7 +236,7 @@ async def test_a_container_removed_while_disconnected_goes_at_the_next_synchroni
     await bed.runtime.remove_container(pinned)
     assert bed.plugin.registry.get(pinned) is not None  # last known, until it hears again
     await bed.runtime.start()
-    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await bed.runtime.wait_plugin()
     assert [r.container_id for r in bed.plugin.registry] == [kept]
 
@@ -241,7 +244,7 @@ async def test_a_container_removed_while_disconnected_goes_at_the_next_synchroni
     async def detached() -> bool:
         return not (await bed.allocator.claim(uid)).owner.container_id
 
-    await wait_until(detached, what="the allocator to detach the removed container")
+    await eventually(detached, "the allocator to detach the removed container", timeout=10)
 
 
 async def test_cpus_held_for_an_unprepared_claim_return_when_its_container_went_unseen(
@@ -259,13 +262,13 @@ async def test_cpus_held_for_an_unprepared_claim_return_when_its_container_went_
     await bed.runtime.stop_container(pinned)
     await bed.runtime.remove_container(pinned)
     await bed.runtime.start()
-    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await bed.runtime.wait_plugin()
 
     async def pool_whole() -> bool:
         return await bed.allocator.shared() == ONLINE
 
-    await wait_until(pool_whole, what="the held CPUs back in the shared pool")
+    await eventually(pool_whole, "the held CPUs back in the shared pool", timeout=10)
 
 
 @pytest.mark.parametrize("profile", [pytest.param(RuntimeProfile(sync_chunk=7), id="chunks-of-7")])
@@ -276,7 +279,7 @@ async def test_chunked_synchronize(bed: Bed) -> None:
         bed.runtime.containers[cid].linux.resources.cpu.cpus = "3"
     await bed.runtime.restart()
     await bed.runtime.wait_plugin()
-    await wait_until(lambda: bed.stub.ready, what="plugin ready")
+    await eventually(lambda: bed.stub.ready, "plugin ready", timeout=10)
     assert {bed.runtime.cpus(c) for c in ids} == {ONLINE.format()}
     assert bed.runtime.rejections == []
 
@@ -312,6 +315,6 @@ async def test_shutdown_from_the_runtime_is_answered_then_the_plugin_reconnects(
         PLUGIN_SERVICE, "Shutdown", api_pb2.Empty().SerializeToString(), timeout=5
     )
     assert reply == b""
-    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await bed.runtime.wait_plugin()
-    await wait_until(lambda: bed.stub.ready, what="synchronized again")
+    await eventually(lambda: bed.stub.ready, "synchronized again", timeout=10)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from nri_bed import wait_until
+from harness.waits import eventually
 
 from dracpu.core.errors import UnavailableError
 from dracpu.nri_plugin.detaches import PendingDetaches
@@ -35,11 +35,11 @@ async def test_refused_detaches_are_sent_again_in_order_until_taken() -> None:
     try:
         detaches.add("c1")
         detaches.add("c2")
-        await wait_until(lambda: not detaches.pending, what="both detaches taken")
+        await eventually(lambda: not detaches.pending, "both detaches taken", timeout=10)
         assert allocator.taken == ["c1", "c2"]
         assert allocator.calls == ["c1", "c1", "c1", "c2"]  # the oldest first, every round
         detaches.add("c3")  # the loop sleeps until there is something again
-        await wait_until(lambda: allocator.taken[-1:] == ["c3"], what="a later one taken")
+        await eventually(lambda: allocator.taken[-1:] == ["c3"], "a later one taken", timeout=10)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

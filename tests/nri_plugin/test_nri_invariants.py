@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from nri_bed import ONLINE, Bed, claim_env, wait_until
+from harness.nri_bed import ONLINE, Bed, claim_env
+from harness.waits import eventually
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev.runtime_sim import CONTAINERD_2_0, CreateContainerError, RuntimeProfile
@@ -80,12 +81,13 @@ async def test_random_lifecycles_keep_the_invariants(bed: Bed, seed: int) -> Non
         # Unsolicited pushes settle by themselves; otherwise a create is the solicited chance.
         if bed.plugin.unsolicited.enabled:
             pool = await bed.allocator.shared()
-            await wait_until(
+            await eventually(
                 lambda p=pool: all(
                     CPUSet.parse(c) == p
                     for cid, c in bed.runtime.cpusets().items()
                     if cid not in pinned
                 ),
-                what=f"push after step {step} ({action})",
+                f"push after step {step} ({action})",
+                timeout=10,
             )
         await check(bed, pinned, settled=bed.plugin.unsolicited.enabled)

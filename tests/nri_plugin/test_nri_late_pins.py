@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from nri_bed import ONLINE, Bed, claim_env, prepare_seen, wait_until
+from harness.nri_bed import ONLINE, Bed, claim_env, prepare_seen
+from harness.waits import eventually
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev.runtime_sim import RuntimeProfile
@@ -52,9 +53,9 @@ def late_pins(bed: Bed) -> float:
 
 
 async def resynchronized(bed: Bed, connects: int) -> None:
-    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await bed.runtime.wait_plugin()
-    await wait_until(lambda: bed.stub.ready, what="synchronized again")
+    await eventually(lambda: bed.stub.ready, "synchronized again", timeout=10)
 
 
 async def test_a_claimed_container_created_without_the_plugin_is_pinned_late_and_named(

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nri_bed import ONLINE, Bed, claim_env, new_plugin, prepare_seen, stop_tasks, wait_until
+from harness.nri_bed import ONLINE, Bed, claim_env, new_plugin, prepare_seen, stop_tasks
+from harness.waits import eventually
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.nri_plugin.compat import UnsolicitedMode
@@ -16,7 +17,7 @@ from dracpu.nri_plugin.compat import UnsolicitedMode
 async def prepare_placed(bed: Bed, count: int, placement: str) -> tuple[str, CPUSet]:
     uid, cpus = await bed.allocator.prepare(count, memory_placement=placement)
     pool = await bed.allocator.shared()
-    await wait_until(lambda: bed.plugin.shared_pool == pool, what="plugin to see the pool")
+    await eventually(lambda: bed.plugin.shared_pool == pool, "plugin to see the pool", timeout=10)
     return uid, cpus
 
 
@@ -66,7 +67,7 @@ async def test_synchronize_reapplies_mems_after_a_runtime_restart(bed: Bed) -> N
     bed.runtime.containers[pinned].linux.resources.cpu.mems = ""
     connects = bed.stub.status.connects
     await bed.runtime.restart()
-    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await bed.runtime.wait_plugin()
     assert bed.runtime.mems(pinned) == "0" and CPUSet.parse(bed.runtime.cpus(pinned)) == cpus
     assert bed.runtime.mems(shared) == ""
@@ -83,9 +84,9 @@ async def test_a_restarted_plugin_learns_mems_from_the_allocator(bed: Bed) -> No
         bed.allocator, Path(bed.runtime.socket_path), UnsolicitedMode.AUTO
     )
     try:
-        await wait_until(lambda: plugin.registry.get(pinned) is not None, what="resync")
+        await eventually(lambda: plugin.registry.get(pinned) is not None, "resync", timeout=10)
         assert plugin.registry.get(pinned).mems == CPUSet.parse("0")  # type: ignore[union-attr]
-        await wait_until(lambda: bed.runtime.mems(pinned) == "0", what="mems re-applied")
+        await eventually(lambda: bed.runtime.mems(pinned) == "0", "mems re-applied", timeout=10)
     finally:
         await stop_tasks(stub, tasks)
         await client.close()

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from harness.nri_bed import ONLINE, Allocator, claim_env, start_process, stop_process
+from harness.services import wait_serving
 from logformats import klog_lines
-from nri_bed import ONLINE, Allocator, claim_env, start_process, stop_process, wait_serving
 from nri_peer import PEERS, GoRuntime, PeerVersion, missing_reason
 
 from dracpu.core.cpuset import CPUSet
@@ -80,7 +81,7 @@ async def plugin_process(root: Path, allocator: Allocator, nri_socket: Path) -> 
         log,
     )
     try:
-        await wait_serving(view, process, log)
+        await wait_serving(view, process, what="the nri-plugin", log=log)
         yield view
     finally:
         stop_process(process)

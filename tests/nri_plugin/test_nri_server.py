@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nri_bed import Allocator, start_process, stop_process
+from harness.nri_bed import Allocator, start_process, stop_process
 
 from dracpu.core.errors import DracpuError
 from dracpu.core.rpc import call, channel, check_health

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from harness.waits import eventually
 from hypothesis import given
 from hypothesis import strategies as st
-from nri_bed import wait_until
 
 from dracpu.core.errors import NotFoundError, ProtocolError
 from dracpu.dev.runtime_sim import RuntimeSim
@@ -229,7 +229,7 @@ async def test_a_call_without_answer_times_out(pair: Pair) -> None:
 
 async def test_pending_calls_fail_when_the_peer_goes_away(pair: Pair) -> None:
     pending = asyncio.create_task(pair.caller.call("svc", "Never", b"", timeout=10))
-    await wait_until(lambda: pair.caller._pending, what="call in flight")
+    await eventually(lambda: pair.caller._pending, "call in flight", timeout=10)
     pair.server.close()
     with pytest.raises(TtrpcError) as failed:
         await pending
@@ -356,9 +356,11 @@ async def test_garbage_from_the_runtime_closes_with_a_clear_error_then_reconnect
     try:
         plugin = await runtime.wait_plugin()
         plugin.mux._writer.write(b"\x00\x00\x00\x01\xff\xff\xff\xffgarbage")
-        await wait_until(lambda: handlers.disconnects, what="disconnect")
+        await eventually(lambda: handlers.disconnects, "disconnect", timeout=10)
         assert "garbage on the NRI socket" in handlers.disconnects[0]
-        await wait_until(lambda: stub.status.connects >= 2 and stub.ready, what="re-register")
+        await eventually(
+            lambda: stub.status.connects >= 2 and stub.ready, "re-register", timeout=10
+        )
         assert stub.status.connected
     finally:
         stub.stop()
@@ -372,7 +374,7 @@ async def test_no_runtime_yet_means_retrying_with_backoff(nri_path: Path) -> Non
     stub = PluginStub(str(nri_path), handlers, backoff=Backoff(initial=0.01, maximum=0.05))
     task = asyncio.create_task(stub.run())
     try:
-        await wait_until(lambda: len(handlers.disconnects) >= 3, what="retries")
+        await eventually(lambda: len(handlers.disconnects) >= 3, "retries", timeout=10)
         assert "cannot connect" in handlers.disconnects[0]
         runtime = RuntimeSim(str(nri_path))
         await runtime.start()

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from realnode.node import NodeError, wait_for
+from harness.waits import wait_for
+from realnode.node import NodeError
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class DevUp:
             start_new_session=True,
         )
         log.close()
-        wait_for(self._ready_line, timeout, "dracpu dev up to report ready")
+        wait_for(self._ready_line, "dracpu dev up to report ready", timeout=timeout)
 
     def _ready_line(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
@@ -137,7 +138,7 @@ class DevUp:
             return False
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        wait_for(self.ready, timeout, f"{self.url}/readyz")
+        wait_for(self.ready, f"{self.url}/readyz", timeout=timeout)
 
     def shared_pool(self) -> str:
         return str(self.get("/v1/shared-pool")["cpus"])
@@ -205,11 +206,6 @@ class DevUp:
         if not found:
             raise NodeError(f"no CDI spec in {self.run_dir / 'cdi'} names claim {uid}")
         return tuple(found)
-
-
-def wait_until(condition: Any, timeout: float, what: str) -> Any:
-    """wait_for with a longer poll interval, for conditions that read many containers."""
-    return wait_for(condition, timeout, what, interval=0.5)
 
 
 def elapsed(started: float) -> float:

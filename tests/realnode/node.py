@@ -29,11 +29,13 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
+
+from harness.waits import WaitTimeout, wait_for
 
 from dracpu.core.cgroups import CGROUP_ROOT, Cgroups
 from dracpu.core.errors import NotFoundError
@@ -47,8 +49,6 @@ RUNC = Path("/usr/sbin/runc")
 CGROUPS = Cgroups(CGROUP_ROOT)
 RECORD = "node.json"
 LOCK = "node.lock"
-
-T = TypeVar("T")
 
 
 class NodeError(RuntimeError):
@@ -79,21 +79,6 @@ def missing_tools(version: str = CONTAINERD_VERSIONS[0]) -> str:
     if absent:
         return f"{', '.join(absent)} missing (run tools/tier-realnode.sh bootstrap as root)"
     return ""
-
-
-def wait_for(
-    condition: Callable[[], T | None], timeout: float, what: str, interval: float = 0.1
-) -> T:
-    """Poll `condition` until it returns something truthy; NodeError naming `what` if never."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = condition()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise NodeError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 # -- kernel truth ----------------------------------------------------------------------------
@@ -290,7 +275,12 @@ state = "{b}/state"
             start_new_session=True,
         )
         self._record()
-        wait_for(self._cri_ready, timeout, f"containerd {self.version} CRI at {self.socket}")
+        try:
+            wait_for(
+                self._cri_ready, f"containerd {self.version} CRI at {self.socket}", timeout=timeout
+            )
+        except WaitTimeout as exc:
+            raise NodeError(str(exc)) from None  # a step of the node, as its callers expect
         if not self.image_present():
             self.import_image()
 

@@ -1,10 +1,10 @@
 """A containerd node with `dracpu dev up --no-runtime-sim` attached: the real-node test bed.
 
-Reusable from other tiers: `from realnode.stack import start_stack` (tests/ is on sys.path
-through tests/conftest.py). DRACPU_REALNODE_PORTS=LOW-HIGH restricts the API port range
-(default: any free port); DRACPU_REALNODE_KEEP=1 keeps the directories of passing tests;
-DRACPU_REALNODE_PREFIX names the /tmp directories (default dracpu-rn-), so several runs on
-one machine can tell theirs apart.
+Reusable from other tiers and the benchmarks: `from realnode.stack import start_stack` (tests/
+is on the import path of pytest and of the project's virtualenv). DRACPU_REALNODE_PORTS=LOW-HIGH
+restricts the API port range (default: any free port); DRACPU_REALNODE_KEEP=1 keeps the
+directories of passing tests; DRACPU_REALNODE_PREFIX names the /tmp directories (default
+dracpu-rn-), so several runs on one machine can tell theirs apart.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realnode.devup import wait_until
+from harness.waits import wait_for
 from realnode.node import ContainerdNode, cgroup_cpuset_mems, mems_allowed
 from realnode.stack import Stack
 
@@ -92,10 +92,11 @@ def test_the_placement_holds_through_a_containerd_restart(stack: Stack) -> None:
     placed = dev.claim("mem-restart", pod_uid=node.pod_uid(pod), memory_placement="local")
     ctr = node.run_container(pod, "placed", cdi_devices=placed.cdi_devices)
     node.restart()
-    wait_until(
+    wait_for(
         lambda: dev.ready() and any(c["container_id"] == ctr.id for c in dev.containers()),
-        60,
         "the resynchronized view",
+        timeout=60,
+        interval=0.5,
     )
     assert spec_cpu(node, ctr.id).get("mems") == "0"
     assert kernel_mems(node, ctr.id) == ("0", "0")

@@ -7,7 +7,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from realnode.devup import DevUp, wait_until
+from harness.waits import wait_for
+from realnode.devup import DevUp
 from realnode.node import NodeError
 from realnode.stack import Stack
 
@@ -44,8 +45,13 @@ def test_claimed_and_shared_containers_are_pinned_and_release_grows_the_pool(
     # the shared container follows it without being recreated.
     node.remove_container(claimed.id)
     dev.release("pin1")
-    wait_until(lambda: dev.shared_pool() == ONLINE, 30, "the pool to grow back")
-    wait_until(lambda: node.allowed_cpus(shared.id) == ONLINE, 30, "the shared container to grow")
+    wait_for(lambda: dev.shared_pool() == ONLINE, "the pool to grow back", timeout=30, interval=0.5)
+    wait_for(
+        lambda: node.allowed_cpus(shared.id) == ONLINE,
+        "the shared container to grow",
+        timeout=30,
+        interval=0.5,
+    )
     assert node.cgroup_cpus(shared.id) == ONLINE
     node.remove_pod(pod)
 
@@ -67,13 +73,14 @@ def test_a_refused_container_fails_in_crictl_and_the_plugin_says_why(
     with pytest.raises(NodeError) as refused:
         node.create_container(pod, name, env=env)
     assert reason in str(refused.value)
-    wait_until(
+    wait_for(
         lambda: any(
             "refused container" in line and f"container={name}" in line and "pod=" in line
             for line in dev.service_log("nri-plugin").splitlines()
         ),
-        10,
         "the refusal in the nri-plugin log",
+        timeout=10,
+        interval=0.5,
     )
     node.remove_pod(pod)
 
@@ -99,10 +106,20 @@ def test_after_a_restart_the_plugin_knows_the_containers_and_pins_new_ones(
     if restart == "nri-plugin":
         pid = dev.service_pid("nri-plugin")
         os.kill(pid, signal.SIGKILL)  # the supervisor of dev up starts it again
-        wait_until(lambda: dev.service_pid("nri-plugin") != pid, 30, "a new nri-plugin")
+        wait_for(
+            lambda: dev.service_pid("nri-plugin") != pid,
+            "a new nri-plugin",
+            timeout=30,
+            interval=0.5,
+        )
     else:
         node.restart()
-    wait_until(lambda: _running_view(dev, {claimed.id, shared.id}), 60, "the resynchronized view")
+    wait_for(
+        lambda: _running_view(dev, {claimed.id, shared.id}),
+        "the resynchronized view",
+        timeout=60,
+        interval=0.5,
+    )
 
     assert node.allowed_cpus(claimed.id) == claim.cpuset
     assert node.allowed_cpus(shared.id) == pool
@@ -112,4 +129,4 @@ def test_after_a_restart_the_plugin_knows_the_containers_and_pins_new_ones(
 
     node.remove_pod(pod)
     dev.release(claim.name)
-    wait_until(lambda: dev.shared_pool() == ONLINE, 30, "the pool to grow back")
+    wait_for(lambda: dev.shared_pool() == ONLINE, "the pool to grow back", timeout=30, interval=0.5)

@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from realnode.devup import wait_until
+from harness.waits import wait_for
 from realnode.stack import Stack
 
 pytestmark = pytest.mark.realnode
@@ -42,7 +42,9 @@ def test_a_stopped_plugin_is_dropped_and_reconnecting_re_pins_what_started_meanw
     finally:
         os.kill(pid, signal.SIGCONT)
 
-    wait_until(lambda: node.allowed_cpus(unpinned.id) == pool, 60, "the re-pinning")
+    wait_for(
+        lambda: node.allowed_cpus(unpinned.id) == pool, "the re-pinning", timeout=60, interval=0.5
+    )
     assert node.cgroup_cpus(unpinned.id) == pool
     log = dev.service_log("nri-plugin")
     assert "runtime connection lost" in log
@@ -76,7 +78,12 @@ def test_a_claimed_container_created_while_the_plugin_is_stopped_is_pinned_late_
     finally:
         os.kill(pid, signal.SIGCONT)
 
-    wait_until(lambda: node.allowed_cpus(claimed.id) == claim.cpuset, 60, "the late pin")
+    wait_for(
+        lambda: node.allowed_cpus(claimed.id) == claim.cpuset,
+        "the late pin",
+        timeout=60,
+        interval=0.5,
+    )
     assert node.cgroup_cpus(claimed.id) == claim.cpuset
     late = [
         line

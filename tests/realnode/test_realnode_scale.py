@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from realnode.devup import wait_until
+from harness.waits import wait_for
 from realnode.node import cpus_allowed
 from realnode.stack import Stack
 
@@ -39,22 +39,27 @@ def test_every_shared_container_ends_on_the_current_pool(stack: Stack) -> None:
     second = dev.claim("scale-b")
     small = dev.shared_pool()
     assert small != ONLINE
-    wait_until(lambda: not wrong(pids, small), 120, f"all {len(pids)} on {small}")
+    wait_for(
+        lambda: not wrong(pids, small), f"all {len(pids)} on {small}", timeout=120, interval=0.5
+    )
 
     dev.release(second.name)
     third = dev.claim("scale-c")
     dev.release(third.name)
-    wait_until(lambda: dev.shared_pool() == ONLINE, 30, "the pool to grow back")
-    wait_until(lambda: not wrong(pids, ONLINE), 120, f"all {len(pids)} on {ONLINE}")
+    wait_for(lambda: dev.shared_pool() == ONLINE, "the pool to grow back", timeout=30, interval=0.5)
+    wait_for(
+        lambda: not wrong(pids, ONLINE), f"all {len(pids)} on {ONLINE}", timeout=120, interval=0.5
+    )
 
     for cid, pid in pids.items():
         assert node.cgroup_cpus(cid) == ONLINE, cid
         assert cpus_allowed(pid) == ONLINE, cid
     view = {c["container_id"]: c["cpus"] for c in dev.containers()}
-    wait_until(
+    wait_for(
         lambda: all(c["cpus"] == ONLINE for c in dev.containers() if c["container_id"] in pids),
-        30,
         "the view to say what the runtime has",
+        timeout=30,
+        interval=0.5,
     )
     assert set(pids) <= set(view)
     for pod in pods:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realnode.devup import wait_until
+from harness.waits import wait_for
 from realnode.node import CONTAINERD_VERSIONS
 from realnode.stack import Stack, finish_stack, start_stack
 
@@ -51,15 +51,21 @@ def test_pool_growth_reaches_running_containers_as_the_runtime_allows(
 
     node.remove_container(claimed.id)
     dev.release(claim.name)
-    wait_until(lambda: dev.shared_pool() == ONLINE, 30, "the pool to grow back")
+    wait_for(lambda: dev.shared_pool() == ONLINE, "the pool to grow back", timeout=30, interval=0.5)
     generation = dev.get("/v1/shared-pool")["generation"]
-    wait_until(
+    wait_for(
         lambda: dev.get("/v1/health")["runtime"]["shared_pool_generation"] >= generation,
-        30,
         "the plugin to see the grown pool",
+        timeout=30,
+        interval=0.5,
     )
     if pushes:
-        wait_until(lambda: node.allowed_cpus(shared.id) == ONLINE, 30, "the pushed growth")
+        wait_for(
+            lambda: node.allowed_cpus(shared.id) == ONLINE,
+            "the pushed growth",
+            timeout=30,
+            interval=0.5,
+        )
     else:
         assert node.allowed_cpus(shared.id) == small
         node.run_container(pod, "next")  # the next solicited chance carries the growth

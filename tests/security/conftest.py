@@ -1,19 +1,15 @@
 """Fixtures of the security tests: the nri-plugin test bed (real allocator process, runtime
 stand-in on a temporary NRI socket, the plugin in-process) and a kubelet-like client that
-prepares claims with their reservedFor pods. See tests/nri_plugin/nri_bed.py."""
+prepares claims with their reservedFor pods. See tests/harness/nri_bed.py."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-sys.path.append(str(Path(__file__).resolve().parents[1] / "nri_plugin"))
-
-import nri_bed
-from nri_bed import (
+from harness import nri_bed
+from harness.nri_bed import (
     Allocator,
     Bed,
     new_plugin,

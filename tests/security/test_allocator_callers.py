@@ -9,7 +9,8 @@ from typing import Any
 
 import grpc
 import pytest
-from nri_bed import Allocator
+from harness.nri_bed import Allocator
+from harness.requests import prepare_request
 
 from dracpu.core.rpc import channel
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.security
 REF = pb.ContainerRef(container_id="c", pod_uid="p", pod_namespace="t", container_name="x")
 
 MUTATING: list[tuple[str, Any]] = [
-    ("Prepare", pb.PrepareRequest(claim_uid="u")),
+    ("Prepare", prepare_request("u")),
     ("Unprepare", pb.UnprepareRequest(claim_uid="u")),
     ("AttachContainer", pb.AttachContainerRequest(container=REF, claims={"u": "1"})),
     ("DetachContainer", pb.DetachContainerRequest(container_id="c")),

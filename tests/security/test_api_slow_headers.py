@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from nri_bed import BIN
+from harness.nri_bed import BIN
 
 pytestmark = pytest.mark.security
 

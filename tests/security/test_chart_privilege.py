@@ -6,16 +6,12 @@ that keeps the ServiceAccount to ResourceSlices of driver dra.cpu on its own nod
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
-sys.path.append(str(Path(__file__).resolve().parents[1] / "packaging"))
-
-from helm_chart import CHART, KUBE_VERSION, ensure_helm
+from harness.helm import CHART, KUBE_VERSION, ensure_helm
 
 pytestmark = pytest.mark.security
 

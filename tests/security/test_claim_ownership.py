@@ -9,12 +9,14 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from nri_bed import ONLINE, Bed, claim_env, wait_until
+from harness.nri_bed import ONLINE, Bed, claim_env
+from harness.requests import prepare_request
+from harness.waits import eventually
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.rpc import call, channel
 from dracpu.dev.runtime_sim import CreateContainerError
-from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
+from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 
 pytestmark = pytest.mark.security
 
@@ -29,27 +31,12 @@ async def prepare(
 ) -> tuple[str, CPUSet]:
     """Prepare as the dra-plugin does; pods=None is an older dra-plugin (no reservedFor)."""
     uid = uid or str(uuid.uuid4())
-    request = allocator_pb2.PrepareRequest(
-        claim_uid=uid,
-        namespace=namespace,
-        name=f"claim-{uid[:8]}",
-        results=[
-            allocator_pb2.AllocationResult(
-                request="cpus",
-                driver="dra.cpu",
-                pool="node",
-                device="cpudevnuma000",
-                consumed_capacity={"dra.cpu/cpu": str(count)},
-            )
-        ],
-        reserved_for_pod_uids=list(pods or ()),
-        reserved_for_known=pods is not None,
-    )
+    request = prepare_request(uid, count, namespace=namespace, pods=pods)
     async with channel(bed.allocator.socket) as chan:
         stub = allocator_pb2_grpc.AllocatorStub(chan)
         reply = await call(stub.Prepare(request, timeout=5), f"prepare {uid}")
     pool = await bed.allocator.shared()
-    await wait_until(lambda: bed.plugin.shared_pool == pool, what="plugin to see the pool")
+    await eventually(lambda: bed.plugin.shared_pool == pool, "plugin to see the pool", timeout=10)
     return uid, CPUSet.parse(reply.claim.cpus)
 
 
@@ -103,7 +90,7 @@ async def test_a_forged_claim_in_the_env_is_quarantined_at_resync(bed: Bed) -> N
         pod, "app", claim_env(("made-up", ONLINE)), container_id="forged"
     )
     await bed.runtime.start()
-    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await bed.runtime.wait_plugin()
     assert await bed.allocator.shared() == ONLINE
     assert not list((bed.allocator.root / "cdi").glob("*made-up*"))
@@ -126,18 +113,21 @@ async def test_a_forged_claim_does_not_keep_cpus_a_later_claim_takes(bed: Bed) -
         pod, "app", claim_env(("made-up", CPUSet.parse("4-7"))), container_id="forged"
     )
     await bed.runtime.start()
-    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await bed.runtime.wait_plugin()
-    await wait_until(
-        lambda: CPUSet.parse(bed.runtime.cpus(forged)) == ONLINE, what="forged on the pool"
+    await eventually(
+        lambda: CPUSet.parse(bed.runtime.cpus(forged)) == ONLINE,
+        "forged on the pool",
+        timeout=10,
     )
     owner = bed.runtime.add_pod("p-owner", namespace="t")
     uid, cpus = await prepare(bed, 4, pods=(pod_uid(bed, owner),))
     legit = await bed.runtime.create_container(owner, "app", claim_env((uid, cpus)))
     assert CPUSet.parse(bed.runtime.cpus(legit)) == cpus
-    await wait_until(
+    await eventually(
         lambda: CPUSet.parse(bed.runtime.cpus(forged)) == ONLINE - cpus,
-        what="the forged container to follow the pool",
+        "the forged container to follow the pool",
+        timeout=10,
     )
     record = bed.plugin.registry.get(forged)
     assert record is not None and not record.exclusive and record.quarantined == ("made-up",)
@@ -153,7 +143,7 @@ async def test_a_quarantined_claim_is_confirmed_by_its_prepare(bed: Bed) -> None
     cid = await bed.runtime.create_container(pod, "db", claim_env((uid, CPUSet.parse("2-3"))))
     bed.runtime.containers[cid].linux.resources.cpu.cpus = "2-3"
     await bed.runtime.start()
-    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await bed.runtime.wait_plugin()
     assert await bed.allocator.shared() == ONLINE
     _, cpus = await prepare(bed, 2, uid=uid, pods=(pod_uid(bed, pod),))
@@ -175,9 +165,11 @@ async def test_unprepare_while_the_container_runs_keeps_its_cpus_out_of_the_pool
     shared = await bed.runtime.create_container(web, "nginx")
     assert not CPUSet.parse(bed.runtime.cpus(shared)) & cpus
     await bed.runtime.stop_container(pinned)
-    await wait_until(lambda: bed.plugin.shared_pool == ONLINE, what="the CPUs to come back")
-    await wait_until(
-        lambda: CPUSet.parse(bed.runtime.cpus(shared)) == ONLINE, what="push of the pool"
+    await eventually(lambda: bed.plugin.shared_pool == ONLINE, "the CPUs to come back", timeout=10)
+    await eventually(
+        lambda: CPUSet.parse(bed.runtime.cpus(shared)) == ONLINE,
+        "push of the pool",
+        timeout=10,
     )
 
 
@@ -193,11 +185,11 @@ async def test_a_container_whose_claim_was_unprepared_keeps_its_cpus_across_a_re
     connects = bed.stub.status.connects
     await bed.runtime.stop()
     await bed.runtime.start()
-    await wait_until(lambda: bed.stub.status.connects > connects, what="reconnect")
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await bed.runtime.wait_plugin()
     assert CPUSet.parse(bed.runtime.cpus(pinned)) == cpus
     record = bed.plugin.registry.get(pinned)
     assert record is not None and record.exclusive
     assert await bed.allocator.shared() == ONLINE - cpus
     await bed.runtime.stop_container(pinned)
-    await wait_until(lambda: bed.plugin.shared_pool == ONLINE, what="the CPUs to come back")
+    await eventually(lambda: bed.plugin.shared_pool == ONLINE, "the CPUs to come back", timeout=10)

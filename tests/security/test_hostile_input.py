@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nri_bed import BIN, Allocator, write_topology_report
+from harness.nri_bed import BIN, Allocator, write_topology_report
 
 from dracpu.core.errors import InvalidInputError
 from dracpu.dra_plugin.claim_request import ClaimRef
@@ -125,13 +125,14 @@ async def test_the_allocator_starts_past_a_fifo_and_an_oversized_record(short_tm
     (claims / "big.json").write_bytes(b" " * (2 * 1024 * 1024))
     socket = short_tmp / "a.sock"
     log = short_tmp / "allocator.log"
-    from nri_bed import start_process, stop_process, wait_serving
+    from harness.nri_bed import start_process, stop_process
+    from harness.services import wait_serving
 
     process = start_process(
         [str(BIN / "dracpu-allocator"), *allocator_args(short_tmp, socket)], log
     )
     try:
-        await wait_serving(socket, process, log)
+        await wait_serving(socket, process, what="the allocator", log=log)
         Allocator(socket, short_tmp, process)
         text = log.read_text()
         assert "not a regular file" in text and "at most" in text

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realnode.devup import DevUp, wait_until
+from harness.waits import wait_for
+from realnode.devup import DevUp
 from realnode.node import ContainerdNode, NodeError
 from realnode.stack import Stack, finish_stack, start_stack
 
@@ -50,7 +51,12 @@ def node_and_dev(stack: Stack) -> Iterator[tuple[ContainerdNode, DevUp]]:
         stack.node.remove_pod(pod_id)
     for left in stack.dev.get("/v1/claims")["claims"]:
         stack.dev.release(left["name"])
-    wait_until(lambda: stack.dev.shared_pool() == ONLINE, 30, "the pool to be whole again")
+    wait_for(
+        lambda: stack.dev.shared_pool() == ONLINE,
+        "the pool to be whole again",
+        timeout=30,
+        interval=0.5,
+    )
 
 
 def kernel_view(node: ContainerdNode, container_id: str) -> tuple[str, str]:
@@ -128,9 +134,9 @@ def test_a_made_up_claim_started_while_the_plugin_was_away_is_quarantined(
             if "claim on running container quarantined" in line and made_up in line
         ]
 
-    (warning,) = wait_until(quarantined, 60, "the quarantine warning")
+    (warning,) = wait_for(quarantined, "the quarantine warning", timeout=60, interval=0.5)
     assert f"container={forged.id}" in warning
-    wait_until(lambda: dev.ready(), 30, "the api after the resync")
+    wait_for(lambda: dev.ready(), "the api after the resync", timeout=30, interval=0.5)
 
     # Nothing was taken: the pool is the whole machine, and the forged container and a new
     # shared one run on it (the CPU its env names is not made its own).
@@ -149,10 +155,20 @@ def test_a_made_up_claim_started_while_the_plugin_was_away_is_quarantined(
     legit = node.run_container(owner, "app", cdi_devices=claim.cdi_devices)
     assert kernel_view(node, legit.id) == (claim.cpuset, claim.cpuset)
     rest = (CPUSet.parse(ONLINE) - CPUSet.parse(claim.cpuset)).format()
-    wait_until(lambda: node.allowed_cpus(shared.id) == rest, 30, "the shared container to shrink")
+    wait_for(
+        lambda: node.allowed_cpus(shared.id) == rest,
+        "the shared container to shrink",
+        timeout=30,
+        interval=0.5,
+    )
 
     # The forged container is a shared one: it follows the pool off the claim's CPU.
-    wait_until(lambda: node.allowed_cpus(forged.id) == rest, 30, "the forged container to shrink")
+    wait_for(
+        lambda: node.allowed_cpus(forged.id) == rest,
+        "the forged container to shrink",
+        timeout=30,
+        interval=0.5,
+    )
     assert kernel_view(node, forged.id) == (rest, rest)
     assert kernel_view(node, legit.id) == (claim.cpuset, claim.cpuset)
 

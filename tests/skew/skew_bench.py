@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
+from harness import waits
 from skew_builds import Build
 from skew_stack import Stack
 
@@ -30,22 +30,6 @@ NAMESPACE = "skew"
 SETTLE_TIMEOUT = 30.0
 PIN_ATTEMPTS = 5
 PIN_RETRY_DELAY = 0.5  # the kubelet's container-start retry, much shortened
-T = TypeVar("T")
-
-
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = SETTLE_TIMEOUT) -> T:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while True:
-        try:
-            value = probe()
-        except (AssertionError, httpx.HTTPError) as exc:
-            value, last = None, exc
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}: {last}")
-        time.sleep(0.1)
 
 
 class Bench:
@@ -170,7 +154,7 @@ class Bench:
             assert served == expected, f"api claims {served} != prepared {expected}"
             return True
 
-        wait_for(api_agrees, "the api to serve the prepared claims")
+        waits.wait_for(api_agrees, "the api to serve the prepared claims", timeout=SETTLE_TIMEOUT)
         if self.shared is not None:
             shared_id = self.shared.container_id
 
@@ -181,7 +165,11 @@ class Bench:
                 assert now == pool, f"shared container on {now}, shared pool is {pool}"
                 return True
 
-            wait_for(shared_on_pool, "the shared container to run on the shared pool")
+            waits.wait_for(
+                shared_on_pool,
+                "the shared container to run on the shared pool",
+                timeout=SETTLE_TIMEOUT,
+            )
 
     def versions(self) -> dict[str, dict[str, Any]]:
         """service -> what the api reports of its version (pid, version, ...)."""
@@ -196,9 +184,10 @@ def swap(bench: Bench, service: str, build: Build) -> float:
     registered = stack.log("kubelet-sim").count("plugin registered")
     away = stack.replace(service, build)
     if service == "dra-plugin":
-        wait_for(
+        waits.wait_for(
             lambda: stack.log("kubelet-sim").count("plugin registered") > registered,
             "the kubelet simulator to register the new dra-plugin",
+            timeout=SETTLE_TIMEOUT,
         )
     pid = stack.pid(service)
 
@@ -208,7 +197,7 @@ def swap(bench: Bench, service: str, build: Build) -> float:
         assert entry.get("version") == build.version, entry
         return True
 
-    wait_for(reported, f"the api to report the new {service}")
+    waits.wait_for(reported, f"the api to report the new {service}", timeout=SETTLE_TIMEOUT)
     return away
 
 

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from skew_bench import Bench, exercise, swap, wait_for
+import skew_bench
+from harness.waits import wait_for
+from skew_bench import Bench, exercise, swap
 from skew_builds import Build
 from skew_stack import SERVICES, Stack
 
@@ -47,6 +49,7 @@ def running(base: Build, head: Build) -> Iterator[Run]:
         wait_for(
             lambda: "plugin registered" in stack.log("kubelet-sim"),
             "the kubelet simulator to register the plugin",
+            timeout=skew_bench.SETTLE_TIMEOUT,
         )
         bench.claim(2)
         bench.claim(4, numa=1)

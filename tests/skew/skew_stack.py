@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from harness.waits import WaitTimeout, wait_for
 from skew_builds import Build
 
 from dracpu.dev.layout import RunLayout
@@ -162,19 +163,24 @@ class Stack:
     def _wait_ready(self, name: str) -> None:
         process = self.processes[name]
         check = readiness(name, self.layout, self.url, runtime_sim=self.runtime_sim)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not asyncio.run(is_ready(check)):
-            if process.poll() is not None:
-                raise AssertionError(
-                    f"{name} ({self.builds[name].label}) exited during start "
-                    f"(code {process.returncode}):\n{log_tail(self.layout.log_file(name))}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{name} ({self.builds[name].label}) not ready after {READY_TIMEOUT:.0f}s:\n"
-                    f"{log_tail(self.layout.log_file(name))}"
-                )
-            time.sleep(READY_POLL)
+        label = self.builds[name].label
+
+        def started() -> str:
+            if asyncio.run(is_ready(check)):
+                return "ready"
+            return "exited" if process.poll() is not None else ""
+
+        try:
+            state = wait_for(
+                started, f"{name} ({label}) ready", timeout=READY_TIMEOUT, interval=READY_POLL
+            )
+        except WaitTimeout as exc:
+            raise AssertionError(f"{exc}:\n{log_tail(self.layout.log_file(name))}") from None
+        if state == "exited":
+            raise AssertionError(
+                f"{name} ({label}) exited during start "
+                f"(code {process.returncode}):\n{log_tail(self.layout.log_file(name))}"
+            )
 
     def stop(self, name: str) -> None:
         process = self.processes.pop(name, None)

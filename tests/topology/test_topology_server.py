@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -17,11 +15,12 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from harness import paths
+from harness.services import wait_serving
 from logformats import klog_lines
 
 from dracpu.core import __version__
 from dracpu.core.config import load
-from dracpu.core.errors import DracpuError
 from dracpu.core.rpc import channel
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
@@ -46,9 +45,8 @@ class Running:
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     # Short paths: a unix socket path must fit in 107 bytes.
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="topo"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with paths.short_tmp("topo") as path:
+        yield path
 
 
 def start(
@@ -74,21 +72,6 @@ async def health(socket: Path, service: str = "") -> str:
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
 
-async def wait_serving(running: Running) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if running.process.poll() is not None:
-            pytest.fail(f"service exited with {running.process.returncode}: {running.log_text()}")
-        if running.socket.exists():
-            try:
-                if await health(running.socket) == "SERVING":
-                    return
-            except (grpc.aio.AioRpcError, DracpuError):
-                pass
-        await asyncio.sleep(0.05)
-    pytest.fail(f"service not SERVING within {DEADLINE}s: {running.log_text()}")
-
-
 def stop(process: subprocess.Popen[bytes]) -> int:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -107,7 +90,9 @@ async def service(workdir: Path) -> AsyncIterator[Running]:
     process, log = start(workdir, "--socket", str(socket), "--sysfs-root", str(root), "-v", "2")
     running = Running(process, socket, root, log)
     try:
-        await wait_serving(running)
+        await wait_serving(
+            running.socket, process, what="the topology service", log=log, timeout=DEADLINE
+        )
         yield running
     finally:
         stop(process)
@@ -233,7 +218,9 @@ async def test_the_service_applies_a_sysfs_overlay_and_gatherinfo_reads_its_comm
     )
     running = Running(process, socket, root, log)
     try:
-        await wait_serving(running)
+        await wait_serving(
+            running.socket, process, what="the topology service", log=log, timeout=DEADLINE
+        )
         served = await inventory(socket)
         assert {cpu.cpu_id: cpu.numa_node_id for cpu in served.cpus}[1] == 1
         assert {cpu.numa_node_id for cpu in served.cpus} == {0, 1}

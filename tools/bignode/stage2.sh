@@ -23,7 +23,10 @@ say "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 # A shell for people: `tools/tier-bignode.sh shell` attaches to this port.
 (while :; do setsid --ctty bash -i </dev/ttyS1 >/dev/ttyS1 2>&1; sleep 1; done) &
 say "agent starting (checkout $ROOT)"
-"$ROOT/.venv/bin/python" "$ROOT/tests/bignode/agent.py" --port 7390 --state "$STATE" \
+# The venv has tests/ on its path (make venv); the agent's in-guest half imports the skew
+# tier's modules by their own names.
+PYTHONPATH="$ROOT/tests/skew" \
+    "$ROOT/.venv/bin/python" "$ROOT/tests/bignode/agent.py" --port 7390 --state "$STATE" \
     >> "$STATE/agent.log" 2>&1 &
 agent=$!
 # PID 1 reaps orphans; it leaves the loop when the agent is gone.

@@ -8,24 +8,20 @@ one NUMA node, so the grouped device is `cpudevnuma000` with capacity dra.cpu/cp
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import DracpuError
-from dracpu.core.rpc import call, channel, check_health
+from dracpu.core.rpc import call, channel
 from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.nri_plugin.allocator_client import AllocatorClient
 from dracpu.nri_plugin.compat import UnsolicitedMode
@@ -34,26 +30,16 @@ from dracpu.nri_plugin.stub import Backoff, PluginStub
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.topology.discovery import discover
 from dracpu.topology.fixtures import write_fixture
+from harness import paths
+from harness.requests import prepare_request
+from harness.services import wait_serving
+from harness.waits import eventually
 
 FIXTURE = "single-4c8t"
 ONLINE = CPUSet.parse("0-7")
 START_DEADLINE = 30.0
 BIN = Path(sys.executable).parent
-
-
-async def wait_until(predicate: object, timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll a condition (a plain or async callable) with a deadline (never a bare sleep as
-    synchronisation)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()  # type: ignore[operator]
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+T = TypeVar("T")
 
 
 def write_topology_report(root: Path) -> Path:
@@ -80,22 +66,6 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-async def wait_serving(socket: Path, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_DEADLINE
-    while True:
-        if process.poll() is not None:
-            raise AssertionError(f"{process.args} exited: {log.read_text()[-2000:]}")
-        if socket.exists():
-            try:
-                if await check_health(socket, timeout=1.0) == "SERVING":
-                    return
-            except DracpuError:
-                pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{socket} not serving: {log.read_text()[-2000:]}")
-        await asyncio.sleep(0.05)
-
-
 @dataclass
 class Allocator:
     """The real allocator process and a client to prepare/unprepare claims like the kubelet."""
@@ -110,7 +80,9 @@ class Allocator:
         log = self.root / "allocator.log"
         command = allocator_command(self.root, self.socket, self.root / "topology.json")
         self.process = start_process(command, log)
-        await wait_serving(self.socket, self.process, log)
+        await wait_serving(
+            self.socket, self.process, what="the allocator", log=log, timeout=START_DEADLINE
+        )
 
     async def prepare(
         self, count: int, uid: str = "", memory_placement: str = ""
@@ -118,32 +90,8 @@ class Allocator:
         """Prepare a claim of `count` CPUs; `memory_placement` sets the claim's opaque
         cpuConfig.memoryPlacement (unset: the driver's default)."""
         uid = uid or str(uuid.uuid4())
-        configs = []
-        if memory_placement:
-            parameters = {
-                "apiVersion": "v1alpha1",
-                "cpuConfig": {"memoryPlacement": memory_placement},
-            }
-            configs.append(
-                allocator_pb2.OpaqueConfig(
-                    source="FromClaim", driver="dra.cpu", parameters=json.dumps(parameters).encode()
-                )
-            )
-        request = allocator_pb2.PrepareRequest(
-            claim_uid=uid,
-            namespace="default",
-            name=f"claim-{uid[:8]}",
-            results=[
-                allocator_pb2.AllocationResult(
-                    request="cpus",
-                    driver="dra.cpu",
-                    pool="node",
-                    device="cpudevnuma000",
-                    consumed_capacity={"dra.cpu/cpu": str(count)},
-                )
-            ],
-            configs=configs,
-        )
+        placement = {"memoryPlacement": memory_placement} if memory_placement else None
+        request = prepare_request(uid, count, cpu_config=placement)
         async with channel(self.socket) as chan:
             stub = allocator_pb2_grpc.AllocatorStub(chan)
             reply = await call(stub.Prepare(request, timeout=5), f"prepare {uid}")
@@ -238,7 +186,7 @@ async def prepare_seen(bed: Bed, count: int) -> tuple[str, CPUSet]:
     is asynchronous; a test that creates shared containers right after wants it settled)."""
     uid, cpus = await bed.allocator.prepare(count)
     pool = await bed.allocator.shared()
-    await wait_until(lambda: bed.plugin.shared_pool == pool, what="plugin to see the pool")
+    await eventually(lambda: bed.plugin.shared_pool == pool, "plugin to see the pool", timeout=10)
     return uid, cpus
 
 
@@ -248,9 +196,8 @@ async def prepare_seen(bed: Bed, count: int) -> tuple[str, CPUSet]:
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
     """Unix socket paths must fit in 107 bytes: keep the directory short."""
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="bed-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with paths.short_tmp("bed-") as path:
+        yield path
 
 
 @pytest.fixture
@@ -262,7 +209,7 @@ async def allocator(short_tmp: Path) -> AsyncIterator[Allocator]:
     process = start_process(allocator_command(short_tmp, socket, report), log)
     running = Allocator(socket, short_tmp, process)
     try:
-        await wait_serving(socket, process, log)
+        await wait_serving(socket, process, what="the allocator", log=log, timeout=START_DEADLINE)
         yield running
     finally:
         stop_process(running.process)  # the one started last

@@ -1,0 +1,175 @@
+"""The dra-plugin tier's node: the topology service on a sysfs fixture, the allocator on it
+and the dra-plugin on a kubelet root and cluster folder, as processes on short temporary unix
+sockets; and the ResourceClaims of that node as the API server stores them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dracpu.topology.fixtures import write_fixture
+from harness.services import wait_serving
+
+BIN = Path(sys.executable).parent
+NODE = "node-a"
+NODE_UID = "0b0d8f2e-0000-4000-8000-00000000000a"
+
+
+class Node:
+    """One node's services in a temp dir: topology, allocator, dra-plugin."""
+
+    def __init__(self, fixture: str = "xeon-2s-ht", sysfs: Path | None = None) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="dp", dir="/tmp"))
+        self.sysfs = sysfs or write_fixture(fixture, self.root / "sys")
+        self.kubelet_root = self.root / "k"
+        self.cluster = self.root / "c"
+        self.cdi = self.root / "cdi"
+        self.state = self.root / "state"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        (self.cluster / "nodes").mkdir(parents=True)
+        (self.cluster / "nodes" / f"{NODE}.yaml").write_text(
+            yaml.safe_dump(
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": NODE_UID}}
+            )
+        )
+        self.configure()
+
+    def sock(self, name: str) -> Path:
+        return self.root / f"{name}.sock"
+
+    def log(self, name: str) -> Path:
+        return self.root / f"{name}.log"
+
+    def configure(self, **fields: Any) -> None:
+        """Write the driver configuration file every service reads."""
+        document = {"apiVersion": "v1alpha1", "hostnameOverride": NODE, **fields}
+        (self.root / "config.yaml").write_text(yaml.safe_dump(document))
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        with self.log(name).open("ab") as out:
+            self.procs[name] = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    async def wait_serving(self, name: str, socket: Path) -> None:
+        """Wait until service `name` serves on `socket`; fail with its log if it exits first."""
+        await wait_serving(socket, self.procs[name], what=name, log=self.log(name), timeout=30)
+
+    async def start_topology(self, *extra: str) -> None:
+        self._spawn(
+            "topology",
+            [str(BIN / "dracpu-topology"), "--socket", str(self.sock("topology")),
+             "--sysfs-root", str(self.sysfs), "-v", "2", *extra],
+        )  # fmt: skip
+        await self.wait_serving("topology", self.sock("topology"))
+
+    async def start_allocator(self, *extra: str) -> None:
+        self._spawn(
+            "allocator",
+            [str(BIN / "dracpu-allocator"), "--socket", str(self.sock("allocator")),
+             "--topology-socket", str(self.sock("topology")), "--state-dir", str(self.state),
+             "--cdi-dir", str(self.cdi), "--config", str(self.root / "config.yaml"),
+             "-v", "4", *extra],
+        )  # fmt: skip
+        await self.wait_serving("allocator", self.sock("allocator"))
+
+    def plugin_argv(self, *extra: str) -> list[str]:
+        return [
+            str(BIN / "dracpu-dra-plugin"), "--socket", str(self.sock("plugin")),
+            "--allocator-socket", str(self.sock("allocator")),
+            "--kubelet-root-dir", str(self.kubelet_root), "--cluster-dir", str(self.cluster),
+            "--cdi-dir", str(self.cdi), "--config", str(self.root / "config.yaml"),
+            "--poll-interval", "0.2", "--resync-interval", "1", "-v", "4", *extra,
+        ]  # fmt: skip
+
+    async def start_plugin(self, *extra: str) -> None:
+        self._spawn("plugin", self.plugin_argv(*extra))
+        await self.wait_serving("plugin", self.sock("plugin"))
+
+    async def start(self, *allocator_flags: str) -> None:
+        await self.start_topology()
+        await self.start_allocator(*allocator_flags)
+        await self.start_plugin()
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def write_claim(self, claim: dict[str, Any]) -> None:
+        meta = claim["metadata"]
+        path = self.cluster / "resourceclaims" / meta["namespace"] / f"{meta['name']}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(claim))
+
+    def delete_claim(self, namespace: str, name: str) -> None:
+        (self.cluster / "resourceclaims" / namespace / f"{name}.yaml").unlink()
+
+    def slices(self) -> list[dict[str, Any]]:
+        directory = self.cluster / "resourceslices"
+        if not directory.is_dir():
+            return []
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        return [yaml.load(p.read_text(), Loader=loader) for p in sorted(directory.glob("*.yaml"))]
+
+
+def claim(
+    name: str,
+    uid: str,
+    results: list[dict[str, Any]] | None,
+    *,
+    namespace: str = "default",
+    config: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A ResourceClaim as the API server stores it; results=None means not allocated."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    if annotations:
+        metadata["annotations"] = annotations
+    obj: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": metadata,
+        "spec": {"devices": {"requests": []}},
+        "status": {},
+    }
+    if results is not None:
+        devices: dict[str, Any] = {"results": results}
+        if config:
+            devices["config"] = config
+        obj["status"]["allocation"] = {"devices": devices}
+    return obj
+
+
+def result(
+    device: str,
+    *,
+    request: str = "cpus",
+    cpus: int | None = None,
+    driver: str = "dra.cpu",
+    **kw: Any,
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {"request": request, "driver": driver, "pool": NODE, "device": device}
+    if cpus is not None:
+        entry["consumedCapacity"] = {"dra.cpu/cpu": str(cpus)}
+    entry.update(kw)
+    return entry
