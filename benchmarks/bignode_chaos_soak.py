@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bignode.guest import Guest, missing
+from harness.guest import Guest, missing
 
 
 def main() -> int:

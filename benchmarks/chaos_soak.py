@@ -24,8 +24,8 @@ import threading
 import time
 
 from chaos.chaos_run import Chaos
-from realnode.node import missing_tools
-from realnode.stack import finish_stack, start_stack
+from harness.containerd_node import missing_tools
+from harness.realnode_stack import finish_stack, start_stack
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import (
+from harness.cluster import (
     NAMESPACE,
     ROOT,
     SERVICES,

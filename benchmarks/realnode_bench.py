@@ -30,10 +30,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from harness import speed
+from harness.containerd_node import RUNC, ContainerdNode, cpus_allowed, missing_tools
+from harness.dev_up import DevUp
+from harness.realnode_stack import Stack, finish_stack, start_stack
 from harness.waits import wait_for
-from realnode.devup import DevUp
-from realnode.node import RUNC, ContainerdNode, cpus_allowed, missing_tools
-from realnode.stack import Stack, finish_stack, start_stack
 
 ONLINE = Path("/sys/devices/system/cpu/online").read_text().strip()
 PUSH_LINE = re.compile(r'msg="pushed shared pool".* containers=(\d+) .* ms=([0-9.]+)')

@@ -238,6 +238,6 @@ case "${1:-}" in
     check) check ;;
     disk) disk ;;
     up | down | shell | status)
-        exec "$ROOT/.venv/bin/python" "$ROOT/tests/bignode/guest.py" "$1" ;;
+        exec "$ROOT/.venv/bin/python" "$ROOT/tests/harness/guest.py" "$1" ;;
     *) echo "usage: $0 bootstrap|up|down|shell|status|check|disk" >&2; exit 2 ;;
 esac

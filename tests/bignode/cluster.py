@@ -2,7 +2,7 @@
 tools/controlplane.sh on the host's loopback, containerd + kubelet in the guest
 (`tools/cluster.sh node`, through inguest.cluster_node), the chart installed from the host with
 helm. The guest reaches the API server only at 10.96.0.1:443, which qemu relays to the host's
-loopback (tests/bignode/guest.py); the host never reaches into the guest but through the agent.
+loopback (tests/harness/guest.py); the host never reaches into the guest but through the agent.
 
 `GuestCluster` is the e2e harness's `Cluster` with the kernel truth read in the guest: every
 container's Cpus_allowed_list, cgroup v2 cpuset.cpus.effective and environment come from
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from bignode.guest import CACHE, SERVICE_ADDRESS, Guest
-from e2e.cluster import PROGRESS, ROOT, Cluster, say, step
+from harness.cluster import PROGRESS, ROOT, Cluster, say, step
+from harness.guest import CACHE, SERVICE_ADDRESS, Guest
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet

@@ -1,4 +1,4 @@
-"""Fixtures of the big-node tier: one guest per session (booted by tests/bignode/guest.py), one
+"""Fixtures of the big-node tier: one guest per session (booted by tests/harness/guest.py), one
 bed in it (containerd + runc and the services, tests/bignode/inguest.py), and each test's pods
 and claims removed after it; then, for the modules marked IN_CLUSTER (run last), the bed gives
 way to the one-node cluster whose node is the guest (tests/bignode/cluster.py). Every step
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from bignode import cluster as guest_cluster_module
 from bignode.cluster import GuestCluster
-from bignode.guest import Guest, missing
+from harness.guest import Guest, missing
 from harness.tier_end import TierEnd
 
 

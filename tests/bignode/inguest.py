@@ -28,8 +28,8 @@ from typing import Any
 
 import skew_bench
 import skew_stack
-from realnode.devup import DevUp, free_port
-from realnode.node import ContainerdNode, crictl_path
+from harness.containerd_node import ContainerdNode, crictl_path
+from harness.dev_up import DevUp, free_port
 from shape import machine_shape
 from skew_builds import Build, head_build
 from skew_stack import Stack
@@ -485,7 +485,7 @@ def chaos(state: Path, faults: int, seed: int) -> dict[str, Any]:
     running checked once more from the kernel's cgroup v2 view (its process's masks equal its
     cgroup's effective cpuset and memory nodes). Answers the tally."""
     from chaos import chaos_run
-    from realnode.stack import Stack as DevStack
+    from harness.realnode_stack import Stack as DevStack
 
     chaos_run.SETTLE_TIMEOUT = READY_TIMEOUT  # a killed service restarts in 10-40 s here
     stop(state)

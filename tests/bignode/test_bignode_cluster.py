@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 from bignode.cluster import POD_TIMEOUT, GuestCluster
-from e2e.cluster import NAMESPACE, SERVICES
 from e2e.scenarios import claim_everything_published, pod_level_resources
+from harness.cluster import NAMESPACE, SERVICES
 
 from dracpu.core.cpuset import CPUSet
 

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from bignode import guest as guest_module
-from bignode.guest import MARKER, Guest, GuestError, _recorded_qemu
+from harness import guest as guest_module
+from harness.guest import MARKER, Guest, GuestError, _recorded_qemu
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ shows them, and keeps the rest for the shared pool."""
 from __future__ import annotations
 
 import pytest
-from bignode.guest import Guest
+from harness.guest import Guest
 
 from dracpu.core.cpuset import CPUSet
 

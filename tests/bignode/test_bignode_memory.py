@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from bignode.guest import Guest
+from harness.guest import Guest
 
 from dracpu.core.cpuset import CPUSet
 

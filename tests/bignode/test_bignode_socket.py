@@ -5,7 +5,7 @@ shows it (cgroup v2 cpuset.cpus.effective and Cpus_allowed_list)."""
 from __future__ import annotations
 
 import pytest
-from bignode.guest import Guest
+from harness.guest import Guest
 
 from dracpu.core.cpuset import CPUSet
 

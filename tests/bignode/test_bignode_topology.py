@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bignode.guest import Guest
 from bignode.shape import machine_shape
+from harness.guest import Guest
 
 from dracpu.topology.fixtures import MachineSpec, write_spec
 

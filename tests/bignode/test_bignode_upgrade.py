@@ -7,7 +7,7 @@ timed. The table rows are printed: how long each service was away and what waite
 from __future__ import annotations
 
 import pytest
-from bignode.guest import Guest
+from harness.guest import Guest
 
 pytestmark = [pytest.mark.bignode, pytest.mark.realnode, pytest.mark.timeout(1200)]
 

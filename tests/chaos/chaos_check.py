@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from realnode.node import CGROUPS, NodeError, cgroup_cpuset, cpus_allowed
+from harness.containerd_node import CGROUPS, NodeError, cgroup_cpuset, cpus_allowed
 
 from dracpu.core.cpuset import CPUSet
 

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from chaos.chaos_check import ONLINE, Book, Live, check, cpuset_file, served
+from harness.containerd_node import RECORD, ContainerdNode, NodeError
+from harness.dev_up import DevUp
+from harness.realnode_stack import Stack
 from harness.waits import WaitTimeout, wait_for
-from realnode.devup import DevUp
-from realnode.node import RECORD, ContainerdNode, NodeError
-from realnode.stack import Stack
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev.layout import RunLayout

@@ -13,7 +13,7 @@ import random
 
 import pytest
 from chaos.chaos_run import Chaos
-from realnode.stack import finish_stack, start_stack
+from harness.realnode_stack import finish_stack, start_stack
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1200)]
 

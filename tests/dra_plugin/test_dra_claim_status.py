@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from fake_apiserver import Store, fake_apiserver
 from harness.dra_plugin_node import NODE, NODE_UID, Node, claim, result
+from harness.fake_apiserver import Store, fake_apiserver
 from harness.waits import eventually
 
 from dracpu.core import __version__

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import yaml
-from fake_apiserver import Store, fake_apiserver
 from harness.dra_plugin_node import NODE
+from harness.fake_apiserver import Store, fake_apiserver
+from harness.pki import PKI, make_pki
 from harness.waits import eventually
 from kubernetes.config import incluster_config
-from pki import PKI, make_pki
 
 from dracpu.core.errors import (
     ConflictError,

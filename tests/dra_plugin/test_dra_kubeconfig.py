@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from pki import PKI, make_pki
+from harness.pki import PKI, make_pki
 
 from dracpu.core.errors import ConfigError
 from dracpu.dra_plugin.api_access import APIAccess, in_cluster, load, load_kubeconfig

@@ -7,8 +7,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fake_apiserver import fake_apiserver
 from harness.dra_plugin_node import NODE, NODE_UID, Node, claim, result
+from harness.fake_apiserver import fake_apiserver
 from harness.waits import eventually
 
 from dracpu.core.errors import ConfigError, ConflictError, NotFoundError, UnavailableError

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_apiserver import Store, fake_apiserver
 from harness.dra_plugin_node import NODE, NODE_UID
+from harness.fake_apiserver import Store, fake_apiserver
 from harness.waits import eventually
 
 from dracpu.core.errors import InvalidInputError, NotFoundError

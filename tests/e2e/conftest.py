@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e.cluster import ROOT, Cluster, say, step
+from harness.cluster import ROOT, Cluster, say, step
 from harness.tier_end import TierEnd
 from harness.waits import wait_for
 from tiers import require_root

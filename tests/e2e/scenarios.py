@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from e2e.cluster import (
+from harness.cluster import (
     SLEEP,
     TEST_IMAGE,
     Cluster,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.cluster import NAMESPACE, Cluster, claim_manifest, cpus_request, pod_manifest, step
+from harness.cluster import NAMESPACE, Cluster, claim_manifest, cpus_request, pod_manifest, step
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.cluster import NAMESPACE, RELEASE, ROOT, Cluster, say, step
+from harness.cluster import NAMESPACE, RELEASE, ROOT, Cluster, say, step
 from harness.waits import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.cluster import (
+from e2e.scenarios import (
+    claim_everything_published,
+    grouped_capacity,
+    pod_level_resources,
+    start_pod,
+)
+from harness.cluster import (
     NAMESPACE,
     SERVICES,
     SLEEP,
@@ -25,12 +31,6 @@ from e2e.cluster import (
     pod_manifest,
     say,
     step,
-)
-from e2e.scenarios import (
-    claim_everything_published,
-    grouped_capacity,
-    pod_level_resources,
-    start_pod,
 )
 from harness.waits import wait_for
 

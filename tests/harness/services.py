@@ -71,9 +71,14 @@ async def wait_serving(
             if inspect.isawaitable(answer):
                 answer = await answer
             return bool(answer)
+        # gRPC only for those that ask it (a memory benchmark imports none of it otherwise).
+        if status == "SERVING":  # what `dracpu dev up` itself waits for, by its own code
+            from dracpu.dev.readiness import Readiness, is_ready
+
+            return await is_ready(Readiness(grpc_socket=Path(socket)))
         if not Path(socket).exists():
             return False
-        from dracpu.core.rpc import check_health  # gRPC only for those that ask it
+        from dracpu.core.rpc import check_health
 
         return await check_health(socket, timeout=1.0) == status
 

@@ -1,11 +1,11 @@
-"""Fixtures of the real-node tier (see realnode/stack.py for the bed itself)."""
+"""Fixtures of the real-node tier (the bed itself: harness/realnode_stack.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from realnode.stack import Stack, finish_stack, start_stack
+from harness.realnode_stack import Stack, finish_stack, start_stack
 
 
 @pytest.hookimpl(wrapper=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.containerd_node import ContainerdNode, cgroup_cpuset_mems, mems_allowed
+from harness.realnode_stack import Stack
 from harness.waits import wait_for
-from realnode.node import ContainerdNode, cgroup_cpuset_mems, mems_allowed
-from realnode.stack import Stack
 
 pytestmark = pytest.mark.realnode
 

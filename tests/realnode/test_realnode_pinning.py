@@ -7,10 +7,10 @@ import signal
 from pathlib import Path
 
 import pytest
+from harness.containerd_node import NodeError
+from harness.dev_up import DevUp
+from harness.realnode_stack import Stack
 from harness.waits import wait_for
-from realnode.devup import DevUp
-from realnode.node import NodeError
-from realnode.stack import Stack
 
 pytestmark = pytest.mark.realnode
 

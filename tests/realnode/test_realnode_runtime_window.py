@@ -10,8 +10,8 @@ import signal
 from pathlib import Path
 
 import pytest
+from harness.realnode_stack import Stack
 from harness.waits import wait_for
-from realnode.stack import Stack
 
 pytestmark = pytest.mark.realnode
 

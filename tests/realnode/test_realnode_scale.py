@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from harness.containerd_node import cpus_allowed
+from harness.realnode_stack import Stack
 from harness.waits import wait_for
-from realnode.node import cpus_allowed
-from realnode.stack import Stack
 
 pytestmark = pytest.mark.realnode
 

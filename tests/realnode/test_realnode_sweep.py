@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from realnode.node import LOCK, RECORD, sweep_abandoned
+from harness.containerd_node import LOCK, RECORD, sweep_abandoned
 
 HOLD = """
 import fcntl, sys, time

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness.containerd_node import CONTAINERD_VERSIONS
+from harness.realnode_stack import Stack, finish_stack, start_stack
 from harness.waits import wait_for
-from realnode.node import CONTAINERD_VERSIONS
-from realnode.stack import Stack, finish_stack, start_stack
 
 pytestmark = pytest.mark.realnode
 

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness.containerd_node import ContainerdNode, NodeError
+from harness.dev_up import DevUp
+from harness.realnode_stack import Stack, finish_stack, start_stack
 from harness.waits import wait_for
-from realnode.devup import DevUp
-from realnode.node import ContainerdNode, NodeError
-from realnode.stack import Stack, finish_stack, start_stack
 
 from dracpu.core.cpuset import CPUSet
 

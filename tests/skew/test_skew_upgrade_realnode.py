@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from harness.containerd_node import ContainerdNode, NodeError, cgroup_cpuset, cpus_allowed
+from harness.dev_up import DevUp
+from harness.realnode_stack import api_port, require_realnode
 from harness.waits import wait_for
-from realnode.devup import DevUp
-from realnode.node import ContainerdNode, NodeError, cgroup_cpuset, cpus_allowed
-from realnode.stack import api_port, require_realnode
 from skew_builds import Build
 from skew_stack import DRIVER_SERVICES, Stack
 

@@ -16,11 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness.control_plane import CommandError
-
 from dracpu.core.cgroups import Cgroups
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import NotFoundError
+from harness.control_plane import CommandError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -35,10 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.waits import WaitTimeout, wait_for
-
 from dracpu.core.cgroups import CGROUP_ROOT, Cgroups
 from dracpu.core.errors import NotFoundError
+from harness.waits import WaitTimeout, wait_for
 
 CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
 CONTAINERD_VERSIONS = ("v2.4.2", "v2.3.7")

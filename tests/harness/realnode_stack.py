@@ -1,7 +1,7 @@
 """A containerd node with `dracpu dev up --no-runtime-sim` attached: the real-node test bed.
 
-Reusable from other tiers and the benchmarks: `from realnode.stack import start_stack` (tests/
-is on the import path of pytest and of the project's virtualenv). DRACPU_REALNODE_PORTS=LOW-HIGH
+Reusable from other tiers and the benchmarks (`from harness.realnode_stack import
+start_stack`). DRACPU_REALNODE_PORTS=LOW-HIGH
 restricts the API port range (default: any free port); DRACPU_REALNODE_KEEP=1 keeps the
 directories of passing tests; DRACPU_REALNODE_PREFIX names the /tmp directories (default
 dracpu-rn-), so several runs on one machine can tell theirs apart.
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from realnode.devup import DevUp, free_port
-from realnode.node import CONTAINERD_VERSIONS, ContainerdNode, missing_tools
+
+from harness.containerd_node import CONTAINERD_VERSIONS, ContainerdNode, missing_tools
+from harness.dev_up import DevUp, free_port
 
 
 def api_port() -> int:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.containerd_node import NodeError
 from harness.waits import wait_for
-from realnode.node import NodeError
 
 
 @dataclass(frozen=True)
