@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from bignode import cluster as guest_cluster_module
-from bignode.cluster import GuestCluster
+from bignode.cluster import POD_TIMEOUT, GuestCluster
 from harness.guest import Guest, missing
 from harness.tier_end import TierEnd
+from harness.waits import wait_for
 
 
 @pytest.hookimpl(wrapper=True)
@@ -123,15 +124,38 @@ def guest_cluster(guest: Guest) -> Iterator[GuestCluster]:
         down()
 
 
+def published_capacity(cluster: GuestCluster) -> dict[str, int]:
+    return {
+        name: int(device["capacity"]["dra.cpu/cpu"]["value"])
+        for name, device in cluster.published().items()
+    }
+
+
+@pytest.fixture(scope="session")
+def idle_capacity(guest_cluster: GuestCluster) -> dict[str, int]:
+    """What the node publishes with nothing claimed, read before the first test."""
+    return published_capacity(guest_cluster)
+
+
 @pytest.fixture
-def in_cluster(guest_cluster: GuestCluster) -> Iterator[GuestCluster]:
+def in_cluster(
+    guest_cluster: GuestCluster, idle_capacity: dict[str, int]
+) -> Iterator[GuestCluster]:
     """The guest's cluster without pods or claims in the default namespace: an earlier test's
-    are removed first (so the last test's go with the cluster, not one by one)."""
+    are removed first (so the last test's go with the cluster, not one by one), and the node
+    publishes every CPU again (the driver released their claims: under emulation that comes
+    a while after the API objects are gone)."""
     began = time.monotonic()
     for kind in ("pods", "resourceclaims"):
         guest_cluster.kubectl(
             "delete", kind, "--all", "-n", "default", "--wait=true", "--timeout=300s"
         )
+    wait_for(
+        lambda: published_capacity(guest_cluster) == idle_capacity,
+        f"the node to publish {idle_capacity} again (the earlier test's claims released)",
+        timeout=POD_TIMEOUT,
+        interval=1.0,
+    )
     yield guest_cluster
     print(f"bignode: test took {time.monotonic() - began:.1f} s", flush=True)
 

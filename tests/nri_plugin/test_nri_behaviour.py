@@ -3,6 +3,11 @@ transport, with the real allocator deciding the CPUs."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import time
+
 import pytest
 from harness.nri_bed import ONLINE, Bed, claim_env, prepare_seen, stop_process
 from harness.waits import eventually
@@ -306,6 +311,31 @@ async def test_allocator_down_shared_containers_still_start_claimed_ones_are_ref
         await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
     assert bed.plugin.registry.get(shared) is not None
     assert len(bed.plugin.registry) == 1
+
+
+@pytest.mark.parametrize(
+    "profile", [pytest.param(RuntimeProfile(request_timeout=8.0), id="request-timeout-8s")]
+)
+async def test_a_claimed_container_waits_for_a_slow_allocator_as_long_as_the_runtime_does(
+    bed: Bed,
+) -> None:
+    # The allocator stalls 3 s, past the client's own 1.5 s but inside the 8 s the runtime
+    # gives a CreateContainer: the container is pinned, not refused.
+    uid, cpus = await prepare_seen(bed, 2)
+    pod = bed.runtime.add_pod("db")
+    os.kill(bed.allocator.process.pid, signal.SIGSTOP)
+    resume = asyncio.get_running_loop().call_later(
+        3.0, os.kill, bed.allocator.process.pid, signal.SIGCONT
+    )
+    try:
+        began = time.monotonic()
+        cid = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+        waited = time.monotonic() - began
+    finally:
+        resume.cancel()
+        os.kill(bed.allocator.process.pid, signal.SIGCONT)
+    assert CPUSet.parse(bed.runtime.cpus(cid)) == cpus
+    assert waited >= 2.5, waited  # it did wait for the stalled allocator
 
 
 async def test_shutdown_from_the_runtime_is_answered_then_the_plugin_reconnects(bed: Bed) -> None:

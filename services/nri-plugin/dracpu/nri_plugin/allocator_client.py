@@ -12,10 +12,16 @@ from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import from_grpc_code
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 
+# An allocator call's timeout when no runtime request bounds it (and the least one gets).
+CALL_TIMEOUT = 1.5
+
 
 class AllocatorAPI(Protocol):
     async def attach(
-        self, container: allocator_pb2.ContainerRef, claims: Mapping[str, CPUSet]
+        self,
+        container: allocator_pb2.ContainerRef,
+        claims: Mapping[str, CPUSet],
+        timeout: float | None = None,
     ) -> allocator_pb2.AttachContainerResponse: ...
 
     async def detach(self, container_id: str) -> None: ...
@@ -36,7 +42,7 @@ class AllocatorClient:
     channel (up to their timeout) instead of failing at once while it is still backing off
     from an allocator restart: the allocator may already serve again."""
 
-    def __init__(self, socket_path: str, timeout: float = 1.5) -> None:
+    def __init__(self, socket_path: str, timeout: float = CALL_TIMEOUT) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
         self._channel: grpc.aio.Channel = rpc.channel(socket_path)
@@ -46,13 +52,19 @@ class AllocatorClient:
         await self._channel.close()
 
     async def attach(
-        self, container: allocator_pb2.ContainerRef, claims: Mapping[str, CPUSet]
+        self,
+        container: allocator_pb2.ContainerRef,
+        claims: Mapping[str, CPUSet],
+        timeout: float | None = None,
     ) -> allocator_pb2.AttachContainerResponse:
+        """`timeout`: what the runtime's request leaves for it (default: the client's)."""
         request = allocator_pb2.AttachContainerRequest(
             container=container, claims={uid: cpus.format() for uid, cpus in claims.items()}
         )
         reply: allocator_pb2.AttachContainerResponse = await rpc.call(
-            self._stub.AttachContainer(request, timeout=self.timeout, wait_for_ready=True),
+            self._stub.AttachContainer(
+                request, timeout=timeout or self.timeout, wait_for_ready=True
+            ),
             f"attach container {container.container_id} to claims {sorted(claims)}",
         )
         return reply

@@ -24,7 +24,7 @@ from dracpu.core.errors import (
     UnavailableError,
 )
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.allocator_client import AllocatorAPI
+from dracpu.nri_plugin.allocator_client import CALL_TIMEOUT, AllocatorAPI
 from dracpu.nri_plugin.claim_env import parse_claim_env
 from dracpu.nri_plugin.compat import Decision, UnsolicitedMode, decide
 from dracpu.nri_plugin.detaches import PendingDetaches
@@ -368,7 +368,11 @@ class CPUPlugin:
         claims = parse_claim_env(ctr.env)  # malformed -> refused, nothing changes
         async with self._lock:
             if claims:
-                reply = await self._allocator.attach(container_ref(pod, ctr), claims)
+                # As long as the runtime waits for this answer (its plugin_request_timeout),
+                # not a fixed time: a slow allocator then pins the container instead of
+                # refusing it.
+                budget = self.pacer.call_budget(CALL_TIMEOUT)
+                reply = await self._allocator.attach(container_ref(pod, ctr), claims, budget)
                 cpus = CPUSet.parse(reply.cpus)
                 if not cpus:
                     raise InsufficientCPUsError(

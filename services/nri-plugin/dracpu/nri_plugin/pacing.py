@@ -33,6 +33,13 @@ class UpdatePacer:
         size = int(self.request_timeout * self.batch_share / self.cost)
         return max(1, min(self.max_batch, size))
 
+    def call_budget(self, floor: float) -> float:
+        """How long an allocator call made inside one of the runtime's requests may take: the
+        runtime's request timeout less a margin to answer (the larger of 0.25 s and 10 %), and
+        never less than `floor` (the allocator client's own timeout)."""
+        margin = max(0.25, self.request_timeout / 10)
+        return max(floor, self.request_timeout - margin)
+
     def deadline(self, count: int) -> float:
         """How long to wait for the answer to a batch of `count` updates."""
         return max(self.request_timeout, 4 * count * self.cost + self.request_timeout / 4)
