@@ -27,6 +27,7 @@ from dracpu.core.rpc import channel
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 from dracpu.topology.fixtures import write_fixture
 from harness.api_scenario import FIXTURE, scenario
+from harness.paths import short_tmp
 from harness.requests import prepare_request
 from harness.services import wait_serving
 
@@ -158,28 +159,25 @@ class PodServices(ServiceSet):
 @contextmanager
 def running_pod() -> Iterator[PodServices]:
     """PodServices started in a new short directory, stopped and removed on leaving."""
-    workdir = Path(tempfile.mkdtemp(prefix="api-pod-", dir="/tmp"))
-    started = PodServices(workdir)
-    try:
-        started.start_all()
-        yield started
-    finally:
-        started.stop_all()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with short_tmp("api-pod-") as workdir:
+        started = PodServices(workdir)
+        try:
+            started.start_all()
+            yield started
+        finally:
+            started.stop_all()
 
 
 @contextmanager
 def running_services() -> Iterator[ServiceSet]:
     """A ServiceSet started in a new short directory, stopped and removed on leaving."""
-    # Short paths: unix socket names are limited to 107 bytes.
-    workdir = Path(tempfile.mkdtemp(prefix="api-", dir="/tmp"))
-    started = ServiceSet(workdir)
-    try:
-        started.start_all()
-        yield started
-    finally:
-        started.stop_all()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with short_tmp("api-") as workdir:
+        started = ServiceSet(workdir)
+        try:
+            started.start_all()
+            yield started
+        finally:
+            started.stop_all()
 
 
 def app_client(services: ServiceSet) -> httpx.AsyncClient:
