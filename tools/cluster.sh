@@ -18,10 +18,13 @@
 #
 # Network, all local: a bridge the script creates carries the node IP and the `kubernetes`
 # Service address; tools/tcp-forward.py relays that address to the API server on loopback
-# (there is no kube-proxy and no iptables here). There is no pod network: the driver runs with
-# `hostNetwork: true` (a chart value) and so must every test pod. containerd still needs one
-# network config to report the runtime network ready; it names the loopback plugin and is never
-# invoked, as host-network sandboxes skip CNI.
+# (there is no kube-proxy and no iptables here). There is no pod network by default: the driver
+# runs with `hostNetwork: true` (a chart value) and so must every test pod. containerd still
+# needs one network config to report the runtime network ready; it names the loopback plugin
+# and is never invoked, as host-network sandboxes skip CNI. With DRACPU_CLUSTER_POD_CIDR (the
+# big-node guest's node) pods without hostNetwork get an address of that range on a CNI bridge
+# (the `bridge`, `host-local` and `loopback` plugins of DRACPU_CLUSTER_CNI_BIN): they reach each
+# other and the node, and have no route beyond it.
 #
 # Settings (environment, defaults in parentheses):
 #   DRACPU_CLUSTER_DIR (/tmp/dracpu-cluster)   everything the cluster writes, except host paths
@@ -35,6 +38,7 @@
 #   DRACPU_CLUSTER_IMAGES: docker-save archive of the driver images (default: built with
 #     `tools/tier-docker.sh images`); DRACPU_CLUSTER_APISERVER_FLAGS: extra kube-apiserver flags
 #   DRACPU_CP_* ports of tools/controlplane.sh (this script's defaults: 17379/17380/17443/17459/17457)
+#   DRACPU_CLUSTER_POD_CIDR (none: no pod network)  DRACPU_CLUSTER_CNI_BIN (<cache>/cni-plugins-<v>/bin)
 #   DRACPU_CLUSTER_NODE_NAME (the host name)   DRACPU_CLUSTER_NRI_TIMEOUT (2s): containerd's NRI
 #     plugin_request_timeout (plugin_registration_timeout is 5s, or this when longer); a slow
 #     node needs more, or a claimed container starts on the shared CPUs and is pinned after
@@ -52,6 +56,8 @@ NODE_IP="${DRACPU_CLUSTER_NODE_IP:-198.18.20.1}"
 SERVICE_IP="${DRACPU_CLUSTER_SERVICE_IP:-10.96.0.1}"
 KUBELET_PORT="${DRACPU_CLUSTER_KUBELET_PORT:-17250}"
 NRI_SOCKET="${DRACPU_CLUSTER_NRI_SOCKET:-/var/run/nri/nri.sock}"
+POD_CIDR="${DRACPU_CLUSTER_POD_CIDR:-}"
+CNI_BIN="${DRACPU_CLUSTER_CNI_BIN:-$(cache_dir cni-plugins "${CNI_PLUGINS_VERSION:-v1.10.0}")/bin}"
 FEATURE_GATES="${DRACPU_CLUSTER_FEATURE_GATES-DRANodeAllocatableResources=true}"
 export DRACPU_CP_FEATURE_GATES="$FEATURE_GATES"
 export DRACPU_CP_ETCD_PORT="${DRACPU_CP_ETCD_PORT:-17379}"
@@ -110,9 +116,19 @@ write_configs() {
     mkdir -p "$DIR/cni" "$DIR/containerd" "$RUN" "$DIR/logs" "$DIR/kubelet" "$DIR/nri-plugins" \
         "$DIR/nri-conf.d" "$(dirname "$NRI_SOCKET")" /var/run/cdi /etc/cdi
     printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$SOCK" "$SOCK" >"$DIR/crictl.yaml"
-    cat >"$DIR/cni/10-hostnetwork.conflist" <<EOF
+    rm -f "$DIR"/cni/*.conflist
+    if [[ -n "$POD_CIDR" ]]; then
+        # The bridge's address is the range's first (isGateway); no route but the range's own.
+        cat >"$DIR/cni/10-pods.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "dracpu-pods", "plugins": [{"type": "bridge", "bridge": "cni0",
+ "isGateway": true, "ipMasq": false, "hairpinMode": true,
+ "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]]}}]}
+EOF
+    else
+        cat >"$DIR/cni/10-hostnetwork.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "dracpu-hostnetwork", "plugins": [{"type": "loopback"}]}
 EOF
+    fi
     cat >"$DIR/containerd.toml" <<EOF
 version = 3
 root = "$DIR/containerd/root"
@@ -139,7 +155,7 @@ state = "$DIR/containerd/state"
           SystemdCgroup = false
           Root = "$RUN/runc"
     [plugins.'io.containerd.cri.v1.runtime'.cni]
-      bin_dirs = ["$DIR/cni-bin"]
+      bin_dirs = ["$CNI_BIN"]
       conf_dir = "$DIR/cni"
   [plugins.'io.containerd.grpc.v1.cri']
     disable_tcp_service = true
@@ -294,6 +310,11 @@ kubelet_healthy() { curl -sf "http://127.0.0.1:$((KUBELET_PORT - 2))/healthz"; }
 cmd_node() {
     local kubeconfig="${DRACPU_CLUSTER_NODE_KUBECONFIG:-}" t
     [[ -f "$kubeconfig" ]] || die "node: DRACPU_CLUSTER_NODE_KUBECONFIG names no file ('$kubeconfig')"
+    if [[ -n "$POD_CIDR" ]]; then
+        for t in bridge host-local loopback; do
+            [[ -x "$CNI_BIN/$t" ]] || die "node: the pod network needs the CNI plugin $CNI_BIN/$t (tools/build-containerd.sh)"
+        done
+    fi
     mkdir -p "$RUN" "$DIR/logs"
     write_configs
     start_containerd 120
@@ -358,6 +379,10 @@ cmd_down() {
         done
     fi
     stop_pid forward
+    if [[ -n "$POD_CIDR" ]]; then  # the pod network: its bridge and its address leases
+        ip link del cni0 >/dev/null 2>&1 || true
+        rm -rf /var/lib/cni/networks/dracpu-pods
+    fi
     # Mounts below DIR, deepest first (sandbox shm, overlay rootfs, the kubelet's pod volumes).
     local mount
     for mount in $(awk -v d="$DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r); do

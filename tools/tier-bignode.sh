@@ -31,14 +31,14 @@ ROOT="$(cd "$HERE/.." && pwd)"
 source "$HERE/lib.sh"
 LOG_PREFIX=tier-bignode
 
-RECIPE=4  # bump when the initramfs, its init or the module list changes
+RECIPE=5  # bump when the initramfs, its init or the module list changes
 STATE="${DRACPU_BIGNODE_STATE:-/tmp/dracpu-bignode}"
 PORT="${DRACPU_BIGNODE_PORT:-36190}"
 GUEST_PORT=7390
 PIDFILE="$STATE/qemu.pid"
 MARKER="mount_tag=dracpu-host"
 # The guest's modules, by name; their dependencies are added from the package's modules.dep.
-MODULES="virtio_pci 9pnet_virtio 9p overlay virtio_net virtio_blk crc32c_generic ext4"
+MODULES="virtio_pci 9pnet_virtio 9p overlay virtio_net virtio_blk crc32c_generic ext4 bridge veth"
 CONTAINERD=v2.4.2
 KUBERNETES=v1.37.2
 

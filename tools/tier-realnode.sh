@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real-node tier: the services against a genuine containerd 2.x + runc, driven with crictl.
 #   tools/tier-realnode.sh bootstrap
-# builds containerd (every CONTAINERD_VERSIONS entry, with shim and ctr) and crictl from their Go
+# builds containerd (every CONTAINERD_VERSIONS entry, with shim and ctr), crictl and the CNI
+# plugins the big-node guest's pod network uses (bridge, host-local, loopback) from their Go
 # modules (tools/build-containerd.sh; instant when cached), installs runc and busybox-static from
 # Debian, and makes the test image into the cache:
 #   ${DRACPU_CACHE}/realnode-image-<n>/{pause,busybox-pause.tar}
@@ -22,13 +23,14 @@ bootstrap() {
     local cached=1 v
     for v in ${CONTAINERD_VERSIONS:-v2.4.2 v2.3.7}; do cache_ready containerd "$v" || cached=0; done
     cache_ready crictl "${CRICTL_VERSION:-v1.37.0}" || cached=0
+    cache_ready cni-plugins "${CNI_PLUGINS_VERSION:-v1.10.0}" || cached=0
     if ((cached)); then
-        log "$PREFIX" "containerd and crictl cached in $DRACPU_CACHE"
+        log "$PREFIX" "containerd, crictl and the CNI plugins cached in $DRACPU_CACHE"
     elif ! command -v go >/dev/null 2>&1; then
         echo "$PREFIX: go not found on PATH or in /usr/local/go/bin; real-node tier skipped"
         return 0
     else
-        log "$PREFIX" "containerd and crictl (tools/build-containerd.sh)"
+        log "$PREFIX" "containerd, crictl and the CNI plugins (tools/build-containerd.sh)"
         bash "$ROOT/tools/build-containerd.sh"
     fi
 

@@ -2,7 +2,11 @@
 tools/controlplane.sh on the host's loopback, containerd + kubelet in the guest
 (`tools/cluster.sh node`, through inguest.cluster_node), the chart installed from the host with
 helm. The guest reaches the API server only at 10.96.0.1:443, which qemu relays to the host's
-loopback (tests/harness/guest.py); the host never reaches into the guest but through the agent.
+loopback (tests/harness/guest.py). The API server reaches the kubelet (`kubectl logs`, `exec`,
+`port-forward`) at the node's address 10.96.0.15:17250 through its egress selector: every
+connection to the cluster is a CONNECT to a proxy on a unix socket (tools/tcp-forward.py
+connect), which relays the kubelet's address, and only that, to qemu's forward of it on the
+host's loopback. Pods without hostNetwork run on the guest's CNI bridge, 10.244.0.0/24.
 
 `GuestCluster` is the e2e harness's `Cluster` with the kernel truth read in the guest: every
 container's Cpus_allowed_list, cgroup v2 cpuset.cpus.effective and environment come from
@@ -14,12 +18,13 @@ import base64
 import contextlib
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 from harness.cluster import PROGRESS, ROOT, Cluster, say, step
-from harness.guest import CACHE, SERVICE_ADDRESS, Guest
+from harness.guest import CACHE, KUBELET_ADDRESS, SERVICE_ADDRESS, Guest, die_with_parent
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
@@ -71,6 +76,60 @@ def image_disk() -> tuple[Path, str]:
         tail = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
         raise RuntimeError(f"tools/tier-bignode.sh disk: {tail[0]}")
     return Path(lines[0]), lines[1]
+
+
+def egress_config(folder: Path) -> tuple[Path, Path]:
+    """The API server's EgressSelectorConfiguration: the `cluster` traffic (to nodes, pods and
+    services) as HTTP CONNECTs over a unix socket; the file and the socket it names."""
+    socket_path = folder / "egress.sock"
+    config = folder / "egress.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "apiserver.k8s.io/v1beta1",
+                "kind": "EgressSelectorConfiguration",
+                "egressSelections": [
+                    {
+                        "name": "cluster",
+                        "connection": {
+                            "proxyProtocol": "HTTPConnect",
+                            "transport": {"uds": {"udsName": str(socket_path)}},
+                        },
+                    }
+                ],
+            }
+        )
+    )
+    return config, socket_path
+
+
+def start_egress_proxy(guest: Guest, socket_path: Path) -> subprocess.Popen[bytes]:
+    """tools/tcp-forward.py connect on `socket_path`: the kubelet's address to its forward on
+    the host's loopback; dies with this process. Returned once it listens."""
+    log = (guest.state / "egress-proxy.log").open("ab")
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tools/tcp-forward.py"),
+            "connect",
+            str(socket_path),
+            f"{KUBELET_ADDRESS}=127.0.0.1:{guest.kubelet_port}",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
+    log.close()
+
+    def listening() -> bool:
+        if proxy.poll() is not None:
+            raise RuntimeError(f"the egress proxy exited with {proxy.returncode}")
+        return socket_path.is_socket()
+
+    wait_for(listening, f"the egress proxy on {socket_path}", timeout=60, interval=0.1)
+    return proxy
 
 
 def _controlplane(
@@ -148,6 +207,7 @@ class GuestCluster(Cluster):
         self._online: CPUSet | None = None
         self._views: dict[str, dict[str, Any]] | None = None
         self.down = False  # bring_down ran
+        self.egress_proxy: subprocess.Popen[bytes] | None = None
 
     def chart_values(self, *extra: str) -> list[str]:
         return super().chart_values(*SLOW_NODE_VALUES, *extra)
@@ -192,6 +252,28 @@ class GuestCluster(Cluster):
         return dict(self.container(pod, container, namespace)["env"])
 
 
+def published_capacity(cluster: GuestCluster) -> dict[str, int]:
+    """The CPUs each published device offers now."""
+    return {
+        name: int(device["capacity"]["dra.cpu/cpu"]["value"])
+        for name, device in cluster.published().items()
+    }
+
+
+def clear(cluster: GuestCluster, idle: dict[str, int]) -> None:
+    """No pods or claims left in the default namespace, and the node publishing `idle` again
+    (the driver released their claims: under emulation that comes a while after the API
+    objects are gone)."""
+    for kind in ("pods", "resourceclaims"):
+        cluster.kubectl("delete", kind, "--all", "-n", "default", "--wait=true", "--timeout=300s")
+    wait_for(
+        lambda: published_capacity(cluster) == idle,
+        f"the node to publish {idle} again (the earlier test's claims released)",
+        timeout=POD_TIMEOUT,
+        interval=1.0,
+    )
+
+
 def bring_up(guest: Guest, images: str) -> GuestCluster:
     """Control plane on the host, node in the guest, node Ready, chart installed and its pod
     Ready, slices published; each step printed with its time."""
@@ -205,8 +287,16 @@ def bring_up(guest: Guest, images: str) -> GuestCluster:
     }
     cluster = GuestCluster(guest, cp_dir)
     try:
+        config, socket_path = egress_config(guest.state)
+        cluster.egress_proxy = start_egress_proxy(guest, socket_path)
         with step("cluster: control plane up on the host's loopback"):
-            _controlplane("up", str(cp_dir), env=env)
+            _controlplane(
+                "up",
+                str(cp_dir),
+                f"--egress-selector-config-file={config}",
+                "--kubelet-preferred-address-types=InternalIP",
+                env=env,
+            )
         _bring_up_node(cluster, guest, cp_dir, env, images)
     except BaseException:
         # A failed bring-up (a timeout included) leaves no control plane or guest behind.
@@ -260,3 +350,10 @@ def bring_down(cluster: GuestCluster) -> None:
         stopped = _controlplane("down", str(cp_dir), check=False)
     for line in stopped.stderr.strip().splitlines():
         say(f"  {line}")
+    if cluster.egress_proxy is not None:
+        cluster.egress_proxy.terminate()
+        try:
+            cluster.egress_proxy.wait(10)
+        except subprocess.TimeoutExpired:
+            cluster.egress_proxy.kill()
+            cluster.egress_proxy.wait(10)

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 from bignode import cluster as guest_cluster_module
-from bignode.cluster import POD_TIMEOUT, GuestCluster
+from bignode.cluster import GuestCluster, clear, published_capacity
 from harness.guest import Guest, missing
 from harness.tier_end import TierEnd
-from harness.waits import wait_for
 
 
 @pytest.hookimpl(wrapper=True)
@@ -124,13 +123,6 @@ def guest_cluster(guest: Guest) -> Iterator[GuestCluster]:
         down()
 
 
-def published_capacity(cluster: GuestCluster) -> dict[str, int]:
-    return {
-        name: int(device["capacity"]["dra.cpu/cpu"]["value"])
-        for name, device in cluster.published().items()
-    }
-
-
 @pytest.fixture(scope="session")
 def idle_capacity(guest_cluster: GuestCluster) -> dict[str, int]:
     """What the node publishes with nothing claimed, read before the first test."""
@@ -143,19 +135,9 @@ def in_cluster(
 ) -> Iterator[GuestCluster]:
     """The guest's cluster without pods or claims in the default namespace: an earlier test's
     are removed first (so the last test's go with the cluster, not one by one), and the node
-    publishes every CPU again (the driver released their claims: under emulation that comes
-    a while after the API objects are gone)."""
+    publishes every CPU again (bignode.cluster.clear)."""
     began = time.monotonic()
-    for kind in ("pods", "resourceclaims"):
-        guest_cluster.kubectl(
-            "delete", kind, "--all", "-n", "default", "--wait=true", "--timeout=300s"
-        )
-    wait_for(
-        lambda: published_capacity(guest_cluster) == idle_capacity,
-        f"the node to publish {idle_capacity} again (the earlier test's claims released)",
-        timeout=POD_TIMEOUT,
-        interval=1.0,
-    )
+    clear(guest_cluster, idle_capacity)
     yield guest_cluster
     print(f"bignode: test took {time.monotonic() - began:.1f} s", flush=True)
 

@@ -30,6 +30,7 @@ import skew_bench
 import skew_stack
 from harness.containerd_node import ContainerdNode, crictl_path
 from harness.dev_up import DevUp, free_port
+from harness.guest import KUBELET_PORT, NODE_IP, POD_CIDR
 from shape import machine_shape
 from skew_builds import Build, head_build
 from skew_stack import Stack
@@ -335,8 +336,9 @@ IMAGE_DISK = Path("/dev/vda")
 def cluster_node(state: Path, kubeconfig: str, images: str, node_name: str) -> dict[str, Any]:
     """The bed stopped (the guest has room for one driver); then the node of the guest's
     cluster: the image disk mounted as containerd's root (its import stamps make the imports
-    no-ops), containerd with NRI timeouts of 30 s and the kubelet on cgroup v2
-    (`tools/cluster.sh node`), registering with the host's API server through `kubeconfig`."""
+    no-ops), containerd with NRI timeouts of 30 s and a pod network on a CNI bridge, and the
+    kubelet on cgroup v2 listening on NODE_IP:KUBELET_PORT (`tools/cluster.sh node`),
+    registering with the host's API server through `kubeconfig`."""
     stop(state)
     began = time.monotonic()
     if not IMAGE_DISK.is_block_device():
@@ -352,7 +354,9 @@ def cluster_node(state: Path, kubeconfig: str, images: str, node_name: str) -> d
         "DRACPU_CLUSTER_NODE_KUBECONFIG": kubeconfig,
         "DRACPU_CLUSTER_IMAGES": images,
         "DRACPU_CLUSTER_NODE_NAME": node_name,
-        "DRACPU_CLUSTER_NODE_IP": "10.96.0.15",
+        "DRACPU_CLUSTER_NODE_IP": NODE_IP,
+        "DRACPU_CLUSTER_KUBELET_PORT": str(KUBELET_PORT),
+        "DRACPU_CLUSTER_POD_CIDR": POD_CIDR,
         "DRACPU_CLUSTER_NRI_TIMEOUT": NRI_TIMEOUT,
     }
     done = subprocess.run(

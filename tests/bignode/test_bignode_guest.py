@@ -20,7 +20,7 @@ def argv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     kernel = tmp_path / f"bignode-6.1.0-99-amd64-{guest_module.RECIPE}"
     kernel.mkdir()
     monkeypatch.setattr(guest_module, "kernel_dir", lambda: kernel)
-    return Guest(tmp_path / "state", 40123, apiserver_port=40443).qemu_argv()
+    return Guest(tmp_path / "state", 40123, apiserver_port=40443, kubelet_port=40250).qemu_argv()
 
 
 def option(argv: list[str], name: str) -> list[str]:
@@ -42,12 +42,17 @@ def test_the_only_network_is_user_mode_restricted_with_forwards_to_the_hosts_loo
     argv: list[str],
 ) -> None:
     (netdev,) = option(argv, "-netdev")
-    fields = dict(f.partition("=")[::2] for f in netdev.split(",")[1:])
+    pairs = [f.partition("=")[::2] for f in netdev.split(",")[1:]]
+    fields = dict(pairs)
     assert netdev.startswith("user,") and fields["restrict"] == "on"
     assert (fields["net"], fields["host"]) == ("10.96.0.0/24", "10.96.0.2")
-    # In: the host's 127.0.0.1:40123 to the agent. Out: only the `kubernetes` Service address,
-    # each connection relayed by a process on the host to the API server on its loopback.
-    assert fields["hostfwd"] == "tcp:127.0.0.1:40123-:7390"
+    # In: the host's 127.0.0.1:40123 to the agent, and 127.0.0.1:40250 to the cluster's
+    # kubelet on the guest's address. Out: only the `kubernetes` Service address, each
+    # connection relayed by a process on the host to the API server on its loopback.
+    assert [value for key, value in pairs if key == "hostfwd"] == [
+        "tcp:127.0.0.1:40123-:7390",
+        "tcp:127.0.0.1:40250-10.96.0.15:17250",
+    ]
     target, _, relay = fields["guestfwd"].partition("-cmd:")
     assert target == "tcp:10.96.0.1:443"
     assert relay.endswith("tools/tcp-forward.py - 127.0.0.1:40443")
@@ -136,3 +141,15 @@ def test_a_hung_guest_is_told_apart_and_later_calls_fail_at_once(tmp_path: Path)
         with pytest.raises(GuestError, match=r"CPU#6 stuck for 286s"):
             guest.call("kernel")
         assert time.monotonic() - began < 0.1
+
+
+def test_the_kernel_command_line_names_the_state_stage_two_and_the_hosts_tool_cache(
+    argv: list[str], tmp_path: Path
+) -> None:
+    (line,) = option(argv, "-append")
+    words = dict(word.partition("=")[::2] for word in line.split() if word.startswith("dracpu."))
+    assert words == {
+        "dracpu.state": str(tmp_path / "state" / "guest"),
+        "dracpu.stage2": str(guest_module.REPO / "tools/bignode/stage2.sh"),
+        "dracpu.cache": str(guest_module.CACHE),  # the guest runs the host's cached tools
+    }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shlex
 import subprocess
 import sys
@@ -112,6 +113,40 @@ class Cluster:
         return run(
             [self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args], stdin=stdin, check=check
         )
+
+    @contextmanager
+    def port_forward(
+        self, target: str, port: int, namespace: str = "default", timeout: float = 120.0
+    ) -> Iterator[int]:
+        """`kubectl port-forward TARGET :PORT` (the API server, then the node's kubelet, into
+        the pod's network namespace): the local port it forwards from, until the block ends.
+        Waits for its `Forwarding from 127.0.0.1:N` line; a kubectl that ends first fails
+        with its own words."""
+        process = subprocess.Popen(
+            [self.kubectl_bin, "--kubeconfig", self.kubeconfig, "port-forward", "-n", namespace,
+             "--address", "127.0.0.1", target, f":{port}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert process.stdout is not None
+            ready, _, _ = select.select([process.stdout], [], [], timeout)
+            line = process.stdout.readline() if ready else ""
+            found = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> ", line)
+            if found is None:
+                process.kill()
+                _, errors = process.communicate(timeout=30)
+                raise CommandError(
+                    f"kubectl port-forward {target} :{port}: no forward in {timeout:.0f} s "
+                    f"(printed {line.strip()!r}): {errors.strip()}"
+                )
+            yield int(found.group(1))
+        finally:
+            process.terminate()
+            try:
+                process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate(timeout=30)
 
     def get(self, kind: str, name: str = "", namespace: str = "default") -> Any:
         args = ["get", kind, *([name] if name else []), "-o", "json"]

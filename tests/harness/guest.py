@@ -4,12 +4,14 @@ The guest is 8 vCPUs as 2 sockets x 2 cores x 2 threads (`-cpu max,vendor=Genuin
 an AMD-like CPU model TCG offers no SMT), 2 NUMA nodes of 1.5 GiB with distance 20, and
 Debian's own kernel (tools/tier-bignode.sh bootstrap). Its root is the host's / over virtio-9p,
 read-only, under a tmpfs overlay; `state/guest` is shared read-write (the agent's log, the
-services' logs). The only network is qemu's user-mode one with restrict=on and two forwards,
-both ending on the host's loopback: 127.0.0.1:<port> on the host to the agent in the guest, and
-the guest's 10.96.0.1:443 (the `kubernetes` Service address; the user-mode network is
-10.96.0.0/24, the guest 10.96.0.15) to the API server of the guest's cluster on
-127.0.0.1:<apiserver_port> (tools/tcp-forward.py relaying each connection). With `disk`, an image
-disk (tools/tier-bignode.sh disk) is the guest's /dev/vda, its writes kept in qemu (snapshot).
+services' logs). The only network is qemu's user-mode one with restrict=on and three forwards,
+all ending on the host's loopback: 127.0.0.1:<port> on the host to the agent in the guest,
+127.0.0.1:<kubelet_port> to the guest cluster's kubelet on 10.96.0.15:17250 (the API server
+reaches it there through its egress proxy: tests/bignode/cluster.py), and the guest's
+10.96.0.1:443 (the `kubernetes` Service address; the user-mode network is 10.96.0.0/24, the
+guest 10.96.0.15) to the API server of the guest's cluster on 127.0.0.1:<apiserver_port>
+(tools/tcp-forward.py relaying each connection). With `disk`, an image disk
+(tools/tier-bignode.sh disk) is the guest's /dev/vda, its writes kept in qemu (snapshot).
 
 qemu's PID is recorded in `state/qemu.pid`; `Guest.stop()` asks the agent to power off and
 kills that PID when it does not. A guest booted for a test (`bound=True`) dies with the process
@@ -38,12 +40,18 @@ from harness.waits import WaitTimeout, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
-RECIPE = "r4"  # tools/tier-bignode.sh RECIPE
+RECIPE = "r5"  # tools/tier-bignode.sh RECIPE
 MARKER = "mount_tag=dracpu-host"
 GUEST_PORT = 7390
 BOOT_TIMEOUT = float(os.environ.get("DRACPU_BIGNODE_BOOT_TIMEOUT", "180"))
 APISERVER_PORT = int(os.environ.get("DRACPU_BIGNODE_APISERVER_PORT", "36443"))
 SERVICE_ADDRESS = "10.96.0.1:443"  # in the guest: the `kubernetes` Service, forwarded
+# The guest's cluster node (tests/bignode/inguest.py cluster_node): its address on qemu's
+# user-mode network, its kubelet's port there, and the range of its pod network's bridge.
+NODE_IP = "10.96.0.15"
+KUBELET_PORT = 17250
+KUBELET_ADDRESS = f"{NODE_IP}:{KUBELET_PORT}"
+POD_CIDR = "10.244.0.0/24"
 
 
 class GuestError(RuntimeError):
@@ -80,7 +88,8 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """In a child before exec: SIGKILL when the process that started it ends."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -104,12 +113,15 @@ class Guest:
         *,
         bound: bool = True,
         apiserver_port: int = APISERVER_PORT,
+        kubelet_port: int = 0,
         disk: Path | None = None,
     ) -> None:
         self.state = Path(state).absolute()
         self.port = port or free_port()
         self.bound = bound
         self.apiserver_port = apiserver_port
+        # On the host's loopback: the forward to the guest cluster's kubelet (0: a free port).
+        self.kubelet_port = kubelet_port or free_port()
         self.disk = disk
         self.images = ""  # the driver images' archive on `disk`
         self.hung = ""  # why the guest is known to be hung, once it is
@@ -127,12 +139,14 @@ class Guest:
             raise GuestError("no guest kernel in the cache (run tools/tier-bignode.sh bootstrap)")
         append = (
             "console=ttyS0 quiet loglevel=3 panic=-1 "
-            f"dracpu.state={self.shared} dracpu.stage2={REPO}/tools/bignode/stage2.sh"
+            f"dracpu.state={self.shared} dracpu.stage2={REPO}/tools/bignode/stage2.sh "
+            f"dracpu.cache={CACHE}"
         )
         relay = f"python3 {REPO}/tools/tcp-forward.py - 127.0.0.1:{self.apiserver_port}"
         net = (
             "user,id=n0,restrict=on,net=10.96.0.0/24,host=10.96.0.2,dns=10.96.0.3,"
             f"hostfwd=tcp:127.0.0.1:{self.port}-:{GUEST_PORT},"
+            f"hostfwd=tcp:127.0.0.1:{self.kubelet_port}-{KUBELET_ADDRESS},"
             f"guestfwd=tcp:{SERVICE_ADDRESS}-cmd:{relay}"
         )
         disk = []
@@ -180,7 +194,7 @@ class Guest:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.bound else None,
+                preexec_fn=die_with_parent if self.bound else None,
             )
         self.pidfile.write_text(f"{self.process.pid}\n")
         try:

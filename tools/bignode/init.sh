@@ -36,6 +36,14 @@ case "$CHECKOUT" in
         "/newroot$CHECKOUT" || fail "the checkout $CHECKOUT"
     ;;
 esac
+# So does a tool cache under /tmp (DRACPU_CACHE), read-only as the host's / it is bound from.
+CACHE="$(arg cache)"
+case "$CACHE" in
+/tmp/*)
+    mkdir -p "/newroot$CACHE"
+    mount -o bind "/host$CACHE" "/newroot$CACHE" || fail "the tool cache $CACHE"
+    ;;
+esac
 mkdir -p "/newroot$STATE"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 dracpu-state "/newroot$STATE" ||
     fail "the state folder $STATE over 9p"

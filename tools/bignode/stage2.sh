@@ -6,6 +6,9 @@
 STATE="$1"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+# The host's tool cache (DRACPU_CACHE there), named on the kernel command line.
+DRACPU_CACHE="$(sed -n 's/.*\bdracpu\.cache=\([^ ]*\).*/\1/p' /proc/cmdline)"
+export DRACPU_CACHE="${DRACPU_CACHE:-/root/.cache/dracpu}"
 say() { echo "bignode-stage2: [$(cut -d' ' -f1 /proc/uptime)s] $*" > /dev/ttyS0; }
 mkdir -p /dev/pts && mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
 mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
