@@ -26,8 +26,8 @@ run_phase() {
 }
 
 status=0
-run_phase local -n "$workers" --dist worksteal -m "not ($PEER_MARKERS)" "$@" || status=$?
+run_phase local -n "$workers" --dist worksteal --durations=15 -m "not ($PEER_MARKERS)" "$@" || status=$?
 if [ "$phases" = all ]; then
-    run_phase peers -m "$PEER_MARKERS" "$@" || { [ "$status" -ne 0 ] || status=$?; }
+    run_phase peers --durations=40 -m "$PEER_MARKERS" "$@" || { [ "$status" -ne 0 ] || status=$?; }
 fi
 exit "$status"
