@@ -8,8 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
+from harness.paths import CACHE
 
 
 def cached_tool(tool: str, version: str, binary: str) -> Path:

@@ -37,9 +37,9 @@ from typing import Any, TextIO
 
 from dracpu.core.cgroups import CGROUP_ROOT, Cgroups
 from dracpu.core.errors import NotFoundError
+from harness.paths import CACHE
 from harness.waits import WaitTimeout, wait_for
 
-CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
 CONTAINERD_VERSIONS = ("v2.4.2", "v2.3.7")
 CRICTL_VERSION = "v1.37.0"
 IMAGE_VERSION = "1"

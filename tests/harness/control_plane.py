@@ -22,11 +22,12 @@ from typing import Any
 
 import yaml
 
+from harness.paths import CACHE
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tools" / "controlplane.sh"
 KUBE_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.7.3"
-CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
 KUBE_BIN = CACHE / f"kubernetes-{KUBE_VERSION}" / "bin"
 ETCD_BIN = CACHE / f"etcd-{ETCD_VERSION}" / "bin" / "etcd"
 KUBECTL = Path(os.environ.get("DRACPU_CP_KUBECTL", str(KUBE_BIN / "kubectl")))

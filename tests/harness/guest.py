@@ -36,10 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.paths import CACHE
 from harness.waits import WaitTimeout, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
 RECIPE = "r5"  # tools/tier-bignode.sh RECIPE
 MARKER = "mount_tag=dracpu-host"
 GUEST_PORT = 7390

@@ -1,13 +1,18 @@
-"""Short temporary directories, for the unix sockets a test binds (a socket's path must fit
-in 107 bytes, which pytest's own temporary paths often do not)."""
+"""Where the tiers find things: the cache of built tools (`DRACPU_CACHE`, as tools/lib.sh has
+it) and short temporary directories, for the unix sockets a test binds (a socket's path must
+fit in 107 bytes, which pytest's own temporary paths often do not)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+# Built tools, keyed by tool and version, outside every clone (tools/lib.sh cache_dir).
+CACHE = Path(os.environ.get("DRACPU_CACHE", str(Path.home() / ".cache" / "dracpu")))
 
 
 @contextmanager
