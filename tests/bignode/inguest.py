@@ -432,12 +432,15 @@ def cluster_containers(state: Path) -> dict[str, dict[str, Any]]:
 # -- the upgrade walk-through --------------------------------------------------------------------
 
 
-def walkthrough(state: Path, claims: int = 3) -> dict[str, Any]:
+def walkthrough(
+    state: Path, claims: int = 3, hold: dict[str, float] | None = None
+) -> dict[str, Any]:
     """tests/skew's upgrade walk-through on this bed: `claims` one-CPU claims, each with its
     container running, and a shared container; then each of the five services is replaced in
-    turn (stopped, started again from this checkout's build) while a sampler reads every
-    container's cgroup v2 cpuset.cpus.effective and Cpus_allowed_list, and a prepare and a pin
-    issued at once are timed. Answers the table rows and the kernel views before and after."""
+    turn (stopped, started again from this checkout's build; `hold` keeps a service stopped
+    that many seconds first) while a sampler reads every container's cgroup v2
+    cpuset.cpus.effective and Cpus_allowed_list, and a prepare and a pin issued at once are
+    timed. Answers the table rows and the kernel views before and after."""
     from test_skew_upgrade_realnode import probe, upgrade
 
     stack: Stack = _bed["stack"]
@@ -469,7 +472,10 @@ def walkthrough(state: Path, claims: int = 3) -> dict[str, Any]:
     rows = [f"| none (baseline) | - | {base.prepare_cell()} | {base.pinned:.1f} s | |"]
     for service in skew_stack.DRIVER_SERVICES:
         with contextlib.redirect_stdout(io.StringIO()):
-            rows.append(upgrade(stack, node, walk_pod["id"], service, head, expected, pool, held))
+            away = (hold or {}).get(service, 0.0)
+            rows.append(
+                upgrade(stack, node, walk_pod["id"], service, head, expected, pool, held, away)
+            )
     after = {str(pid): kernel_view(pid) for pid in expected}
     return {
         "rows": rows,

@@ -156,8 +156,11 @@ def upgrade(
     expected: dict[int, CPUSet],
     pool: CPUSet,
     held: Workload,
+    hold: float = 0.0,
 ) -> str:
-    """Replace `service` by `head`'s while the kernel is sampled; a row of the upgrade table."""
+    """Replace `service` by `head`'s while the kernel is sampled; a row of the upgrade table.
+    With `hold`, the service stays stopped that many seconds before its replacement starts
+    (an upgrade whose new image is slow to come)."""
     registered = stack.log("kubelet-sim").count("plugin registered")
     before = stack.builds[service].label
     sampler = Sampler(expected)
@@ -169,6 +172,7 @@ def upgrade(
 
     def start() -> None:
         try:
+            time.sleep(hold)
             stack.start(service, head)
             ready_at.append(time.monotonic())
         except BaseException as exc:
