@@ -119,6 +119,42 @@ async def test_an_answer_after_the_runtime_request_timeout_is_a_late_pin(
     assert overdue.fields["container"] == "default/db/postgres"  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(
+    "profile", [pytest.param(RuntimeProfile(request_timeout=0.3), id="request-timeout-0.3s")]
+)
+async def test_a_call_the_runtime_cuts_off_before_our_clock_runs_out_is_still_its_timeout(
+    bed: Bed, lines: Lines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime's timeout starts when it sends CreateContainer, ours when the request
+    arrives: on a loaded node it drops the connection while our own clock says there is time
+    left. The plugin here believes the runtime waits 5 s (as if the request came that late);
+    the runtime gives up at 0.3 s. The late pin is still the timeout's, not "not connected"."""
+    uid, cpus = await prepare_seen(bed, 2)
+    allocator = bed.plugin._allocator
+    attach = allocator.attach
+    answer = asyncio.Event()
+
+    async def stuck_attach(*args: Any, **kwargs: Any) -> Any:
+        await answer.wait()
+        return await attach(*args, **kwargs)
+
+    monkeypatch.setattr(allocator, "attach", stuck_attach)
+    monkeypatch.setattr(bed.plugin.pacer, "request_timeout", 5.0)
+    connects = bed.stub.status.connects
+    pod = bed.runtime.add_pod("db")
+    claimed = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    assert bed.runtime.cpus(claimed) == ""
+    monkeypatch.setattr(allocator, "attach", attach)
+    await resynchronized(bed, connects)
+    await bed.runtime.wait_for(lambda: bed.runtime.cpus(claimed) == cpus.format())
+    assert late_pins(bed) == 1
+    [warned] = lines.late()
+    assert warned["why"].startswith("the runtime dropped the connection"), warned["why"]
+    assert "plugin_request_timeout" in warned["why"]
+    [overdue] = [r for r in lines.records if r.getMessage().startswith("CreateContainer took")]
+    assert overdue.fields["container"] == "default/db/postgres"  # type: ignore[attr-defined]
+
+
 async def test_containers_pinned_in_time_or_not_started_are_no_late_pins(
     bed: Bed, lines: Lines
 ) -> None:

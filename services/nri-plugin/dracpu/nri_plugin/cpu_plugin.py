@@ -134,9 +134,10 @@ class CPUPlugin:
         self._pool_changed = asyncio.Event()
         self._push: PushUpdates | None = None
         self._watching = False  # the WatchSharedPool stream is delivering
-        # Containers whose CreateContainer we answered after the runtime's request timeout
-        # (id -> seconds taken), until the next Synchronize finds them.
-        self._overdue: dict[str, float] = {}
+        # Containers whose CreateContainer answer the runtime did not take (id -> why): we
+        # answered after its request timeout, or it dropped the connection first; kept until
+        # the next Synchronize finds them.
+        self._overdue: dict[str, str] = {}
         # Stopped containers whose detach the allocator did not take: sent again (its run()).
         self.detaches = PendingDetaches(allocator)
 
@@ -244,12 +245,9 @@ class CPUPlugin:
             )
 
     def _late_cause(self, record: ContainerRecord) -> str:
-        took = self._overdue.get(record.container_id)
-        if took is not None:
-            return (
-                f"its CreateContainer took {took:.1f}s, longer than the runtime's "
-                f"plugin_request_timeout ({self.pacer.request_timeout:g}s)"
-            )
+        overdue = self._overdue.get(record.container_id)
+        if overdue is not None:
+            return overdue
         if self.registry.get(record.container_id) is not None:
             return "the runtime did not keep the cpuset of our CreateContainer answer"
         return "created while the plugin was not connected to the runtime (or before it started)"
@@ -345,21 +343,41 @@ class CPUPlugin:
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
     ) -> api_pb2.CreateContainerResponse:
         started = time.monotonic()
+        cut_off = False
         try:
             return await self._create_container(pod, ctr)
+        except asyncio.CancelledError:
+            # The connection closed under the call: the runtime gave up on it. It sent the
+            # request before our clock started, so its timeout can end before ours does.
+            cut_off = True
+            raise
         finally:
             took = time.monotonic() - started
-            if took > self.pacer.request_timeout:
+            timeout = self.pacer.request_timeout
+            if cut_off:
+                why = (
+                    f"the runtime dropped the connection {took:.1f}s into its CreateContainer "
+                    f"(its plugin_request_timeout ({timeout:g}s) expired, or it went away)"
+                )
+            elif took > timeout:
+                why = (
+                    f"its CreateContainer took {took:.1f}s, longer than the runtime's "
+                    f"plugin_request_timeout ({timeout:g}s)"
+                )
+            else:
+                why = ""
+            if why:
                 # The runtime stopped waiting: it starts the container without this answer,
                 # and the next Synchronize finds it on other CPUs.
-                self._overdue[ctr.id] = took
+                self._overdue[ctr.id] = why
                 log.warning(
                     "CreateContainer took longer than the runtime waits "
                     "(plugin_request_timeout); the container starts without its cpuset",
                     container=f"{pod.namespace}/{pod.name}/{ctr.name}",
                     container_id=ctr.id,
                     took_s=round(took, 3),
-                    request_timeout_s=self.pacer.request_timeout,
+                    request_timeout_s=timeout,
+                    why=why,
                 )
 
     async def _create_container(
