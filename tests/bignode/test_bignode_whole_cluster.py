@@ -94,7 +94,7 @@ def test_pods_reach_each_other_on_the_bridge_and_have_no_route_out(pods: GuestCl
     addresses = {name: pods.get("pod", name)["status"]["podIP"] for name in ("web", "peer")}
     assert all(ipaddress.ip_address(a) in network for a in addresses.values()), addresses
     assert len(set(addresses.values())) == 2 and NODE_IP not in addresses.values()
-    # (busybox's `wget -T` crashes: a stuck fetch ends with kubectl's own 300 s limit)
+    # (busybox's `wget -T` crashes: a stuck fetch ends at the harness's 300 s per kubectl call)
     page = pods.kubectl(
         "exec",
         "peer",
