@@ -16,8 +16,9 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -156,28 +157,29 @@ class PodServices(ServiceSet):
         asyncio.run(prepare())
 
 
+_Started = TypeVar("_Started", PodServices, ServiceSet)
+
+
 @contextmanager
-def running_pod() -> Iterator[PodServices]:
+def _running(kind: type[_Started], prefix: str) -> Iterator[_Started]:
+    """`kind` started in a new short directory, stopped and removed on leaving."""
+    with short_tmp(prefix) as workdir:
+        started = kind(workdir)
+        try:
+            started.start_all()
+            yield started
+        finally:
+            started.stop_all()
+
+
+def running_pod() -> AbstractContextManager[PodServices]:
     """PodServices started in a new short directory, stopped and removed on leaving."""
-    with short_tmp("api-pod-") as workdir:
-        started = PodServices(workdir)
-        try:
-            started.start_all()
-            yield started
-        finally:
-            started.stop_all()
+    return _running(PodServices, "api-pod-")
 
 
-@contextmanager
-def running_services() -> Iterator[ServiceSet]:
+def running_services() -> AbstractContextManager[ServiceSet]:
     """A ServiceSet started in a new short directory, stopped and removed on leaving."""
-    with short_tmp("api-") as workdir:
-        started = ServiceSet(workdir)
-        try:
-            started.start_all()
-            yield started
-        finally:
-            started.stop_all()
+    return _running(ServiceSet, "api-")
 
 
 def app_client(services: ServiceSet) -> httpx.AsyncClient:

@@ -58,6 +58,26 @@ async def resynchronized(bed: Bed, connects: int) -> None:
     await eventually(lambda: bed.stub.ready, "synchronized again", timeout=10)
 
 
+async def pinned_late(
+    bed: Bed, monkeypatch: pytest.MonkeyPatch, uid: str, cpus: CPUSet, answer: Any
+) -> str:
+    """A claimed container created while the allocator's attach is `answer` (a stand-in too
+    slow for the runtime, which gives up, drops the plugin and creates the container
+    unadjusted); then the real attach back, the runtime reconnected, and the container pinned
+    at the new Synchronize. Its id."""
+    allocator = bed.plugin._allocator
+    attach = allocator.attach
+    monkeypatch.setattr(allocator, "attach", answer(attach))
+    connects = bed.stub.status.connects
+    pod = bed.runtime.add_pod("db")
+    claimed = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    assert bed.runtime.cpus(claimed) == ""
+    monkeypatch.setattr(allocator, "attach", attach)
+    await resynchronized(bed, connects)
+    await bed.runtime.wait_for(lambda: bed.runtime.cpus(claimed) == cpus.format())
+    return claimed
+
+
 async def test_a_claimed_container_created_without_the_plugin_is_pinned_late_and_named(
     bed: Bed, lines: Lines
 ) -> None:
@@ -93,23 +113,15 @@ async def test_an_answer_after_the_runtime_request_timeout_is_a_late_pin(
     bed: Bed, lines: Lines, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     uid, cpus = await prepare_seen(bed, 2)
-    allocator = bed.plugin._allocator
-    attach = allocator.attach
 
-    async def slow_attach(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0.6)  # longer than the runtime waits
-        return await attach(*args, **kwargs)
+    def slow(attach: Any) -> Any:
+        async def slow_attach(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.6)  # longer than the runtime waits
+            return await attach(*args, **kwargs)
 
-    monkeypatch.setattr(allocator, "attach", slow_attach)
-    connects = bed.stub.status.connects
-    pod = bed.runtime.add_pod("db")
-    # The runtime gives up on the plugin, drops it and creates the container unadjusted.
-    claimed = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
-    assert bed.runtime.cpus(claimed) == ""
-    monkeypatch.setattr(allocator, "attach", attach)
-    await resynchronized(bed, connects)
+        return slow_attach
 
-    await bed.runtime.wait_for(lambda: bed.runtime.cpus(claimed) == cpus.format())
+    await pinned_late(bed, monkeypatch, uid, cpus, slow)
     assert late_pins(bed) == 1
     [warned] = lines.late()
     assert (warned["container"], warned["claims"]) == ("default/db/postgres", uid)
@@ -130,23 +142,17 @@ async def test_a_call_the_runtime_cuts_off_before_our_clock_runs_out_is_still_it
     left. The plugin here believes the runtime waits 5 s (as if the request came that late);
     the runtime gives up at 0.3 s. The late pin is still the timeout's, not "not connected"."""
     uid, cpus = await prepare_seen(bed, 2)
-    allocator = bed.plugin._allocator
-    attach = allocator.attach
-    answer = asyncio.Event()
+    never = asyncio.Event()
 
-    async def stuck_attach(*args: Any, **kwargs: Any) -> Any:
-        await answer.wait()
-        return await attach(*args, **kwargs)
+    def stuck(attach: Any) -> Any:
+        async def stuck_attach(*args: Any, **kwargs: Any) -> Any:
+            await never.wait()  # cut off by the runtime's drop
+            return await attach(*args, **kwargs)
 
-    monkeypatch.setattr(allocator, "attach", stuck_attach)
+        return stuck_attach
+
     monkeypatch.setattr(bed.plugin.pacer, "request_timeout", 5.0)
-    connects = bed.stub.status.connects
-    pod = bed.runtime.add_pod("db")
-    claimed = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
-    assert bed.runtime.cpus(claimed) == ""
-    monkeypatch.setattr(allocator, "attach", attach)
-    await resynchronized(bed, connects)
-    await bed.runtime.wait_for(lambda: bed.runtime.cpus(claimed) == cpus.format())
+    await pinned_late(bed, monkeypatch, uid, cpus, stuck)
     assert late_pins(bed) == 1
     [warned] = lines.late()
     assert warned["why"].startswith("the runtime dropped the connection"), warned["why"]
