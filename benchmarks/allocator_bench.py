@@ -31,8 +31,8 @@ from pathlib import Path
 from dracpu.allocator import claims
 from dracpu.allocator.algorithm import Policy, take_cpus
 from dracpu.allocator.claims import NodeState, PrepareInput, ResultInput
-from dracpu.allocator.devices import DeviceOptions, build_devices
-from dracpu.allocator.node import NodeAllocator
+from dracpu.allocator.domain.devices import DeviceOptions, build_devices
+from dracpu.allocator.live.node import NodeAllocator
 from dracpu.core.errors import DracpuError
 from dracpu.core.machine import Machine
 from dracpu.topology.discovery import discover

@@ -18,7 +18,7 @@ from allocator_process import Launcher, kill_and_wait, spawn, stop
 from harness.requests import prepare_request
 from harness.services import wait_serving
 
-from dracpu.allocator import cdi, records
+from dracpu.allocator.store import cdi, records
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import StateError
 from dracpu.core.machine import Machine

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dracpu.allocator import cdi, checkpoint, records
 from dracpu.allocator.claims import Allocation, ClaimRecord, Owner
+from dracpu.allocator.store import cdi, checkpoint, records
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError, StateError
 

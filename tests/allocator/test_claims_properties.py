@@ -18,7 +18,7 @@ from hypothesis.stateful import (
 
 from dracpu.allocator import claims
 from dracpu.allocator.claims import Container, NodeState, Owner, PrepareInput, ResultInput
-from dracpu.allocator.devices import DeviceOptions, build_devices
+from dracpu.allocator.domain.devices import DeviceOptions, build_devices
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConflictError, DracpuError, InsufficientCPUsError
 from dracpu.core.machine import CPUInfo, Machine

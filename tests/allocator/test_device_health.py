@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from dracpu.allocator.device_health import HealthBook, assess
-from dracpu.allocator.devices import DeviceOptions, Mode, build_devices
+from dracpu.allocator.domain.device_health import HealthBook, assess
+from dracpu.allocator.domain.devices import DeviceOptions, Mode, build_devices
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.machine import Machine
 

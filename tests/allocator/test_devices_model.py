@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dracpu.allocator.devices import (
+from dracpu.allocator.domain.devices import (
     DeviceOptions,
     GroupBy,
     Mode,

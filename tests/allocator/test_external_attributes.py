@@ -15,14 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dracpu.allocator.claims import ClaimRecord, NodeState
-from dracpu.allocator.devices import DeviceOptions, GroupBy, build_devices
-from dracpu.allocator.external import (
+from dracpu.allocator.domain.devices import DeviceOptions, GroupBy, build_devices
+from dracpu.allocator.domain.external import (
     ATTR_CPU_IDS,
     ATTR_SMT_LAYOUT,
     decode_smt_layout,
     smt_layout,
 )
-from dracpu.allocator.live_state import PublishedDevices
+from dracpu.allocator.live.state import PublishedDevices
 from dracpu.core import log
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError

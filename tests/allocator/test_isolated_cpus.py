@@ -20,8 +20,8 @@ import pytest
 
 from dracpu.allocator import claims
 from dracpu.allocator.claims import NodeState, PrepareInput, ResultInput
-from dracpu.allocator.devices import DeviceOptions, build_devices
-from dracpu.allocator.opaque import OpaqueConfig
+from dracpu.allocator.domain.devices import DeviceOptions, build_devices
+from dracpu.allocator.domain.opaque import OpaqueConfig
 from dracpu.core.config import DriverConfig
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError, InsufficientCPUsError, InvalidInputError

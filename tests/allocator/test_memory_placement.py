@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dracpu.allocator import claims, records, wire
+from dracpu.allocator import claims
 from dracpu.allocator.claims import (
     ClaimRecord,
     Container,
@@ -24,9 +24,11 @@ from dracpu.allocator.claims import (
     PrepareInput,
     ResultInput,
 )
-from dracpu.allocator.devices import DeviceOptions, build_devices
-from dracpu.allocator.node import NodeAllocator
-from dracpu.allocator.opaque import OpaqueConfig
+from dracpu.allocator.domain.devices import DeviceOptions, build_devices
+from dracpu.allocator.domain.opaque import OpaqueConfig
+from dracpu.allocator.live.node import NodeAllocator
+from dracpu.allocator.rpc import wire
+from dracpu.allocator.store import records
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.machine import Machine

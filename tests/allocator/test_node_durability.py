@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from logformats import klog_lines
 
-from dracpu.allocator import cdi, checkpoint, records
 from dracpu.allocator.claims import (
     Allocation,
     ClaimRecord,
@@ -24,8 +23,9 @@ from dracpu.allocator.claims import (
     PrepareInput,
     ResultInput,
 )
-from dracpu.allocator.devices import DeviceOptions
-from dracpu.allocator.node import NodeAllocator
+from dracpu.allocator.domain.devices import DeviceOptions
+from dracpu.allocator.live.node import NodeAllocator
+from dracpu.allocator.store import cdi, checkpoint, records
 from dracpu.core import log
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import StateError, UnavailableError

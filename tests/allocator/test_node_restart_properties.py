@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from dracpu.allocator import cdi, records
 from dracpu.allocator.claims import Container, Owner, PrepareInput, ResultInput
-from dracpu.allocator.devices import DeviceOptions
-from dracpu.allocator.node import NodeAllocator
+from dracpu.allocator.domain.devices import DeviceOptions
+from dracpu.allocator.live.node import NodeAllocator
+from dracpu.allocator.store import cdi, records
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConflictError, InsufficientCPUsError, StateError
 from dracpu.core.machine import CPUInfo, Machine

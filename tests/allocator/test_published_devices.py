@@ -15,8 +15,8 @@ import pytest
 
 from dracpu.allocator import claims
 from dracpu.allocator.claims import NodeState, PrepareInput, ResultInput
-from dracpu.allocator.devices import DeviceModel, DeviceOptions, build_devices
-from dracpu.allocator.opaque import OpaqueConfig
+from dracpu.allocator.domain.devices import DeviceModel, DeviceOptions, build_devices
+from dracpu.allocator.domain.opaque import OpaqueConfig
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConflictError, DracpuError, InsufficientCPUsError
 from dracpu.core.machine import Machine

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from dracpu.allocator.quantity import cpu_count, parse_quantity
+from dracpu.allocator.domain.quantity import cpu_count, parse_quantity
 from dracpu.core.errors import InvalidInputError
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dracpu.allocator.topology_client import load_file
+from dracpu.allocator.rpc.topology_client import load_file
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.machine import Machine
 from dracpu.topology.fixtures import write_fixture

@@ -331,7 +331,7 @@ def test_the_driver_token_writes_only_its_own_entries_on_its_own_node(
 async def test_a_claim_replaced_under_the_same_name_is_refused_by_its_uid(
     control_plane: ControlPlane,
 ) -> None:
-    from dracpu.dra_plugin.apiserver import KubernetesAPI
+    from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 
     cp = control_plane
     cp.create(two_driver_claim("st-uid"))

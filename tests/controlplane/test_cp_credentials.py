@@ -18,8 +18,8 @@ from controlplane.stack import DriverStack
 from harness.control_plane import CommandError, ControlPlane
 from harness.waits import wait_for
 
-from dracpu.dra_plugin.api_access import in_cluster
-from dracpu.dra_plugin.apiserver import KubernetesAPI
+from dracpu.dra_plugin.cluster.api_access import in_cluster
+from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 NAMESPACE = "default"

@@ -17,8 +17,8 @@ from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
 from harness.waits import wait_for
 
-from dracpu.allocator.devices import DeviceOptions, GroupBy, build_devices
-from dracpu.allocator.external import (
+from dracpu.allocator.domain.devices import DeviceOptions, GroupBy, build_devices
+from dracpu.allocator.domain.external import (
     ATTR_CPU_IDS,
     ATTR_SMT_LAYOUT,
     decode_smt_layout,

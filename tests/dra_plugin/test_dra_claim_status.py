@@ -24,12 +24,12 @@ from harness.waits import eventually
 
 from dracpu.core import __version__
 from dracpu.dev.kubelet_sim import Claim, KubeletSim
-from dracpu.dra_plugin.api_features import CLAIM_DEVICE_STATUS, FeatureSupport
-from dracpu.dra_plugin.apiserver import KubernetesAPI
-from dracpu.dra_plugin.claim_request import ClaimRef
-from dracpu.dra_plugin.claim_status import MAX_DATA, failed_entries, prepared_entries
-from dracpu.dra_plugin.plugin_metrics import PluginMetrics
-from dracpu.dra_plugin.status_writer import ClaimStatusWriter, field_manager
+from dracpu.dra_plugin.cluster.api_features import CLAIM_DEVICE_STATUS, FeatureSupport
+from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
+from dracpu.dra_plugin.cluster.claim_status import MAX_DATA, failed_entries, prepared_entries
+from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter, field_manager
+from dracpu.dra_plugin.common.claim_request import ClaimRef
+from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 
 pytestmark = pytest.mark.timeout(120)

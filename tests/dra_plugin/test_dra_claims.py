@@ -10,7 +10,7 @@ import pytest
 from harness.dra_plugin_node import claim, result
 
 from dracpu.core.errors import ConflictError, DracpuError, InvalidInputError
-from dracpu.dra_plugin.claim_request import (
+from dracpu.dra_plugin.common.claim_request import (
     ClaimRef,
     allocated_cpus,
     base_request,

@@ -19,9 +19,9 @@ def run(code: str) -> dict[str, object]:
 def test_the_lean_load_imports_no_generated_api_or_model() -> None:
     seen = run("""
         import json, sys
-        from dracpu.dra_plugin import client_modules
+        from dracpu.dra_plugin.cluster import client_modules
         loaded = client_modules.load()
-        import dracpu.dra_plugin.api_access, dracpu.dra_plugin.apiserver
+        import dracpu.dra_plugin.cluster.api_access, dracpu.dra_plugin.cluster.apiserver
         names = [n for n in sys.modules if n.startswith("kubernetes")]
         print(json.dumps({
             "loaded": loaded,
@@ -38,7 +38,7 @@ def test_the_lean_load_imports_no_generated_api_or_model() -> None:
 def test_every_other_name_of_the_client_resolves_on_first_use() -> None:
     seen = run("""
         import json
-        from dracpu.dra_plugin import client_modules
+        from dracpu.dra_plugin.cluster import client_modules
         client_modules.load()
         import kubernetes
         from kubernetes import client, config
@@ -66,7 +66,7 @@ def test_a_client_imported_already_is_left_as_it_is() -> None:
     seen = run("""
         import json
         import kubernetes
-        from dracpu.dra_plugin import client_modules
+        from dracpu.dra_plugin.cluster import client_modules
         print(json.dumps({"loaded": client_modules.load(),
                           "whole": hasattr(kubernetes.client, "CoreV1Api")}))
     """)

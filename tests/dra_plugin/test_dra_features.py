@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dracpu.dra_plugin.api_features import FeatureSupport
+from dracpu.dra_plugin.cluster.api_features import FeatureSupport
 
 LISTS = {"name": "cpudev000", "attributes": {
     "dra.cpu/numaNodeID": {"int": 0},

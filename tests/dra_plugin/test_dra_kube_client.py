@@ -28,9 +28,9 @@ from dracpu.core.errors import (
     NotFoundError,
     UnavailableError,
 )
-from dracpu.dra_plugin.api_access import in_cluster
-from dracpu.dra_plugin.apiserver import KubernetesAPI
-from dracpu.dra_plugin.cluster import WatchExpiredError
+from dracpu.dra_plugin.cluster.api_access import in_cluster
+from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
+from dracpu.dra_plugin.cluster.objects import WatchExpiredError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,7 @@ import yaml
 from harness.pki import PKI, make_pki
 
 from dracpu.core.errors import ConfigError
-from dracpu.dra_plugin.api_access import APIAccess, in_cluster, load, load_kubeconfig
+from dracpu.dra_plugin.cluster.api_access import APIAccess, in_cluster, load, load_kubeconfig
 
 SERVER = "https://127.0.0.1:6443"
 

@@ -13,8 +13,8 @@ from harness.waits import eventually
 
 from dracpu.core.errors import ConfigError, ConflictError, NotFoundError, UnavailableError
 from dracpu.dev.kubelet_sim import Claim, KubeletSim
-from dracpu.dra_plugin.apiserver import KubernetesAPI
-from dracpu.dra_plugin.publisher import SlicePublisher
+from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
+from dracpu.dra_plugin.publishing.publisher import SlicePublisher
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 
 pytestmark = pytest.mark.timeout(120)

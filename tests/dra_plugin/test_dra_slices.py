@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dracpu.core.errors import InvalidInputError
-from dracpu.dra_plugin.slices import (
+from dracpu.dra_plugin.publishing.slices import (
     Owner,
     chunk_devices,
     decode_index,
@@ -236,7 +236,7 @@ def test_any_sequence_of_device_sets_converges(steps: list[tuple[int, bool, int]
 async def test_folder_names_slices_like_the_api_server_even_for_long_node_names(
     tmp_path: Any,
 ) -> None:
-    from dracpu.dra_plugin.folder import ClusterFolder
+    from dracpu.dra_plugin.cluster.folder import ClusterFolder
 
     node = "n" * 80
     folder = ClusterFolder(tmp_path)

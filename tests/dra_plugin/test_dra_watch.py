@@ -15,11 +15,11 @@ from harness.fake_apiserver import Store, fake_apiserver
 from harness.waits import eventually
 
 from dracpu.core.errors import InvalidInputError, NotFoundError
-from dracpu.dra_plugin.api_features import FeatureSupport
-from dracpu.dra_plugin.apiserver import KubernetesAPI
-from dracpu.dra_plugin.publisher import SlicePublisher
-from dracpu.dra_plugin.slice_watch import SliceWatch
-from dracpu.dra_plugin.waits import wait_set
+from dracpu.dra_plugin.cluster.api_features import FeatureSupport
+from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
+from dracpu.dra_plugin.common.waits import wait_set
+from dracpu.dra_plugin.publishing.publisher import SlicePublisher
+from dracpu.dra_plugin.publishing.slice_watch import SliceWatch
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 
 pytestmark = pytest.mark.timeout(120)

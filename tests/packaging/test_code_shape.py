@@ -1,5 +1,6 @@
 """The shape of the code a newcomer reads: modules and functions small enough to hold, one
-naming scheme in every service, module-level imports without cycles, one way to log."""
+naming scheme in every service, the larger services in folders by layer, imports without cycles,
+one way to log."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ PACKAGES = {
     "api": "api",
 }
 GRPC_SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin")
+# package -> its folders, from the top layer to the bottom one. A module in a folder imports only
+# its own folder and the folders below it; the package's top-level modules (the service's
+# command line, runtime and servicer) stand above every folder.
+LAYERS = {
+    "allocator": ("rpc", "live", "store", "claims", "domain", "algorithm"),
+    "dra_plugin": ("publishing", "kubelet", "cluster", "common"),
+}
+MAX_TOP_MODULES = 10
 
 
 def sources() -> Iterator[Path]:
@@ -78,35 +87,66 @@ def test_console_scripts_are_the_services_main() -> None:
 
 
 def test_the_two_claim_modules_have_distinct_names() -> None:
-    plugin = {p.stem for p in (SERVICES / "dra-plugin/dracpu/dra_plugin").glob("*.py")}
-    allocator = {p.stem for p in (SERVICES / "allocator/dracpu/allocator").glob("*.py")}
+    plugin = {p.stem for p in (SERVICES / "dra-plugin/dracpu/dra_plugin").rglob("*.py")}
+    allocator = {p.stem for p in (SERVICES / "allocator/dracpu/allocator").rglob("*.py")}
     assert not {name for name in plugin & allocator if "claim" in name}
 
 
 def _module_imports(path: Path, known: set[str]) -> set[str]:
-    """The dracpu modules a module imports when it is loaded (TYPE_CHECKING blocks and
-    imports inside functions excluded)."""
+    """The dracpu modules a module imports, wherever the import statement is: at the top, in a
+    function, or under TYPE_CHECKING."""
     found: set[str] = set()
-    tree = ast.parse(path.read_text())
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef):
-                break
-            if isinstance(sub, ast.Import):
-                found |= {a.name for a in sub.names if a.name in known}
-            elif isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
-                for alias in sub.names:
-                    full = f"{sub.module}.{alias.name}"
-                    found.add(full if full in known else sub.module)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in known else node.module)
     return {name for name in found if name in known}
 
 
-def test_module_imports_have_no_cycle() -> None:
+def _import_graph() -> dict[str, set[str]]:
     paths = {module_name(p): p for p in sources()}
     known = set(paths)
-    graph = {name: _module_imports(path, known) - {name} for name, path in paths.items()}
+    return {name: _module_imports(path, known) - {name} for name, path in paths.items()}
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_the_larger_services_keep_few_modules_at_their_top(package: str) -> None:
+    service = next(s for s, p in PACKAGES.items() if p == package)
+    top = SERVICES / service / "dracpu" / package
+    assert len(list(top.glob("*.py"))) <= MAX_TOP_MODULES
+    assert {p.name for p in top.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(
+        LAYERS[package]
+    )
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_a_layer_imports_only_its_own_folder_and_those_below(package: str) -> None:
+    folders = LAYERS[package]
+    prefix = f"{package}."
+
+    def layer(module: str) -> int | None:
+        """The folder's rank (0 = top folder), None for a top-level module."""
+        parts = module.removeprefix(prefix).split(".")
+        return folders.index(parts[0]) if len(parts) > 1 else None
+
+    upward: list[str] = []
+    for module, deps in _import_graph().items():
+        if not module.startswith(prefix) or (rank := layer(module)) is None:
+            continue
+        for dep in sorted(deps):
+            if not dep.startswith(prefix) or dep == package:
+                continue
+            dep_rank = layer(dep)
+            if dep_rank is None or dep_rank < rank:
+                upward.append(f"{module} -> {dep}")
+    assert upward == []
+
+
+def test_module_imports_have_no_cycle() -> None:
+    graph = _import_graph()
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
 

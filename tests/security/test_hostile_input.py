@@ -12,8 +12,8 @@ import pytest
 from harness.nri_bed import BIN, Allocator, write_topology_report
 
 from dracpu.core.errors import InvalidInputError
-from dracpu.dra_plugin.claim_request import ClaimRef
-from dracpu.dra_plugin.metadata import MetadataWriter
+from dracpu.dra_plugin.common.claim_request import ClaimRef
+from dracpu.dra_plugin.kubelet.metadata import MetadataWriter
 
 pytestmark = pytest.mark.security
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dracpu.allocator.opaque import parse_parameters
-from dracpu.allocator.quantity import cpu_count, parse_quantity
+from dracpu.allocator.domain.opaque import parse_parameters
+from dracpu.allocator.domain.quantity import cpu_count, parse_quantity
 from dracpu.core import names
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import load_json, load_yaml

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from dracpu.allocator import records
 from dracpu.allocator.claims import ClaimRecord
+from dracpu.allocator.store import records
 from dracpu.core.cpuset import CPUSet
-from dracpu.dra_plugin.claim_request import ClaimRef, prepare_request
+from dracpu.dra_plugin.common.claim_request import ClaimRef, prepare_request
 
 pytestmark = pytest.mark.security
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from skew_builds import Build
 
-from dracpu.allocator import records
 from dracpu.allocator.claims import PrepareInput, ResultInput
-from dracpu.allocator.devices import DeviceOptions
-from dracpu.allocator.node import NodeAllocator
-from dracpu.allocator.opaque import OpaqueConfig
+from dracpu.allocator.domain.devices import DeviceOptions
+from dracpu.allocator.domain.opaque import OpaqueConfig
+from dracpu.allocator.live.node import NodeAllocator
+from dracpu.allocator.store import records
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError
 from dracpu.core.rpc import call, channel, check_health

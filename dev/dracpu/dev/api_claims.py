@@ -29,7 +29,7 @@ def _kubeconfig(layout: RunLayout) -> str:
 
 
 async def _claim_uid(kubeconfig: str, namespace: str, name: str) -> str:
-    from dracpu.dra_plugin.apiserver import KubernetesAPI
+    from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 
     api = KubernetesAPI(kubeconfig)
     try:

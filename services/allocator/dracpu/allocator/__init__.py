@@ -1,10 +1,15 @@
 """The allocator service: the only writer of the node's CPU allocation state.
 
-Pure core: `algorithm` (placement), `devices` (the published device model), `opaque` and
-`quantity` (claim inputs), `claims` (state and the prepare/attach/adopt rules), `recovery`
-(start-up reconciliation). Edges: `cdi` and `records` (durable files, via `durable`; the old
-single-file `checkpoint` is only read, to migrate), `node` (the serialized live state, the
-facade of `live_state`, `startup`, `batches`, `attachments` and `topology_refresh`),
-`servicer` (gRPC) and `wire` (its messages), `topology_client`, `runtime` (the service at run
-time), `flags` and `main` (the command line).
+In layers, each folder importing only the folders below it:
+
+- the service itself at the top: `main` and `flags` (the command line), `runtime` (the service
+  at run time), `servicer` (gRPC), `simulate` (the `dracpu simulate` command);
+- `rpc`: the messages between gRPC and the domain, the topology service's client;
+- `live`: the serialized live state (`node`) and its start-up, batched writes, container
+  attachments and topology refreshes;
+- `store`: claim records and CDI specs on disk, their atomic writes, recovery at start-up;
+- `claims`: the allocation state as an immutable value and the prepare/attach/adopt rules;
+- `domain`: the published device model, a claim's opaque parameters and quantities, isolated
+  CPUs, device health;
+- `algorithm`: the CPU placement, a pure function of the topology and the free CPUs.
 """

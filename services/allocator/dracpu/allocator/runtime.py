@@ -7,9 +7,9 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from dracpu.allocator import topology_client
-from dracpu.allocator.devices import DeviceOptions
-from dracpu.allocator.node import NodeAllocator
+from dracpu.allocator.domain.devices import DeviceOptions
+from dracpu.allocator.live.node import NodeAllocator
+from dracpu.allocator.rpc import topology_client
 from dracpu.allocator.servicer import (
     API_VERSION,
     SERVICE_NAME,

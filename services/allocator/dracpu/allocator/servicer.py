@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from dracpu.allocator import claims, wire
-from dracpu.allocator.node import NodeAllocator
+from dracpu.allocator import claims
+from dracpu.allocator.live.node import NodeAllocator
+from dracpu.allocator.rpc import wire
 from dracpu.core import names
 from dracpu.core.errors import ForbiddenError, InvalidInputError, NotFoundError
 from dracpu.core.rpc import rpc_errors

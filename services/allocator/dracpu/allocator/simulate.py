@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dracpu.allocator.isolation import CHOICES as ISOLATION_CHOICES
-from dracpu.allocator.isolation import take_with_isolation
+from dracpu.allocator.domain.isolation import CHOICES as ISOLATION_CHOICES
+from dracpu.allocator.domain.isolation import take_with_isolation
 from dracpu.core.cli import ArgumentParser, run
 from dracpu.core.config import MEMORY_PLACEMENTS
 from dracpu.core.cpuset import CPUSet

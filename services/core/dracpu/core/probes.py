@@ -85,7 +85,7 @@ class ProbeListener:
         import grpc
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-        from dracpu.core.rpc import channel
+        from dracpu.core.channels import channel
 
         if self._channel is None:
             self._channel = channel(self._socket)

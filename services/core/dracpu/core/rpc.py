@@ -18,6 +18,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from dracpu.core import __version__, probes
+from dracpu.core.channels import channel as channel
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError, from_grpc_code
 from dracpu.core.log import get_logger
 from dracpu.core.probes import ProbeListener
@@ -219,18 +220,6 @@ async def stop_server(
     with contextlib.suppress(OSError):
         if stat.S_ISSOCK(os.lstat(socket_path).st_mode):
             os.unlink(socket_path)
-
-
-def channel(socket_path: str | os.PathLike[str]) -> grpc.aio.Channel:
-    """A client channel to a local service; gRPC reconnects with backoff by itself."""
-    return grpc.aio.insecure_channel(
-        f"unix://{os.fspath(socket_path)}",
-        options=[
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 2000),
-            ("grpc.enable_retries", 1),
-        ],
-    )
 
 
 T = TypeVar("T")

@@ -10,14 +10,14 @@ import argparse
 from dracpu.core.cli import ArgumentParser
 from dracpu.core.flags import add_config_flags, add_probe_flag
 from dracpu.core.sockets import DEFAULT_SOCKETS
-from dracpu.dra_plugin.intervals import (
+from dracpu.dra_plugin.common.intervals import (
     POLL_INTERVAL,
     REGISTRATION_TIMEOUT,
     RESEND_INTERVAL,
     RESYNC_INTERVAL,
     WATCH_RESYNC_INTERVAL,
 )
-from dracpu.dra_plugin.metadata_versions import DEFAULT_METADATA_VERSIONS, parse_versions
+from dracpu.dra_plugin.kubelet.metadata_versions import DEFAULT_METADATA_VERSIONS, parse_versions
 from dracpu.dra_plugin.paths import DEFAULT_KUBELET_ROOT
 
 PROG = "dracpu-dra-plugin"

@@ -25,16 +25,18 @@ from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import Health, start_server
 from dracpu.core.signals import stop_event
-from dracpu.dra_plugin.allocator_client import AllocatorClient
-from dracpu.dra_plugin.api_features import FeatureSupport
-from dracpu.dra_plugin.cluster import Cluster
-from dracpu.dra_plugin.health import DeviceHealth
-from dracpu.dra_plugin.metadata import MetadataWriter
-from dracpu.dra_plugin.node_service import NodeService
+from dracpu.dra_plugin.cluster.api_features import FeatureSupport
+from dracpu.dra_plugin.cluster.objects import Cluster
+from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
+from dracpu.dra_plugin.common.allocator_client import AllocatorClient
+from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.kubelet.health import DeviceHealth
+from dracpu.dra_plugin.kubelet.metadata import MetadataWriter
+from dracpu.dra_plugin.kubelet.node_service import NodeService
+from dracpu.dra_plugin.kubelet.registration import PluginRegistration
 from dracpu.dra_plugin.paths import KubeletPaths
-from dracpu.dra_plugin.plugin_metrics import PluginMetrics
-from dracpu.dra_plugin.publisher import SlicePublisher
-from dracpu.dra_plugin.registration import PluginRegistration
+from dracpu.dra_plugin.publishing.publisher import SlicePublisher
+from dracpu.dra_plugin.publishing.slice_watch import SliceWatch
 from dracpu.dra_plugin.servicer import (
     DRA_SERVICES,
     HEALTH_SERVICES,
@@ -42,13 +44,11 @@ from dracpu.dra_plugin.servicer import (
     Registration,
     add_kubelet_services,
 )
-from dracpu.dra_plugin.slice_watch import SliceWatch
-from dracpu.dra_plugin.status_writer import ClaimStatusWriter
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2_grpc
 from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 
 if TYPE_CHECKING:
-    from dracpu.dra_plugin.apiserver import KubernetesAPI
+    from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 
 log = get_logger(__name__)
 
@@ -95,14 +95,14 @@ def _build(args: argparse.Namespace) -> Plugin:
     api: KubernetesAPI | None = None
     watch: SliceWatch | None = None
     if args.cluster_dir:
-        from dracpu.dra_plugin.folder import ClusterFolder  # development runs only
+        from dracpu.dra_plugin.cluster.folder import ClusterFolder  # development runs only
 
         cluster = ClusterFolder(args.cluster_dir)
     else:
-        from dracpu.dra_plugin import client_modules
+        from dracpu.dra_plugin.cluster import client_modules
 
         client_modules.load()  # before anything imports the client: only the parts we use
-        from dracpu.dra_plugin.apiserver import KubernetesAPI
+        from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 
         api = KubernetesAPI(cfg.kubeconfig)
         cluster = api

@@ -20,15 +20,15 @@ import grpc
 
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import rpc_errors
-from dracpu.dra_plugin.call_budget import CallBudget
-from dracpu.dra_plugin.claim_request import ClaimRef
-from dracpu.dra_plugin.cluster import Cluster
-from dracpu.dra_plugin.health import DeviceHealth
-from dracpu.dra_plugin.node_service import NodeService, PrepareOutcome
+from dracpu.dra_plugin.cluster.objects import Cluster
+from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
+from dracpu.dra_plugin.common.claim_request import ClaimRef
+from dracpu.dra_plugin.kubelet.call_budget import CallBudget
+from dracpu.dra_plugin.kubelet.health import DeviceHealth
+from dracpu.dra_plugin.kubelet.node_service import NodeService, PrepareOutcome
+from dracpu.dra_plugin.kubelet.registration import PluginRegistration
 from dracpu.dra_plugin.paths import KubeletPaths
-from dracpu.dra_plugin.publisher import SlicePublisher
-from dracpu.dra_plugin.registration import PluginRegistration
-from dracpu.dra_plugin.status_writer import ClaimStatusWriter
+from dracpu.dra_plugin.publishing.publisher import SlicePublisher
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
 from dracpu.pb.kubelet.dra.v1 import api_pb2 as v1
 from dracpu.pb.kubelet.dra.v1 import api_pb2_grpc as v1_grpc

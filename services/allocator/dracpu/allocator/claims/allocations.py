@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dracpu.allocator import opaque
 from dracpu.allocator.claims.model import Allocation, ClaimRecord, PrepareInput, ResultInput
 from dracpu.allocator.claims.state import NodeState
-from dracpu.allocator.devices import CPU_CAPACITY, Device, group_span
-from dracpu.allocator.isolation import take_with_isolation
-from dracpu.allocator.quantity import cpu_count
+from dracpu.allocator.domain import opaque
+from dracpu.allocator.domain.devices import CPU_CAPACITY, Device, group_span
+from dracpu.allocator.domain.isolation import take_with_isolation
+from dracpu.allocator.domain.quantity import cpu_count
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import (

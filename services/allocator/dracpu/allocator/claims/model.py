@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dracpu.allocator import opaque
+from dracpu.allocator.domain import opaque
 from dracpu.core.containers import Owner
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import DRIVER_NAME

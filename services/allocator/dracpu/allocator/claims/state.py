@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from dracpu.allocator.claims.model import ClaimRecord
-from dracpu.allocator.devices import DeviceModel
+from dracpu.allocator.domain.devices import DeviceModel
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.machine import Machine
 

@@ -1,0 +1,2 @@
+"""The gRPC shell's parts: the allocator's messages to and from the domain (`wire`) and its client
+of the topology service."""

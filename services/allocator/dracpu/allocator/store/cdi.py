@@ -1,0 +1,127 @@
+"""The CDI spec of each prepared claim: it injects `DRA_CPUSET_<claimUID>=<cpuset>`.
+
+One file per claim, `<cdi-dir>/dra.k8s.io-cpu_claim-<uid>.json` (the CDI library's transient
+spec name), kind `dra.k8s.io/cpu`, device `claim-<uid>`. We write cdiVersion 0.3.0, the oldest
+version that can express an env-only device: older runtime CDI libraries refuse versions they
+do not know, and nothing newer is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dracpu.allocator.store.durable import remove_durable, write_atomic
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.documents import decode, read_regular
+from dracpu.core.driver import cpuset_env_entry, cpuset_env_name
+from dracpu.core.errors import CPUSetError, DracpuError, StateError
+from dracpu.core.names import check_uid as check_uid  # a uid that can name a CDI device
+
+# One claim's spec is well under a kilobyte; anything much larger is not ours.
+MAX_SPEC = 1024 * 1024
+
+CDI_VERSION = "0.3.0"
+VENDOR = "dra.k8s.io"
+CLASS = "cpu"
+KIND = f"{VENDOR}/{CLASS}"
+FILE_PREFIX = f"{VENDOR}-{CLASS}_claim-"
+
+
+def device_name(uid: str) -> str:
+    return f"claim-{uid}"
+
+
+def qualified_name(uid: str) -> str:
+    return f"{KIND}={device_name(uid)}"
+
+
+def spec_path(cdi_dir: Path, uid: str) -> Path:
+    # GenerateTransientSpecName: <vendor>-<class>_<id> with '/' replaced by '_'.
+    return cdi_dir / f"{FILE_PREFIX}{uid.replace('/', '_')}.json"
+
+
+def spec_document(uid: str, cpus: CPUSet) -> dict[str, object]:
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "devices": [
+            {
+                "name": device_name(uid),
+                "containerEdits": {"env": [cpuset_env_entry(uid, cpus.format())]},
+            }
+        ],
+    }
+
+
+def write_spec(cdi_dir: Path, uid: str, cpus: CPUSet) -> Path:
+    path = spec_path(cdi_dir, check_uid(uid))
+    data = json.dumps(spec_document(uid, cpus), indent=2).encode() + b"\n"
+    try:
+        # The temp name must not end in .json/.yaml, so runtimes never load a partial spec.
+        write_atomic(path, data, mode=0o644, temp_suffix=".tmp")
+    except OSError as exc:
+        raise StateError(f"cannot write CDI spec {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def remove_spec(cdi_dir: Path, uid: str) -> bool:
+    path = spec_path(cdi_dir, uid)
+    try:
+        return remove_durable(path)
+    except OSError as exc:
+        raise StateError(f"cannot remove CDI spec {path}: {exc.strerror or exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SpecOnDisk:
+    uid: str
+    cpus: CPUSet
+    path: Path
+
+
+def parse_spec(path: Path, text: str) -> SpecOnDisk:
+    """Read back one of our specs; anything else is a StateError naming the file."""
+    uid = path.name.removeprefix(FILE_PREFIX).removesuffix(".json")
+    try:
+        document = json.loads(text)
+        if not isinstance(document, dict) or document.get("kind") != KIND:
+            raise ValueError(f"kind is not {KIND}")
+        devices = document.get("devices")
+        if not isinstance(devices, list) or len(devices) != 1 or not isinstance(devices[0], dict):
+            raise ValueError("expected exactly one device")
+        if devices[0].get("name") != device_name(uid):
+            raise ValueError(f"device name is not {device_name(uid)}")
+        env = devices[0].get("containerEdits", {}).get("env", [])
+        key = f"{cpuset_env_name(uid)}="
+        values = [e for e in env if isinstance(e, str) and e.startswith(key)]
+        if len(values) != 1:
+            raise ValueError(f"expected one {key}... entry")
+        cpus = CPUSet.parse(values[0].removeprefix(key))
+    except (ValueError, AttributeError, CPUSetError, RecursionError) as exc:
+        raise StateError(f"CDI spec {path} is not a claim spec of this driver: {exc}") from None
+    if not cpus:
+        raise StateError(f"CDI spec {path} has an empty cpuset")
+    return SpecOnDisk(uid=uid, cpus=cpus, path=path)
+
+
+def read_specs(cdi_dir: Path) -> Iterator[SpecOnDisk | StateError]:
+    """Every claim spec in the directory, in uid order; unreadable ones as errors."""
+    if not cdi_dir.is_dir():
+        return
+    for path in sorted(cdi_dir.glob(f"{FILE_PREFIX}*.json")):
+        try:
+            text = decode(
+                read_regular(path, "CDI spec", limit=MAX_SPEC, error=StateError), str(path)
+            )
+        except FileNotFoundError:
+            continue
+        except DracpuError as exc:
+            yield StateError(f"cannot read CDI spec {path}: {exc}")
+            continue
+        try:
+            yield parse_spec(path, text)
+        except StateError as exc:
+            yield exc

@@ -1,0 +1,225 @@
+"""Device metadata for containers (API group metadata.resource.k8s.io, KEP-5304).
+
+Per prepared request we write a metadata file under the plugin's data dir and a CDI spec that
+bind-mounts it read-only at the well-known path inside the container; the CDI id goes to the
+kubelet with the request's first device. Layout as kubernetes/dynamic-resource-allocation
+kubeletplugin/metadata.go writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dracpu.core.errors import StateError
+from dracpu.core.names import check_namespace, check_object_name
+from dracpu.dra_plugin.common.claim_request import ClaimRef, base_request
+from dracpu.dra_plugin.kubelet.metadata_versions import DEFAULT_METADATA_VERSIONS
+from dracpu.pb.allocator.v1 import allocator_pb2
+
+METADATA_GROUP = "metadata.resource.k8s.io"
+
+CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
+CDI_VERSION = "0.5.0"
+
+
+@dataclass(frozen=True)
+class MetadataDevice:
+    pool: str
+    name: str
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+def attribute_json(value: allocator_pb2.AttributeValue) -> dict[str, Any]:
+    """resource.k8s.io/v1 DeviceAttribute JSON for one attribute value."""
+    kind = value.WhichOneof("value")
+    if kind in ("strings", "ints"):
+        return {kind: list(getattr(value, kind).values)}
+    if kind is None:
+        return {}
+    return {kind: getattr(value, kind)}
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Readers (the runtime's CDI cache) never see a partial file: write aside, then rename.
+    One writer per claim at a time (the caller holds the claim's lock), so the temp name can be
+    fixed; its .tmp suffix keeps CDI from loading it. The caller makes the directory."""
+    temp = path.with_name(f".{path.name}.tmp")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def _make_dir(path: Path, mode: int = 0o755) -> None:
+    """mkdir -p with the common case (parent already there) in one system call."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        path.mkdir(parents=True, exist_ok=True, mode=mode)
+
+
+def _dumps(obj: Any) -> str:
+    # Compact: the C encoder (indent falls back to the pure-Python one, slow for big lists).
+    return json.dumps(obj, separators=(",", ":"))
+
+
+class MetadataWriter:
+    """Writes and removes one claim's metadata files and their CDI specs."""
+
+    def __init__(
+        self,
+        driver: str,
+        metadata_dir: Path,
+        cdi_dir: Path,
+        versions: Sequence[str] = DEFAULT_METADATA_VERSIONS,
+    ) -> None:
+        self.driver = driver
+        self.metadata_dir = metadata_dir
+        self.cdi_dir = cdi_dir
+        self.versions = tuple(versions)
+
+    def claim_dir(self, namespace: str, name: str) -> Path:
+        # Checked here as well as where the kubelet's names arrive: this path is removed
+        # recursively on unprepare, so it must never leave the metadata dir.
+        check_namespace(namespace, "claim namespace")
+        check_object_name(name, "claim name")
+        return self.metadata_dir / f"{namespace}_{name}"
+
+    def metadata_file(self, namespace: str, name: str, request: str) -> Path:
+        return self.claim_dir(namespace, name) / request / "metadata.json"
+
+    def cdi_file(self, uid: str, request: str) -> Path:
+        return self.cdi_dir / f"{self.driver}_metadata_{uid}_{request}.json"
+
+    def container_path(self, claim: ClaimRef, pod_claim: str | None, request: str) -> str:
+        sub = f"resourceclaimtemplates/{pod_claim}" if pod_claim else f"resourceclaims/{claim.name}"
+        return f"{CONTAINER_DIR}/{sub}/{request}/{self.driver}-metadata.json"
+
+    def document(
+        self,
+        claim: ClaimRef,
+        pod_claim: str | None,
+        request: str,
+        devices: Sequence[MetadataDevice],
+        version: str,
+    ) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "kind": "DeviceMetadata",
+            "apiVersion": f"{METADATA_GROUP}/{version}",
+            "metadata": {
+                "name": claim.name,
+                "namespace": claim.namespace,
+                "uid": claim.uid,
+                "generation": 1,
+            },
+        }
+        if pod_claim:
+            doc["podClaimName"] = pod_claim
+        entries = []
+        for device in devices:
+            entry: dict[str, Any] = {
+                "driver": self.driver,
+                "pool": device.pool,
+                "name": device.name,
+            }
+            if device.attributes:
+                entry["attributes"] = dict(sorted(device.attributes.items()))
+            entries.append(entry)
+        doc["requests"] = [{"name": request, "devices": entries}]
+        return doc
+
+    def write(
+        self,
+        claim: ClaimRef,
+        pod_claim: str | None,
+        by_request: Mapping[str, Sequence[MetadataDevice]],
+    ) -> dict[str, str]:
+        """Write every request's files; returns base request name -> metadata CDI device id."""
+        ids: dict[str, str] = {}
+        try:
+            claim_dir = self.claim_dir(claim.namespace, claim.name)
+            # Intermediate directories get the default mode, the request's own 0755.
+            _make_dir(claim_dir, 0o777)
+            for request_ref, devices in by_request.items():
+                request = base_request(request_ref)
+                stream = "".join(
+                    _dumps(self.document(claim, pod_claim, request_ref, devices, v)) + "\n"
+                    for v in self.versions
+                )
+                host_path = claim_dir / request / "metadata.json"
+                _make_dir(host_path.parent)
+                _atomic_write(host_path, stream.encode())
+                device_name = f"{claim.uid}_{request}"
+                spec = {
+                    "cdiVersion": CDI_VERSION,
+                    "kind": f"{self.driver}/metadata",
+                    "devices": [
+                        {
+                            "name": device_name,
+                            "containerEdits": {
+                                "mounts": [
+                                    {
+                                        "hostPath": str(host_path),
+                                        "containerPath": self.container_path(
+                                            claim, pod_claim, request
+                                        ),
+                                        "options": ["ro", "bind"],
+                                    }
+                                ]
+                            },
+                        }
+                    ],
+                }
+                cdi_file = self.cdi_file(claim.uid, request)
+                try:
+                    _atomic_write(cdi_file, _dumps(spec).encode())
+                except FileNotFoundError:  # the CDI dir is made once, on first need
+                    _make_dir(self.cdi_dir)
+                    _atomic_write(cdi_file, _dumps(spec).encode())
+                ids[request] = f"{self.driver}/metadata={device_name}"
+        except OSError as exc:
+            raise StateError(f"claim {claim}: write device metadata: {exc}") from None
+        return ids
+
+    def remove(self, claim: ClaimRef) -> None:
+        """Remove the claim's metadata; nothing there is fine."""
+        try:
+            shutil.rmtree(self.claim_dir(claim.namespace, claim.name), ignore_errors=False)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StateError(f"claim {claim}: remove device metadata: {exc}") from None
+        # A plain prefix/suffix scan: the CDI dir also holds every claim's allocator spec, and
+        # glob's pattern matching per entry was most of an unprepare's cost.
+        prefix, suffix = f"{self.driver}_metadata_{claim.uid}_", ".json"
+        try:
+            with os.scandir(self.cdi_dir) as entries:
+                names = [
+                    e.name
+                    for e in entries
+                    if e.name.startswith(prefix)
+                    and e.name.endswith(suffix)
+                    and len(e.name) >= len(prefix) + len(suffix)
+                ]
+            for name in names:
+                (self.cdi_dir / name).unlink(missing_ok=True)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StateError(f"claim {claim}: remove metadata CDI spec: {exc}") from None

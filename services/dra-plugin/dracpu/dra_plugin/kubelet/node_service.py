@@ -1,0 +1,310 @@
+"""NodePrepareResources / NodeUnprepareResources, once for both kubelet API versions.
+
+Each claim of a batch gets its own outcome: a claim that cannot be read, was replaced, is not
+allocated, asks for something we refuse, or that the allocator rejects, fails alone. The
+ResourceClaims are read before any lock is taken (as the upstream helper does); calls for the
+same claim are serialized, different claims proceed concurrently (the allocator serializes its
+own mutations). What each prepared claim got, or why it failed, goes into its status.devices
+through the status writer, in the background (`dracpu.dra_plugin.cluster.status_writer`).
+
+The allocator is waited for as long as the kubelet's deadline for the call allows (a
+CallBudget). When it does not answer in that time the whole call fails UNAVAILABLE, as one line
+naming the allocator and how long it waited: the kubelet tries the pod again, and every claim's
+prepare and unprepare is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dracpu.core.errors import DracpuError, InvalidInputError
+from dracpu.core.log import get_logger
+from dracpu.dra_plugin.cluster.objects import Cluster
+from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
+from dracpu.dra_plugin.common.allocator_client import AllocatorClient, AllocatorUnavailableError
+from dracpu.dra_plugin.common.claim_request import (
+    ALLOCATED_NUM_CPUS,
+    ClaimRef,
+    allocated_cpus,
+    base_request,
+    pod_claim_name,
+    prepare_request,
+    share_ids,
+)
+from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.kubelet.call_budget import CallBudget
+from dracpu.dra_plugin.kubelet.keyed_lock import KeyedLock
+from dracpu.dra_plugin.kubelet.metadata import MetadataDevice, MetadataWriter, attribute_json
+from dracpu.pb.allocator.v1 import allocator_pb2
+
+log = get_logger(__name__)
+
+MAX_CONCURRENT_CALLS = 64
+
+
+@dataclass
+class PreparedDevice:
+    """One entry of the kubelet's Device list, independent of the API version."""
+
+    request_names: list[str]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: list[str] = field(default_factory=list)
+    share_id: str | None = None  # only the v1 API can carry it
+
+
+@dataclass
+class PrepareOutcome:
+    devices: list[PreparedDevice] = field(default_factory=list)
+    error: str = ""
+    unavailable: AllocatorUnavailableError | None = None
+
+
+def _raise_unavailable(failures: Sequence[AllocatorUnavailableError | None]) -> None:
+    """The whole call fails when the allocator could not answer one of its claims in time."""
+    missed = [f for f in failures if f is not None]
+    if missed:
+        others = f" ({len(missed) - 1} more claims of this call alike)" if len(missed) > 1 else ""
+        raise AllocatorUnavailableError(f"{missed[0]}{others}")
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, DracpuError):
+        return str(exc)
+    return f"internal error: {type(exc).__name__}: {exc}"
+
+
+def _same_uid(ref: ClaimRef, claim: dict[str, Any]) -> bool:
+    """A failure is written into the claim only when it is the claim the kubelet meant."""
+    metadata = claim.get("metadata")
+    return isinstance(metadata, dict) and str(metadata.get("uid") or "") == ref.uid
+
+
+class NodeService:
+    def __init__(
+        self,
+        *,
+        driver: str,
+        cluster: Cluster,
+        allocator: AllocatorClient,
+        metadata: MetadataWriter,
+        metrics: PluginMetrics,
+        status: ClaimStatusWriter | None = None,
+    ) -> None:
+        self.driver = driver
+        self.status = status
+        self.cluster = cluster
+        self.allocator = allocator
+        self.metadata = metadata
+        self.metrics = metrics
+        self._locks = KeyedLock()
+        # A batch of thousands of claims goes to the allocator (and the API server) a bounded
+        # number at a time, rather than as thousands of concurrent calls.
+        self._calls = asyncio.Semaphore(MAX_CONCURRENT_CALLS)
+
+    async def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        ref.check()
+        async with self._calls:
+            return await self.cluster.get_claim(ref.namespace, ref.name)
+
+    async def prepare(
+        self, claims: Sequence[ClaimRef], budget: CallBudget | None = None
+    ) -> dict[str, PrepareOutcome]:
+        """Each claim's outcome; raises AllocatorUnavailableError when the allocator did not
+        answer one of them within `budget` (the allocator client's default when None)."""
+        log.info(4, "preparing claims", count=len(claims))
+        objects = await asyncio.gather(
+            *(self._get_claim(c) for c in claims), return_exceptions=True
+        )
+        outcomes = await asyncio.gather(
+            *(self._prepare_one(c, o, budget) for c, o in zip(claims, objects, strict=True))
+        )
+        _raise_unavailable([o.unavailable for o in outcomes])
+        return {c.uid: o for c, o in zip(claims, outcomes, strict=True)}
+
+    async def _prepare_one(
+        self, ref: ClaimRef, claim: dict[str, Any] | BaseException, budget: CallBudget | None
+    ) -> PrepareOutcome:
+        start = time.perf_counter()
+        try:
+            if isinstance(claim, InvalidInputError):
+                raise claim
+            if isinstance(claim, BaseException):
+                if isinstance(claim, DracpuError) and not str(claim).startswith("retrieve claim"):
+                    raise type(claim)(f"retrieve claim {ref}: {claim}")
+                raise claim
+            async with self._locks.hold(ref.uid), self._calls:
+                outcome = await self._prepare_locked(ref, claim, budget)
+        except Exception as exc:
+            outcome = PrepareOutcome(error=_error_text(exc))
+            if isinstance(exc, AllocatorUnavailableError):
+                outcome.unavailable = exc
+            if self.status is not None and isinstance(claim, dict) and _same_uid(ref, claim):
+                self.status.failed(ref, claim, outcome.error)
+            if not isinstance(exc, DracpuError):
+                log.error("unexpected prepare failure", claim=str(ref), exc_info=True)
+            log.warning("claim not prepared", claim=str(ref), uid=ref.uid, error=outcome.error)
+            self.metrics.prepared("error", time.perf_counter() - start)
+            return outcome
+        self.metrics.prepared("success", time.perf_counter() - start)
+        return outcome
+
+    async def _prepare_locked(
+        self, ref: ClaimRef, claim: dict[str, Any], budget: CallBudget | None
+    ) -> PrepareOutcome:
+        request = prepare_request(ref, claim, self.driver)
+        if request is None:
+            log.info(2, "claim has nothing for this driver", claim=str(ref), uid=ref.uid)
+            return PrepareOutcome()
+        if log.enabled(4):  # the fields cost more than the call when the line is off
+            log.info(
+                4,
+                "asking the allocator",
+                claim=str(ref),
+                results=",".join(f"{r.request}:{r.device}" for r in request.results),
+                configs=len(request.configs),
+            )
+        response = await self.allocator.prepare(request, budget.left() if budget else None)
+        shares = share_ids(claim, self.driver)
+        if self.status is not None:
+            self.status.prepared(ref, claim, response, shares)
+        devices = [
+            PreparedDevice(
+                request_names=[base_request(n) for n in d.request_names],
+                pool_name=d.pool_name,
+                device_name=d.device_name,
+                cdi_device_ids=list(d.cdi_device_ids),
+                share_id=next(
+                    (
+                        shares[(n, d.pool_name, d.device_name)]
+                        for n in d.request_names
+                        if (n, d.pool_name, d.device_name) in shares
+                    ),
+                    None,
+                ),
+            )
+            for d in response.devices
+        ]
+        self._attach_metadata(ref, claim, request, response, devices)
+        if log.enabled(2):
+            log.info(
+                2,
+                "claim prepared",
+                claim=str(ref),
+                uid=ref.uid,
+                cpus=response.claim.cpus,
+                devices=",".join(d.device_name for d in devices),
+                again=response.already_prepared,
+            )
+        if log.enabled(4):
+            for d in response.devices:
+                log.info(4, "device prepared", claim=str(ref), device=d.device_name, cpus=d.cpus)
+        return PrepareOutcome(devices=devices)
+
+    def _attach_metadata(
+        self,
+        ref: ClaimRef,
+        claim: dict[str, Any],
+        request: allocator_pb2.PrepareRequest,
+        response: allocator_pb2.PrepareResponse,
+        devices: list[PreparedDevice],
+    ) -> None:
+        counts = allocated_cpus(request)
+        by_request: dict[str, list[MetadataDevice]] = {}
+        for prepared in response.devices:
+            attributes = {k: attribute_json(v) for k, v in prepared.attributes.items()}
+            for name in prepared.request_names:
+                count = counts.get((name, prepared.device_name))
+                attrs = dict(attributes)
+                if count is not None:  # the allocator may already carry it
+                    attrs.setdefault(ALLOCATED_NUM_CPUS, {"int": count})
+                by_request.setdefault(name, []).append(
+                    MetadataDevice(
+                        pool=prepared.pool_name, name=prepared.device_name, attributes=attrs
+                    )
+                )
+        if not by_request:
+            return
+        ids = self.metadata.write(ref, pod_claim_name(claim), by_request)
+        injected: set[str] = set()
+        for device in devices:
+            for name in device.request_names:
+                if name in ids and name not in injected:
+                    device.cdi_device_ids.append(ids[name])
+                    injected.add(name)
+
+    async def catch_up(self, node: str) -> int:
+        """At start: every claim the allocator holds whose status.devices lacks our Ready
+        entries (a write that had not landed when the plugin stopped) gets them, from the
+        allocator's recorded answer (a repeated Prepare). Only claims still allocated on this
+        node's pool, with the same UID, are touched; failures are left for the next prepare.
+        Returns how many claims were written again."""
+        if self.status is None or not self.status.enabled:
+            return 0
+        records = await self.allocator.list_claims()
+        written = 0
+        for record in records.claims:
+            ref = ClaimRef(record.namespace, record.name, record.uid)
+            try:
+                claim = await self._get_claim(ref)
+                request = prepare_request(ref, claim, self.driver)
+                if request is None or any(r.pool != node for r in request.results):
+                    continue
+                if self.status.complete(claim):
+                    continue
+                async with self._locks.hold(ref.uid), self._calls:
+                    response = await self.allocator.prepare(request)
+            except DracpuError as exc:
+                log.info(4, "claim status not caught up", claim=str(ref), uid=ref.uid,
+                         reason=str(exc))  # fmt: skip
+                continue
+            self.status.prepared(ref, claim, response, share_ids(claim, self.driver))
+            written += 1
+        if written:
+            log.info(2, "claim device status caught up after a restart", claims=written)
+        return written
+
+    async def unprepare(
+        self, claims: Sequence[ClaimRef], budget: CallBudget | None = None
+    ) -> dict[str, str]:
+        """Claim UID -> error ("" when released); raises AllocatorUnavailableError as prepare
+        does."""
+        log.info(4, "unpreparing claims", count=len(claims))
+        outcomes = await asyncio.gather(*(self._unprepare_one(c, budget) for c in claims))
+        _raise_unavailable([missed for _, missed in outcomes])
+        return {c.uid: error for c, (error, _) in zip(claims, outcomes, strict=True)}
+
+    async def _unprepare_one(
+        self, ref: ClaimRef, budget: CallBudget | None
+    ) -> tuple[str, AllocatorUnavailableError | None]:
+        """The claim's error ("" when released), and the allocator's silence if that was it."""
+        try:
+            ref.check()
+            async with self._locks.hold(ref.uid), self._calls:
+                response = await self.allocator.unprepare(
+                    ref.uid, budget.left() if budget else None
+                )
+                self.metadata.remove(ref)
+                if self.status is not None:
+                    self.status.removed(ref)
+        except Exception as exc:
+            error = _error_text(exc)
+            if not isinstance(exc, DracpuError):
+                log.error("unexpected unprepare failure", claim=str(ref), exc_info=True)
+            log.warning("claim not unprepared", claim=str(ref), uid=ref.uid, error=error)
+            self.metrics.unprepared("error")
+            return error, exc if isinstance(exc, AllocatorUnavailableError) else None
+        log.info(
+            2,
+            "claim unprepared",
+            claim=str(ref),
+            uid=ref.uid,
+            was_prepared=response.was_prepared,
+            released=response.released_cpus,
+        )
+        self.metrics.unprepared("success")
+        return "", None

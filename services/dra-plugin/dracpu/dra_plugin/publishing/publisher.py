@@ -1,0 +1,264 @@
+"""Keeps the node's ResourceSlices equal to the allocator's devices.
+
+Polls the allocator's device list (a local call) and applies the plan from
+`publishing.slices` whenever the devices or the slices change. Against the API server
+the slices are known from a list + watch (`publishing.slice_watch`): a change by
+someone else wakes the publisher at once, and the periodic resync only re-plans against that
+cache and re-reads the Node, so a quiet node costs the API server one watch request every few
+minutes. A cluster folder has no watch and is listed at every resync instead.
+
+The Node's UID is the slices' owner (they are garbage-collected with it). It is read again
+whenever someone else deleted our slices (the garbage collector does when the Node was
+recreated), at each resync, and every OWNER_RETRY seconds while there is no Node; a new UID is
+written into every slice. Fields the API server lacks are left out once it shows it lacks them
+(`cluster.api_features`). Failures and write conflicts are retried with exponential
+backoff. Slices are left in place at shutdown: the kubelet wipes them once the driver has been
+gone for 30 s (PROTOCOLS.md §1.5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
+from dracpu.core.log import get_logger
+from dracpu.dra_plugin.cluster.api_features import FeatureSupport, MissingFeature
+from dracpu.dra_plugin.cluster.objects import Cluster, Object
+from dracpu.dra_plugin.common.allocator_client import AllocatorClient
+from dracpu.dra_plugin.common.intervals import POLL_INTERVAL, RESYNC_INTERVAL, WATCH_RESYNC_INTERVAL
+from dracpu.dra_plugin.common.waits import wait_set
+from dracpu.dra_plugin.publishing.slice_watch import SliceWatch
+from dracpu.dra_plugin.publishing.slices import Owner, Plan, chunk_documents, device_json, plan
+from dracpu.pb.allocator.v1 import allocator_pb2
+
+log = get_logger(__name__)
+
+OWNER_RETRY = 30.0
+MAX_BACKOFF = 60.0
+
+
+@dataclass
+class PublishState:
+    published_generation: int = 0  # allocator device generation of the last good publish
+    slice_count: int = 0
+    pool_generation: int = 0
+    last_error: str = ""
+    last_published_at: float = 0.0
+    syncs: int = 0
+    writes: int = 0
+    owner_uid: str = ""
+    missing_features: list[MissingFeature] = field(default_factory=list)
+
+
+class SlicePublisher:
+    def __init__(
+        self,
+        *,
+        driver: str,
+        node: str,
+        cluster: Cluster,
+        allocator: AllocatorClient,
+        on_devices: Callable[[Sequence[str]], None] = lambda names: None,
+        poll_interval: float = POLL_INTERVAL,
+        resync_interval: float | None = None,
+        watch: SliceWatch | None = None,
+        features: FeatureSupport | None = None,
+        owner_retry: float = OWNER_RETRY,
+    ) -> None:
+        self.driver = driver
+        self.node = node
+        self.cluster = cluster
+        self.allocator = allocator
+        self.on_devices = on_devices
+        self.poll_interval = poll_interval
+        default_resync = WATCH_RESYNC_INTERVAL if watch is not None else RESYNC_INTERVAL
+        self.resync_interval = resync_interval or default_resync
+        self.watch = watch
+        self.features = features or FeatureSupport()
+        self.owner_retry = owner_retry
+        self.state = PublishState()
+        self._owner: Owner | None = None
+        self._owner_read_at: float | None = None
+        self._fingerprint = b""
+        self._next_resync = 0.0
+        self._again = False  # a feature turned out missing, or a sync failed: sync once more
+
+    @property
+    def mode(self) -> str:
+        return "watch" if self.watch is not None else "resync"
+
+    async def run(self) -> None:
+        watcher = asyncio.create_task(self.watch.run()) if self.watch is not None else None
+        try:
+            await self._publish_loop()
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+
+    async def _publish_loop(self) -> None:
+        backoff = 1.0
+        while True:
+            try:
+                devices = await self.allocator.list_devices()
+                fingerprint = devices.SerializeToString(deterministic=True)
+                now = time.monotonic()
+                resync = now >= self._next_resync
+                if (
+                    fingerprint != self._fingerprint
+                    or resync
+                    or self._again
+                    or self._slices_changed()
+                    or self._owner_missing_due(now)
+                ):
+                    await self.sync(devices, reread_owner=resync)
+                    self._fingerprint = fingerprint
+                    if resync:
+                        self._next_resync = time.monotonic() + self.resync_interval
+                backoff = 1.0
+                await self._pause(self.poll_interval)
+            except DracpuError as exc:
+                self.state.last_error = str(exc)
+                self._again = True  # whatever woke us was consumed: try again regardless
+                log.warning(
+                    "publishing ResourceSlices failed; retrying", error=str(exc), retry_in=backoff
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def _slices_changed(self) -> bool:
+        return self.watch is not None and self.watch.changed.is_set()
+
+    def _owner_missing_due(self, now: float) -> bool:
+        read_at = self._owner_read_at
+        return self._owner is None and (read_at is None or now - read_at >= self.owner_retry)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake as soon as the watch reports a change by someone else."""
+        if self.watch is None or self._again:
+            if not self._again:
+                await asyncio.sleep(seconds)
+            return
+        await wait_set(self.watch.changed, seconds)
+
+    async def _owner_reference(self, reread: bool) -> Owner | None:
+        watch = self.watch
+        if watch is not None and watch.deleted_by_others:
+            reread = True  # the garbage collector deletes our slices when the Node is replaced
+            watch.deleted_by_others = False
+        known = self._owner is not None or not self._owner_missing_due(time.monotonic())
+        if not reread and self._owner_read_at is not None and known:
+            return self._owner
+        uid = await self.cluster.node_uid(self.node)
+        self._owner_read_at = time.monotonic()
+        previous = self._owner
+        self._owner = Owner(self.node, uid) if uid else None
+        if uid and previous is not None and previous.uid != uid:
+            log.info(2, "the Node was recreated; slices follow its new UID", node=self.node,
+                     old_uid=previous.uid, uid=uid)  # fmt: skip
+        elif uid is None and (previous is not None or self.state.syncs == 0):
+            log.info(2, "no Node object found; slices carry no owner reference", node=self.node)
+        self.state.owner_uid = uid or ""
+        return self._owner
+
+    async def _existing(self) -> list[Object]:
+        if self.watch is None:
+            return await self.cluster.list_slices(self.driver, self.node)
+        if not self.watch.synced.is_set():
+            # Give the first list a moment; then say why there is nothing to compare against.
+            await wait_set(self.watch.synced, 5)
+        if not self.watch.synced.is_set():
+            reason = self.watch.stats.last_error or "no answer yet"
+            raise UnavailableError(f"ResourceSlices not listed yet: {reason}")
+        return self.watch.snapshot()
+
+    async def sync(self, devices: allocator_pb2.DeviceList, *, reread_owner: bool = False) -> None:
+        if self.watch is not None:
+            self.watch.changed.clear()
+        self._again = False
+        owner = await self._owner_reference(reread_owner)
+        documents = [device_json(d) for d in devices.devices]
+        while True:
+            sent = self.features.devices(documents)
+            chunks = chunk_documents(sent, self.features.uses_lists(sent))
+            todo = plan(
+                await self._existing(),
+                chunks,
+                driver=self.driver,
+                node=self.node,
+                pool=self.node,
+                owner=owner,
+            )
+            try:
+                await self._apply(todo)
+            except (InvalidInputError, UnavailableError) as exc:
+                # 422 or 403 naming a feature this server lacks: once more without it.
+                if self.features.refused(str(exc), sent) is None:
+                    raise
+                self._note_features()
+                continue
+            break
+        state = self.state
+        if not todo.empty or state.published_generation != devices.generation:
+            log.info(
+                2,
+                "ResourceSlices published",
+                pool=self.node,
+                devices=len(devices.devices),
+                slices=len(chunks),
+                pool_generation=todo.generation,
+                device_generation=devices.generation,
+                deleted=len(todo.delete),
+                updated=len(todo.update),
+                created=len(todo.create),
+            )
+        state.published_generation = devices.generation
+        state.slice_count = len(chunks)
+        state.pool_generation = todo.generation
+        state.last_error = ""
+        state.last_published_at = time.time()
+        state.syncs += 1
+        self.on_devices([d.name for d in devices.devices])
+
+    async def _apply(self, todo: Plan) -> None:
+        for obsolete in todo.delete:
+            meta = obsolete.get("metadata") or {}
+            name = str(meta.get("name"))
+            await self.cluster.delete_slice(
+                name, str(meta.get("uid")), str(meta.get("resourceVersion"))
+            )
+            self.state.writes += 1
+            if self.watch is not None:
+                self.watch.forget(name)
+            log.info(4, "deleted ResourceSlice", name=name)
+        for updated in todo.update:
+            stored = await self.cluster.update_slice(updated)
+            self._stored(updated, stored)
+            log.info(4, "updated ResourceSlice", name=(updated.get("metadata") or {}).get("name"))
+        for created in todo.create:
+            stored = await self.cluster.create_slice(created)
+            self._stored(created, stored)
+            log.info(4, "created ResourceSlice", name=(stored.get("metadata") or {}).get("name"))
+
+    def _stored(self, sent: Object, stored: Object) -> None:
+        self.state.writes += 1
+        if self.watch is not None:
+            self.watch.remember(stored)
+        if self.features.dropped(_devices(sent), _devices(stored)):
+            # Compare against what the server keeps from now on, or every resync rewrites it.
+            self._note_features()
+            self._again = True
+
+    def _note_features(self) -> None:
+        self.state.missing_features = list(self.features.missing.values())
+
+
+def _devices(obj: Object) -> list[dict[str, Any]]:
+    spec = obj.get("spec") or {}
+    return list(spec.get("devices") or []) if isinstance(spec, dict) else []
