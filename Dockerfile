@@ -69,7 +69,8 @@ COPY services/ services/
 COPY dev/ dev/
 # One wheel per image, built from a copy of the tree holding the shared core and that service
 # only (setup.py packages the service folders present; dev: the whole distribution with the
-# simulators), so it holds dracpu.core, dracpu.pb and that service. Each is installed without
+# simulators), so it holds dracpu.core, dracpu.pb and that service, and declares only their
+# `dracpu` subcommands (entry points dracpu.commands). Each is installed without
 # its dependencies into /stage/<image> (pip --root: its files under /stage/<image>/opt/dracpu),
 # with its sources and their byte code: all is compiled here, so the read-only root filesystem
 # costs no start-up time. Only the image's own console scripts stay.

@@ -33,6 +33,7 @@ from dracpu.allocator.algorithm import Policy, take_cpus
 from dracpu.allocator.claims import NodeState, PrepareInput, ResultInput
 from dracpu.allocator.domain.devices import DeviceOptions, build_devices
 from dracpu.allocator.live.node import NodeAllocator
+from dracpu.core.driver import CPU_CAPACITY
 from dracpu.core.errors import DracpuError
 from dracpu.core.machine import Machine
 from dracpu.topology.discovery import discover
@@ -51,7 +52,7 @@ def load(name: str) -> Machine:
 
 
 def request(uid: str, device: str, count: int) -> PrepareInput:
-    result = ResultInput(request="r", device=device, pool="n", consumed={"dra.cpu/cpu": str(count)})
+    result = ResultInput(request="r", device=device, pool="n", consumed={CPU_CAPACITY: str(count)})
     return PrepareInput(uid=uid, namespace="bench", name=uid, results=(result,))
 
 

@@ -24,6 +24,7 @@ import httpx
 from harness.api_stack import PodServices, start_api, stop_api
 from harness.requests import prepare_request
 
+from dracpu.core.driver import numa_device_name
 from dracpu.core.rpc import channel
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 
@@ -43,7 +44,7 @@ async def _prepare(socket: str, claims: int) -> float:
             request = prepare_request(
                 f"bench-{index:05d}",
                 1,
-                device=f"cpudevnuma{index % NUMA_NODES:03d}",
+                device=numa_device_name(index % NUMA_NODES),
                 namespace=f"ns-{index % 10}",
                 name=f"claim-{index}",
                 pool="bench-node",

@@ -46,11 +46,11 @@ from harness.services import wait_serving
 from harness.waits import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
+from dracpu.core.driver import CPU_CAPACITY, DRIVER_NAME
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, RegisteredPlugin
 from dracpu.topology.fixtures import write_fixture
 
 BIN = Path(sys.executable).parent
-DRIVER = "dra.cpu"
 PORTS = {
     "DRACPU_CP_ETCD_PORT": "16479",
     "DRACPU_CP_ETCD_PEER_PORT": "16480",
@@ -135,7 +135,7 @@ class Fleet:
 
     def published(self) -> bool:
         slices = self.cp.items("resourceslices")
-        pools = {s["spec"]["pool"]["name"] for s in slices if s["spec"]["driver"] == DRIVER}
+        pools = {s["spec"]["pool"]["name"] for s in slices if s["spec"]["driver"] == DRIVER_NAME}
         return pools >= set(self.nodes)
 
     def close(self) -> None:
@@ -154,8 +154,8 @@ def claim_and_pod(name: str, node: str) -> tuple[dict[str, Any], dict[str, Any]]
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"devices": {"requests": [{"name": "cpus", "exactly": {
-            "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1,
-            "capacity": {"requests": {"dra.cpu/cpu": "2"}}}}]}},
+            "deviceClassName": DRIVER_NAME, "allocationMode": "ExactCount", "count": 1,
+            "capacity": {"requests": {CPU_CAPACITY: "2"}}}}]}},
     }  # fmt: skip
     pod = {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
@@ -185,7 +185,8 @@ async def churn(
         await asyncio.sleep(max(0.0, start + i * 60 / per_minute - time.monotonic()))
         node = fleet.nodes[i % len(fleet.nodes)]
         if node not in plugins:
-            plugins[node] = await KubeletSim(fleet.root / "k" / node).register(DRIVER, timeout=30)
+            kubelet = KubeletSim(fleet.root / "k" / node)
+            plugins[node] = await kubelet.register(DRIVER_NAME, timeout=30)
         name = f"churn-{i:04d}"
         claim, pod = claim_and_pod(name, node)
         began = time.monotonic()
@@ -297,9 +298,15 @@ async def main_async(args: argparse.Namespace) -> int:
         print(f"apiserver_requests_bench: skipped: {reason}")
         return 0
     with control_plane(args.keep) as cp:
-        selector = {"cel": {"expression": f'device.driver == "{DRIVER}"'}}
-        cp.apply({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-                  "metadata": {"name": DRIVER}, "spec": {"selectors": [selector]}})  # fmt: skip
+        selector = {"cel": {"expression": f'device.driver == "{DRIVER_NAME}"'}}
+        cp.apply(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": DRIVER_NAME},
+                "spec": {"selectors": [selector]},
+            }
+        )
         for nodes in args.nodes:
             await measure(cp, nodes, args.window, args.churn_claims, args.churn_rate, args.keep)
     return 0

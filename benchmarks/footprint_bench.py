@@ -43,6 +43,7 @@ from pathlib import Path
 import yaml
 from harness.services import wait_serving
 
+from dracpu.core.driver import CPU_CAPACITY, DRIVER_NAME, numa_device_name
 from dracpu.topology.fixtures import write_fixture
 
 BIN = Path(sys.executable).parent
@@ -115,10 +116,10 @@ def write_claims(cluster: Path, count: int, numa_nodes: int) -> list[tuple[str, 
         uid, name = str(uuid.uuid4()), f"fp-{i}"
         result = {
             "request": "cpus",
-            "driver": "dra.cpu",
+            "driver": DRIVER_NAME,
             "pool": NODE,
-            "device": f"cpudevnuma{i % numa_nodes:03d}",
-            "consumedCapacity": {"dra.cpu/cpu": "1"},
+            "device": numa_device_name(i % numa_nodes),
+            "consumedCapacity": {CPU_CAPACITY: "1"},
         }
         obj = {
             "apiVersion": "resource.k8s.io/v1",
@@ -137,7 +138,7 @@ async def prepare_claims(kubelet_root: Path, claims: list[tuple[str, str, str]])
     """The kubelet stand-in's part, run in a child process (see `--prepare-claims`)."""
     from dracpu.dev.kubelet_sim import Claim, KubeletSim
 
-    plugin = await KubeletSim(kubelet_root).register("dra.cpu", timeout=30)
+    plugin = await KubeletSim(kubelet_root).register(DRIVER_NAME, timeout=30)
     batch = [Claim(*claim) for claim in claims]
     for i in range(0, len(batch), 50):
         answer = await plugin.prepare(batch[i : i + 50])

@@ -33,6 +33,7 @@ from pathlib import Path
 from harness.requests import prepare_request
 from harness.services import wait_serving
 
+from dracpu.core.driver import numa_device_name
 from dracpu.core.rpc import call, channel
 from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
@@ -43,6 +44,7 @@ BIN = Path(sys.executable).parent
 FIXTURE = "xeon-2s-ht"
 CREATE_P99_TARGET_MS = 5.0
 FANOUT_TARGET_MS = 200.0
+FIRST_NUMA_DEVICE = numa_device_name(0)
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -56,7 +58,7 @@ def report(name: str, samples_ms: list[float], target: str = "") -> None:
     print(f"{name:<44} n={len(samples_ms):<5} median={median:8.3f} ms  p99={p99:8.3f} ms {target}")
 
 
-async def prepare(socket: Path, count: int, device: str = "cpudevnuma000") -> tuple[str, str]:
+async def prepare(socket: Path, count: int, device: str = FIRST_NUMA_DEVICE) -> tuple[str, str]:
     uid = str(uuid.uuid4())
     request = prepare_request(uid, count, device=device, namespace="bench", name=f"c-{uid[:8]}")
     async with channel(socket) as chan:
@@ -154,7 +156,7 @@ async def bench(containers: int, root: Path) -> None:
         claims: list[str] = []
         claimed_ids: list[str] = []
         for i in range(16):
-            uid, cpus = await prepare(alloc_sock, 2, f"cpudevnuma00{i % 2}")
+            uid, cpus = await prepare(alloc_sock, 2, numa_device_name(i % 2))
             claims.append(uid)
             owner = runtime.add_pod(f"claim{i}", "bench")
             started = time.perf_counter()

@@ -32,6 +32,7 @@ from harness.requests import prepare_request
 from harness.services import wait_serving
 
 from dracpu.core import rpc
+from dracpu.core.driver import CPU_CAPACITY, DRIVER_NAME, numa_device_name
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, RegisteredPlugin
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.topology.fixtures import write_fixture
@@ -68,10 +69,10 @@ def write_claims(cluster: Path, prefix: str, count: int, numa_nodes: int) -> lis
                         "results": [
                             {
                                 "request": "cpus",
-                                "driver": "dra.cpu",
+                                "driver": DRIVER_NAME,
                                 "pool": NODE,
-                                "device": f"cpudevnuma{i % numa_nodes:03d}",
-                                "consumedCapacity": {"dra.cpu/cpu": "1"},
+                                "device": numa_device_name(i % numa_nodes),
+                                "consumedCapacity": {CPU_CAPACITY: "1"},
                             }
                         ]
                     }
@@ -124,7 +125,7 @@ async def run(args: argparse.Namespace) -> None:
         await wait_serving(
             root / "p.sock", plugin_proc, what="dra-plugin", log=log_file, timeout=60
         )
-        plugin = await KubeletSim(root / "k").register("dra.cpu", timeout=30)
+        plugin = await KubeletSim(root / "k").register(DRIVER_NAME, timeout=30)
         numa = len(list((sysfs / "devices/system/node").glob("node[0-9]*")))
 
         print(
@@ -144,7 +145,7 @@ async def run(args: argparse.Namespace) -> None:
             start = time.perf_counter()
             for i, c in enumerate(direct):
                 request = prepare_request(
-                    c.uid, 1, device=f"cpudevnuma{i % numa:03d}", namespace=c.namespace,
+                    c.uid, 1, device=numa_device_name(i % numa), namespace=c.namespace,
                     name=c.name, pool=NODE,
                 )  # fmt: skip
                 began = time.perf_counter()

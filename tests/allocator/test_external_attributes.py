@@ -11,20 +11,17 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from harness.published import decode_smt_layout
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dracpu.allocator.claims import ClaimRecord, NodeState
 from dracpu.allocator.domain.devices import DeviceOptions, GroupBy, build_devices
-from dracpu.allocator.domain.external import (
-    ATTR_CPU_IDS,
-    ATTR_SMT_LAYOUT,
-    decode_smt_layout,
-    smt_layout,
-)
+from dracpu.allocator.domain.external import smt_layout
 from dracpu.allocator.live.state import PublishedDevices
 from dracpu.core import log
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import ATTR_CPU_IDS, ATTR_SMT_LAYOUT
 from dracpu.core.errors import ConfigError
 from dracpu.core.machine import CPUInfo, Machine
 from dracpu.core.names import MAX_ATTRIBUTE_VALUE

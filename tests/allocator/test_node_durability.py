@@ -22,6 +22,7 @@ from dracpu.allocator.claims import (
     Owner,
     PrepareInput,
     ResultInput,
+    summary,
 )
 from dracpu.allocator.domain.devices import DeviceOptions
 from dracpu.allocator.live.node import NodeAllocator
@@ -448,6 +449,26 @@ async def test_metrics_follow_the_state(tmp_path: Path, machines: Machines) -> N
         'dra_cpu_claim_allocated_cpus_bucket{le="4.0"} 1.0',
     ):
         assert line in text
+
+
+async def test_available_cpus_is_what_the_published_devices_still_offer(
+    tmp_path: Path, machines: Machines
+) -> None:
+    """small-vm: 2 CPUs; minSharedCPUs 1 keeps CPU 0 for the shared pool, so the node publishes
+    a capacity of 1 and that one CPU is all a claim can get."""
+    registry = service_registry()
+    node = node_in(tmp_path, DeviceOptions(min_shared=1), registry=registry)
+    await node.start(machines("small-vm"))
+    model, _ = node.devices
+    assert sum(int(d.capacity["dra.cpu/cpu"]) for d in model.devices) == 1
+    assert summary(node.state).available == 1
+    text = exposition(registry)
+    assert "dra_cpu_available_cpus 1.0" in text
+    assert "dra_cpu_allocated_cpus 0.0" in text
+
+    await node.prepare(request("u1", count=1))
+    assert summary(node.state).available == 0
+    assert "dra_cpu_available_cpus 0.0" in exposition(registry)
 
 
 async def test_a_caller_going_away_does_not_cut_a_prepare_short(

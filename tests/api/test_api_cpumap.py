@@ -220,3 +220,73 @@ def test_a_placed_claims_memory_nodes_are_shown_in_the_legend_and_on_its_cpus() 
     }
     assert titles[12].endswith("claim ns/placed (uid uid-p), memory on NUMA node 1")
     assert titles[6].endswith("claim ns/unplaced (uid uid-u)")  # every node: nothing said
+
+
+# ---- counts in the page's text ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("count", "noun", "expected"),
+    [
+        pytest.param(0, "claim", "0 claims", id="none"),
+        pytest.param(1, "socket", "1 socket", id="one"),
+        pytest.param(2, "NUMA node", "2 NUMA nodes", id="two"),
+        pytest.param(1, "CPU", "1 CPU", id="one-cpu"),
+        pytest.param(40, "CPU", "40 CPUs", id="many-cpus"),
+    ],
+)
+def test_counted_is_singular_only_for_one(count: int, noun: str, expected: str) -> None:
+    assert page.counted(count, noun) == expected
+
+
+def _texts(html: str) -> list[str]:
+    """The summary paragraph and every title of the page."""
+    summary = re.search(r'<p id="summary">([^<]*)', html)
+    assert summary is not None
+    return [summary.group(1), *re.findall(r"<title>([^<]*)</title>", html)]
+
+
+def test_a_one_cpu_node_is_counted_in_the_singular() -> None:
+    vm = machine("small-vm")
+    one = Machine.build([c for c in vm.cpus if c.cpu_id == 0])
+    texts = _texts(page.cpu_map_page("node", build(one, None, []), []))
+    assert texts[0].startswith("1 CPU in 1 socket; 0 CPUs held by 0 claims. ")
+    for title in (
+        "CPU map: 1 CPU",
+        "socket 0: 1 CPU",
+        "NUMA node 0: 1 CPU",
+        "no L3 reported: 1 core, 1 CPU",
+    ):
+        assert title in texts
+    claim = [ClaimCPUs("uid-c", "ns", "c", CPUSet([0]))]
+    one_claim = build(one, Pool(CPUSet(), CPUSet(), CPUSet([0])), claim)
+    summary = _texts(page.cpu_map_page("node", one_claim, []))[0]
+    assert summary.startswith("1 CPU in 1 socket; 1 CPU held by 1 claim. ")
+
+
+def test_a_bigger_node_is_counted_in_the_plural() -> None:
+    texts = _texts(page.cpu_map_page("node", build(machine("xeon-2s-ht"), POOL, CLAIMS), []))
+    assert texts[0].startswith("40 CPUs in 2 sockets; 5 CPUs held by 2 claims. ")
+    for title in (
+        "CPU map: 40 CPUs",
+        "socket 0: 20 CPUs",
+        "NUMA node 1: 20 CPUs",
+        "L3 0: 10 cores, 20 CPUs",
+    ):
+        assert title in texts
+    assert not [t for t in texts if re.search(r"\b1 \w+s\b", t)]
+
+
+@pytest.mark.parametrize(
+    ("shown", "line"),
+    [
+        pytest.param(1, "… and 1 more claim (see /v1/claims)", id="one-hidden"),
+        pytest.param(0, "… and 2 more claims (see /v1/claims)", id="two-hidden"),
+    ],
+)
+def test_claims_left_out_of_the_legend_are_counted(
+    monkeypatch: pytest.MonkeyPatch, shown: int, line: str
+) -> None:
+    monkeypatch.setattr(page, "LEGEND_CLAIMS", shown)
+    html = page.cpu_map_page("node", build(machine("xeon-2s-ht"), POOL, CLAIMS), [])
+    assert f"<li>{line}</li>" in html

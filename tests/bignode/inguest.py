@@ -28,6 +28,7 @@ from typing import Any
 
 import skew_bench
 import skew_stack
+from harness.cgroups import CGROUP_ROOT, Cgroups
 from harness.containerd_node import ContainerdNode, crictl_path
 from harness.dev_up import DevUp, free_port
 from harness.guest import KUBELET_PORT, NODE_IP, POD_CIDR
@@ -35,7 +36,6 @@ from shape import machine_shape
 from skew_builds import Build, head_build
 from skew_stack import Stack
 
-from dracpu.core.cgroups import CGROUP_ROOT, Cgroups
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev import workloads
 from dracpu.dev.cluster_folder import ClusterFolder

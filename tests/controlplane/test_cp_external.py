@@ -15,15 +15,12 @@ import pytest
 from controlplane.checks import complete, devices, slices
 from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
+from harness.published import decode_smt_layout
 from harness.waits import wait_for
 
 from dracpu.allocator.domain.devices import DeviceOptions, GroupBy, build_devices
-from dracpu.allocator.domain.external import (
-    ATTR_CPU_IDS,
-    ATTR_SMT_LAYOUT,
-    decode_smt_layout,
-)
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import ATTR_CPU_IDS, ATTR_SMT_LAYOUT
 from dracpu.core.machine import Machine
 from dracpu.core.names import MAX_ATTRIBUTE_VALUE
 from dracpu.topology.discovery import discover

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dracpu.core.cli import main
+from dracpu.core.cli import commands, main
+from dracpu.dev import cli as dev_cli
 
 RUN_DIR = "{run_dir}"
 
@@ -183,3 +184,11 @@ def test_status_of_a_run_dir_with_nothing_running(
 ) -> None:
     code, out, _ = invoke(["dev", "status", "--run-dir", str(run_dir)], capsys)
     assert (code, out) == (1, f"no dracpu dev up is running on {run_dir}\n")
+
+
+def test_dev_is_a_subcommand_of_the_whole_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+    # Declared by setup.py for the dev folder (entry point group dracpu.commands).
+    assert commands()["dev"].value == "dracpu.dev.cli:main"
+    code, out, _ = invoke(["--help"], capsys)
+    assert code == 0
+    assert f"  dev          {dev_cli.SUMMARY}\n" in out

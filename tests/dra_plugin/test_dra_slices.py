@@ -7,13 +7,13 @@ import uuid
 from typing import Any
 
 import pytest
+from harness.published import chunk_devices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dracpu.core.errors import InvalidInputError
 from dracpu.dra_plugin.publishing.slices import (
     Owner,
-    chunk_devices,
     decode_index,
     device_json,
     encode_index,

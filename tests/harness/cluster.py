@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dracpu.core.cgroups import Cgroups
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import NotFoundError
+from harness.cgroups import Cgroups
 from harness.control_plane import CommandError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from dracpu.core.cgroups import CGROUP_ROOT, Cgroups
 from dracpu.core.errors import NotFoundError
+from harness.cgroups import CGROUP_ROOT, Cgroups
 from harness.paths import CACHE
 from harness.waits import WaitTimeout, wait_for
 

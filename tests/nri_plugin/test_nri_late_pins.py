@@ -65,7 +65,7 @@ async def pinned_late(
     slow for the runtime, which gives up, drops the plugin and creates the container
     unadjusted); then the real attach back, the runtime reconnected, and the container pinned
     at the new Synchronize. Its id."""
-    allocator = bed.plugin._allocator
+    allocator = bed.client  # the plugin's allocator client
     attach = allocator.attach
     monkeypatch.setattr(allocator, "attach", answer(attach))
     connects = bed.stub.status.connects

@@ -19,7 +19,7 @@ from dracpu.core.cpuset import CPUSet
 from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
 from dracpu.nri_plugin.pacing import UpdatePacer
-from dracpu.nri_plugin.stub import RuntimeInfo
+from dracpu.nri_plugin.plugin_service import RuntimeInfo
 from dracpu.nri_plugin.ttrpc import DEADLINE_EXCEEDED, UNKNOWN, TtrpcError
 from dracpu.pb.allocator.v1 import allocator_pb2
 from dracpu.pb.nri import api_pb2
@@ -85,8 +85,8 @@ async def shared_plugin(runtime: SlowRuntime, allocator: PoolOnly, count: int) -
 
 async def change_pool(plugin: CPUPlugin, allocator: PoolOnly, cpus: str, generation: int) -> None:
     allocator.pool = cpus
-    async with plugin._lock:
-        plugin._note_pool(allocator_pb2.SharedPool(cpus=cpus, generation=generation))
+    async with plugin.state.lock:
+        plugin.state.pool.note(allocator_pb2.SharedPool(cpus=cpus, generation=generation))
 
 
 async def converged(plugin: CPUPlugin, runtime: SlowRuntime, pool: str, timeout: float) -> None:

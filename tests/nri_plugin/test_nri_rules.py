@@ -138,12 +138,17 @@ def _rec(cid: str, claims: tuple[str, ...] = (), cpus: str = "", pod: str = "p")
     return ContainerRecord(Container.of(cid, pod, "ns", "pod", cid), claims, CPUSet.parse(cpus))
 
 
+def claim_owners(registry: Registry) -> dict[str, str]:
+    """Claim UID -> container id, for every exclusive container."""
+    return {claim: r.container_id for r in registry for claim in r.claims}
+
+
 def test_registry_finds_stale_shared_containers_only() -> None:
     registry = Registry([_rec("a", cpus="0-7"), _rec("b", (UID_A,), "2-3"), _rec("c", cpus="4-7")])
     pool = CPUSet.parse("4-7")
     assert [r.container_id for r in registry.stale_shared(pool)] == ["a"]
     assert registry.stale_shared(pool, exclude="a") == []
-    assert registry.claim_owners() == {UID_A: "b"}
+    assert claim_owners(registry) == {UID_A: "b"}
 
 
 def test_registry_ignores_a_removal_from_another_pod() -> None:
@@ -173,7 +178,7 @@ def test_registry_an_unconfirmed_update_is_stale_for_every_pool() -> None:
 
 
 def test_an_update_carries_mems_only_when_there_are_memory_nodes() -> None:
-    from dracpu.nri_plugin.cpu_plugin import cpuset_update
+    from dracpu.nri_plugin.conversions import cpuset_update
 
     placed = cpuset_update("c1", CPUSet.parse("2-3"), CPUSet.parse("0-1"))
     assert (placed.linux.resources.cpu.cpus, placed.linux.resources.cpu.mems) == ("2-3", "0-1")
@@ -182,8 +187,8 @@ def test_an_update_carries_mems_only_when_there_are_memory_nodes() -> None:
 
 
 def test_garbled_memory_nodes_from_the_allocator_leave_mems_unset() -> None:
-    from dracpu.nri_plugin.cpu_plugin import _memory_nodes
+    from dracpu.nri_plugin.conversions import memory_nodes
 
-    assert _memory_nodes("0-1", "c1") == CPUSet.parse("0-1")
-    assert _memory_nodes("", "c1") == CPUSet()
-    assert _memory_nodes("1-x", "c1") == CPUSet()
+    assert memory_nodes("0-1", "c1") == CPUSet.parse("0-1")
+    assert memory_nodes("", "c1") == CPUSet()
+    assert memory_nodes("1-x", "c1") == CPUSet()

@@ -19,7 +19,8 @@ from dracpu.core.errors import NotFoundError, ProtocolError
 from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.nri_plugin import mux as muxmod
 from dracpu.nri_plugin.mux import FrameDecoder, Mux, frame_message
-from dracpu.nri_plugin.stub import Backoff, PluginStub, RuntimeInfo
+from dracpu.nri_plugin.plugin_service import RuntimeInfo
+from dracpu.nri_plugin.stub import Backoff, PluginStub
 from dracpu.nri_plugin.ttrpc import (
     DEADLINE_EXCEEDED,
     INVALID_ARGUMENT,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import re
 import subprocess
 import sys
+from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
+from harness.commands import COMMANDS
 
 from dracpu.core import __version__, cli
 from dracpu.core.errors import (
@@ -96,11 +101,70 @@ def test_version() -> None:
     assert result.stdout.strip() == __version__
 
 
-def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_subcommands_are_the_distributions_entry_points() -> None:
+    declared = cli.commands()
+    assert {name: ep.value for name, ep in declared.items()} == COMMANDS
+    assert {ep.group for ep in declared.values()} == {cli.COMMAND_GROUP}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_subcommand_has_a_main_and_a_one_line_summary(name: str) -> None:
+    module = importlib.import_module(cli.commands()[name].module)
+    assert callable(module.main)
+    summary = module.SUMMARY
+    assert isinstance(summary, str)
+    assert summary and "\n" not in summary and len(summary) <= 70
+
+
+def test_help_lists_the_subcommands_with_their_summaries(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == ["usage: dracpu <command> [options]", "", "commands:"]
+    listed = [line.split(None, 1) for line in lines[3:]]
+    expected = [
+        [name, importlib.import_module(target.split(":")[0]).SUMMARY]
+        for name, target in sorted(COMMANDS.items())
+    ]
+    assert listed == [*expected, ["version", "print the version"]]
+
+
+def ghost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Declares one more subcommand whose module this installation lacks: the entry point of
+    a service that is not installed."""
+    declared = cli.commands()
+    declared["ghost"] = EntryPoint("ghost", "dracpu.no_such_service.cli:main", cli.COMMAND_GROUP)
+    monkeypatch.setattr(cli, "commands", lambda: dict(sorted(declared.items())))
+
+
+def test_help_leaves_out_a_subcommand_whose_module_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ghost(monkeypatch)
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
-    for name in cli.SUBCOMMANDS:
-        assert name in out
+    assert "ghost" not in out
+    assert "  simulate " in out
+
+
+def test_a_subcommand_whose_module_is_missing_is_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ghost(monkeypatch)
+    assert cli.main(["ghost", "--help"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "dracpu: error: command 'ghost' is not installed here "
+        "(No module named 'dracpu.no_such_service')\n"
+    )
+
+
+def test_the_dracpu_command_names_no_other_packages_module() -> None:
+    # The subcommands come from the entry points alone: the core names no service's module.
+    source = Path(cli.__file__).read_text()
+    assert re.findall(r"dracpu\.(?!core\b|commands\b)\w+", source) == []
 
 
 def test_no_command_is_usage_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,6 +12,7 @@ from dracpu.core.errors import InvalidInputError
 from dracpu.dev.layout import RunLayout, default_run_dir
 
 PROG = "dracpu dev"
+SUMMARY = "run all services locally (dev up, dev claim, dev release)"
 # The run folder inside the containers of compose/docker-compose.yaml.
 COMPOSE_RUN_DIR = "/dracpu-dev"
 

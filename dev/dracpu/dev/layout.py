@@ -14,6 +14,7 @@ from pathlib import Path
 from dracpu.core.cluster_folder import ClusterFolderLayout
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InvalidInputError
+from dracpu.core.sockets import ALLOCATOR_READ_ONLY_SOCKET, socket_file
 from dracpu.dra_plugin.paths import KubeletPaths
 
 
@@ -38,12 +39,12 @@ class RunLayout:
 
     def socket(self, service: str) -> Path:
         """The gRPC socket of a service (topology, allocator, dra-plugin, nri-plugin)."""
-        return self.sockets / f"{service}.sock"
+        return self.sockets / socket_file(service)
 
     @property
     def allocator_read_only_socket(self) -> Path:
         """The allocator's read-only socket (next to its own, as the allocator names it)."""
-        return self.sockets / "allocator-ro.sock"
+        return self.sockets / ALLOCATOR_READ_ONLY_SOCKET
 
     @property
     def kubelet_root(self) -> Path:

@@ -286,13 +286,6 @@ class RuntimeSim:
         async with self._changed:
             await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
 
-    async def wait_unsolicited(self, count: int, timeout: float = 10.0) -> None:
-        """Until at least `count` UpdateContainers calls arrived."""
-        async with self._changed:
-            await asyncio.wait_for(
-                self._changed.wait_for(lambda: len(self.unsolicited) >= count), timeout
-            )
-
     # -- pods and containers ------------------------------------------------------------------
 
     def add_pod(self, name: str, namespace: str = "default", uid: str = "") -> str:

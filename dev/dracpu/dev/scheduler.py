@@ -1,7 +1,7 @@
 """What the Kubernetes scheduler would allocate for a CPU claim, from the published
 ResourceSlices and the allocations already recorded in other claims. Pure: no I/O.
 
-Grouped devices (`allowMultipleAllocations` with `dra.cpu/cpu` capacity) are shared: a claim
+Grouped devices (`allowMultipleAllocations` with the CPU capacity) are shared: a claim
 takes one device with enough capacity left and records `consumedCapacity`. Individual devices
 stand for one CPU each and go to one claim only. Like the scheduler, the first fit in pool and
 device-name order wins.
@@ -15,13 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.driver import DRIVER_NAME
+from dracpu.core.driver import (
+    ATTR_CPU_IDS,
+    ATTR_LEGACY_NUMA_NODE_ID,
+    ATTR_NUMA_NODE,
+    CPU_CAPACITY,
+    DRIVER_NAME,
+)
 from dracpu.core.errors import InsufficientCPUsError, InvalidInputError
 
-CAPACITY = "dra.cpu/cpu"
-CPU_IDS = "dra.cpu/cpuIDs"  # published with allocator external: the CPUs a claim may name
-NUMA_ATTRIBUTES = ("resource.kubernetes.io/numaNode", "dra.cpu/numaNodeID")
-MACHINE_DEVICE = "cpudevmachine"
+# Where a device says its NUMA node, the current attribute first.
+NUMA_ATTRIBUTES = (ATTR_NUMA_NODE, ATTR_LEGACY_NUMA_NODE_ID)
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,8 @@ class Device:
     name: str
     node: str
     numa: int | None
-    capacity: int | None  # dra.cpu/cpu of a grouped device; None for an individual CPU
-    cpu_ids: CPUSet | None = None  # dra.cpu/cpuIDs (allocator external), else None
+    capacity: int | None  # the CPU capacity of a grouped device; None for an individual CPU
+    cpu_ids: CPUSet | None = None  # the CPU list attribute (allocator external), else None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -55,14 +59,14 @@ class Result:
             "device": self.device,
         }
         if self.consumed is not None:
-            document["consumedCapacity"] = {CAPACITY: str(self.consumed)}
+            document["consumedCapacity"] = {CPU_CAPACITY: str(self.consumed)}
         return document
 
 
 def _quantity(value: object, where: str) -> int:
     text = str(value).strip()
     if not text.isdigit():
-        raise InvalidInputError(f"{where}: {CAPACITY} quantity {value!r} is not a CPU count")
+        raise InvalidInputError(f"{where}: {CPU_CAPACITY} quantity {value!r} is not a CPU count")
     return int(text)
 
 
@@ -90,7 +94,7 @@ def devices_of(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
         if int(pool.get("generation", 0)) != newest[name]:
             continue
         for device in spec.get("devices") or []:
-            capacity = (device.get("capacity") or {}).get(CAPACITY)
+            capacity = (device.get("capacity") or {}).get(CPU_CAPACITY)
             devices.append(
                 Device(
                     pool=name,
@@ -109,18 +113,19 @@ def devices_of(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
 
 
 def _cpu_ids(attributes: Mapping[str, Any]) -> CPUSet | None:
-    value = attributes.get(CPU_IDS)
+    value = attributes.get(ATTR_CPU_IDS)
     if isinstance(value, Mapping) and isinstance(value.get("string"), str):
         return CPUSet.parse(value["string"])
     return None
 
 
 def for_cpuset(devices: list[Device], cpuset: CPUSet) -> list[Device]:
-    """Allocator external: the devices whose `dra.cpu/cpuIDs` hold all of `cpuset` (what an
+    """Allocator external: the devices whose CPU list attribute holds all of `cpuset` (what an
     external allocator picks from)."""
     if not any(device.cpu_ids is not None for device in devices):
         raise InvalidInputError(
-            f"--cpuset needs the node's allocator to be external (its devices publish no {CPU_IDS})"
+            "--cpuset needs the node's allocator to be external "
+            f"(its devices publish no {ATTR_CPU_IDS})"
         )
     fitting = [d for d in devices if d.cpu_ids is not None and cpuset.issubset(d.cpu_ids)]
     if not fitting:
@@ -139,7 +144,7 @@ def results_of(claims: Iterable[Mapping[str, Any]]) -> list[Result]:
         for entry in (allocation.get("devices") or {}).get("results") or []:
             if entry.get("driver") != DRIVER_NAME:
                 continue
-            consumed = (entry.get("consumedCapacity") or {}).get(CAPACITY)
+            consumed = (entry.get("consumedCapacity") or {}).get(CPU_CAPACITY)
             results.append(
                 Result(
                     request=str(entry.get("request", "")),

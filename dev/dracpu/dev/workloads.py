@@ -17,7 +17,14 @@ from typing import Any
 
 from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.driver import DRIVER_NAME, cpuset_env_name
+from dracpu.core.driver import (
+    ATTR_CPU_IDS,
+    ATTR_NUMA_NODE,
+    CPU_CAPACITY,
+    DRIVER_NAME,
+    MACHINE_DEVICE,
+    cpuset_env_name,
+)
 from dracpu.core.errors import (
     ConflictError,
     DracpuError,
@@ -30,8 +37,6 @@ from dracpu.dev.cdi_specs import resolve_env
 from dracpu.dev.cluster_folder import ClusterFolder, check_name
 from dracpu.dev.layout import RunLayout
 from dracpu.dev.scheduler import (
-    CAPACITY,
-    MACHINE_DEVICE,
     Result,
     allocate,
     devices_of,
@@ -147,9 +152,10 @@ def claim_document(
         "count": 1 if grouped else cpus,
     }
     if grouped:
-        exactly["capacity"] = {"requests": {CAPACITY: str(cpus)}}
+        exactly["capacity"] = {"requests": {CPU_CAPACITY: str(cpus)}}
     if numa is not None:
-        expression = f'device.attributes["resource.kubernetes.io"].numaNode == {numa}'
+        domain, _, attribute = ATTR_NUMA_NODE.partition("/")
+        expression = f'device.attributes["{domain}"].{attribute} == {numa}'
         exactly["selectors"] = [{"cel": {"expression": expression}}]
     spec: dict[str, Any] = {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}
     allocation: dict[str, Any] = {"devices": {"results": [r.to_document() for r in results]}}
@@ -215,7 +221,7 @@ def _schedule(
         raise ConflictError(f"claim {namespace}/{name} already exists")
     devices = devices_of(folder.slices())
     if cpuset is not None:
-        # The external allocator's part: a device whose dra.cpu/cpuIDs hold the cpuset.
+        # The external allocator's part: a device whose CPU list attribute holds the cpuset.
         devices = for_cpuset(devices, cpuset)
     results = allocate(devices, results_of(folder.claims()), cpus, numa=numa, request=REQUEST)
     chosen = next((d for d in devices if d.name == results[0].device), None)
@@ -223,7 +229,7 @@ def _schedule(
         raise InvalidInputError(
             "the node's allocator is external"
             + (" (groupBy machine)" if chosen.name == MACHINE_DEVICE else "")
-            + ": pass --cpuset with the exact CPUs, from a device's dra.cpu/cpuIDs"
+            + f": pass --cpuset with the exact CPUs, from a device's {ATTR_CPU_IDS}"
         )
     node = next((d.node for d in devices if d.pool == results[0].pool), "")
     claim = claim_document(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 
 from dracpu.core.cli import ArgumentParser
+from dracpu.core.driver import ATTR_PCIE_ROOT
 from dracpu.core.flags import add_config_flags, add_probe_flag
-from dracpu.core.sockets import DEFAULT_SOCKETS
+from dracpu.core.sockets import ALLOCATOR_READ_ONLY_SOCKET, DEFAULT_SOCKETS
 
 PROG = "dracpu-allocator"
 
@@ -36,7 +37,8 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--read-only-socket",
         metavar="PATH",
-        help="reads only (the api's): mode 0660; default: <socket dir>/allocator-ro.sock",
+        help="reads only (the api's): mode 0660; "
+        f"default: <socket dir>/{ALLOCATOR_READ_ONLY_SOCKET}",
     )
     parser.add_argument("--topology-socket", default=DEFAULT_SOCKETS["topology"], metavar="PATH")
     parser.add_argument(
@@ -49,7 +51,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--expose-pcie-roots",
         action="store_true",
-        help="publish resource.kubernetes.io/pcieRoot on devices",
+        help=f"publish {ATTR_PCIE_ROOT} on devices",
     )
     parser.add_argument(
         "--topology-refresh",

@@ -24,6 +24,7 @@ from dracpu.core.machine import Machine
 from dracpu.core.metrics import exposition, service_registry
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
+from dracpu.core.sockets import ALLOCATOR_READ_ONLY_SOCKET
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 
 log = get_logger(__name__)
@@ -54,7 +55,7 @@ READ_ONLY_MODE = 0o660
 def read_only_socket(args: argparse.Namespace) -> str:
     if args.read_only_socket:
         return str(args.read_only_socket)
-    return str(Path(args.socket).with_name("allocator-ro.sock"))
+    return str(Path(args.socket).with_name(ALLOCATOR_READ_ONLY_SOCKET))
 
 
 def check_reserved(reserved: CPUSet, machine: Machine) -> None:

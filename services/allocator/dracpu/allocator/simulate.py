@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from dracpu.core.machine import Machine
 
 PROG = "dracpu simulate"
+SUMMARY = "preview a CPU placement on a gatherinfo report"
 
 
 def build_parser() -> ArgumentParser:

@@ -20,6 +20,7 @@ from dracpu.api.deadlines import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from dracpu.core.errors import DracpuError, NotFoundError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.rpc import DEFAULT_SOCKETS, call, channel
+from dracpu.core.sockets import ALLOCATOR_READ_ONLY_SOCKET, socket_file
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
@@ -41,9 +42,6 @@ class BackendUnavailable(UnavailableError):
         super().__init__(f"{service} unavailable: {reason}")
         self.service = service
         self.reason = reason
-
-
-READ_ONLY_ALLOCATOR = "allocator-ro.sock"
 
 
 class Backend:
@@ -68,11 +66,11 @@ class Backend:
 
     def target(self) -> str:
         """The socket to dial. An allocator of an older release has no read-only socket: when
-        `allocator-ro.sock` is absent and `allocator.sock` beside it exists, that one is used
-        (an older allocator gives it the mode the read-only socket has now)."""
+        the allocator's read-only socket is absent and its own socket beside it exists, that one
+        is used (an older allocator gives it the mode the read-only socket has now)."""
         path = Path(self.socket)
-        if path.name == READ_ONLY_ALLOCATOR and not path.exists():
-            full = path.with_name("allocator.sock")
+        if path.name == ALLOCATOR_READ_ONLY_SOCKET and not path.exists():
+            full = path.with_name(socket_file("allocator"))
             if full.exists():
                 return str(full)
         return self.socket

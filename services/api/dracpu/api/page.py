@@ -56,6 +56,12 @@ LINKS = (
 )
 
 
+def counted(count: int, noun: str) -> str:
+    """`count` followed by its noun, singular for exactly one: "1 socket", "0 claims",
+    "2 NUMA nodes". Every count the pages write goes through here."""
+    return f"{count} {noun if count == 1 else noun + 's'}"
+
+
 def _document(title: str, body: str) -> str:
     # The empty data: icon stops the browser asking for /favicon.ico.
     return (
@@ -159,7 +165,8 @@ def _cache(cache: CacheGroup, x: int, y: int, out: list[str]) -> Size:
     label = f"L3 {cache.l3_id}" if cache.l3_id >= 0 else "no L3 reported"
     out.append(
         f'<g class="l3" data-l3="{cache.l3_id}" transform="translate({x},{y})">'
-        f"<title>{escape(label)}: {len(cache.cores)} cores, {cpus} CPUs</title>"
+        f"<title>{escape(label)}: {counted(len(cache.cores), 'core')}, {counted(cpus, 'CPU')}"
+        "</title>"
         f'<rect class="box l3-box" width="{box.w}" height="{box.h}" rx="4"/>'
         f'<text class="hdr" x="{PAD}" y="{HEADER - 5}">{escape(label)}</text>'
     )
@@ -175,7 +182,7 @@ def _numa(node: NumaNode, x: int, y: int, out: list[str]) -> None:
     cpus = sum(len(core.threads) for cache in node.caches for core in cache.cores)
     out.append(
         f'<g class="numa" data-numa="{node.node_id}" transform="translate({x},{y})">'
-        f"<title>NUMA node {node.node_id}: {cpus} CPUs</title>"
+        f"<title>NUMA node {node.node_id}: {counted(cpus, 'CPU')}</title>"
         f'<rect class="box numa-box" width="{size.w}" height="{size.h}" rx="5"/>'
         f'<text class="hdr" x="{PAD}" y="{HEADER - 5}">NUMA node {node.node_id}</text>'
     )
@@ -192,7 +199,7 @@ def _socket(socket: Socket, x: int, y: int, out: list[str]) -> None:
     )
     out.append(
         f'<g class="socket" data-socket="{socket.socket_id}" transform="translate({x},{y})">'
-        f"<title>socket {socket.socket_id}: {cpus} CPUs</title>"
+        f"<title>socket {socket.socket_id}: {counted(cpus, 'CPU')}</title>"
         f'<rect class="box socket-box" width="{size.w}" height="{size.h}" rx="6"/>'
         f'<text class="hdr" x="{PAD}" y="{HEADER - 5}">Socket {socket.socket_id}</text>'
     )
@@ -218,7 +225,7 @@ def svg(cpu_map: CPUMap) -> str:
     return (
         f'<svg id="cpu-map" xmlns="http://www.w3.org/2000/svg" role="img" '
         f'width="{width + 2}" height="{height + 2}" viewBox="-1 -1 {width + 2} {height + 2}">'
-        f"<title>CPU map: {cpu_map.cpu_count} CPUs</title>{''.join(out)}</svg>"
+        f"<title>CPU map: {counted(cpu_map.cpu_count, 'CPU')}</title>{''.join(out)}</svg>"
     )
 
 
@@ -241,7 +248,7 @@ def _legend(cpu_map: CPUMap) -> str:
         )
     hidden = len(cpu_map.claims) - LEGEND_CLAIMS
     if hidden > 0:
-        items.append(f"<li>… and {hidden} more claims (see /v1/claims)</li>")
+        items.append(f"<li>… and {counted(hidden, 'more claim')} (see /v1/claims)</li>")
     return f'<ul id="legend">{"".join(items)}</ul>'
 
 
@@ -251,8 +258,9 @@ def cpu_map_page(node_name: str, cpu_map: CPUMap, notices: Sequence[str]) -> str
     return _document(
         f"CPU map of {node_name}",
         f"<h1>CPU map of {escape(node_name)}</h1>"
-        f'<p id="summary">{cpu_map.cpu_count} CPUs in {len(cpu_map.sockets)} sockets; '
-        f"{len(cpu_map.claims)} claims hold {claimed} CPUs. "
+        f'<p id="summary">{counted(cpu_map.cpu_count, "CPU")} in '
+        f"{counted(len(cpu_map.sockets), 'socket')}; {counted(claimed, 'CPU')} held by "
+        f"{counted(len(cpu_map.claims), 'claim')}. "
         "Hover a CPU for its place and owner. "
         '<a href="/">index</a></p>'
         f"{notes}{_legend(cpu_map)}{svg(cpu_map)}",

@@ -7,10 +7,14 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dracpu.core import __version__
 from dracpu.core.errors import DracpuError, InsufficientCPUsError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+    from types import ModuleType
 
 EXIT_USAGE = 2
 
@@ -69,34 +73,64 @@ def service_main(
     return run_async(lambda: serve(args), parser.prog)
 
 
-# subcommand -> (module with `main(argv) -> int`, summary)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "gatherinfo": ("dracpu.topology.gatherinfo", "write a report of the node's CPU topology"),
-    "simulate": ("dracpu.allocator.simulate", "preview a CPU placement on a gatherinfo report"),
-    "introspect": ("dracpu.core.introspect", "describe the driver's metrics"),
-    "dev": ("dracpu.dev.cli", "run all services locally (dev up, dev claim, dev release)"),
-    "health": ("dracpu.core.healthcheck", "check one service's health (container probes)"),
-}
+# The subcommands: the entry points of this group in the installed distribution, name ->
+# "module:main", which the build (setup.py) declares for the service folders it packages. Each
+# module defines `main(argv) -> int` and, next to it, SUMMARY: its line in `dracpu --help`.
+COMMAND_GROUP = "dracpu.commands"
+DISTRIBUTION = "dra-driver-cpu"
+
+
+def commands() -> dict[str, EntryPoint]:
+    """The subcommands the installed distribution declares, by name."""
+    from importlib import metadata  # here: `dracpu version` reads no metadata
+
+    try:
+        declared = metadata.distribution(DISTRIBUTION).entry_points.select(group=COMMAND_GROUP)
+    except metadata.PackageNotFoundError:
+        return {}
+    return {ep.name: ep for ep in sorted(declared, key=lambda ep: ep.name)}
+
+
+def _module(command: EntryPoint) -> ModuleType:
+    """The command's module; ImportError where this installation lacks it or what it imports
+    (the entry point of a service that is not installed)."""
+    return importlib.import_module(command.module)
+
+
+def available() -> dict[str, str]:
+    """name -> summary of the subcommands whose modules import here."""
+    listed: dict[str, str] = {}
+    for name, command in commands().items():
+        try:
+            listed[name] = str(getattr(_module(command), "SUMMARY", ""))
+        except ImportError:
+            continue
+    return listed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print("usage: dracpu <command> [options]\n\ncommands:")
-        for name, (_, summary) in SUBCOMMANDS.items():
+        for name, summary in available().items():
             print(f"  {name:<12} {summary}")
         print("  version      print the version")
         return 0 if args else EXIT_USAGE
-    command, rest = args[0], args[1:]
-    if command in ("version", "--version"):
+    name, rest = args[0], args[1:]
+    if name in ("version", "--version"):
         print(__version__)
         return 0
-    if command not in SUBCOMMANDS:
-        print(f"dracpu: error: unknown command {command!r}", file=sys.stderr)
+    command = commands().get(name)
+    if command is None:
+        print(f"dracpu: error: unknown command {name!r}", file=sys.stderr)
         return EXIT_USAGE
-    module = importlib.import_module(SUBCOMMANDS[command][0])
-    result: int = module.main(rest)
-    return result
+    try:
+        module = _module(command)
+    except ImportError as exc:
+        print(f"dracpu: error: command {name!r} is not installed here ({exc})", file=sys.stderr)
+        return EXIT_USAGE
+    body: Callable[[list[str]], int] = getattr(module, command.attr)
+    return body(rest)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,10 @@
 
 - `DRIVER_NAME`: the DRA driver name. It names the DeviceClass, the ResourceSlices' driver,
   the kubelet plugin directories, the NRI plugin and the opaque-config driver.
+- The published devices: their names (one builder per kind of device), the CPU capacity a
+  grouped device offers and a claim consumes, and the names of their attributes and of the
+  attributes of the device metadata a prepared claim's containers read. These are API: claims,
+  CEL selectors and external allocators spell them, so they never change.
 - The env contract of the CDI specs: a prepared claim's spec injects
   `DRA_CPUSET_<claimUID>=<cpuset>` into each container that holds the claim; the nri-plugin
   and the dev tools read it back.
@@ -12,6 +16,61 @@ from __future__ import annotations
 from typing import Final
 
 DRIVER_NAME: Final = "dra.cpu"
+
+# The capacity of a grouped device, in CPUs; a claim's result consumes part of it.
+CPU_CAPACITY: Final = "dra.cpu/cpu"
+
+# Device attributes (the reference driver's attribute tables, pkg/device/builder.go).
+ATTR_NUMA_NODE: Final = "resource.kubernetes.io/numaNode"
+ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
+ATTR_SOCKET_ID: Final = "dra.cpu/socketID"
+ATTR_SMT_ENABLED: Final = "dra.cpu/smtEnabled"
+ATTR_NUM_CPUS: Final = "dra.cpu/numCPUs"
+ATTR_CACHE_L3_ID: Final = "dra.cpu/cacheL3ID"
+ATTR_CORE_TYPE: Final = "dra.cpu/coreType"
+ATTR_CORE_ID: Final = "dra.cpu/coreID"
+ATTR_CPU_ID: Final = "dra.cpu/cpuID"
+# Kernel CPU isolation: a bool per CPU (individual mode), a count per group (grouped modes).
+ATTR_ISOLATED: Final = "dra.cpu/isolated"
+ATTR_NOHZ_FULL: Final = "dra.cpu/nohzFull"
+ATTR_NUM_ISOLATED_CPUS: Final = "dra.cpu/numIsolatedCPUs"
+ATTR_NUM_NOHZ_FULL_CPUS: Final = "dra.cpu/numNohzFullCPUs"
+# Published on grouped devices for an external allocator (`allocator: external`): the group's
+# allocatable CPUs and the node's SMT sibling pairs (the encoding is the allocator's
+# domain.external).
+ATTR_CPU_IDS: Final = "dra.cpu/cpuIDs"
+ATTR_SMT_LAYOUT: Final = "dra.cpu/smtLayout"
+# Legacy attributes, kept for compatibility with claims written for older releases.
+ATTR_LEGACY_NUMA_NODE_ID: Final = "dra.cpu/numaNodeID"
+ATTR_LEGACY_NET_NUMA_NODE: Final = "dra.net/numaNode"
+# Device metadata only (never published on a device): how many CPUs one grouped result
+# received, and the memory nodes of a claim whose memory is placed (cpuset format).
+ATTR_ALLOCATED_NUM_CPUS: Final = "dra.cpu/allocatedNumCPUs"
+ATTR_MEMORY_NODES: Final = "dra.cpu/memoryNodes"
+
+# Device names. Individual devices are numbered in device-number order, groups by their NUMA
+# node or socket ID; the number has at least three digits. The machine device is the only one
+# of its kind.
+INDIVIDUAL_DEVICE_PREFIX: Final = "cpudev"
+NUMA_DEVICE_PREFIX: Final = "cpudevnuma"
+SOCKET_DEVICE_PREFIX: Final = "cpudevsocket"
+MACHINE_DEVICE: Final = "cpudevmachine"
+
+
+def individual_device_name(number: int) -> str:
+    """The name of the individual CPU device numbered `number` (not the CPU's ID)."""
+    return f"{INDIVIDUAL_DEVICE_PREFIX}{number:03d}"
+
+
+def numa_device_name(node: int) -> str:
+    """The name of the grouped device of NUMA node `node`."""
+    return f"{NUMA_DEVICE_PREFIX}{node:03d}"
+
+
+def socket_device_name(socket: int) -> str:
+    """The name of the grouped device of socket `socket`."""
+    return f"{SOCKET_DEVICE_PREFIX}{socket:03d}"
+
 
 # Entries whose name starts with this matter to the nri-plugin (the reference driver's rule);
 # a claim's own entry is `<CPUSET_ENV>_<uid>`.

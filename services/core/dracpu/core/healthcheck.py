@@ -21,6 +21,7 @@ from dracpu.core.cli import ArgumentParser
 EXIT_HEALTHY = 0
 EXIT_UNHEALTHY = 1
 PROG = "dracpu health"
+SUMMARY = "check one service's health (container probes)"
 
 
 def build_parser() -> ArgumentParser:

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dracpu.core import metrics
 from dracpu.core.cli import ArgumentParser, run
 
+SUMMARY = "describe the driver's metrics"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = ArgumentParser(prog="dracpu introspect", description=__doc__)

@@ -155,11 +155,6 @@ class Machine:
         return any(len(c.siblings) > 1 for c in self.cpus)
 
     @cached_property
-    def isolated_online(self) -> CPUSet:
-        """Isolated CPUs with a complete topology (the ones devices and claims can use)."""
-        return self.isolated & self.cpu_set
-
-    @cached_property
     def fingerprint(self) -> str:
         # The digest of json.dumps(self.to_report_cpus(), sort_keys=True), fed one CPU at a
         # time: the whole list and its text would be the largest allocation of a discovery, and

@@ -59,7 +59,8 @@ SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "dra_cpu_available_cpus",
         "gauge",
-        "CPUs still available for allocation after reserved and active claim CPUs are excluded.",
+        "CPUs a new resource claim can still get: the published devices' CPUs that no claim "
+        "holds (reserved CPUs and the shared pool's minimum are never published).",
         "allocator",
     ),
     MetricSpec(

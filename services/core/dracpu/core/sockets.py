@@ -5,18 +5,26 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Final
 
 from dracpu.core.errors import InvalidInputError
 
 # sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107
 
+
+def socket_file(service: str) -> str:
+    """The file name of a service's gRPC socket, in whichever directory holds the sockets."""
+    return f"{service}.sock"
+
+
+# The allocator's second socket, next to its own one: reads only, for the api.
+ALLOCATOR_READ_ONLY_SOCKET: Final = "allocator-ro.sock"
+
 DEFAULT_RUN_DIR = "/run/dracpu"
 DEFAULT_SOCKETS = {
-    "topology": f"{DEFAULT_RUN_DIR}/topology.sock",
-    "allocator": f"{DEFAULT_RUN_DIR}/allocator.sock",
-    "dra-plugin": f"{DEFAULT_RUN_DIR}/dra-plugin.sock",
-    "nri-plugin": f"{DEFAULT_RUN_DIR}/nri-plugin.sock",
+    service: f"{DEFAULT_RUN_DIR}/{socket_file(service)}"
+    for service in ("topology", "allocator", "dra-plugin", "nri-plugin")
 }
 
 

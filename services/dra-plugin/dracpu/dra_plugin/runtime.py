@@ -99,9 +99,6 @@ def _build(args: argparse.Namespace) -> Plugin:
 
         cluster = ClusterFolder(args.cluster_dir)
     else:
-        from dracpu.dra_plugin.cluster import client_modules
-
-        client_modules.load()  # before anything imports the client: only the parts we use
         from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 
         api = KubernetesAPI(cfg.kubeconfig)

@@ -1,4 +1,4 @@
-"""Detaches the allocator did not take, sent again until they land.
+"""A stopped container's detach, sent again until it lands if the allocator did not take it.
 
 When a claimed container stops, the nri-plugin tells the allocator (DetachContainer). If the
 allocator is restarting, or too busy to answer within the call's deadline, that news would be
@@ -35,6 +35,14 @@ class PendingDetaches:
     @property
     def pending(self) -> list[str]:
         return list(self._pending)
+
+    async def detach(self, container_id: str) -> None:
+        """Tell the allocator a container stopped; one it does not take waits here."""
+        try:
+            await self._allocator.detach(container_id)
+        except DracpuError as exc:
+            log.warning("detach failed; sending it again", container=container_id, error=str(exc))
+            self.add(container_id)
 
     def add(self, container_id: str) -> None:
         self._pending[container_id] = None

@@ -97,14 +97,6 @@ class Mux:
             raise ProtocolError("mux connection id 0 is reserved")
         self._sinks[conn_id] = sink
 
-    @property
-    def is_closed(self) -> bool:
-        return self._closed is not None
-
-    @property
-    def close_reason(self) -> Exception | None:
-        return self._closed
-
     async def send(self, conn_id: int, message: bytes) -> None:
         """Write one message; its frames go out back to back (no await between them)."""
         if self._closed is not None:

@@ -123,10 +123,6 @@ class Registry:
         self._records[container_id] = replace(record, state=state)
         return True
 
-    def claim_owners(self) -> dict[str, str]:
-        """Claim UID -> container id, for every exclusive container."""
-        return {claim: r.container_id for r in self._records.values() for claim in r.claims}
-
 
 def _key(record: ContainerRecord) -> CPUSet | None:
     return record.cpus if record.confirmed else None

@@ -1,9 +1,10 @@
 """The plugin side of NRI: connect, register, serve the Plugin service, reconnect.
 
 Mirrors what containerd/nri pkg/stub does for a Go plugin, without knowing anything about CPUs:
-the event handlers are an object passed in (`PluginHandlers`). Order on connect matters: the
-Plugin service (conn 1) is served before RegisterPlugin goes out on conn 2, because the runtime
-sends Configure as soon as it has accepted the registration, possibly before we read its reply.
+the event handlers are an object passed in (`PluginHandlers`), served on each connection by
+dracpu.nri_plugin.plugin_service. Order on connect matters: the Plugin service (conn 1) is
+served before RegisterPlugin goes out on conn 2, because the runtime sends Configure as soon as
+it has accepted the registration, possibly before we read its reply.
 """
 
 from __future__ import annotations
@@ -13,83 +14,31 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, Protocol, TypeVar
-
-from google.protobuf.message import DecodeError, Message
+from typing import Final
 
 from dracpu.core.driver import DRIVER_NAME
-from dracpu.core.errors import DracpuError, InvalidInputError
+from dracpu.core.errors import InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.identity import DEFAULT_NRI_SOCKET as DEFAULT_NRI_SOCKET
 from dracpu.nri_plugin.identity import valid_plugin_index, valid_plugin_name
 from dracpu.nri_plugin.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
-from dracpu.nri_plugin.ttrpc import Channel, Handler, TtrpcError
+from dracpu.nri_plugin.plugin_service import (
+    DEFAULT_REGISTRATION_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+    PluginHandlers,
+    PluginService,
+    RuntimeInfo,
+)
+from dracpu.nri_plugin.ttrpc import Channel, TtrpcError
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)
-
-M = TypeVar("M", bound=Message)
 
 PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
 # The NRI API release whose messages and lifecycle calls this plugin speaks (proto/dracpu/pb/nri);
 # sent in RegisterPlugin so the runtime logs and can reason about it (NRI >= v0.12 reads it).
 PLUGIN_NRI_VERSION: Final = "v0.12.3"
-# Runtime defaults when Configure carries none (NRI <= v0.6 has no timeout fields).
-DEFAULT_REGISTRATION_TIMEOUT: Final = 5.0
-DEFAULT_REQUEST_TIMEOUT: Final = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeInfo:
-    """What the runtime said about itself in Configure."""
-
-    name: str
-    version: str
-    nri_version: str  # "" before NRI v0.12
-    registration_timeout: float
-    request_timeout: float
-
-    @classmethod
-    def from_configure(cls, req: api_pb2.ConfigureRequest) -> RuntimeInfo:
-        return cls(
-            name=req.runtime_name,
-            version=req.runtime_version,
-            nri_version=req.NRI_version,
-            registration_timeout=(req.registration_timeout / 1000.0)
-            or DEFAULT_REGISTRATION_TIMEOUT,
-            request_timeout=(req.request_timeout / 1000.0) or DEFAULT_REQUEST_TIMEOUT,
-        )
-
-
-class PluginHandlers(Protocol):
-    """The events a plugin reacts to. Raising DracpuError refuses the request with its code."""
-
-    def configure(self, runtime: RuntimeInfo) -> int:
-        """Remember the runtime; return the event subscription mask."""
-        ...
-
-    async def synchronize(
-        self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
-    ) -> list[api_pb2.ContainerUpdate]: ...
-
-    async def create_container(
-        self, pod: api_pb2.PodSandbox, container: api_pb2.Container
-    ) -> api_pb2.CreateContainerResponse: ...
-
-    async def post_start_container(
-        self, pod: api_pb2.PodSandbox, container: api_pb2.Container
-    ) -> None: ...
-
-    async def stop_container(
-        self, pod: api_pb2.PodSandbox, container: api_pb2.Container
-    ) -> list[api_pb2.ContainerUpdate]: ...
-
-    async def remove_container(
-        self, pod: api_pb2.PodSandbox, container: api_pb2.Container
-    ) -> None: ...
-
-    def disconnected(self, reason: str) -> None: ...
 
 
 @dataclass
@@ -141,9 +90,6 @@ class PluginStub:
         self._backoff = backoff or Backoff()
         self._mux: Mux | None = None
         self._runtime_channel: Channel | None = None
-        self._sync_pods: list[api_pb2.PodSandbox] = []
-        self._sync_containers: list[api_pb2.Container] = []
-        self._sync_chunks = 0
         self._ready = asyncio.Event()
         self._ready_changed = asyncio.Condition()
         self._notifications: set[asyncio.Task[None]] = set()
@@ -161,10 +107,6 @@ class PluginStub:
             delay = self._backoff.next_delay()
             log.info(2, "reconnecting to NRI", socket=self.socket_path, delay_s=delay)
             await asyncio.sleep(delay)
-
-    async def wait_ready(self, timeout: float | None = None) -> None:
-        """Wait until the runtime has configured and synchronized this plugin."""
-        await asyncio.wait_for(self._ready.wait(), timeout)
 
     @property
     def ready(self) -> bool:
@@ -221,10 +163,15 @@ class PluginStub:
             return f"cannot connect to {self.socket_path}: {exc.strerror or exc}"
         mux = Mux(reader, writer)
         self._mux = mux
-        Channel(mux, PLUGIN_SERVICE_CONN, {PLUGIN_SERVICE: self._plugin_service()})
+        service = PluginService(
+            self._handlers,
+            configured=self._configured,
+            synchronized=self._synchronized,
+            shutdown=self._shutdown,
+        )
+        Channel(mux, PLUGIN_SERVICE_CONN, {PLUGIN_SERVICE: service.methods()})
         runtime = Channel(mux, RUNTIME_SERVICE_CONN)
         self._runtime_channel = runtime
-        self._sync_pods, self._sync_containers, self._sync_chunks = [], [], 0
         self.status.connects += 1
         reader_task = asyncio.create_task(mux.run())
         try:
@@ -273,126 +220,22 @@ class PluginStub:
             log.info(2, "no NRI connection", socket=self.socket_path, reason=reason)
         self._handlers.disconnected(reason)
 
-    # -- the Plugin service -------------------------------------------------------------------
+    # -- what the Plugin service tells of the connection ---------------------------------------
 
-    def _plugin_service(self) -> dict[str, Handler]:
-        return {
-            "Configure": self._configure,
-            "Synchronize": self._synchronize,
-            "Shutdown": self._shutdown,
-            "CreateContainer": self._create_container,
-            "PostStartContainer": self._post_start_container,
-            "StopContainer": self._stop_container,
-            "RemoveContainer": self._remove_container,
-            "StateChange": self._state_change,
-        }
+    def _configured(self, runtime: RuntimeInfo) -> None:
+        self.status.runtime = runtime
 
-    async def _configure(self, payload: bytes) -> bytes:
-        request = _parse(api_pb2.ConfigureRequest, payload)
-        info = RuntimeInfo.from_configure(request)
-        self.status.runtime = info
-        events = self._handlers.configure(info)
-        log.info(
-            2,
-            "configured by runtime",
-            runtime=info.name,
-            version=info.version,
-            nri=info.nri_version or "unknown",
-            events=f"{events:#x}",
-        )
-        return api_pb2.ConfigureResponse(events=events).SerializeToString()
-
-    async def _synchronize(self, payload: bytes) -> bytes:
-        request = _parse(api_pb2.SynchronizeRequest, payload)
-        self._sync_pods.extend(request.pods)
-        self._sync_containers.extend(request.containers)
-        self._sync_chunks += 1
-        if request.more:
-            # Chunked form (NRI >= v0.7): intermediate chunks must be answered with no
-            # updates and more=true, else the runtime drops the plugin.
-            return api_pb2.SynchronizeResponse(more=True).SerializeToString()
-        pods, containers = self._sync_pods, self._sync_containers
-        log.info(
-            2,
-            "synchronize request",
-            pods=len(pods),
-            containers=len(containers),
-            chunks=self._sync_chunks,
-        )
-        self._sync_pods, self._sync_containers, self._sync_chunks = [], [], 0
-        try:
-            updates = await self._handlers.synchronize(pods, containers)
-        except DracpuError as exc:
-            log.error("refused Synchronize; the runtime will drop us", reason=str(exc))
-            raise
+    def _synchronized(self) -> None:
         self.status.synchronized_at = time.time()
         self._set_ready(True)
         # Only a connection that got this far resets the delay: a runtime that keeps
         # rejecting us (say, the allocator is down during Synchronize) is retried slowly.
         self._backoff.reset()
-        return api_pb2.SynchronizeResponse(update=updates, more=False).SerializeToString()
 
-    async def _shutdown(self, payload: bytes) -> bytes:
-        log.info(2, "runtime asked the plugin to shut down; will reconnect")
+    def _shutdown(self) -> None:
         mux = self._mux
         if mux is not None:
             # Answer first, then drop the connection so the reconnect loop takes over.
             asyncio.get_running_loop().call_soon(
                 mux.close, ConnectionAbortedError("runtime requested shutdown")
             )
-        return api_pb2.Empty().SerializeToString()
-
-    async def _create_container(self, payload: bytes) -> bytes:
-        request = _parse(api_pb2.CreateContainerRequest, payload)
-        pod, ctr = request.pod, request.container
-        try:
-            response = await self._handlers.create_container(pod, ctr)
-        except DracpuError as exc:
-            # The runtime shows this reason to the kubelet; say it here too, where the
-            # operator of this plugin looks.
-            log.warning(
-                "refused container",
-                reason=str(exc),
-                code=exc.grpc_code.name,
-                container=ctr.name,
-                container_id=ctr.id,
-                pod=f"{pod.namespace}/{pod.name}",
-            )
-            raise
-        return response.SerializeToString()
-
-    async def _post_start_container(self, payload: bytes) -> bytes:
-        request = _parse(api_pb2.PodContainerRequest, payload)
-        await self._handlers.post_start_container(request.pod, request.container)
-        return api_pb2.Empty().SerializeToString()
-
-    async def _stop_container(self, payload: bytes) -> bytes:
-        request = _parse(api_pb2.StopContainerRequest, payload)
-        updates = await self._handlers.stop_container(request.pod, request.container)
-        return api_pb2.StopContainerResponse(update=updates).SerializeToString()
-
-    async def _remove_container(self, payload: bytes) -> bytes:
-        request = _parse(api_pb2.RemoveContainerRequest, payload)
-        await self._handlers.remove_container(request.pod, request.container)
-        return api_pb2.RemoveContainerResponse().SerializeToString()
-
-    async def _state_change(self, payload: bytes) -> bytes:
-        # NRI <= v0.11 reports removal (and other lifecycle steps) this way; v0.12 falls
-        # back to it when RemoveContainer is unimplemented.
-        event = _parse(api_pb2.StateChangeEvent, payload)
-        if event.event == api_pb2.REMOVE_CONTAINER:
-            await self._handlers.remove_container(event.pod, event.container)
-        elif event.event == api_pb2.POST_START_CONTAINER:
-            await self._handlers.post_start_container(event.pod, event.container)
-        else:
-            log.info(6, "state change ignored", event=api_pb2.Event.Name(event.event))
-        return api_pb2.Empty().SerializeToString()
-
-
-def _parse(kind: type[M], payload: bytes) -> M:
-    message = kind()
-    try:
-        message.ParseFromString(payload)
-    except DecodeError as exc:
-        raise InvalidInputError(f"undecodable {kind.__name__}: {exc}") from None
-    return message

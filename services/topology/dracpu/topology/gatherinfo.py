@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from dracpu.core.machine import Machine
 
 PROG = "dracpu gatherinfo"
+SUMMARY = "write a report of the node's CPU topology"
 LAYOUT_VERSION = "v1"
 
 

@@ -1,19 +1,21 @@
 """The allocations of a claim's results: the CPUs chosen for a new claim (`allocate`), or, for
 a claim rebuilt from a CDI spec or a running container, the recorded CPUs matched to its results
-again (`complete_recovered`)."""
+again (`complete_recovered`). Both read the claim's opaque configuration as it was parsed when
+the claim arrived (`dracpu.allocator.domain.opaque.ClaimConfig`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from dracpu.allocator.claims.model import Allocation, ClaimRecord, PrepareInput, ResultInput
 from dracpu.allocator.claims.state import NodeState
 from dracpu.allocator.domain import opaque
-from dracpu.allocator.domain.devices import CPU_CAPACITY, Device, group_span
+from dracpu.allocator.domain.devices import Device, group_span
 from dracpu.allocator.domain.isolation import take_with_isolation
 from dracpu.allocator.domain.quantity import cpu_count
+from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.driver import DRIVER_NAME
+from dracpu.core.driver import CPU_CAPACITY, DRIVER_NAME
 from dracpu.core.errors import (
     ConflictError,
     InsufficientCPUsError,
@@ -66,69 +68,119 @@ def _threads_per_core(machine: Machine) -> int:
     return max((len(cpus) for cpus in machine.cores.values()), default=1)
 
 
-def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
-    """Choose the CPUs for every result of a new claim, or raise the precise error."""
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """What choosing a new claim's CPUs reads of the node, read once, before the first
+    result."""
+
+    state: NodeState
+    allocatable: CPUSet  # what a new claim may receive
+    free: CPUSet  # what the shared pool would keep but for this claim
+    min_shared: int
+    chooser: opaque.Chooser
+    threads_per_core: int  # for the driver's placement only
+    memory_default: MemoryPlacement
+
+
+def _node(state: NodeState) -> _Node:
+    devices = state.devices
+    chooser: opaque.Chooser
+    if devices.mode == "individual":
+        chooser = "scheduler"
+    elif devices.external:
+        chooser = "claim"
+    else:
+        chooser = "driver"
+    return _Node(
+        state=state,
+        allocatable=state.allocatable,
+        free=state.free,
+        min_shared=state.min_shared,
+        chooser=chooser,
+        threads_per_core=_threads_per_core(state.machine) if chooser == "driver" else 1,
+        memory_default=devices.options.memory_placement,
+    )
+
+
+def _scheduler_cpus(node: _Node, where: str, device: Device, assigned: CPUSet) -> CPUSet:
+    """Individual mode: the device's CPU, when it is still the claim's to take."""
+    cpus = device.cpus
+    if cpus & assigned:
+        raise InvalidInputError(f"{where}: the device appears twice in the claim")
+    if not cpus.issubset(node.allocatable):
+        state = node.state
+        other = state.owner_of(cpus)
+        if other is None and cpus & state.floor:
+            raise InsufficientCPUsError(
+                f"{where}: CPU {cpus.format()} is kept for the shared pool "
+                f"(at least {node.min_shared} shared CPUs)"
+            )
+        holder = f"claim {other.uid}" if other else "reserved CPUs"
+        raise ConflictError(
+            f"{where}: overlapping device assignment: CPU {cpus.format()} is held by {holder}"
+        )
+    return cpus
+
+
+def _driver_cpus(
+    node: _Node,
+    where: str,
+    device: Device,
+    count: int,
+    rules: opaque.RequestConfig,
+    assigned: CPUSet,
+) -> CPUSet:
+    """allocator cpumanager: `count` CPUs of the device placed by the claim's policy."""
+    available = (node.allocatable & device.cpus) - assigned
+    machine = node.state.machine
+    try:
+        cpus = take_with_isolation(machine, available, count, rules.policy, rules.isolation)
+    except InsufficientCPUsError as exc:
+        raise InsufficientCPUsError(
+            f"{where}: cannot take {count} CPUs ({rules.described}) from {len(available)} free "
+            f"in the device: {exc}"
+        ) from None
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{where}: {exc}") from None
+    if len(cpus) != count or not cpus.issubset(available):
+        # The algorithm's contract; never publish a result that breaks it.
+        raise InsufficientCPUsError(f"{where}: placement returned an invalid cpuset")
+    return cpus
+
+
+def allocate(
+    state: NodeState, request: PrepareInput, config: opaque.ClaimConfig
+) -> tuple[tuple[Allocation, ...], CPUSet]:
+    """Choose the CPUs for every result of a new claim, in order, with the claim's memory
+    nodes; or raise the precise error. The node's facts are read once, and each result's
+    configuration is asked for once (`config`, parsed when the claim arrived)."""
     check_results(request)
     uid = request.uid
-    free = state.allocatable
+    node = _node(state)
     assigned = CPUSet()
     allocations: list[Allocation] = []
-    mode = state.devices.mode
-    external = state.devices.external
+    local = False
     for result in request.results:
         device = _device(state, uid, result)
         where = _where(uid, result)
-        if mode == "individual":
-            opaque.refuse_policy(request.configs, result.request, DRIVER_NAME)
-            cpus, count, policy = device.cpus, 0, ""
-            if cpus & assigned:
-                raise InvalidInputError(f"{where}: the device appears twice in the claim")
-            if not cpus.issubset(free):
-                other = state.owner_of(cpus)
-                if other is None and cpus & state.floor:
-                    raise InsufficientCPUsError(
-                        f"{where}: CPU {cpus.format()} is kept for the shared pool "
-                        f"(at least {state.min_shared} shared CPUs)"
-                    )
-                holder = f"claim {other.uid}" if other else "reserved CPUs"
-                raise ConflictError(
-                    f"{where}: overlapping device assignment: "
-                    f"CPU {cpus.format()} is held by {holder}"
-                )
-        elif external:
-            count = _count(uid, result)
-            cpus = opaque.explicit_cpuset(request.configs, result.request, DRIVER_NAME)
-            policy = "explicit"
+        count = 0 if node.chooser == "scheduler" else _count(uid, result)
+        rules = opaque.request_config(
+            config, result.request, node.chooser, node.threads_per_core, node.memory_default
+        )
+        if node.chooser == "scheduler":
+            cpus = _scheduler_cpus(node, where, device, assigned)
+        elif rules.cpuset is not None:  # the claim's own CPUs (allocator external)
+            cpus = rules.cpuset
             _check_explicit(state, where, device, cpus, count, assigned)
         else:
-            count = _count(uid, result)
-            chosen = opaque.placement_policy(
-                request.configs, result.request, DRIVER_NAME, _threads_per_core(state.machine)
-            )
-            policy = opaque.describe_policy(chosen)
-            available = (free & device.cpus) - assigned
-            isolation = opaque.isolation_preference(request.configs, result.request, DRIVER_NAME)
-            if isolation:
-                policy = f"{policy}+isolated-{isolation}"
-            try:
-                cpus = take_with_isolation(state.machine, available, count, chosen, isolation)
-            except InsufficientCPUsError as exc:
-                raise InsufficientCPUsError(
-                    f"{where}: cannot take {count} CPUs ({policy}) from {len(available)} free "
-                    f"in the device: {exc}"
-                ) from None
-            except InvalidInputError as exc:
-                raise InvalidInputError(f"{where}: {exc}") from None
-            if len(cpus) != count or not cpus.issubset(available):
-                # The algorithm's contract; never publish a result that breaks it.
-                raise InsufficientCPUsError(f"{where}: placement returned an invalid cpuset")
+            cpus = _driver_cpus(node, where, device, count, rules, assigned)
         assigned = assigned | cpus
-        left = len(state.free - assigned)
-        if left < state.min_shared:
+        left = len(node.free - assigned)
+        if left < node.min_shared:
             # Never reached while the floor is withheld from the devices; kept as the rule's
             # last word so no claim can empty the shared pool.
             raise InsufficientCPUsError(
-                f"{where}: would leave {left} shared CPUs, below the minimum of {state.min_shared}"
+                f"{where}: would leave {left} shared CPUs, below the minimum of {node.min_shared}"
             )
         allocations.append(
             Allocation(
@@ -137,23 +189,24 @@ def allocate(state: NodeState, request: PrepareInput) -> tuple[Allocation, ...]:
                 device=result.device,
                 cpus=cpus,
                 count=count,
-                policy=policy,
+                policy=rules.described,
             )
         )
-    return tuple(allocations)
+        local = local or rules.memory == "local"
+    # When any result asks for `local` memory, the NUMA nodes of all the claim's CPUs, so
+    # every CPU the container runs on keeps its own node's memory; otherwise none (every node).
+    memory = state.machine.numa_nodes_of(assigned) if local else CPUSet()
+    return tuple(allocations), memory
 
 
 def memory_nodes(
-    state: NodeState, request: PrepareInput, allocations: tuple[Allocation, ...]
+    state: NodeState, config: opaque.ClaimConfig, allocations: tuple[Allocation, ...]
 ) -> CPUSet:
     """The claim's memory nodes: when any of its results asks for `local` memory placement
     (its config, else the driver's default), the NUMA nodes of all the claim's CPUs, so every
     CPU the container runs on keeps its own node's memory; otherwise none (every node)."""
     default = state.devices.options.memory_placement
-    local = any(
-        opaque.memory_placement(request.configs, a.request, DRIVER_NAME, default) == "local"
-        for a in allocations
-    )
+    local = any(opaque.memory_placement(config, a.request, default) == "local" for a in allocations)
     if not local:
         return CPUSet()
     cpus = CPUSet()
@@ -175,7 +228,7 @@ def _check_explicit(
         )
     offline = cpus - state.online
     outside = cpus - group_span(state.machine, device)
-    # What the device publishes as its dra.cpu/cpuIDs now.
+    # What the device publishes as its CPU list attribute now.
     offered = (device.cpus - state.withheld).format()
     if outside:
         gone = f", offline CPUs {offline.format()}" if offline else ""
@@ -229,7 +282,9 @@ def result_keys(request: PrepareInput, state: NodeState) -> tuple[tuple[str, str
     return tuple(keys)
 
 
-def complete_recovered(state: NodeState, record: ClaimRecord, request: PrepareInput) -> ClaimRecord:
+def complete_recovered(
+    state: NodeState, record: ClaimRecord, request: PrepareInput, config: opaque.ClaimConfig
+) -> ClaimRecord:
     """A record rebuilt from a CDI spec or a container meets its allocation results again:
     accept them when they account for exactly the recorded CPUs."""
     check_results(request)
@@ -268,5 +323,5 @@ def complete_recovered(state: NodeState, record: ClaimRecord, request: PrepareIn
         name=request.name or record.name,
         allocations=tuple(allocations),
         recovered=False,
-        memory_nodes=memory_nodes(state, request, tuple(allocations)),
+        memory_nodes=memory_nodes(state, config, tuple(allocations)),
     )

@@ -1,5 +1,6 @@
 """The claim data model: what a prepared claim holds (`Allocation`, `ClaimRecord`, bound to an
-`Owner` of dracpu.core.containers) and what a prepare asks for (`ResultInput`, `PrepareInput`)."""
+`Owner` of dracpu.core.containers) and what a prepare asks for (`ResultInput`, `PrepareInput`,
+which carries the claim's opaque configuration parsed, `dracpu.allocator.domain.opaque`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class Allocation:
     pool: str
     device: str
     cpus: CPUSet
-    count: int  # consumed dra.cpu/cpu; 0 for individual devices
+    count: int  # consumed CPU capacity; 0 for individual devices
     policy: str = ""
 
     @property
@@ -49,13 +50,16 @@ class ClaimRecord:
     # node ids; empty when the claim's memory is not placed (every node).
     memory_nodes: CPUSet = field(default_factory=CPUSet)
 
-    @property
-    def policy(self) -> str:
+    # The placements of its allocations, each once, in order (`packed; explicit`): worked out
+    # when the record is made, so every reader (records, logs, replies) gets it as a field.
+    policy: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
         seen: list[str] = []
         for allocation in self.allocations:
             if allocation.policy and allocation.policy not in seen:
                 seen.append(allocation.policy)
-        return "; ".join(seen)
+        object.__setattr__(self, "policy", "; ".join(seen))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,9 @@ class ResultInput:
 
 @dataclass(frozen=True, slots=True)
 class PrepareInput:
+    """One prepare of a claim: its allocation results, its opaque configuration as the claim
+    lists it (`configs`) and parsed (`config`), and the pods it is reserved for."""
+
     uid: str
     namespace: str
     name: str
@@ -79,3 +86,6 @@ class PrepareInput:
     configs: tuple[opaque.OpaqueConfig, ...] = ()
     pods: tuple[str, ...] = ()
     pods_known: bool = False
+    # `configs` parsed, as the wire translation does when the claim arrives; None (a request
+    # built by hand) has them parsed when its prepare starts.
+    config: opaque.ClaimConfig | None = None

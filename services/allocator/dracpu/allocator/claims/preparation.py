@@ -10,12 +10,12 @@ from dracpu.allocator.claims.allocations import (
     allocate,
     check_results,
     complete_recovered,
-    memory_nodes,
     result_keys,
 )
 from dracpu.allocator.claims.model import ClaimRecord, PrepareInput
 from dracpu.allocator.claims.ownership import pod_not_allowed
 from dracpu.allocator.claims.state import NodeState
+from dracpu.allocator.domain import opaque
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConflictError, DracpuError
 
@@ -48,42 +48,55 @@ def _keep_allowed_owner(record: ClaimRecord) -> ClaimRecord:
 
 
 def _confirm_quarantined(
-    state: NodeState, held: ClaimRecord, request: PrepareInput
+    state: NodeState, held: ClaimRecord, request: PrepareInput, config: opaque.ClaimConfig
 ) -> ClaimRecord | None:
     """A prepare of a quarantined claim: the running container's CPUs become the claim's when
     they are still free and account exactly for the allocation results; None otherwise."""
     if not held.cpus.issubset(state.shared):
         return None
     try:
-        record = complete_recovered(state, held, request)
+        record = complete_recovered(state, held, request, config)
     except DracpuError:
         return None
     return _keep_allowed_owner(_with_pods(record, request))
 
 
-def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutcome:
-    """Prepare a claim; the same request again gives the recorded answer."""
-    existing = state.records.get(request.uid)
-    if existing is not None:
-        if existing.recovered:
-            record = _keep_allowed_owner(
-                _with_pods(complete_recovered(state, existing, request), request)
-            )
-            records = dict(state.records)
-            records[request.uid] = record
-            return PrepareOutcome(state.with_records(records, pool_changed=False), record, True)
-        check_results(request)
-        if result_keys(request, state) != tuple(a.key for a in existing.allocations):
-            raise ConflictError(
-                f"claim {request.uid} is already prepared with different allocation results "
-                f"(CPUs {existing.cpus.format()})"
-            )
-        record = _with_pods(existing, request)
-        if record is existing:
-            return PrepareOutcome(state, existing, True)
+def _prepare_again(
+    state: NodeState, existing: ClaimRecord, request: PrepareInput, config: opaque.ClaimConfig
+) -> PrepareOutcome:
+    """A claim already recorded: a recovered one meets its results again; otherwise the same
+    results get the recorded answer, and different ones are refused."""
+    if existing.recovered:
+        record = _keep_allowed_owner(
+            _with_pods(complete_recovered(state, existing, request, config), request)
+        )
         records = dict(state.records)
         records[request.uid] = record
         return PrepareOutcome(state.with_records(records, pool_changed=False), record, True)
+    check_results(request)
+    if result_keys(request, state) != tuple(a.key for a in existing.allocations):
+        raise ConflictError(
+            f"claim {request.uid} is already prepared with different allocation results "
+            f"(CPUs {existing.cpus.format()})"
+        )
+    record = _with_pods(existing, request)
+    if record is existing:
+        return PrepareOutcome(state, existing, True)
+    records = dict(state.records)
+    records[request.uid] = record
+    return PrepareOutcome(state.with_records(records, pool_changed=False), record, True)
+
+
+def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutcome:
+    """Prepare a claim; the same request again gives the recorded answer.
+
+    The one path of a new claim, in order: the claim's configuration (parsed when it
+    arrived), its CPUs and memory nodes chosen for every result at once (`allocate`), its
+    record, and the state that holds it."""
+    config = request.config if request.config is not None else opaque.parse_configs(request.configs)
+    existing = state.records.get(request.uid)
+    if existing is not None:
+        return _prepare_again(state, existing, request, config)
     leaving = state.draining.get(request.uid)
     if leaving is not None:
         raise ConflictError(
@@ -92,11 +105,11 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
         )
     quarantined = dict(state.quarantined)
     held = quarantined.pop(request.uid, None)
-    confirmed = _confirm_quarantined(state, held, request) if held is not None else None
+    confirmed = _confirm_quarantined(state, held, request, config) if held is not None else None
     if confirmed is not None:
         record = replace(confirmed, prepared_at_ns=now_ns)
     else:
-        allocations = allocate(state, request)
+        allocations, memory = allocate(state, request, config)
         cpus = CPUSet()
         for allocation in allocations:
             cpus = cpus | allocation.cpus
@@ -108,7 +121,7 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
                 cpus=cpus,
                 allocations=allocations,
                 prepared_at_ns=now_ns,
-                memory_nodes=memory_nodes(state, request, allocations),
+                memory_nodes=memory,
             ),
             request,
         )

@@ -202,6 +202,8 @@ def retopologize(state: NodeState, machine: Machine, devices: DeviceModel) -> No
 @dataclass(frozen=True, slots=True)
 class Summary:
     allocated: int
+    # What a new claim can get: the published devices' unclaimed CPUs (`allocatable`, so the
+    # shared pool's floor is not counted).
     available: int
     reserved: int
     active_claims: int
@@ -211,7 +213,7 @@ class Summary:
 def summary(state: NodeState) -> Summary:
     return Summary(
         allocated=len(state.exclusive),
-        available=len(state.free),
+        available=len(state.allocatable),
         reserved=len(state.reserved & state.online),
         active_claims=len(state.records),
         online=len(state.online),

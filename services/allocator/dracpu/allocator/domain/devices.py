@@ -17,37 +17,32 @@ from typing import Literal
 from dracpu.allocator.domain import external
 from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import (
+    ATTR_CACHE_L3_ID,
+    ATTR_CORE_ID,
+    ATTR_CORE_TYPE,
+    ATTR_CPU_ID,
+    ATTR_CPU_IDS,
+    ATTR_ISOLATED,
+    ATTR_LEGACY_NET_NUMA_NODE,
+    ATTR_LEGACY_NUMA_NODE_ID,
+    ATTR_NOHZ_FULL,
+    ATTR_NUM_CPUS,
+    ATTR_NUM_ISOLATED_CPUS,
+    ATTR_NUM_NOHZ_FULL_CPUS,
+    ATTR_NUMA_NODE,
+    ATTR_PCIE_ROOT,
+    ATTR_SMT_ENABLED,
+    ATTR_SMT_LAYOUT,
+    ATTR_SOCKET_ID,
+    CPU_CAPACITY,
+    MACHINE_DEVICE,
+    individual_device_name,
+    numa_device_name,
+    socket_device_name,
+)
 from dracpu.core.errors import ConfigError
 from dracpu.core.machine import Machine
-
-CPU_CAPACITY = "dra.cpu/cpu"
-
-ATTR_NUMA_NODE = "resource.kubernetes.io/numaNode"
-ATTR_PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
-ATTR_SOCKET_ID = "dra.cpu/socketID"
-ATTR_SMT_ENABLED = "dra.cpu/smtEnabled"
-ATTR_NUM_CPUS = "dra.cpu/numCPUs"
-ATTR_CACHE_L3_ID = "dra.cpu/cacheL3ID"
-ATTR_CORE_TYPE = "dra.cpu/coreType"
-ATTR_CORE_ID = "dra.cpu/coreID"
-ATTR_CPU_ID = "dra.cpu/cpuID"
-# Kernel CPU isolation: a bool per CPU (individual mode), a count per group (grouped modes).
-ATTR_ISOLATED = "dra.cpu/isolated"
-ATTR_NOHZ_FULL = "dra.cpu/nohzFull"
-ATTR_NUM_ISOLATED_CPUS = "dra.cpu/numIsolatedCPUs"
-ATTR_NUM_NOHZ_FULL_CPUS = "dra.cpu/numNohzFullCPUs"
-# Legacy attributes, kept for compatibility with claims written for older releases.
-ATTR_LEGACY_NUMA_NODE_ID = "dra.cpu/numaNodeID"
-ATTR_LEGACY_NET_NUMA_NODE = "dra.net/numaNode"
-# Metadata only (never published): how many CPUs one grouped result received.
-ATTR_ALLOCATED_NUM_CPUS = "dra.cpu/allocatedNumCPUs"
-# Device metadata of a claim whose memory is placed: its memory nodes, cpuset format.
-ATTR_MEMORY_NODES = "dra.cpu/memoryNodes"
-
-INDIVIDUAL_PREFIX = "cpudev"
-NUMA_PREFIX = "cpudevnuma"
-SOCKET_PREFIX = "cpudevsocket"
-MACHINE_DEVICE = "cpudevmachine"
 
 Mode = Literal["grouped", "individual"]
 GroupBy = Literal["numanode", "socket", "machine"]
@@ -87,7 +82,7 @@ class DeviceOptions:
     mode: Mode = "grouped"
     group_by: GroupBy = "numanode"
     # external: a scheduler plugin picks each claim's CPUs (`cpuConfig.cpuset`) and reads them
-    # off the grouped devices' `dra.cpu/cpuIDs` and `dra.cpu/smtLayout`.
+    # off the grouped devices' CPU list and SMT layout attributes (domain.external).
     # None: the grouping's only choice for machine, cpumanager otherwise (the configuration
     # always names it).
     allocator: Allocator | None = None
@@ -167,7 +162,7 @@ def build_devices(
     """The devices of the machine. `withheld` CPUs are left out of what is published (the
     shared-pool floor, CPUs held by claims the scheduler cannot see on these devices): an
     individual CPU's device is omitted, a group's CPUs and capacity shrink, and a group left
-    with none is omitted. Names never move: `cpudevNNN` numbers every unreserved CPU."""
+    with none is omitted. Names never move: the individual devices number every unreserved CPU."""
     held = withheld if withheld is not None else CPUSet()
     order = individual_order(machine, options.reserved)
     if options.mode == "individual":
@@ -232,7 +227,7 @@ def _individual(
         attributes.update(_pcie_roots(machine, CPUSet([cpu_id]), options))
         devices.append(
             Device(
-                name=f"{INDIVIDUAL_PREFIX}{number:03d}",
+                name=individual_device_name(number),
                 kind="cpu",
                 cpus=CPUSet([cpu_id]),
                 attributes=attributes,
@@ -259,12 +254,8 @@ def _grouped(machine: Machine, options: DeviceOptions, withheld: CPUSet) -> list
     ) -> Device:
         attributes.update(_pcie_roots(machine, cpus, options))
         if layout:
-            attributes[external.ATTR_SMT_LAYOUT] = external.checked(
-                name, external.ATTR_SMT_LAYOUT, layout
-            )
-            attributes[external.ATTR_CPU_IDS] = external.checked(
-                name, external.ATTR_CPU_IDS, cpus.format()
-            )
+            attributes[ATTR_SMT_LAYOUT] = external.checked(name, ATTR_SMT_LAYOUT, layout)
+            attributes[ATTR_CPU_IDS] = external.checked(name, ATTR_CPU_IDS, cpus.format())
         attributes[ATTR_NUM_ISOLATED_CPUS] = len(cpus & machine.isolated)
         attributes[ATTR_NUM_NOHZ_FULL_CPUS] = len(cpus & machine.nohz_full)
         return Device(
@@ -291,14 +282,14 @@ def _grouped(machine: Machine, options: DeviceOptions, withheld: CPUSet) -> list
                 ATTR_LEGACY_NET_NUMA_NODE: node,
                 ATTR_LEGACY_NUMA_NODE_ID: node,
             }
-            devices.append(group(f"{NUMA_PREFIX}{node:03d}", "numanode", cpus, attributes))
+            devices.append(group(numa_device_name(node), "numanode", cpus, attributes))
     elif options.group_by == "socket":
         for socket, members in machine.sockets.items():
             cpus = members - options.reserved - withheld
             if not cpus:
                 continue
             attributes = {ATTR_SOCKET_ID: socket, ATTR_NUM_CPUS: len(cpus), ATTR_SMT_ENABLED: smt}
-            devices.append(group(f"{SOCKET_PREFIX}{socket:03d}", "socket", cpus, attributes))
+            devices.append(group(socket_device_name(socket), "socket", cpus, attributes))
     else:
         # The whole machine is the kernel's online set (as the reference publishes it).
         cpus = machine.online - options.reserved - withheld
@@ -311,9 +302,9 @@ def _grouped(machine: Machine, options: DeviceOptions, withheld: CPUSet) -> list
 def _first_group(machine: Machine, options: DeviceOptions) -> str:
     """The name of the first group device, for errors about a node-wide attribute."""
     if options.group_by == "numanode":
-        return f"{NUMA_PREFIX}{min(machine.numa_nodes, default=0):03d}"
+        return numa_device_name(min(machine.numa_nodes, default=0))
     if options.group_by == "socket":
-        return f"{SOCKET_PREFIX}{min(machine.sockets, default=0):03d}"
+        return socket_device_name(min(machine.sockets, default=0))
     return MACHINE_DEVICE
 
 

@@ -1,8 +1,9 @@
-"""The attributes an external allocator reads on grouped devices (`allocator: external`).
+"""The attributes an external allocator reads on grouped devices (`allocator: external`); their
+names are core.driver's.
 
-- `dra.cpu/cpuIDs`: the Linux CPU list of the group's allocatable CPUs (`0-3,8-11`), the CPUs
+- `ATTR_CPU_IDS`: the Linux CPU list of the group's allocatable CPUs (`0-3,8-11`), the CPUs
   the allocator may write in a claim's `cpuConfig.cpuset` for that device.
-- `dra.cpu/smtLayout`: the node's SMT sibling pairs in the V1 encoding (the unversioned name
+- `ATTR_SMT_LAYOUT`: the node's SMT sibling pairs in the V1 encoding (the unversioned name
   means V1): `;`-joined entries `cpuset>stride`, one per stride, each the CPUs of every core
   whose two threads are `stride` apart, ordered by their lowest CPU, then one entry `cpuset`
   of the CPUs without a sibling. `0-7>4;8-11>2;12-15` is cores {0,4} {1,5} {2,6} {3,7}
@@ -17,12 +18,10 @@ truncated or wrong attribute.
 from __future__ import annotations
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import ATTR_SMT_LAYOUT
 from dracpu.core.errors import ConfigError
 from dracpu.core.machine import Machine
 from dracpu.core.names import MAX_ATTRIBUTE_VALUE
-
-ATTR_CPU_IDS = "dra.cpu/cpuIDs"
-ATTR_SMT_LAYOUT = "dra.cpu/smtLayout"
 
 
 def smt_layout(machine: Machine, device: str) -> str:
@@ -46,30 +45,6 @@ def smt_layout(machine: Machine, device: str) -> str:
     if alone:
         entries.append(alone.format())
     return ";".join(entries)
-
-
-def decode_smt_layout(text: str) -> tuple[list[tuple[int, int]], CPUSet]:
-    """The sibling pairs and the CPUs without a sibling of a V1 `dra.cpu/smtLayout` value (what
-    an external allocator does with it); raises ConfigError on a malformed value."""
-    pairs: list[tuple[int, int]] = []
-    alone = CPUSet()
-    for entry in text.split(";") if text else []:
-        cpus_text, _, stride_text = entry.partition(">")
-        cpus = CPUSet.parse(cpus_text)
-        if not stride_text:
-            alone = alone | cpus
-            continue
-        if not stride_text.isdigit() or int(stride_text) < 1:
-            raise ConfigError(f"{ATTR_SMT_LAYOUT}: entry {entry!r}: bad stride")
-        stride = int(stride_text)
-        left = set(cpus)
-        while left:
-            low = min(left)
-            if low + stride not in left:
-                raise ConfigError(f"{ATTR_SMT_LAYOUT}: entry {entry!r}: CPU {low} has no sibling")
-            left -= {low, low + stride}
-            pairs.append((low, low + stride))
-    return sorted(pairs), alone
 
 
 def checked(device: str, attribute: str, value: str) -> str:

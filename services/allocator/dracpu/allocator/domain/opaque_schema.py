@@ -10,6 +10,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The placement policy fields of `CPUConfig` (attribute, as the schema spells it), in its order:
+# all but `cpuset` and `memoryPlacement`.
+POLICY_FIELDS: tuple[tuple[str, str], ...] = (
+    ("strategy", "strategy"),
+    ("full_pcpus_only", "fullPCPUsOnly"),
+    ("distribute_across_numa", "distributeAcrossNUMA"),
+    ("group_size", "groupSize"),
+    ("align_uncore_cache", "alignUncoreCache"),
+    ("isolated", "isolated"),
+)
+
 
 class CPUConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -24,20 +35,6 @@ class CPUConfig(BaseModel):
     # Where the container's memory comes from; not a placement policy field: it leaves the
     # CPUs alone, so it is valid in every mode.
     memory_placement: str | None = Field(default=None, alias="memoryPlacement")
-
-    def policy_fields(self) -> list[str]:
-        return [
-            alias
-            for name, alias in (
-                ("strategy", "strategy"),
-                ("full_pcpus_only", "fullPCPUsOnly"),
-                ("distribute_across_numa", "distributeAcrossNUMA"),
-                ("group_size", "groupSize"),
-                ("align_uncore_cache", "alignUncoreCache"),
-                ("isolated", "isolated"),
-            )
-            if getattr(self, name) is not None
-        ]
 
 
 class Parameters(BaseModel):

@@ -53,7 +53,7 @@ def parse_quantity(text: str) -> Decimal:
 
 
 def cpu_count(text: str, where: str) -> int:
-    """A consumed `dra.cpu/cpu` capacity: a positive whole number of CPUs."""
+    """A consumed CPU capacity: a positive whole number of CPUs."""
     value = parse_quantity(text)
     if value <= 0:
         raise InvalidInputError(f"{where}: CPU capacity must be positive, got {text}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,11 @@ class NodeAllocator:
     """The node's allocation state: snapshots to read, and the mutations, each durable before
     it is published or acknowledged, and each run to its end even when its caller goes away."""
 
+    # Prepare and unprepare are the batches' own (`batches`: taken together while others are
+    # written); a call goes straight to them.
+    prepare: Callable[[claims.PrepareInput], Awaitable[claims.PrepareOutcome]]
+    unprepare: Callable[[str], Awaitable[claims.ClaimRecord | None]]
+
     def __init__(
         self,
         *,
@@ -51,8 +56,8 @@ class NodeAllocator:
         self._live = LiveState(
             state_dir=state_dir, cdi_dir=cdi_dir, options=options, registry=registry, clock=clock
         )
-        self._prepares = PrepareBatches(self._live)
-        self._unprepares = UnprepareBatches(self._live)
+        self.prepare = PrepareBatches(self._live).prepare
+        self.unprepare = UnprepareBatches(self._live).unprepare
 
     # ---- reads: snapshots of the published state ------------------------------------------
 
@@ -104,12 +109,6 @@ class NodeAllocator:
         return await run_to_end(topology_refresh.update_topology(self._live, machine))
 
     # ---- mutations ---------------------------------------------------------------------------
-
-    async def prepare(self, request: claims.PrepareInput) -> claims.PrepareOutcome:
-        return await self._prepares.prepare(request)
-
-    async def unprepare(self, uid: str) -> claims.ClaimRecord | None:
-        return await self._unprepares.unprepare(uid)
 
     async def attach(
         self, container: claims.Container, presented: Mapping[str, CPUSet]

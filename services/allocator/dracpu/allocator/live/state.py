@@ -92,7 +92,7 @@ class PublishedDevices:
                     else build_devices(state.machine, state.devices.options, state.withheld)
                 )
             except ConfigError as exc:
-                # An attribute the API server would refuse (dra.cpu/cpuIDs of a group the
+                # An attribute the API server would refuse (the CPU list of a group the
                 # withheld CPUs fragment): keep publishing the last devices whole, never a
                 # partial or truncated one; a prepare still checks every CPU it hands out.
                 if self._model is None:

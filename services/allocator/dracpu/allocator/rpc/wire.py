@@ -7,21 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dracpu.allocator import claims
+from dracpu.allocator.domain import opaque
 from dracpu.allocator.domain.device_health import HealthBook
-from dracpu.allocator.domain.devices import (
-    ATTR_ALLOCATED_NUM_CPUS,
-    ATTR_MEMORY_NODES,
-    AttributeValue,
-    Device,
-    DeviceModel,
-)
-from dracpu.allocator.domain.opaque import OpaqueConfig
+from dracpu.allocator.domain.devices import AttributeValue, Device, DeviceModel
 from dracpu.allocator.live.state import SharedPoolView
 from dracpu.allocator.store import cdi
 from dracpu.core import names
 from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.driver import DRIVER_NAME
+from dracpu.core.driver import ATTR_ALLOCATED_NUM_CPUS, ATTR_MEMORY_NODES, DRIVER_NAME
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.machine import Machine
 from dracpu.pb.allocator.v1 import allocator_pb2
@@ -170,7 +164,19 @@ def container_from_proto(ref: allocator_pb2.ContainerRef) -> Container:
 
 
 def prepare_input(request: allocator_pb2.PrepareRequest) -> claims.PrepareInput:
+    """A checked PrepareRequest as the claim rules' input. Here, where the allocator receives
+    the claim, its opaque configuration is parsed, once: the parsed value travels with the
+    prepare, and a refused entry fails the prepare where the rule that reads it runs."""
     check_prepare(request)
+    configs = tuple(
+        opaque.OpaqueConfig(
+            source=c.source,
+            requests=tuple(c.requests),
+            driver=c.driver,
+            parameters=bytes(c.parameters),
+        )
+        for c in request.configs
+    )
     return claims.PrepareInput(
         uid=request.claim_uid,
         namespace=request.namespace,
@@ -186,17 +192,10 @@ def prepare_input(request: allocator_pb2.PrepareRequest) -> claims.PrepareInput:
             )
             for r in request.results
         ),
-        configs=tuple(
-            OpaqueConfig(
-                source=c.source,
-                requests=tuple(c.requests),
-                driver=c.driver,
-                parameters=bytes(c.parameters),
-            )
-            for c in request.configs
-        ),
+        configs=configs,
         pods=tuple(request.reserved_for_pod_uids),
         pods_known=request.reserved_for_known,
+        config=opaque.parse_configs(configs),
     )
 
 
@@ -241,6 +240,7 @@ def prepare_response(outcome: claims.PrepareOutcome) -> allocator_pb2.PrepareRes
     """A prepared claim and, for each of its allocations, the device it came from and where
     its CPUs lie."""
     record = outcome.record
+    claim = claim_to_proto(record)
     devices = outcome.state.devices.by_name
     prepared = []
     for allocation in record.allocations:
@@ -254,7 +254,7 @@ def prepare_response(outcome: claims.PrepareOutcome) -> allocator_pb2.PrepareRes
             request_names=[allocation.request] if allocation.request else [],
             pool_name=allocation.pool,
             device_name=allocation.device,
-            cdi_device_ids=[cdi.qualified_name(record.uid)],
+            cdi_device_ids=[claim.cdi_device_id],
             cpus=allocation.cpus.format(),
             attributes=attributes_to_proto(attributes),
             policy=allocation.policy,
@@ -262,7 +262,7 @@ def prepare_response(outcome: claims.PrepareOutcome) -> allocator_pb2.PrepareRes
         add_placement(message, outcome.state.machine, allocation.cpus)
         prepared.append(message)
     return allocator_pb2.PrepareResponse(
-        claim=claim_to_proto(record),
+        claim=claim,
         devices=prepared,
         already_prepared=outcome.already_prepared,
     )

@@ -35,8 +35,10 @@ from urllib.parse import urlsplit
 
 import yaml
 from kubernetes.client import Configuration
+from kubernetes.config import kube_config
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.incluster_config import InClusterConfigLoader
+from kubernetes.config.kube_config import KubeConfigLoader
 
 from dracpu.core.errors import ConfigError
 
@@ -91,8 +93,6 @@ def _private_files(folder: Path) -> None:
     """The client's loader remembers the files it wrote for inline data by their content, for
     every later load in the process: forget ours, so no other load uses a file in our folder
     (removed when we close)."""
-    from kubernetes.config import kube_config  # the kubeconfig loader: loaded with a kubeconfig
-
     for content, name in list(kube_config._temp_files.items()):
         if Path(name).parent == folder:
             del kube_config._temp_files[content]
@@ -164,10 +164,6 @@ def in_cluster(
 
 def load_kubeconfig(path: Path) -> APIAccess:
     """The current context of a kubeconfig file."""
-    # Imported here: in a pod (in-cluster) the kubeconfig loader and the OAuth2 and requests
-    # stack it imports are never loaded.
-    from kubernetes.config.kube_config import KubeConfigLoader
-
     source = f"kubeconfig {path}"
     # Made by the client's loader only when the file has inline certificates or keys.
     private = Path(tempfile.gettempdir()) / f"dracpu-kube-{os.getpid()}-{secrets.token_hex(8)}"

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dracpu.core.driver import CPU_CAPACITY
 from dracpu.core.errors import ConflictError, InvalidInputError
 from dracpu.core.names import (
     MAX_LABEL,
@@ -23,8 +24,7 @@ from dracpu.core.names import (
 )
 from dracpu.pb.allocator.v1 import allocator_pb2
 
-CPU_CAPACITY = "dra.cpu/cpu"
-ALLOCATED_NUM_CPUS = "dra.cpu/allocatedNumCPUs"
+# The metadata attribute under the name kubelet.node_service imports it by.
 # resource.k8s.io/v1 PodResourceClaimAnnotation: set on claims generated from a template.
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 

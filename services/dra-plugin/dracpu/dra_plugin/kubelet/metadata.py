@@ -101,9 +101,6 @@ class MetadataWriter:
         check_object_name(name, "claim name")
         return self.metadata_dir / f"{namespace}_{name}"
 
-    def metadata_file(self, namespace: str, name: str, request: str) -> Path:
-        return self.claim_dir(namespace, name) / request / "metadata.json"
-
     def cdi_file(self, uid: str, request: str) -> Path:
         return self.cdi_dir / f"{self.driver}_metadata_{uid}_{request}.json"
 

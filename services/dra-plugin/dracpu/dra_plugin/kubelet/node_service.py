@@ -2,10 +2,11 @@
 
 Each claim of a batch gets its own outcome: a claim that cannot be read, was replaced, is not
 allocated, asks for something we refuse, or that the allocator rejects, fails alone. The
-ResourceClaims are read before any lock is taken (as the upstream helper does); calls for the
-same claim are serialized, different claims proceed concurrently (the allocator serializes its
-own mutations). What each prepared claim got, or why it failed, goes into its status.devices
-through the status writer, in the background (`dracpu.dra_plugin.cluster.status_writer`).
+ResourceClaims are read, and turned into the allocator's requests, before any lock is taken (as
+the upstream helper reads them); calls for the same claim are serialized, different claims
+proceed concurrently (the allocator serializes its own mutations). What each prepared claim
+got, or why it failed, goes into its status.devices through the status writer, in the
+background (`dracpu.dra_plugin.cluster.status_writer`).
 
 The allocator is waited for as long as the kubelet's deadline for the call allows (a
 CallBudget). When it does not answer in that time the whole call fails UNAVAILABLE, as one line
@@ -21,13 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dracpu.core.driver import ATTR_ALLOCATED_NUM_CPUS
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.cluster.objects import Cluster
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
 from dracpu.dra_plugin.common.allocator_client import AllocatorClient, AllocatorUnavailableError
 from dracpu.dra_plugin.common.claim_request import (
-    ALLOCATED_NUM_CPUS,
     ClaimRef,
     allocated_cpus,
     base_request,
@@ -137,8 +138,15 @@ class NodeService:
                 if isinstance(claim, DracpuError) and not str(claim).startswith("retrieve claim"):
                     raise type(claim)(f"retrieve claim {ref}: {claim}")
                 raise claim
-            async with self._locks.hold(ref.uid), self._calls:
-                outcome = await self._prepare_locked(ref, claim, budget)
+            # The claim object is only read: its request is built before the claim's lock.
+            request = prepare_request(ref, claim, self.driver)
+            if request is None:
+                log.info(2, "claim has nothing for this driver", claim=str(ref), uid=ref.uid)
+                outcome = PrepareOutcome()
+            else:
+                shares = share_ids(claim, self.driver)
+                async with self._locks.hold(ref.uid), self._calls:
+                    outcome = await self._prepare_locked(ref, claim, request, shares, budget)
         except Exception as exc:
             outcome = PrepareOutcome(error=_error_text(exc))
             if isinstance(exc, AllocatorUnavailableError):
@@ -154,12 +162,13 @@ class NodeService:
         return outcome
 
     async def _prepare_locked(
-        self, ref: ClaimRef, claim: dict[str, Any], budget: CallBudget | None
+        self,
+        ref: ClaimRef,
+        claim: dict[str, Any],
+        request: allocator_pb2.PrepareRequest,
+        shares: dict[tuple[str, str, str], str],
+        budget: CallBudget | None,
     ) -> PrepareOutcome:
-        request = prepare_request(ref, claim, self.driver)
-        if request is None:
-            log.info(2, "claim has nothing for this driver", claim=str(ref), uid=ref.uid)
-            return PrepareOutcome()
         if log.enabled(4):  # the fields cost more than the call when the line is off
             log.info(
                 4,
@@ -169,7 +178,6 @@ class NodeService:
                 configs=len(request.configs),
             )
         response = await self.allocator.prepare(request, budget.left() if budget else None)
-        shares = share_ids(claim, self.driver)
         if self.status is not None:
             self.status.prepared(ref, claim, response, shares)
         devices = [
@@ -214,6 +222,9 @@ class NodeService:
         devices: list[PreparedDevice],
     ) -> None:
         counts = allocated_cpus(request)
+        if not any(prepared.request_names for prepared in response.devices):
+            return  # no request to describe
+        pod_claim = pod_claim_name(claim)
         by_request: dict[str, list[MetadataDevice]] = {}
         for prepared in response.devices:
             attributes = {k: attribute_json(v) for k, v in prepared.attributes.items()}
@@ -221,15 +232,13 @@ class NodeService:
                 count = counts.get((name, prepared.device_name))
                 attrs = dict(attributes)
                 if count is not None:  # the allocator may already carry it
-                    attrs.setdefault(ALLOCATED_NUM_CPUS, {"int": count})
+                    attrs.setdefault(ATTR_ALLOCATED_NUM_CPUS, {"int": count})
                 by_request.setdefault(name, []).append(
                     MetadataDevice(
                         pool=prepared.pool_name, name=prepared.device_name, attributes=attrs
                     )
                 )
-        if not by_request:
-            return
-        ids = self.metadata.write(ref, pod_claim_name(claim), by_request)
+        ids = self.metadata.write(ref, pod_claim, by_request)
         injected: set[str] = set()
         for device in devices:
             for name in device.request_names:

@@ -66,15 +66,11 @@ def device_json(device: allocator_pb2.Device) -> dict[str, Any]:
     return out
 
 
-def chunk_devices(devices: allocator_pb2.DeviceList) -> list[list[dict[str, Any]]]:
-    """Devices in slice-sized chunks, in allocator order; an empty pool is one empty slice."""
-    return chunk_documents([device_json(d) for d in devices.devices], devices.uses_list_attributes)
-
-
 def chunk_documents(
     documents: Sequence[dict[str, Any]], advanced: bool
 ) -> list[list[dict[str, Any]]]:
-    """Device documents in slice-sized chunks (smaller when `advanced`: list attributes)."""
+    """Device documents in slice-sized chunks, in order (smaller when `advanced`: list
+    attributes); no documents make one empty slice."""
     size = MAX_DEVICES_ADVANCED if advanced else MAX_DEVICES
     chunks = [list(documents[i : i + size]) for i in range(0, len(documents), size)]
     return chunks or [[]]

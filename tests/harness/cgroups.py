@@ -1,4 +1,5 @@
-"""What a process's cgroups say, on both layouts the kernel offers.
+"""What a process's cgroups say, on both layouts the kernel offers: how the tiers' checkers and
+the benchmarks read the kernel's view of a container (the services read no cgroup).
 
 - cgroup v2 (the unified hierarchy): /sys/fs/cgroup is a cgroup2 filesystem; a process's
   cgroup is /sys/fs/cgroup/<path> from its `0::<path>` line in /proc/<pid>/cgroup, and the

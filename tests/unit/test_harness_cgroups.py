@@ -1,18 +1,18 @@
-"""dracpu.core.cgroups reads a process's cpuset and memory on cgroup v1, hybrid and v2 trees."""
+"""harness.cgroups reads a process's cpuset and memory on cgroup v1, hybrid and v2 trees."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from dracpu.core.cgroups import (
+from harness.cgroups import (
     CGROUP_ROOT,
     Cgroups,
     Layout,
     detect,
     parse_membership,
 )
+
 from dracpu.core.errors import InvalidInputError, NotFoundError
 
 POD = "/kubepods/pod1/c1"

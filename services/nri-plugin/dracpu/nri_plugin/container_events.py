@@ -1,0 +1,157 @@
+"""The runtime's container lifecycle requests: CreateContainer pins a claimed container to its
+claims' CPUs (the allocator attaches it) and puts any other on the shared pool; PostStart marks
+it running; Stop and Remove forget it, and tell the allocator a claimed one no longer runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import InsufficientCPUsError
+from dracpu.core.log import get_logger
+from dracpu.nri_plugin.allocator_client import CALL_TIMEOUT, AllocatorAPI
+from dracpu.nri_plugin.claim_env import parse_claim_env
+from dracpu.nri_plugin.conversions import container_record, container_ref, memory_nodes
+from dracpu.nri_plugin.detaches import PendingDetaches
+from dracpu.nri_plugin.plugin_state import PluginState
+from dracpu.nri_plugin.pool_pushes import PoolPushes
+from dracpu.pb.nri import api_pb2
+
+log = get_logger(__name__)
+
+
+class ContainerEvents:
+    """The container events of dracpu.nri_plugin.plugin_service.PluginHandlers."""
+
+    def __init__(
+        self,
+        state: PluginState,
+        allocator: AllocatorAPI,
+        pushes: PoolPushes,
+        detaches: PendingDetaches,
+    ) -> None:
+        self._state = state
+        self._allocator = allocator
+        self._pushes = pushes
+        self._detaches = detaches
+
+    async def create_container(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> api_pb2.CreateContainerResponse:
+        started = time.monotonic()
+        cut_off = False
+        try:
+            return await self._create_container(pod, ctr)
+        except asyncio.CancelledError:
+            # The connection closed under the call: the runtime gave up on it. It sent the
+            # request before our clock started, so its timeout can end before ours does.
+            cut_off = True
+            raise
+        finally:
+            took = time.monotonic() - started
+            timeout = self._state.pacer.request_timeout
+            if cut_off:
+                why = (
+                    f"the runtime dropped the connection {took:.1f}s into its CreateContainer "
+                    f"(its plugin_request_timeout ({timeout:g}s) expired, or it went away)"
+                )
+            elif took > timeout:
+                why = (
+                    f"its CreateContainer took {took:.1f}s, longer than the runtime's "
+                    f"plugin_request_timeout ({timeout:g}s)"
+                )
+            else:
+                why = ""
+            if why:
+                # The runtime stopped waiting: it starts the container without this answer,
+                # and the next Synchronize finds it on other CPUs.
+                self._state.overdue[ctr.id] = why
+                log.warning(
+                    "CreateContainer took longer than the runtime waits "
+                    "(plugin_request_timeout); the container starts without its cpuset",
+                    container=f"{pod.namespace}/{pod.name}/{ctr.name}",
+                    container_id=ctr.id,
+                    took_s=round(took, 3),
+                    request_timeout_s=timeout,
+                    why=why,
+                )
+
+    async def _create_container(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> api_pb2.CreateContainerResponse:
+        state = self._state
+        claims = parse_claim_env(ctr.env)  # malformed -> refused, nothing changes
+        async with state.lock:
+            if claims:
+                # As long as the runtime waits for this answer (its plugin_request_timeout),
+                # not a fixed time: a slow allocator then pins the container instead of
+                # refusing it.
+                budget = state.pacer.call_budget(CALL_TIMEOUT)
+                reply = await self._allocator.attach(container_ref(pod, ctr), claims, budget)
+                cpus = CPUSet.parse(reply.cpus)
+                if not cpus:
+                    raise InsufficientCPUsError(
+                        f"allocator gave container {ctr.id} an empty cpuset for {sorted(claims)}"
+                    )
+                state.pool.note(reply.shared_pool)
+                mems = memory_nodes(reply.memory_nodes, ctr.id)
+                record = replace(container_record(pod, ctr, tuple(sorted(claims)), cpus), mems=mems)
+                log.info(
+                    2,
+                    "pinned container",
+                    container=ctr.id,
+                    claims=",".join(record.claims),
+                    cpus=cpus,
+                    mems=mems.format() or "all",
+                )
+            else:
+                # The watched pool may lag a Prepare by a moment; a shared container that gets
+                # the older, larger pool is moved when the claim's own container is created
+                # (its response updates every shared container off the pool).
+                cpus = await state.pool.current()
+                if not cpus:
+                    raise InsufficientCPUsError(
+                        f"shared pool is empty; refusing container {ctr.name} of pod "
+                        f"{pod.namespace}/{pod.name} rather than run it without CPUs"
+                    )
+                record = container_record(pod, ctr, (), cpus)
+                log.info(4, "shared container", container=ctr.id, cpus=cpus)
+            state.registry.put(record)
+            response = api_pb2.CreateContainerResponse()
+            response.adjust.linux.resources.cpu.cpus = cpus.format()
+            if record.mems:
+                # The claims' memory placement; shared containers keep every memory node.
+                response.adjust.linux.resources.cpu.mems = record.mems.format()
+            # Every shared container not on the current pool: the shrink this claim caused, or
+            # a growth not pushed yet (this is the next solicited chance).
+            response.update.extend(self._pushes.solicited(exclude=ctr.id))
+        return response
+
+    async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        async with self._state.lock:
+            if self._state.registry.set_state(ctr.id, "running"):
+                log.info(6, "container running", container=ctr.id)
+
+    async def stop_container(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> list[api_pb2.ContainerUpdate]:
+        await self._forget(pod, ctr, "stopped")
+        return []
+
+    async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        await self._forget(pod, ctr, "removed")
+
+    async def _forget(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container, why: str) -> None:
+        async with self._state.lock:
+            record = self._state.registry.remove(ctr.id, pod.uid)
+            if record is None:
+                log.info(4, "event for unknown container ignored", container=ctr.id, event=why)
+                return
+            log.info(2, f"container {why}", container=ctr.id, claims=",".join(record.claims))
+            if record.exclusive or record.quarantined:
+                # The claim keeps its CPUs until unprepare; the allocator only learns that
+                # this container no longer runs, so a restart may attach again (and a
+                # quarantined claim of it is forgotten).
+                await self._detaches.detach(ctr.id)

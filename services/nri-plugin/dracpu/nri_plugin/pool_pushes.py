@@ -1,0 +1,219 @@
+"""Pool pushes: when the shared pool shrinks or grows, every shared container is moved onto it.
+
+The moves ride on the answer to the runtime's next CreateContainer (solicited), and, where the
+runtime is safe for it (dracpu.nri_plugin.compat), go out at once as the plugin's own
+UpdateContainers calls, in batches paced to the runtime's cost (dracpu.nri_plugin.pacing).
+Until every shared container is confirmed on the pool, the pushes are sent again with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from dracpu.core.cpuset import CPUSet
+from dracpu.core.log import get_logger
+from dracpu.nri_plugin.conversions import cpuset_update
+from dracpu.nri_plugin.plugin_state import PluginState
+from dracpu.nri_plugin.ttrpc import DEADLINE_EXCEEDED, TtrpcError
+from dracpu.pb.nri import api_pb2
+
+log = get_logger(__name__)
+
+# Sends plugin-initiated updates, waiting at most the given seconds for the answer; returns
+# the ones the runtime could not apply. Raises TtrpcError (remote, or a local timeout).
+PushUpdates = Callable[
+    [Sequence[api_pb2.ContainerUpdate], float], Awaitable[list[api_pb2.ContainerUpdate]]
+]
+
+
+class Outcome(Enum):
+    APPLIED = "applied"
+    FAILED = "failed"  # the runtime listed it as failed: it runs on what it had
+    UNKNOWN = "unknown"  # no answer: it may run on either cpuset
+
+
+@dataclass
+class PushResult:
+    applied: int = 0
+    failed: int = 0
+    unknown: int = 0
+    pending: int = 0  # shared containers still not confirmed on the pool afterwards
+
+
+@dataclass
+class PushStats:
+    pushes: int = 0
+    updates: int = 0
+    applied: int = 0
+    failed: int = 0
+    unknown: int = 0
+    pending: int = 0
+    last_push_seconds: float = 0.0
+
+
+class PoolPushes:
+    """The shared containers' moves onto the shared pool; see the module docstring."""
+
+    def __init__(self, state: PluginState) -> None:
+        self.stats = PushStats()
+        self._state = state
+        self._push: PushUpdates | None = None
+
+    def set_pusher(self, push: PushUpdates | None) -> None:
+        self._push = push
+
+    def solicited(self, exclude: str = "") -> list[api_pb2.ContainerUpdate]:
+        """The updates of every shared container not on the current pool but `exclude`, for
+        the answer to a runtime request (recorded as applied: the runtime applies them with
+        it). Called under the lock."""
+        state = self._state
+        pool = state.pool.cpus
+        if not pool:
+            return []
+        stale = state.registry.stale_shared(pool, exclude)
+        for record in stale:
+            state.registry.set_cpus(record.container_id, pool)
+        return [cpuset_update(r.container_id, pool) for r in stale]
+
+    async def run(self, retry_delay: float = 0.5, max_delay: float = 10.0) -> None:
+        """Forever: when the pool changes, move shared containers with UpdateContainers
+        (only where the runtime is safe for it; otherwise the next solicited call does).
+        Until every shared container is confirmed on the pool, push again with backoff."""
+        changed = self._state.pool.changed
+        delay = retry_delay
+        while True:
+            await changed.wait()
+            changed.clear()
+            result = await self.push_once()
+            if result.pending and self._push is not None and self._state.unsolicited.enabled:
+                # Not converged (unknown or failed outcomes): try again unless a new pool
+                # change wakes us first.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), delay)
+                changed.set()
+                delay = min(delay * 2, max_delay)
+            else:
+                delay = retry_delay
+
+    async def push_once(self) -> PushResult:
+        """One fan-out of the current pool to the shared containers not confirmed on it.
+
+        Each container's outcome is recorded: applied (the runtime answered without listing
+        it), failed (listed as failed: it still runs on what it had), unknown (no answer in
+        time, or the connection went: it may run on either). Failed and unknown ones stay
+        stale and are sent again by the next push.
+        """
+        state = self._state
+        push = self._push
+        if push is None or not state.unsolicited.enabled:
+            return PushResult()
+        async with state.lock:
+            pool = state.pool.cpus
+            if not pool:
+                return PushResult()
+            planned = {r.container_id: r for r in state.registry.stale_shared(pool)}
+        if not planned:
+            return PushResult()
+        started = time.perf_counter()
+        outcomes: dict[str, Outcome] = {}
+        ids = sorted(planned)
+        position = 0
+        while position < len(ids):
+            size = state.pacer.batch_size()
+            batch = ids[position : position + size]
+            position += size
+            await self._push_batch(push, batch, pool, outcomes)
+        result = PushResult()
+        async with state.lock:
+            for cid, before in planned.items():
+                outcome = outcomes.get(cid, Outcome.UNKNOWN)
+                if outcome is Outcome.APPLIED:
+                    state.registry.set_cpus(cid, pool, expected=before)
+                    result.applied += 1
+                elif outcome is Outcome.FAILED:
+                    result.failed += 1
+                else:
+                    state.registry.set_cpus(cid, pool, expected=before, confirmed=False)
+                    result.unknown += 1
+            result.pending = len(state.registry.stale_shared(pool))
+        elapsed = time.perf_counter() - started
+        self._count(len(planned), result, elapsed)
+        log.info(
+            2,
+            "pushed shared pool",
+            cpus=pool,
+            containers=len(planned),
+            applied=result.applied,
+            failed=result.failed,
+            unknown=result.unknown,
+            pending=result.pending,
+            batch=state.pacer.batch_size(),
+            cost_ms=round(state.pacer.cost * 1e3, 1),
+            ms=round(elapsed * 1e3, 1),
+        )
+        return result
+
+    def _count(self, updates: int, result: PushResult, elapsed: float) -> None:
+        stats = self.stats
+        stats.pushes += 1
+        stats.updates += updates
+        stats.applied += result.applied
+        stats.failed += result.failed
+        stats.unknown += result.unknown
+        stats.last_push_seconds = elapsed
+        stats.pending = result.pending
+        self._state.metrics.pushed(
+            result.applied, result.failed, result.unknown, result.pending, self._state.pacer.cost
+        )
+
+    async def _push_batch(
+        self, push: PushUpdates, batch: Sequence[str], pool: CPUSet, outcomes: dict[str, Outcome]
+    ) -> None:
+        pacer = self._state.pacer
+        deadline = pacer.deadline(len(batch))
+        started = time.perf_counter()
+        try:
+            failed = await push([cpuset_update(cid, pool) for cid in batch], deadline)
+        except TtrpcError as exc:
+            if exc.remote and exc.code != DEADLINE_EXCEEDED:
+                # The runtime answered with an error and no list (containerd returns its
+                # failed list only alongside an error, which ttrpc drops): split the batch
+                # to learn which containers failed. Re-sending an applied update is harmless.
+                if len(batch) == 1:
+                    outcomes[batch[0]] = Outcome.FAILED
+                    log.warning(
+                        "runtime refused a shared pool update",
+                        container=batch[0],
+                        cpus=pool,
+                        error=exc.message,
+                    )
+                    return
+                half = len(batch) // 2
+                await self._push_batch(push, batch[:half], pool, outcomes)
+                await self._push_batch(push, batch[half:], pool, outcomes)
+                return
+            if exc.code == DEADLINE_EXCEEDED:
+                pacer.observe_timeout()
+            log.warning(
+                "UpdateContainers outcome unknown; will re-send",
+                containers=len(batch),
+                error=str(exc),
+                deadline_s=round(deadline, 3),
+            )
+            for cid in batch:
+                outcomes[cid] = Outcome.UNKNOWN
+            return
+        except Exception as exc:  # anything else from the transport: nothing is known
+            log.warning("UpdateContainers failed; will re-send", error=repr(exc))
+            for cid in batch:
+                outcomes[cid] = Outcome.UNKNOWN
+            return
+        pacer.observe(len(batch), time.perf_counter() - started)
+        failed_ids = {u.container_id for u in failed}
+        for cid in batch:
+            outcomes[cid] = Outcome.FAILED if cid in failed_ids else Outcome.APPLIED

@@ -1,0 +1,248 @@
+"""Resynchronizing with the runtime after a (re)connect, a plugin restart or a runtime restart.
+
+The runtime's Synchronize lists every container it runs: the registry is rebuilt from it, each
+container's claims are reported to the allocator (Adopt, which recovers state it lost), the
+allocator learns which containers stopped meanwhile (Reconcile), and every cpuset is applied
+again. Containers the runtime ran on other CPUs are named; claimed ones that ran before they
+were pinned are late pins. Between a lost connection and the next Synchronize the runtime
+creates containers without asking: that window is measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from dracpu.core.cpuset import EMPTY, CPUSet
+from dracpu.core.errors import DracpuError, InvalidInputError
+from dracpu.core.log import get_logger
+from dracpu.nri_plugin.allocator_client import AllocatorAPI
+from dracpu.nri_plugin.claim_env import parse_claim_env
+from dracpu.nri_plugin.conversions import (
+    container_record,
+    container_ref,
+    cpuset_update,
+    memory_nodes,
+)
+from dracpu.nri_plugin.detaches import PendingDetaches
+from dracpu.nri_plugin.plugin_state import PluginState
+from dracpu.nri_plugin.registry import ContainerRecord, Registry
+from dracpu.pb.nri import api_pb2
+
+log = get_logger(__name__)
+
+_NAMES_LOGGED = 20
+
+
+@dataclass(frozen=True)
+class LatePin:
+    """A claimed container found running on other CPUs than its claim's, and pinned now."""
+
+    record: ContainerRecord
+    ran_on: str  # the cpuset the runtime reported ("" = none set: every CPU)
+    cause: str  # why it was not pinned at CreateContainer, as far as the plugin can tell
+
+
+class Resync:
+    """Synchronize and the connection's loss, of dracpu.nri_plugin.plugin_service.PluginHandlers;
+    see the module docstring."""
+
+    def __init__(
+        self, state: PluginState, allocator: AllocatorAPI, detaches: PendingDetaches
+    ) -> None:
+        self._state = state
+        self._allocator = allocator
+        self._detaches = detaches
+        self._synchronized = False  # a connection got as far as Synchronize
+        self._disconnected_at: float | None = None  # monotonic; None while connected
+
+    def disconnected(self, reason: str) -> None:
+        # The registry stays as last known (the view keeps showing it); the next
+        # Synchronize rebuilds it from what the runtime reports.
+        if self._synchronized:
+            # From now until the next Synchronize the runtime creates containers without
+            # asking us: they start on whatever cpuset their spec has (unpinned).
+            self._synchronized = False
+            self._disconnected_at = time.monotonic()
+            self._state.metrics.disconnected()
+            log.warning(
+                "runtime connection lost; containers created until it is back run unpinned",
+                reason=reason,
+            )
+        else:
+            log.info(2, "runtime connection gone", reason=reason)
+
+    async def synchronize(
+        self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
+    ) -> list[api_pb2.ContainerUpdate]:
+        started = time.perf_counter()
+        state = self._state
+        async with state.lock:
+            pods_by_id = {pod.id: pod for pod in pods}
+            registry = Registry()
+            running_on = {ctr.id: ctr.linux.resources.cpu.cpus for ctr in containers}
+            for ctr in containers:
+                if ctr.state == api_pb2.CONTAINER_STOPPED:
+                    continue
+                pod = pods_by_id.get(ctr.pod_sandbox_id, api_pb2.PodSandbox())
+                record = await self._recover(pod, ctr)
+                if record is not None:
+                    registry.put(record)
+            await self._reconcile(
+                [ctr.id for ctr in containers if ctr.state != api_pb2.CONTAINER_STOPPED]
+            )
+            pool = await state.pool.fetch()
+            updates: list[api_pb2.ContainerUpdate] = []
+            repinned: list[ContainerRecord] = []
+            late: list[LatePin] = []
+            for record in list(registry):
+                target = record.cpus if record.exclusive else pool
+                if not target:
+                    log.error(
+                        "shared pool is empty; shared container left as it is",
+                        container=record.container_id,
+                    )
+                    continue
+                mems = record.mems if record.exclusive else EMPTY
+                updates.append(cpuset_update(record.container_id, target, mems))
+                ran_on = running_on.get(record.container_id, "")
+                if not _same_cpus(ran_on, target):
+                    repinned.append(record)
+                    if record.exclusive and record.state != "created":
+                        late.append(LatePin(record, ran_on, self._late_cause(record)))
+                registry.set_cpus(record.container_id, target)
+            state.registry = registry
+            state.overdue.clear()
+        log.info(
+            0,
+            "synchronized with the runtime",
+            containers=len(containers),
+            tracked=len(registry),
+            updates=len(updates),
+            ms=round((time.perf_counter() - started) * 1e3, 1),
+        )
+        self._report_repinned(repinned)
+        self._report_late_pins(late)
+        return updates
+
+    def _report_late_pins(self, late: Sequence[LatePin]) -> None:
+        """Claimed containers that ran before they were pinned: the runtime started them
+        without our CreateContainer adjustment (its plugin_request_timeout expired, or no
+        plugin was connected), on the CPUs their cgroup parent allows. Each one is named."""
+        self._state.metrics.late_pinned(len(late))
+        for pin in late:
+            container = pin.record.container
+            log.warning(
+                "claimed container pinned late: it ran on other CPUs until now",
+                container=f"{container.pod_namespace}/{container.pod_name}/"
+                f"{container.container_name}",
+                container_id=pin.record.container_id,
+                claims=",".join(pin.record.claims),
+                cpus=pin.record.cpus,
+                ran_on=pin.ran_on or "any (no cpuset)",
+                why=pin.cause,
+            )
+
+    def _late_cause(self, record: ContainerRecord) -> str:
+        """Why a claimed container was not pinned; asked before the registry is replaced."""
+        overdue = self._state.overdue.get(record.container_id)
+        if overdue is not None:
+            return overdue
+        if self._state.registry.get(record.container_id) is not None:
+            return "the runtime did not keep the cpuset of our CreateContainer answer"
+        return "created while the plugin was not connected to the runtime (or before it started)"
+
+    async def _reconcile(self, live: list[str]) -> None:
+        """Containers that stopped while we were away: the allocator learns it here (their
+        claims' CPUs held for them go back to the pool)."""
+        try:
+            gone = await self._allocator.reconcile(live)
+        except DracpuError as exc:
+            log.error("reconcile with the allocator failed", error=str(exc))
+            return
+        self._detaches.settled(set(live))  # every container not live is detached now
+        if gone:
+            log.info(2, "containers stopped while disconnected detached", containers=",".join(gone))
+
+    def _report_repinned(self, repinned: Sequence[ContainerRecord]) -> None:
+        window = 0.0
+        if self._disconnected_at is not None:
+            window = time.monotonic() - self._disconnected_at
+        self._disconnected_at = None
+        self._synchronized = True
+        self._state.metrics.resynchronized(window, len(repinned))
+        if not repinned:
+            return
+        names = [
+            f"{r.container.pod_namespace}/{r.container.pod_name}/{r.container.container_name}"
+            for r in repinned
+        ]
+        shown = ",".join(names[:_NAMES_LOGGED])
+        if len(names) > _NAMES_LOGGED:
+            shown += f",... ({len(names) - _NAMES_LOGGED} more)"
+        log.warning(
+            "re-pinned containers the runtime ran on other CPUs",
+            count=len(repinned),
+            unpinned_window_s=round(window, 3),
+            containers=shown,
+        )
+
+    async def _recover(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> ContainerRecord | None:
+        try:
+            claims = parse_claim_env(ctr.env)
+        except InvalidInputError as exc:
+            log.error(
+                "container with malformed DRA env left alone", container=ctr.id, error=str(exc)
+            )
+            return None
+        record = container_record(pod, ctr, (), EMPTY)
+        if not claims:
+            return record
+        try:
+            reply = await self._allocator.adopt(container_ref(pod, ctr), claims)
+        except DracpuError as exc:
+            log.error("adopt failed; container left as it is", container=ctr.id, error=str(exc))
+            return None
+        accepted = tuple(sorted(o.claim_uid for o in reply.outcomes if o.accepted))
+        # Claims the allocator has no record of: it took no CPUs for them, so they stay in the
+        # shared pool and a prepare of another claim may take them. Pinning the container to
+        # the CPUs its env names would let it keep them next to that claim's container: it
+        # runs on the shared pool instead, and is tracked with them so its stop reaches the
+        # allocator. A prepare that confirms such a claim takes effect when the container
+        # starts again (CreateContainer attaches it).
+        held = tuple(sorted(o.claim_uid for o in reply.outcomes if o.quarantined))
+        for outcome in reply.outcomes:
+            if outcome.accepted:
+                log.info(2, "claim adopted", claim=outcome.claim_uid, recovered=outcome.recovered)
+            elif outcome.quarantined:
+                log.warning(
+                    "claim on running container quarantined",
+                    container=ctr.id,
+                    claim=outcome.claim_uid,
+                    reason=outcome.error,
+                )
+            else:
+                log.error(
+                    "claim on running container not accepted",
+                    container=ctr.id,
+                    claim=outcome.claim_uid,
+                    error=outcome.error,
+                )
+        self._state.pool.note(reply.shared_pool)
+        if not accepted:
+            return replace(record, quarantined=held)
+        return replace(
+            container_record(pod, ctr, accepted, CPUSet.parse(reply.cpus)),
+            quarantined=held,
+            mems=memory_nodes(reply.memory_nodes, ctr.id),
+        )
+
+
+def _same_cpus(text: str, cpus: CPUSet) -> bool:
+    try:
+        return CPUSet.parse(text) == cpus if text else False
+    except DracpuError:
+        return False
