@@ -29,30 +29,42 @@ need_go() {
 }
 
 # pid_recorded PIDFILE MARKER: prints the PID recorded in PIDFILE when that process is alive and
-# its command line contains MARKER; a recycled PID belongs to some other program.
+# its command line contains MARKER; a recycled PID belongs to some other program. A process in
+# the middle of an exec shows an empty command line for a moment: it is read again before the
+# process is taken for gone (a zombie's stays empty).
 pid_recorded() {
-    local file="$1" marker="$2" pid
+    local file="$1" marker="$2" pid cmdline="" i
     [[ -f "$file" ]] || return 1
     pid="$(cat "$file")"
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-    kill -0 "$pid" 2>/dev/null || return 1
-    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$marker" || return 1
+    for ((i = 0; i < 40; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        cmdline="$(command_line "$pid")"
+        [[ -z "$cmdline" ]] || break
+        sleep 0.05
+    done
+    [[ "$cmdline" == *"$marker"* ]] || return 1
     echo "$pid"
 }
 
+# command_line PID: the process's arguments separated by spaces ('' while it has none to show).
+command_line() { tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null || true; }
+
 # start_recorded PIDFILE LOGFILE MARKER COMMAND...: runs COMMAND detached (its own session),
-# output appended to LOGFILE, PID in PIDFILE. Returns once the child runs COMMAND (its command
-# line shows MARKER): until the forked shell has exec'ed, pid_recorded would take it for a
-# stranger, and on a loaded machine that takes a while.
+# output appended to LOGFILE, PID in PIDFILE. Returns once the child runs COMMAND itself (its
+# command line shows MARKER and is no longer setsid's, which execs COMMAND in the same process):
+# until then pid_recorded would take it for a stranger, and on a loaded machine that takes a
+# while.
 start_recorded() {
-    local file="$1" logfile="$2" marker="$3" pid i
+    local file="$1" logfile="$2" marker="$3" pid i cmdline
     shift 3
     setsid "$@" >>"$logfile" 2>&1 </dev/null &
     pid=$!
     echo "$pid" > "$file"
     for ((i = 0; i < 100; i++)); do
         kill -0 "$pid" 2>/dev/null || break
-        tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$marker" && break
+        cmdline="$(command_line "$pid")"
+        [[ "$cmdline" == *"$marker"* && "$cmdline" != "setsid "* ]] && break
         sleep 0.05
     done
 }
