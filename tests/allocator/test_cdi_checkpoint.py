@@ -11,6 +11,7 @@ import pytest
 from dracpu.allocator.claims import Allocation, ClaimRecord, Owner
 from dracpu.allocator.store import cdi, checkpoint, records
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import cdi_device_id
 from dracpu.core.errors import InvalidInputError, StateError
 
 SPEC_WITH_ENV = (
@@ -30,7 +31,7 @@ def test_cdi_spec_file_and_content(tmp_path: Path) -> None:
             {"name": f"claim-{UID}", "containerEdits": {"env": [f"DRA_CPUSET_{UID}=2-5,10"]}}
         ],
     }
-    assert cdi.qualified_name(UID) == f"dra.k8s.io/cpu=claim-{UID}"
+    assert cdi_device_id(UID) == f"dra.k8s.io/cpu=claim-{UID}"
     # Only the spec itself is left: the temp file was renamed over it.
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
 

@@ -9,19 +9,16 @@ plumbing) and the generated `dracpu.pb.*` messages do not, nor anything outside 
 
 The path, in order: servicer, rpc.wire (the request checked and translated, its configuration
 parsed in domain.opaque), live.batches (the lock and the batch), claims.preparation driving
-claims.allocations (the node's facts read once from claims.state and domain.devices, the
-result's count from domain.quantity, its configuration's rules from domain.opaque in one call,
-the CPUs from domain.isolation and the algorithm), the claim's record (claims.model) and the
-new state (claims.state), then the files (live.state's thread-pool jobs into store.cdi,
-store.records and store.durable), the publish (live.state, claims.state, store.records) and
-the reply (rpc.wire, store.cdi's device name).
+claims.allocations (the node's facts read once from claims.state, the result's count from
+domain.quantity, what its configuration asks in one call to claims.rules, the CPUs from
+domain.isolation and the algorithm), the claim's record (claims.model) and the new state
+(claims.state), then the files (store.cdi's spec and store.records' record, written together
+by store.durable in one thread-pool job), the publish (live.state, which reads the new state in
+claims.state and saves its generations in store.records) and the reply (rpc.wire).
 
-Of its returns, one is domain.opaque (parsed where the claim arrives, its rules asked where
-the node's facts are known), one claims.state (read before the CPUs are chosen, a new state
-after), one rpc.wire (the request in, the reply out) and one store.cdi (the spec written, its
-device name in the reply); the other six are the live layer's writes and publish: live.state
-twice (the files and the publish, then the answer's callback), store.durable once (the second
-file), and from the publish claims.state twice and store.records once.
+Its four returns: claims.state (read before the CPUs are chosen, a new state after), claims.state
+again and store.records from the publish (what it reads of the state, then the generations it
+saves), and rpc.wire (the request in, the reply out).
 """
 
 from __future__ import annotations
@@ -46,7 +43,7 @@ Machines = Callable[[str], Machine]
 POD = "7c1d2e3f-0000-4000-8000-0000000000a1"
 SPREAD = {"strategy": "spread"}
 MAX_MODULES = 20
-MAX_RETURNS = 10
+MAX_RETURNS = 4
 ALLOCATOR = "dracpu.allocator."
 
 
@@ -85,15 +82,18 @@ async def test_one_prepare_crosses_few_modules_and_seldom_returns(
 
 
 async def test_the_claim_rules_take_one_straight_path(tmp_path: Path, machines: Machines) -> None:
-    """The claims layer is entered once and asks for each result's configuration once; the
-    configuration's module is otherwise entered only where the claim arrives."""
+    """The claims layer is entered once and asks for each result's configuration once, of the
+    rules; the configuration's module is entered only where the claim arrives, and the files
+    are written in one go."""
     path = await traced_prepare(tmp_path, machines("xeon-2s-ht"))
     entered = [(e.module, e.function) for e in path.entries]
     assert [e for e in entered if e[0] == f"{ALLOCATOR}domain.opaque"] == [
         (f"{ALLOCATOR}domain.opaque", "parse_configs"),
-        (f"{ALLOCATOR}domain.opaque", "request_config"),
     ], path.describe()
-    for module in ("claims.preparation", "claims.allocations", "domain.devices"):
+    assert [e for e in entered if e[0] == f"{ALLOCATOR}claims.rules"] == [
+        (f"{ALLOCATOR}claims.rules", "request_config"),
+    ], path.describe()
+    for module in ("claims.preparation", "claims.allocations", "store.cdi", "store.durable"):
         assert path.entered(ALLOCATOR + module) == 1, path.describe()
 
 

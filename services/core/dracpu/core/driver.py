@@ -6,6 +6,8 @@
   grouped device offers and a claim consumes, and the names of their attributes and of the
   attributes of the device metadata a prepared claim's containers read. These are API: claims,
   CEL selectors and external allocators spell them, so they never change.
+- The CDI device of a prepared claim: kind `dra.k8s.io/cpu`, device `claim-<uid>`, named
+  in the kubelet's answer and resolved by the runtime.
 - The env contract of the CDI specs: a prepared claim's spec injects
   `DRA_CPUSET_<claimUID>=<cpuset>` into each container that holds the claim; the nri-plugin
   and the dev tools read it back.
@@ -70,6 +72,23 @@ def numa_device_name(node: int) -> str:
 def socket_device_name(socket: int) -> str:
     """The name of the grouped device of socket `socket`."""
     return f"{SOCKET_DEVICE_PREFIX}{socket:03d}"
+
+
+# The CDI kind of the claims' specs (vendor/class) and its devices, one per prepared claim.
+CDI_VENDOR: Final = "dra.k8s.io"
+CDI_CLASS: Final = "cpu"
+CDI_KIND: Final = f"{CDI_VENDOR}/{CDI_CLASS}"
+
+
+def cdi_device_name(uid: str) -> str:
+    """The CDI device of claim `uid` within the kind: `claim-<uid>`."""
+    return f"claim-{uid}"
+
+
+def cdi_device_id(uid: str) -> str:
+    """The fully qualified CDI device of claim `uid`, as the kubelet passes it to the runtime:
+    `dra.k8s.io/cpu=claim-<uid>`."""
+    return f"{CDI_KIND}={cdi_device_name(uid)}"
 
 
 # Entries whose name starts with this matter to the nri-plugin (the reference driver's rule);

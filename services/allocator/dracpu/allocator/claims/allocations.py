@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dracpu.allocator.claims import rules
 from dracpu.allocator.claims.model import Allocation, ClaimRecord, PrepareInput, ResultInput
 from dracpu.allocator.claims.state import NodeState
 from dracpu.allocator.domain import opaque
@@ -83,11 +84,11 @@ class _Node:
 
 
 def _node(state: NodeState) -> _Node:
-    devices = state.devices
+    options = state.devices.options
     chooser: opaque.Chooser
-    if devices.mode == "individual":
+    if options.mode == "individual":
         chooser = "scheduler"
-    elif devices.external:
+    elif options.allocator == "external":
         chooser = "claim"
     else:
         chooser = "driver"
@@ -95,10 +96,10 @@ def _node(state: NodeState) -> _Node:
         state=state,
         allocatable=state.allocatable,
         free=state.free,
-        min_shared=state.min_shared,
+        min_shared=options.min_shared,
         chooser=chooser,
         threads_per_core=_threads_per_core(state.machine) if chooser == "driver" else 1,
-        memory_default=devices.options.memory_placement,
+        memory_default=options.memory_placement,
     )
 
 
@@ -127,17 +128,17 @@ def _driver_cpus(
     where: str,
     device: Device,
     count: int,
-    rules: opaque.RequestConfig,
+    wanted: rules.RequestConfig,
     assigned: CPUSet,
 ) -> CPUSet:
     """allocator cpumanager: `count` CPUs of the device placed by the claim's policy."""
     available = (node.allocatable & device.cpus) - assigned
     machine = node.state.machine
     try:
-        cpus = take_with_isolation(machine, available, count, rules.policy, rules.isolation)
+        cpus = take_with_isolation(machine, available, count, wanted.policy, wanted.isolation)
     except InsufficientCPUsError as exc:
         raise InsufficientCPUsError(
-            f"{where}: cannot take {count} CPUs ({rules.described}) from {len(available)} free "
+            f"{where}: cannot take {count} CPUs ({wanted.described}) from {len(available)} free "
             f"in the device: {exc}"
         ) from None
     except InvalidInputError as exc:
@@ -164,16 +165,16 @@ def allocate(
         device = _device(state, uid, result)
         where = _where(uid, result)
         count = 0 if node.chooser == "scheduler" else _count(uid, result)
-        rules = opaque.request_config(
+        wanted = rules.request_config(
             config, result.request, node.chooser, node.threads_per_core, node.memory_default
         )
         if node.chooser == "scheduler":
             cpus = _scheduler_cpus(node, where, device, assigned)
-        elif rules.cpuset is not None:  # the claim's own CPUs (allocator external)
-            cpus = rules.cpuset
+        elif wanted.cpuset is not None:  # the claim's own CPUs (allocator external)
+            cpus = wanted.cpuset
             _check_explicit(state, where, device, cpus, count, assigned)
         else:
-            cpus = _driver_cpus(node, where, device, count, rules, assigned)
+            cpus = _driver_cpus(node, where, device, count, wanted, assigned)
         assigned = assigned | cpus
         left = len(node.free - assigned)
         if left < node.min_shared:
@@ -189,10 +190,10 @@ def allocate(
                 device=result.device,
                 cpus=cpus,
                 count=count,
-                policy=rules.described,
+                policy=wanted.described,
             )
         )
-        local = local or rules.memory == "local"
+        local = local or wanted.memory == "local"
     # When any result asks for `local` memory, the NUMA nodes of all the claim's CPUs, so
     # every CPU the container runs on keeps its own node's memory; otherwise none (every node).
     memory = state.machine.numa_nodes_of(assigned) if local else CPUSet()
@@ -206,7 +207,7 @@ def memory_nodes(
     (its config, else the driver's default), the NUMA nodes of all the claim's CPUs, so every
     CPU the container runs on keeps its own node's memory; otherwise none (every node)."""
     default = state.devices.options.memory_placement
-    local = any(opaque.memory_placement(config, a.request, default) == "local" for a in allocations)
+    local = any(rules.memory_placement(config, a.request, default) == "local" for a in allocations)
     if not local:
         return CPUSet()
     cpus = CPUSet()

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dracpu.allocator import claims
-from dracpu.allocator.live.state import LiveState, io, run_to_end
+from dracpu.allocator.live.state import LiveState
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.log import get_logger
+from dracpu.core.tasks import io, run_to_end
 
 log = get_logger(__name__)
 

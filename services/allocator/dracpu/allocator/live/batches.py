@@ -20,15 +20,15 @@ never puts a CPU in two claims:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from dataclasses import replace
 
 from dracpu.allocator import claims
-from dracpu.allocator.live.state import LiveState, io, retrieve
-from dracpu.allocator.store import cdi, records
+from dracpu.allocator.live.state import LiveState
+from dracpu.allocator.store import cdi, durable, records
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConflictError, InsufficientCPUsError, StateError
 from dracpu.core.log import get_logger
+from dracpu.core.tasks import io, retrieve
 
 log = get_logger(__name__)
 
@@ -71,7 +71,7 @@ class PrepareBatches:
                     raise
 
     async def _prepare_batch(self, batch: list[tuple[claims.PrepareInput, Prepared]]) -> None:
-        published = self._live.state
+        published = self._live.current or self._live.state  # the latter raises: starting
         state = published
         accepted: list[tuple[claims.PrepareOutcome, Prepared]] = []
         for request, answer in batch:
@@ -150,16 +150,16 @@ class PrepareBatches:
         for a claim already prepared (it may have been lost, e.g. /var/run wiped); the record
         only when it changed. A failure puts back what this wrote."""
         live = self._live
-        jobs: list[Awaitable[object]] = [io(cdi.write_spec, live.cdi_dir, record.uid, record.cpus)]
+        files = [cdi.spec_file(live.cdi_dir, record.uid, record.cpus)]
         if record is not before:
-            jobs.append(io(records.write_record, live.state_dir, record))
-        written = await asyncio.gather(*jobs, return_exceptions=True)
-        errors = [r for r in written if isinstance(r, BaseException)]
+            files.append(records.record_file(live.state_dir, record))
+        written = await io(durable.write_files, files)
+        errors = [error for error in written if error is not None]
         if not errors:
             return
-        if before is None and not isinstance(written[0], BaseException):
+        if before is None and written[0] is None:
             await self._undo_spec(record.uid)
-        if len(written) > 1 and not isinstance(written[1], BaseException):
+        if len(written) > 1 and written[1] is None:
             try:
                 if before is None:
                     await io(records.remove_record, live.state_dir, record.uid)
@@ -210,7 +210,7 @@ class UnprepareBatches:
                     raise
 
     async def _unprepare_batch(self, batch: list[tuple[str, Unprepared]]) -> None:
-        published = self._live.state
+        published = self._live.current or self._live.state  # the latter raises: starting
         uids = sorted({uid for uid, _ in batch})
         removed = await asyncio.gather(
             *(self._remove_claim_files(uid, published.records.get(uid)) for uid in uids),

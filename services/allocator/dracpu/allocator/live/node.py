@@ -21,10 +21,11 @@ from dracpu.allocator.domain.device_health import HealthBook
 from dracpu.allocator.domain.devices import DeviceModel, DeviceOptions
 from dracpu.allocator.live import attachments, startup, topology_refresh
 from dracpu.allocator.live.batches import PrepareBatches, UnprepareBatches
-from dracpu.allocator.live.state import LiveState, SharedPoolView, pool_view, run_to_end
+from dracpu.allocator.live.state import LiveState, SharedPoolView, pool_view
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
+from dracpu.core.tasks import run_to_end
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -1,17 +1,16 @@
 """The allocator's published state and its one writer: the lock every mutation holds, the
 devices as published (withheld CPUs left out) with their generation, the device health, the
 shared pool's watchers, and what follows each publish (saved generations, metrics, warnings).
-Also the two ways a mutation runs: to its end whatever its caller does, and blocking I/O in a
-thread."""
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from dracpu.allocator import claims
 from dracpu.allocator.domain.device_health import STATUSES, HealthBook, assess
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 log = get_logger(__name__)
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,25 +48,6 @@ def pool_view(state: claims.NodeState) -> SharedPoolView:
         isolated=state.machine.isolated,
         on_isolated=state.shared_on_isolated,
     )
-
-
-def retrieve(task: asyncio.Future[Any]) -> None:
-    # A mutation whose caller left still ends with a result or an error: consume it, so an
-    # error is not reported as "never retrieved" (the handler already mapped it if it waited).
-    if not task.cancelled():
-        task.exception()
-
-
-async def run_to_end(work: Coroutine[Any, Any, T]) -> T:
-    """Run a mutation to its end even when the caller goes away (a client timeout cancels
-    the handler): files written must be published, and the lock held until then."""
-    task = asyncio.ensure_future(work)
-    task.add_done_callback(retrieve)
-    return await asyncio.shield(task)
-
-
-async def io(func: Callable[..., T], *args: Any) -> T:
-    return await asyncio.to_thread(func, *args)
 
 
 class PublishedDevices:
@@ -145,7 +123,8 @@ class LiveState:
         self.options = options
         self.clock = clock
         self.lock = asyncio.Lock()
-        self._state: claims.NodeState | None = None
+        # The published state, None while starting (`state` raises then instead).
+        self.current: claims.NodeState | None = None
         self.devices = PublishedDevices()
         self._warned_shortfall = 0
         self._watchers: set[asyncio.Queue[SharedPoolView]] = set()
@@ -155,13 +134,13 @@ class LiveState:
 
     @property
     def ready(self) -> bool:
-        return self._state is not None
+        return self.current is not None
 
     @property
     def state(self) -> claims.NodeState:
-        if self._state is None:
+        if self.current is None:
             raise UnavailableError("the allocator is starting: topology or state not loaded yet")
-        return self._state
+        return self.current
 
     def node_file(self, state: claims.NodeState) -> records.NodeFile:
         return records.NodeFile(
@@ -207,21 +186,13 @@ class LiveState:
     # ---- publishing ------------------------------------------------------------------------
 
     def publish(self, state: claims.NodeState) -> None:
-        previous = self._state
-        self._state = state
+        """`state` becomes the published one: its devices, the warnings and metrics it calls
+        for, the shared pool's watchers told when the pool moved; then its generations saved
+        (what it reads of the state first, what it writes last)."""
+        previous = self.current
+        self.current = state
         self.devices.of(state)
         self._check_shortfall(state)
-        if previous is not None and (
-            previous.pool_generation,
-            previous.claims_generation,
-        ) != (state.pool_generation, state.claims_generation):
-            try:
-                records.save_generations(
-                    self.state_dir, state.pool_generation, state.claims_generation
-                )
-            except StateError as exc:
-                # The claims themselves are durable; only a restart's generations may repeat.
-                log.error("cannot save generations", error=str(exc))
         if self.metrics:
             summary = claims.summary(state)
             self.metrics["dra_cpu_allocated_cpus"].set(summary.allocated)
@@ -233,6 +204,17 @@ class LiveState:
             )
         if previous is None or previous.pool_generation != state.pool_generation:
             self._pool_changed(previous, state)
+        if previous is not None and (
+            previous.pool_generation,
+            previous.claims_generation,
+        ) != (state.pool_generation, state.claims_generation):
+            try:
+                records.save_generations(
+                    self.state_dir, state.pool_generation, state.claims_generation
+                )
+            except StateError as exc:
+                # The claims themselves are durable; only a restart's generations may repeat.
+                log.error("cannot save generations", error=str(exc))
 
     def _pool_changed(self, previous: claims.NodeState | None, state: claims.NodeState) -> None:
         if state.shared_on_isolated and (previous is None or not previous.shared_on_isolated):

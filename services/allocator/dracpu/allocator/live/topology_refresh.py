@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dracpu.allocator import claims
 from dracpu.allocator.domain.devices import build_devices
-from dracpu.allocator.live.state import LiveState, io
+from dracpu.allocator.live.state import LiveState
 from dracpu.allocator.store import records
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
+from dracpu.core.tasks import io
 
 log = get_logger(__name__)
 

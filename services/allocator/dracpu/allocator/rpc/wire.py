@@ -11,11 +11,15 @@ from dracpu.allocator.domain import opaque
 from dracpu.allocator.domain.device_health import HealthBook
 from dracpu.allocator.domain.devices import AttributeValue, Device, DeviceModel
 from dracpu.allocator.live.state import SharedPoolView
-from dracpu.allocator.store import cdi
 from dracpu.core import names
 from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.driver import ATTR_ALLOCATED_NUM_CPUS, ATTR_MEMORY_NODES, DRIVER_NAME
+from dracpu.core.driver import (
+    ATTR_ALLOCATED_NUM_CPUS,
+    ATTR_MEMORY_NODES,
+    DRIVER_NAME,
+    cdi_device_id,
+)
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.machine import Machine
 from dracpu.pb.allocator.v1 import allocator_pb2
@@ -76,7 +80,7 @@ def claim_to_proto(record: claims.ClaimRecord) -> allocator_pb2.Claim:
         owner=owner_to_proto(record),
         prepared_at_unix_nano=record.prepared_at_ns,
         policy=record.policy or ("recovered" if record.recovered else ""),
-        cdi_device_id=cdi.qualified_name(record.uid),
+        cdi_device_id=cdi_device_id(record.uid),
         owner_running=bool(record.container_id),
         memory_nodes=record.memory_nodes.format(),
     )

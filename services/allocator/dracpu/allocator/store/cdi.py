@@ -13,10 +13,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dracpu.allocator.store.durable import remove_durable, write_atomic
+from dracpu.allocator.store.durable import FileWrite, remove_durable, write_file
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import decode, read_regular
-from dracpu.core.driver import cpuset_env_entry, cpuset_env_name
+from dracpu.core.driver import (
+    CDI_CLASS,
+    CDI_KIND,
+    CDI_VENDOR,
+    cdi_device_name,
+    cpuset_env_entry,
+    cpuset_env_name,
+)
 from dracpu.core.errors import CPUSetError, DracpuError, StateError
 from dracpu.core.names import check_uid as check_uid  # a uid that can name a CDI device
 
@@ -24,18 +31,7 @@ from dracpu.core.names import check_uid as check_uid  # a uid that can name a CD
 MAX_SPEC = 1024 * 1024
 
 CDI_VERSION = "0.3.0"
-VENDOR = "dra.k8s.io"
-CLASS = "cpu"
-KIND = f"{VENDOR}/{CLASS}"
-FILE_PREFIX = f"{VENDOR}-{CLASS}_claim-"
-
-
-def device_name(uid: str) -> str:
-    return f"claim-{uid}"
-
-
-def qualified_name(uid: str) -> str:
-    return f"{KIND}={device_name(uid)}"
+FILE_PREFIX = f"{CDI_VENDOR}-{CDI_CLASS}_{cdi_device_name('')}"
 
 
 def spec_path(cdi_dir: Path, uid: str) -> Path:
@@ -46,25 +42,28 @@ def spec_path(cdi_dir: Path, uid: str) -> Path:
 def spec_document(uid: str, cpus: CPUSet) -> dict[str, object]:
     return {
         "cdiVersion": CDI_VERSION,
-        "kind": KIND,
+        "kind": CDI_KIND,
         "devices": [
             {
-                "name": device_name(uid),
+                "name": cdi_device_name(uid),
                 "containerEdits": {"env": [cpuset_env_entry(uid, cpus.format())]},
             }
         ],
     }
 
 
-def write_spec(cdi_dir: Path, uid: str, cpus: CPUSet) -> Path:
+def spec_file(cdi_dir: Path, uid: str, cpus: CPUSet) -> FileWrite:
+    """The spec of claim `uid` holding `cpus`, as a file to write."""
     path = spec_path(cdi_dir, check_uid(uid))
     data = json.dumps(spec_document(uid, cpus), indent=2).encode() + b"\n"
-    try:
-        # The temp name must not end in .json/.yaml, so runtimes never load a partial spec.
-        write_atomic(path, data, mode=0o644, temp_suffix=".tmp")
-    except OSError as exc:
-        raise StateError(f"cannot write CDI spec {path}: {exc.strerror or exc}") from None
-    return path
+    # The temp name must not end in .json/.yaml, so runtimes never load a partial spec.
+    return FileWrite(path, data, "CDI spec", mode=0o644, temp_suffix=".tmp")
+
+
+def write_spec(cdi_dir: Path, uid: str, cpus: CPUSet) -> Path:
+    file = spec_file(cdi_dir, uid, cpus)
+    write_file(file)
+    return file.path
 
 
 def remove_spec(cdi_dir: Path, uid: str) -> bool:
@@ -87,13 +86,13 @@ def parse_spec(path: Path, text: str) -> SpecOnDisk:
     uid = path.name.removeprefix(FILE_PREFIX).removesuffix(".json")
     try:
         document = json.loads(text)
-        if not isinstance(document, dict) or document.get("kind") != KIND:
-            raise ValueError(f"kind is not {KIND}")
+        if not isinstance(document, dict) or document.get("kind") != CDI_KIND:
+            raise ValueError(f"kind is not {CDI_KIND}")
         devices = document.get("devices")
         if not isinstance(devices, list) or len(devices) != 1 or not isinstance(devices[0], dict):
             raise ValueError("expected exactly one device")
-        if devices[0].get("name") != device_name(uid):
-            raise ValueError(f"device name is not {device_name(uid)}")
+        if devices[0].get("name") != cdi_device_name(uid):
+            raise ValueError(f"device name is not {cdi_device_name(uid)}")
         env = devices[0].get("containerEdits", {}).get("env", [])
         key = f"{cpuset_env_name(uid)}="
         values = [e for e in env if isinstance(e, str) and e.startswith(key)]

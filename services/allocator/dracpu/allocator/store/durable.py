@@ -6,7 +6,16 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+
+from dracpu.core.errors import StateError
+
+# Where the files of one `write_files` call beyond the first are written, so their fsyncs
+# overlap (the disk commits them together: about half the time of one after the other).
+_OVERLAP = ThreadPoolExecutor(max_workers=4, thread_name_prefix="durable-write")
 
 
 def fsync_dir(directory: Path) -> None:
@@ -35,6 +44,43 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, temp_suffix: str = 
             os.unlink(temp)
         raise
     fsync_dir(directory)
+
+
+@dataclass(frozen=True, slots=True)
+class FileWrite:
+    """One file to replace atomically: where, its bytes and mode, and what it is (for the
+    error)."""
+
+    path: Path
+    data: bytes
+    what: str
+    mode: int = 0o644
+    temp_suffix: str = ".tmp"
+
+
+def write_file(file: FileWrite) -> None:
+    """`write_atomic` of `file`; a failure is a StateError naming the file and the reason."""
+    try:
+        write_atomic(file.path, file.data, file.mode, file.temp_suffix)
+    except OSError as exc:
+        raise StateError(f"cannot write {file.what} {file.path}: {exc.strerror or exc}") from None
+
+
+def _written(file: FileWrite) -> StateError | None:
+    try:
+        write_file(file)
+    except StateError as exc:
+        return exc
+    return None
+
+
+def write_files(files: Sequence[FileWrite]) -> list[StateError | None]:
+    """Each file written as `write_file` writes it, all at the same time so their fsyncs
+    overlap; each one's error, in order (None: durable). One failing leaves the others
+    written: the caller decides what to put back."""
+    others = [_OVERLAP.submit(_written, file) for file in files[1:]]
+    first = [_written(files[0])] if files else []
+    return first + [job.result() for job in others]
 
 
 def remove_durable(path: Path) -> bool:

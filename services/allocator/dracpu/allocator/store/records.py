@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dracpu.allocator.claims.model import Allocation, ClaimRecord
-from dracpu.allocator.store.durable import remove_durable, write_atomic
+from dracpu.allocator.store.durable import FileWrite, remove_durable, write_atomic, write_file
 from dracpu.core.containers import Owner
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import load_json, read_regular
@@ -189,12 +189,15 @@ def decode_record(data: bytes, source: str, uid: str) -> ClaimRecord:
     return record
 
 
+def record_file(state_dir: Path, record: ClaimRecord) -> FileWrite:
+    """The record of `record.uid`, as a file to write."""
+    return FileWrite(
+        record_path(state_dir, record.uid), encode_record(record), "claim record", 0o600
+    )
+
+
 def write_record(state_dir: Path, record: ClaimRecord) -> None:
-    path = record_path(state_dir, record.uid)
-    try:
-        write_atomic(path, encode_record(record), mode=0o600)
-    except OSError as exc:
-        raise StateError(f"cannot write claim record {path}: {exc.strerror or exc}") from None
+    write_file(record_file(state_dir, record))
 
 
 def remove_record(state_dir: Path, uid: str) -> bool:
