@@ -1,7 +1,6 @@
 """The allocator's published state and its one writer: the lock every mutation holds, the
 devices as published (withheld CPUs left out) with their generation, the device health, the
-shared pool's watchers, and what follows each publish (saved generations, metrics, warnings).
-"""
+shared pool's watchers, and what follows each publish (saved generations, metrics, warnings)."""
 
 from __future__ import annotations
 
