@@ -21,6 +21,27 @@ say() { log "$LOG_PREFIX" "$*"; }
 # die MESSAGE...: one error line, exit 2
 die() { echo "$LOG_PREFIX: error: $*" >&2; exit 2; }
 
+# with_heartbeat PREFIX WHAT COMMAND...: runs COMMAND, printing a line every minute while it
+# runs (a long build is not mistaken for a hung one); its exit status is COMMAND's.
+with_heartbeat() {
+    local p="$1" what="$2" began=$SECONDS ticker status=0
+    shift 2
+    (
+        trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+        while :; do
+            sleep "${HEARTBEAT_SECONDS:-60}" &
+            nap=$!
+            wait "$nap"
+            log "$p" "$what: still running ($((SECONDS - began)) s)"
+        done
+    ) &
+    ticker=$!
+    "$@" || status=$?
+    kill "$ticker" 2>/dev/null
+    wait "$ticker" 2>/dev/null || true
+    return "$status"
+}
+
 need_go() {
     if ! command -v go >/dev/null 2>&1; then
         echo "$1: go not found on PATH or in /usr/local/go/bin; cannot build" >&2
