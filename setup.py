@@ -49,7 +49,10 @@ COMMANDS = {
         "health": "dracpu.core.healthcheck:main",
     },
     "services/topology": {"gatherinfo": "dracpu.topology.gatherinfo:main"},
-    "services/allocator": {"simulate": "dracpu.allocator.simulate:main"},
+    "services/allocator": {
+        "simulate": "dracpu.allocator.simulate:main",
+        "validate": "dracpu.allocator.validate:main",
+    },
     "dev": {"dev": "dracpu.dev.cli:main"},
 }
 

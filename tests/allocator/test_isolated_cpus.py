@@ -146,7 +146,7 @@ PLACEMENTS = [
         2,
         True,
         error=InvalidInputError,
-        message="field 'cpuConfig.isolated'",
+        message="cpuConfig.isolated: true is not one of prefer, require, avoid",
     ),
 ]
 

@@ -200,7 +200,7 @@ def test_individual_and_external_modes_take_the_memory_placement(machines: Machi
             (config(memoryPlacement="strict"),),
             "opaque config: cpuConfig.memoryPlacement: 'strict' is not one of local, none",
         ),
-        ({}, (config(memoryPlacement=True),), "field 'cpuConfig.memoryPlacement'"),
+        ({}, (config(memoryPlacement=True),), "cpuConfig.memoryPlacement: true is not one of"),
         ({}, (config(memoryPlacment="local"),), "unknown field 'cpuConfig.memoryPlacment'"),
         (
             {"allocator": "external"},

@@ -456,7 +456,7 @@ EXPLICIT = [
         "unparsable-cpuset",
         claim("c", result("cpudevmachine", "4"), configs=(config(cpu_config(cpuset="5-2")),)),
         InvalidInputError,
-        "reversed range",
+        "cpuConfig.cpuset: reversed range '5-2'",
         options=MACHINE,
     ),
     Case(

@@ -9,4 +9,5 @@ COMMANDS = {
     "health": "dracpu.core.healthcheck:main",
     "introspect": "dracpu.core.introspect:main",
     "simulate": "dracpu.allocator.simulate:main",
+    "validate": "dracpu.allocator.validate:main",
 }

@@ -44,6 +44,8 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
         pytest.param(["no-such-command"], id="unknown-command"),
         pytest.param(["simulate", "--help"], id="simulate-help"),
         pytest.param(["simulate", "--count", "x"], id="simulate-bad-flag"),
+        pytest.param(["validate", "--help"], id="validate-help"),
+        pytest.param(["validate"], id="validate-no-file"),
         pytest.param(["gatherinfo", "--help"], id="gatherinfo-help"),
         pytest.param(["introspect", "--help"], id="introspect-help"),
         pytest.param(["introspect", "metrics"], id="introspect-metrics"),

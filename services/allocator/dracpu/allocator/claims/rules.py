@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dracpu.allocator.algorithm import Policy
+from dracpu.allocator.domain import opaque_words as words
 from dracpu.allocator.domain.isolation import Isolation
 from dracpu.allocator.domain.opaque import (
     FROM_CLAIM,
@@ -75,10 +76,7 @@ def explicit_cpuset(config: ClaimConfig, request: str) -> CPUSet:
     parameters = _checked(matching[0])
     extra = parameters.policy_fields
     if extra:
-        raise InvalidInputError(
-            f"opaque config: cpuConfig.{extra[0]} is not valid with allocator external "
-            "(the cpuset is explicit)"
-        )
+        raise InvalidInputError(words.not_with_external(extra[0]))
     if parameters.cpuset is None:
         raise InvalidInputError(f"opaque config: request {request!r}: cpuConfig.cpuset is missing")
     return parameters.cpuset
@@ -114,10 +112,10 @@ def placement_policy(config: ClaimConfig, request: str, threads_per_core: int) -
         )
     distribute = bool(parameters.distribute_across_numa)
     if parameters.group_size is not None and not distribute:
-        raise InvalidInputError(
-            "opaque config: cpuConfig.groupSize needs cpuConfig.distributeAcrossNUMA: true"
-        )
+        raise InvalidInputError(words.group_size_without_distribute())
     full = bool(parameters.full_pcpus_only)
+    if parameters.strategy == "spread" and full:
+        raise InvalidInputError(words.spread_with_full_pcpus())
     # The kubelet's group size: whole cores when only full physical cores may be used.
     group_size = parameters.group_size or (threads_per_core if full else 1)
     align = parameters.align_uncore_cache
@@ -168,7 +166,7 @@ def memory_placement(
 
 
 def describe_policy(policy: Policy) -> str:
-    """A compact spelling for records and logs, e.g. `spread+full-pcpus`."""
+    """A compact spelling for records and logs, e.g. `packed+full-pcpus`."""
     parts: list[str] = [policy.strategy]
     if policy.full_pcpus_only:
         parts.append("full-pcpus")
@@ -188,7 +186,7 @@ class RequestConfig:
     policy: Policy = field(default_factory=Policy)  # chosen by the driver: how it places them
     isolation: Isolation | None = None  # chosen by the driver: which side of the isolated CPUs
     # The placement as records and logs spell it: "" for the scheduler's own choice,
-    # `explicit` for the claim's cpuset, the policy (`spread+full-pcpus+isolated-prefer`).
+    # `explicit` for the claim's cpuset, the policy (`packed+full-pcpus+isolated-prefer`).
     described: str = ""
 
 

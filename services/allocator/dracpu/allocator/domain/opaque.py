@@ -18,7 +18,11 @@ own placement (allocator cpumanager, groupBy numanode/socket):
 `memoryPlacement` (unset: the driver's `memoryPlacement`) leaves the CPUs alone, so it is
 accepted in every mode, next to an explicit cpuset and on individual devices too.
 
-Unknown fields and values are refused, so a typo never silently changes a placement.
+Unknown fields and values are refused, so a typo never silently changes a placement. The
+checks that need no node (the shape checks below, and the rules of
+`dracpu.allocator.claims.admission`) are also the chart's admission policy, generated from the
+same schema (`dracpu.allocator.domain.opaque_cel`), and `dracpu validate`: a wrong
+configuration is refused at `kubectl apply` in the words the prepare would use.
 
 The configuration is parsed once, when the allocator receives the claim (`parse_configs`, in
 the wire translation of its PrepareRequest): every entry of this driver becomes a
@@ -29,21 +33,31 @@ the node's facts are known, are `dracpu.allocator.claims.rules`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal
 
-from dracpu.allocator.domain.isolation import CHOICES as ISOLATION_CHOICES
+from dracpu.allocator.domain import opaque_words as words
 from dracpu.allocator.domain.isolation import Isolation
-from dracpu.core.config import MEMORY_PLACEMENTS, MemoryPlacement
-from dracpu.core.cpuset import CPUSet
+from dracpu.core.config import MemoryPlacement
+from dracpu.core.cpuset import MAX_CPUS, CPUSet
 from dracpu.core.documents import load_json
 from dracpu.core.driver import DRIVER_NAME
-from dracpu.core.errors import CPUSetError, InvalidInputError
+from dracpu.core.errors import InvalidInputError
 
-API_VERSION = "v1alpha1"
+if TYPE_CHECKING:
+    from dracpu.allocator.domain.opaque_schema import FieldSpec
+
 FROM_CLAIM = "FromClaim"
 FROM_CLASS = "FromClass"
+# The kinds whose objects carry opaque configurations: their resource, and where they list
+# their device configurations.
+CONFIG_PATHS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ResourceClaim": ("resourceclaims", ("spec", "devices", "config")),
+    "ResourceClaimTemplate": ("resourceclaimtemplates", ("spec", "spec", "devices", "config")),
+    "DeviceClass": ("deviceclasses", ("spec", "config")),
+}
 
 Strategy = Literal["packed", "spread"]
 # Who chooses a result's CPUs: the scheduler (individual CPU devices), the claim (allocator
@@ -83,47 +97,22 @@ class ClaimParameters:
 
 def parse_parameters(raw: bytes) -> ClaimParameters:
     document = load_json(raw or b"null", "opaque config")
-    if not isinstance(document, dict):
-        raise InvalidInputError("opaque config: parameters must be a JSON object")
-    version = document.get("apiVersion")
-    if version != API_VERSION:
-        raise InvalidInputError(
-            f"opaque config: unsupported apiVersion {version!r} (supported: {API_VERSION})"
-        )
     # The schema library loads with the first claim that carries a configuration.
     from pydantic import ValidationError
 
     from dracpu.allocator.domain.opaque_schema import POLICY_FIELDS, Parameters
 
+    refused = shape_refusal(document)
+    if refused:
+        raise InvalidInputError(refused)
     try:
         parsed = Parameters.model_validate(document)
-    except ValidationError as exc:
+    except ValidationError as exc:  # the checks above let through only what the schema takes
         first = exc.errors()[0]
         location = ".".join(str(p) for p in first["loc"])
-        if first["type"] == "extra_forbidden":
-            raise InvalidInputError(f"opaque config: unknown field {location!r}") from None
-        if first["type"] == "missing":
-            raise InvalidInputError(f"opaque config: missing field {location!r}") from None
         raise InvalidInputError(f"opaque config: field {location!r}: {first['msg']}") from None
     config = parsed.cpu_config
-    if config.isolated is not None and config.isolated not in ISOLATION_CHOICES:
-        raise InvalidInputError(
-            f"opaque config: cpuConfig.isolated: {config.isolated!r} is not one of "
-            f"{', '.join(ISOLATION_CHOICES)}"
-        )
-    if config.memory_placement is not None and config.memory_placement not in MEMORY_PLACEMENTS:
-        raise InvalidInputError(
-            f"opaque config: cpuConfig.memoryPlacement: {config.memory_placement!r} is not one "
-            f"of {', '.join(MEMORY_PLACEMENTS)}"
-        )
-    cpuset = None
-    if config.cpuset is not None:
-        if not config.cpuset.strip():
-            raise InvalidInputError("opaque config: cpuConfig.cpuset is empty")
-        try:
-            cpuset = CPUSet.parse(config.cpuset)
-        except CPUSetError as exc:
-            raise InvalidInputError(f"opaque config: cpuConfig.cpuset: {exc}") from None
+    cpuset = None if config.cpuset is None else CPUSet.parse(config.cpuset)  # checked above
     policy_fields = tuple(
         alias for name, alias in POLICY_FIELDS if getattr(config, name) is not None
     )
@@ -134,12 +123,126 @@ def parse_parameters(raw: bytes) -> ClaimParameters:
         distribute_across_numa=config.distribute_across_numa,
         group_size=config.group_size,
         align_uncore_cache=config.align_uncore_cache,
-        # Checked against their choices above.
-        isolated=cast(Isolation | None, config.isolated),
-        memory_placement=cast(MemoryPlacement | None, config.memory_placement),
+        isolated=config.isolated,
+        memory_placement=config.memory_placement,
         policy_fields=policy_fields,
         memory_only=(config.memory_placement is not None and cpuset is None and not policy_fields),
     )
+
+
+# ---- the shape the schema allows ---------------------------------------------------------------
+#
+# Checked before the parameters are typed, in this order, which the admission policy generated
+# from the same schema (`dracpu.allocator.domain.opaque_cel`) keeps, so both name the same field
+# first: the parameters are an object; `apiVersion`; unknown top-level keys; `cpuConfig` present
+# and an object; unknown keys of `cpuConfig`; each field's type and values, in the schema's
+# order; the cpuset's syntax. Of several unknown keys the first in code point order is named.
+# The schema's fields (`opaque_schema.PARAMETERS`, `CPU_CONFIG`) are read with pydantic, only
+# when a configuration is parsed.
+
+API_VERSION_KEY = "apiVersion"
+CPU_CONFIG_KEY = "cpuConfig"  # the schema's one object
+CPUSET_KEY = "cpuset"
+# A cpuset's syntax as `dracpu.core.cpuset.CPUSet.parse` reads it: items between commas, each
+# a number or a range low-high, blanks around them; numbers of at most six digits. The
+# patterns are RE2 too: the admission policy matches with them.
+BLANK_PATTERN = "[ \\t\\n]*"
+ITEM_PATTERN = "[ \\t\\n]*[0-9]+(-[0-9]+)?[ \\t\\n]*"
+NUMBER_PATTERN = "[0-9]+"
+MAX_DIGITS = 6
+
+
+def fits(spec: FieldSpec, value: object) -> bool:
+    """Whether a (non-null) value is of the field's kind and among its allowed values."""
+    if spec.kind == "boolean":
+        return isinstance(value, bool)
+    if spec.kind == "integer":
+        if isinstance(value, bool) or not isinstance(value, int):
+            return False
+        return spec.minimum is None or value >= spec.minimum
+    if spec.kind == "string":
+        return isinstance(value, str)
+    if spec.kind == "enum":
+        return isinstance(value, str) and value in spec.choices
+    return isinstance(value, dict)
+
+
+def wrong_value(spec: FieldSpec, field: str, value: str) -> str:
+    """The refusal of a value (shown) that does not fit the field."""
+    if spec.kind == "boolean":
+        return words.not_a_boolean(field, value)
+    if spec.kind == "integer":
+        return words.not_an_integer(field, value, spec.minimum)
+    if spec.kind == "string":
+        return words.not_a_string(field, value)
+    if spec.kind == "enum":
+        return words.not_one_of(field, value, spec.choices)
+    return words.not_an_object(field, value)
+
+
+def unknown_key(document: Mapping[str, object], specs: Sequence[FieldSpec], within: str) -> str:
+    """The refusal of the first key the schema does not know, or "" when there is none."""
+    known = [spec.key for spec in specs]
+    unknown = sorted(key for key in document if key not in known)
+    if not unknown:
+        return ""
+    prefix = f"{within}." if within else ""
+    near = words.nearest(unknown[0], known)
+    hint = words.did_you_mean(prefix + near) if near else words.known_fields(within, known)
+    return words.unknown_field(prefix + words.cut(unknown[0]), hint)
+
+
+def cpuset_refusal(text: str) -> str:
+    """The refusal of a cpuset that `CPUSet.parse` refuses (or reads as no CPU), naming its
+    first bad item, or ""."""
+    if re.fullmatch(BLANK_PATTERN, text):
+        return words.empty_cpuset()
+    whole = words.shown(text)
+    for item in text.split(","):
+        shown = words.shown(item)
+        if re.fullmatch(BLANK_PATTERN, item):
+            return words.empty_item(whole)
+        if not re.fullmatch(ITEM_PATTERN, item):
+            return words.invalid_item(shown, whole)
+        bounds = re.findall(NUMBER_PATTERN, item)
+        if any(len(bound) > MAX_DIGITS for bound in bounds):
+            return words.beyond_last_cpu(shown, whole, MAX_CPUS - 1)
+        if int(bounds[0]) > int(bounds[-1]):
+            return words.reversed_range(shown, whole)
+        if int(bounds[-1]) >= MAX_CPUS:
+            return words.beyond_last_cpu(shown, whole, MAX_CPUS - 1)
+    return ""
+
+
+def shape_refusal(document: object) -> str:
+    """Why the parameters (parsed JSON) are refused before they are typed, or "" when their
+    shape is what the schema allows."""
+    from dracpu.allocator.domain.opaque_schema import CPU_CONFIG, PARAMETERS
+
+    if not isinstance(document, dict):
+        return words.parameters_not_an_object()
+    if API_VERSION_KEY not in document:
+        return words.missing_api_version()
+    version = document[API_VERSION_KEY]
+    if not isinstance(version, str) or version != words.API_VERSION:
+        return words.unsupported_api_version(words.shown(version))
+    unknown = unknown_key(document, PARAMETERS, "")
+    if unknown:
+        return unknown
+    if CPU_CONFIG_KEY not in document:
+        return words.missing_field(CPU_CONFIG_KEY)
+    config = document[CPU_CONFIG_KEY]
+    if not isinstance(config, dict):
+        return words.not_an_object(CPU_CONFIG_KEY, words.shown(config))
+    unknown = unknown_key(config, CPU_CONFIG, CPU_CONFIG_KEY)
+    if unknown:
+        return unknown
+    for spec in CPU_CONFIG:
+        value = config.get(spec.key)
+        if value is not None and not fits(spec, value):
+            return wrong_value(spec, f"{CPU_CONFIG_KEY}.{spec.key}", words.shown(value))
+    cpuset = config.get(CPUSET_KEY)
+    return "" if cpuset is None else cpuset_refusal(cpuset)
 
 
 @dataclass(frozen=True, slots=True)
