@@ -89,7 +89,7 @@ def chart(control_plane: ControlPlane) -> Iterator[list[dict[str, Any]]]:
     finally:
         # The policy would refuse the unbound tokens other modules' plugins run with.
         for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
-            for name in (f"{RELEASE}-resourceslices", f"{RELEASE}-resourceclaims"):
+            for name in [d["metadata"]["name"] for d in documents if d["kind"] == kind]:
                 control_plane.kubectl("delete", kind, name, "--ignore-not-found")
         for node in (NODE, OTHER_NODE):
             control_plane.kubectl("delete", "resourceslices", "--ignore-not-found",

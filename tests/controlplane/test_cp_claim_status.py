@@ -52,7 +52,6 @@ OTHER_DRIVER = "net.example.com"
 OTHER_MANAGER = f"{OTHER_DRIVER}/{NODE}"
 MANAGER = f"dra.cpu/{NODE}"
 STALE_UID = "0b0d8f2e-0000-4000-8000-000000000000"
-POLICIES = (f"{RELEASE}-resourceslices", f"{RELEASE}-resourceclaims")
 
 
 def far_cpu_slice(node: str) -> dict[str, Any]:
@@ -134,8 +133,8 @@ def driver_token(
         yield cp.token_kubeconfig(CHART_NAMESPACE, account, path, bound_pod=DRIVER_POD)
     finally:
         # Other modules' plugins run with unbound tokens the policies would refuse.
-        for name in POLICIES:
-            for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+        for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+            for name in [d["metadata"]["name"] for d in documents if d["kind"] == kind]:
                 cp.kubectl("delete", kind, name, "--ignore-not-found")
         cp.kubectl("delete", "resourceslice", f"dra.cpu-{OTHER_NODE}", "--ignore-not-found")
         cp.kubectl("delete", "pod", DRIVER_POD, "-n", CHART_NAMESPACE, "--ignore-not-found",

@@ -93,11 +93,13 @@ def test_dangerous_host_paths_are_refused(helm: Path, setting: str) -> None:
 def test_the_admission_policy_where_the_api_exists(helm: Path) -> None:
     assert not of_kind(objects(helm), "ValidatingAdmissionPolicy")
     found = objects(helm, "--api-versions", VAP)
-    policy, claims = of_kind(found, "ValidatingAdmissionPolicy")
+    # The third policy is the workloads' opaque configurations (tests/packaging).
+    policy, claims, _ = of_kind(found, "ValidatingAdmissionPolicy")
     bindings = of_kind(found, "ValidatingAdmissionPolicyBinding")
     assert [b["spec"]["policyName"] for b in bindings] == [
         policy["metadata"]["name"],
         claims["metadata"]["name"],
+        "dracpu-dra-driver-cpu-opaque-config",
     ]
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
     spec = policy["spec"]
@@ -115,4 +117,6 @@ def test_the_admission_policy_where_the_api_exists(helm: Path) -> None:
     assert "authentication.kubernetes.io/node-name" in text and "d.driver != 'dra.cpu'" in text
     assert "metadata.name" in text and "status.allocation == oldObject.status.allocation" in text
     off = objects(helm, "--api-versions", VAP, "--set", "rbac.admissionPolicy=false")
-    assert not of_kind(off, "ValidatingAdmissionPolicy")
+    assert [p["metadata"]["name"] for p in of_kind(off, "ValidatingAdmissionPolicy")] == [
+        "dracpu-dra-driver-cpu-opaque-config"
+    ]
