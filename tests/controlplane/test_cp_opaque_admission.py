@@ -40,7 +40,6 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(900)]
 HELM = REPO / ".tools" / "bin" / "helm"
 CHART = REPO / "helm" / "dra-driver-cpu"
 RELEASE, CHART_NAMESPACE = "dra-driver-cpu", "kube-system"
-VAP_RESOURCE = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
 POLICY = f"{RELEASE}-opaque-config"
 DENIED = f"ValidatingAdmissionPolicy '{POLICY}' with binding '{POLICY}' denied request: "
 OTHER_DRIVER = {"opaque": {"driver": "gpu.example.com", "parameters": {"apiVersion": "v9"}}}
@@ -105,7 +104,7 @@ def refused(cp: ControlPlane, obj: dict[str, Any]) -> str:
 def rendered_policy() -> list[dict[str, Any]]:
     text = subprocess.run(
         [str(HELM), "template", RELEASE, str(CHART), "--namespace", CHART_NAMESPACE,
-         "--kube-version", KUBE_VERSION, "--api-versions", VAP_RESOURCE],
+         "--kube-version", KUBE_VERSION],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return [d for d in yaml.safe_load_all(text) if d and d["metadata"]["name"] == POLICY]

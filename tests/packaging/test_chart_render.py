@@ -314,6 +314,9 @@ def test_objects_rendered(case: tuple[Case, Rendered]) -> None:
             else ["NetworkPolicy"]
         )
         expected += network
+    # The workloads' opaque configurations are checked at admission in every rendering (the
+    # driver's own policies only where the cluster is known to serve them).
+    expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     assert kinds == sorted([*expected, "ServiceAccount"])
     device_class = rendered.one("DeviceClass")
     assert device_class["apiVersion"] == "resource.k8s.io/v1"
