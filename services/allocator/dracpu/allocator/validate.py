@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from dracpu.core.cli import ArgumentParser, run
+from dracpu.core.documents import load_yaml_documents
 from dracpu.core.errors import InvalidInputError
 
 PROG = "dracpu validate"
@@ -53,20 +54,7 @@ def read(name: str) -> str:
 
 
 def documents(name: str, text: str) -> list[object]:
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    source = "standard input" if name == "-" else name
-    try:
-        return [d for d in yaml.load_all(text, Loader=loader) if d is not None]
-    except RecursionError:
-        raise InvalidInputError(f"{source}: YAML nested too deeply") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InvalidInputError(f"{source}: not valid YAML{where}") from None
-    except ValueError as exc:  # an int past the digit limit
-        raise InvalidInputError(f"{source}: not valid YAML ({str(exc)[:80]})") from None
+    return load_yaml_documents(text, "standard input" if name == "-" else name)
 
 
 def title(document: Mapping[str, object], number: int) -> str:

@@ -75,11 +75,26 @@ def load_json(data: bytes | str, source: str, error: type[DracpuError] = Invalid
 
 def load_yaml(text: str, source: str, error: type[DracpuError] = InvalidInputError) -> Any:
     """One YAML document; `source: not valid YAML at line N` on any failure."""
+    return _loaded_yaml(text, source, error, every=False)
+
+
+def load_yaml_documents(
+    text: str, source: str, error: type[DracpuError] = InvalidInputError
+) -> list[Any]:
+    """Every document of a multi-document YAML stream, empty ones left out; the errors of
+    `load_yaml`."""
+    loaded: list[Any] = _loaded_yaml(text, source, error, every=True)
+    return loaded
+
+
+def _loaded_yaml(text: str, source: str, error: type[DracpuError], *, every: bool) -> Any:
     import yaml  # only where a YAML document is read: light commands never load it
 
     # libyaml when present: faster, and it reports nesting errors instead of recursing.
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
+        if every:
+            return [d for d in yaml.load_all(text, Loader=loader) if d is not None]
         return yaml.load(text, Loader=loader)
     except RecursionError:
         raise error(f"{source}: YAML nested too deeply") from None
