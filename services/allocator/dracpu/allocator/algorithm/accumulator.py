@@ -53,6 +53,9 @@ class Accumulator:
 
     def sorted_numa_nodes(self) -> list[int]:
         ix = self.index
+        only = _only_group(self.free, ix.cpu_numa, ix.numa_masks)
+        if only is not None:
+            return [only]
         if ix.numa_first:
             present = [n for n, m in ix.numa_masks.items() if self.free & m]
             return self._by_free(present, ix.numa_masks)
@@ -66,6 +69,9 @@ class Accumulator:
 
     def sorted_sockets(self) -> list[int]:
         ix = self.index
+        only = _only_group(self.free, ix.cpu_socket, ix.socket_masks)
+        if only is not None:
+            return [only]
         if not ix.numa_first:
             present = [s for s, m in ix.socket_masks.items() if self.free & m]
             return self._by_free(present, ix.socket_masks)
@@ -85,9 +91,11 @@ class Accumulator:
             parents, members = self.sorted_numa_nodes(), ix.numa_cores
         result: list[int] = []
         for parent in parents:
-            inside = [c for c in members[parent] if free & cores[c]]
-            inside.sort(key=lambda c: ((free & cores[c]).bit_count(), c))
-            result.extend(inside)
+            inside = [
+                ((free & cores[c]).bit_count(), c) for c in members[parent] if free & cores[c]
+            ]
+            inside.sort()
+            result.extend(c for _, c in inside)
         return _unique(result)
 
     def sorted_uncore_caches(self) -> list[int]:
@@ -118,6 +126,15 @@ class Accumulator:
         for socket in self.sorted_sockets():
             result.extend(_bits(self.free & sockets[socket]))
         return result
+
+
+def _only_group(free: int, group_of: dict[int, int], masks: dict[int, int]) -> int | None:
+    """The one group holding every free CPU, if there is one (a take inside one NUMA node
+    of a distributed take): the ordering of a single group needs no sort."""
+    if not free:
+        return None
+    group = group_of[(free & -free).bit_length() - 1]
+    return group if free & ~masks[group] == 0 else None
 
 
 def _unique(ids: list[int]) -> list[int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dracpu.allocator.algorithm.accumulator import Accumulator
 from dracpu.allocator.algorithm.numa_plan import Plan, best_plan
-from dracpu.allocator.algorithm.packed import Strategy, take_packed
+from dracpu.allocator.algorithm.packed import Strategy, take_packed, take_packed_in_numa
 from dracpu.allocator.algorithm.topology_index import TopologyIndex
 
 
@@ -84,8 +84,7 @@ def _allocate(
 
 
 def _take_from_numa(acc: Accumulator, numa: int, count: int, strategy: Strategy) -> None:
-    taken = take_packed(
-        acc.index, acc.free & acc.index.numa_masks[numa], count, strategy, align_uncore=False
-    )
+    free = acc.free & acc.index.numa_masks[numa]
+    taken = take_packed_in_numa(acc.index, free, numa, count, strategy)
     if taken is not None:
         acc.take(taken)

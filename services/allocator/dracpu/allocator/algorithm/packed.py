@@ -8,7 +8,7 @@ order. Every "is it free" test compares a group's free CPUs with its actual memb
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from dracpu.allocator.algorithm.accumulator import Accumulator
@@ -39,6 +39,60 @@ def take_packed(
     return None
 
 
+def take_packed_in_numa(
+    index: TopologyIndex, free: int, numa: int, count: int, strategy: Strategy = "packed"
+) -> int | None:
+    """`take_packed` without uncore alignment for `free` inside NUMA node `numa`, as the
+    distributed take asks for each node: the same answer, from one sort of the node's cores.
+
+    When fewer CPUs are needed than any NUMA node or socket holds, no whole one is taken, and
+    when the node lies in one socket, the kubelet's core order inside it is by free CPUs,
+    then id (whichever of NUMA node and socket it walks first)."""
+    if count > free.bit_count():
+        return None
+    if (
+        count >= index.smallest_numa
+        or count >= index.smallest_socket
+        or len(index.numa_sockets[numa]) != 1
+    ):
+        return take_packed(index, free, count, strategy, align_uncore=False)
+    if strategy == "spread":
+        return _lowest(free, count)
+    # (free CPUs, position, free mask, CPUs) of each core with free CPUs: sorted, the cores
+    # by free CPUs, then id.
+    order = sorted(
+        (n, i, mine, size)
+        for i, (mask, size) in enumerate(index.numa_core_masks[numa])
+        if (n := (mine := free & mask).bit_count())
+    )
+    taken, needed = 0, count
+    for n, _, mine, size in order:  # whole cores, as `take_full_cores`
+        if n == size and needed >= n:
+            taken |= mine
+            needed -= n
+    # Then single CPUs core by core in the same order (taking whole cores changed no other
+    # core's count), as `take_remaining_cpus`.
+    for _, _, mine, _ in order:
+        if needed == 0:
+            break
+        if not mine & taken:
+            cpus = _lowest(mine, needed)
+            taken |= cpus
+            needed -= cpus.bit_count()
+    return taken
+
+
+def _lowest(cpus: int, count: int) -> int:
+    """The `count` lowest-numbered CPUs of `cpus` (all of them if fewer)."""
+    taken = 0
+    while cpus and count > 0:
+        lowest = cpus & -cpus
+        taken |= lowest
+        cpus ^= lowest
+        count -= 1
+    return taken
+
+
 def _steps(index: TopologyIndex, strategy: Strategy, align_uncore: bool) -> list[_Step]:
     steps: list[_Step] = (
         [take_full_numa_nodes, take_full_sockets]
@@ -64,15 +118,18 @@ def _take_whole_groups(acc: Accumulator, order: list[int], masks: dict[int, int]
 
 
 def take_full_numa_nodes(acc: Accumulator) -> None:
-    _take_whole_groups(acc, acc.sorted_numa_nodes(), acc.index.numa_masks)
+    if acc.needed >= acc.index.smallest_numa:
+        _take_whole_groups(acc, acc.sorted_numa_nodes(), acc.index.numa_masks)
 
 
 def take_full_sockets(acc: Accumulator) -> None:
-    _take_whole_groups(acc, acc.sorted_sockets(), acc.index.socket_masks)
+    if acc.needed >= acc.index.smallest_socket:
+        _take_whole_groups(acc, acc.sorted_sockets(), acc.index.socket_masks)
 
 
 def take_full_uncore_caches(acc: Accumulator) -> None:
-    _take_whole_groups(acc, acc.sorted_uncore_caches(), acc.index.uncore_masks)
+    if acc.needed >= acc.index.smallest_uncore:
+        _take_whole_groups(acc, acc.sorted_uncore_caches(), acc.index.uncore_masks)
 
 
 def take_partial_uncore_cache(acc: Accumulator, uncore: int) -> None:
@@ -117,16 +174,27 @@ def take_full_cores(acc: Accumulator) -> None:
             acc.take(cores[core])
 
 
-def _take_one_by_one(acc: Accumulator, cpus: list[int]) -> None:
-    for cpu in cpus:
-        acc.take(1 << cpu)
-        if acc.satisfied:
-            return
+def _take_first(acc: Accumulator, order: list[int], masks: Sequence[int] | dict[int, int]) -> None:
+    """Take CPUs one by one, group by group in `order` and ascending inside a group, until
+    satisfied: the first `needed` CPUs of the kubelet's sorted CPU list."""
+    taken, left = 0, acc.needed
+    for group in order:
+        cpus = acc.free & masks[group]
+        while cpus and left > 0:
+            lowest = cpus & -cpus
+            taken |= lowest
+            cpus ^= lowest
+            left -= 1
+        if left <= 0:
+            break
+    acc.take(taken)
 
 
 def take_remaining_cpus(acc: Accumulator) -> None:
-    _take_one_by_one(acc, acc.sorted_cpus_packed())
+    # The order of `sorted_cpus_packed`.
+    _take_first(acc, acc.sorted_cores(), acc.index.core_masks)
 
 
 def take_remaining_cpus_spread(acc: Accumulator) -> None:
-    _take_one_by_one(acc, acc.sorted_cpus_spread())
+    # The order of `sorted_cpus_spread`.
+    _take_first(acc, acc.sorted_sockets(), acc.index.socket_masks)

@@ -40,6 +40,16 @@ class TopologyIndex:
     uncore_cores: dict[int, tuple[int, ...]]
     # The largest number of threads of one core (2 on usual SMT machines, 1 without SMT).
     smt_width: int
+    # The fewest CPUs of a socket, NUMA node and uncore cache: a take needing fewer cannot
+    # take a whole one, so it need not sort them.
+    smallest_socket: int
+    smallest_numa: int
+    smallest_uncore: int
+    # Each CPU's socket and NUMA node: a set of CPUs inside one of them is ordered at once.
+    cpu_socket: dict[int, int]
+    cpu_numa: dict[int, int]
+    # Per NUMA node, (mask, CPUs) of each of its cores by id, for takes inside one node.
+    numa_core_masks: dict[int, tuple[tuple[int, int], ...]]
     # The kubelet walks NUMA nodes before sockets unless a socket holds several NUMA nodes.
     numa_first: bool
 
@@ -103,6 +113,15 @@ def build_index(machine: Machine) -> TopologyIndex:
         numa_uncore_masks=numa_uncore,
         uncore_cores={k: tuple(sorted(v)) for k, v in sorted(uncore_cores.items())},
         smt_width=max((m.bit_count() for m in core_masks), default=1),
+        smallest_socket=_smallest(sockets.values()),
+        smallest_numa=_smallest(numas.values()),
+        smallest_uncore=_smallest(uncores.values()),
+        cpu_socket={cpu.cpu_id: cpu.socket_id for cpu in machine.cpus},
+        cpu_numa={cpu.cpu_id: cpu.numa_node_id for cpu in machine.cpus},
+        numa_core_masks={
+            numa: tuple((core_masks[c], core_masks[c].bit_count()) for c in sorted(members))
+            for numa, members in sorted(numa_cores.items())
+        },
         numa_first=len(sockets) >= len(numas),
     )
 
@@ -112,6 +131,10 @@ def _union(masks: Iterable[int]) -> int:
     for mask in masks:
         result |= mask
     return result
+
+
+def _smallest(masks: Iterable[int]) -> int:
+    return min((mask.bit_count() for mask in masks), default=0)
 
 
 def _related(
