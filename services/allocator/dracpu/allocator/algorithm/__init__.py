@@ -7,7 +7,8 @@ Module map: `selection` (take_cpus and the FullPCPUsOnly checks), `policy` (the 
 `topology_index` (per-machine masks, cached), `accumulator` (free-CPU state and the kubelet's
 orderings), `packed` (takeByTopologyNUMAPacked), `distributed` (takeByTopologyNUMADistributed),
 `numa_plan` (its NUMA combination search), `remainder` (which nodes of a combination take the
-remainder groups) and `balance` (the kubelet's balance score).
+remainder groups), `remainder_floor` (the least sum of squares of each size of those) and
+`balance` (the kubelet's balance score).
 """
 
 from __future__ import annotations

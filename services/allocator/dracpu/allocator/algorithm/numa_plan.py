@@ -13,16 +13,25 @@ and subset, the free CPUs left sum to the same total, so a lower score needs a s
 sum of squares: a bound on that sum (take from the largest free counts, each remainder group
 from the fullest node) skips whole families of combinations, and the remainder subsets of a
 combination are searched the same way (`remainder`) instead of scoring all 2^k of them.
+
+On many nearly exhausted NUMA nodes most branches end in combinations that cannot beat the
+first one scored, so the walk remembers what it computed: the bound of each multiset of free
+counts a branch can take at best, and for each list of free counts a combination leaves to
+deal the remainder over, the least sum of squares any subset of it can leave
+(`remainder_floor`). A combination whose least sum of squares cannot beat the best is not
+searched at all.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from itertools import combinations
 
-from dracpu.allocator.algorithm.balance import mean, standard_deviation
+from dracpu.allocator.algorithm.balance import mean, round3, standard_deviation
 from dracpu.allocator.algorithm.remainder import best_remainder, deal, least_squares
+from dracpu.allocator.algorithm.remainder_floor import Reliefs, most_relief
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +67,20 @@ class Problem:
             return False
         if sum(free[n] // size for n in combo) * size < self.count:
             return False
-        return all(free[n] >= self.share for n in combo)
+        share = self.share
+        return all(free[n] >= share for n in combo)
+
+    def any_acceptable(self) -> bool:
+        """Whether some k-combination passes `acceptable`: the k nodes that can give the share
+        and hold the most whole groups are the best try (whole groups cover the CPUs too)."""
+        share, size = self.share, self.group_size
+        groups = sorted((f // size for f in self.free.values() if f >= share), reverse=True)
+        return len(groups) >= self.k and sum(groups[: self.k]) * size >= self.count
 
     def left_after_share(self, combo: tuple[int, ...]) -> dict[int, int]:
-        left = dict(self.free)
+        left, share = dict(self.free), self.share
         for numa in combo:
-            left[numa] -= self.share
+            left[numa] -= share
         return left
 
 
@@ -73,8 +90,21 @@ def best_plan(
     return pruned_plan(Problem(tuple(numas), free, count, group_size, k))
 
 
+@dataclass(slots=True)
+class _Memo:
+    """What the remainder searches of one plan learn about the free counts they deal over
+    (combinations often leave the same ones)."""
+
+    reliefs: Reliefs = field(default_factory=dict)
+    most: dict[tuple[int, ...], float] = field(default_factory=dict)  # relief of any subset
+
+
 def _best_subset(
-    problem: Problem, combo: tuple[int, ...], left: dict[int, int], ceiling: float
+    problem: Problem,
+    combo: tuple[int, ...],
+    left: dict[int, int],
+    ceiling: float,
+    memo: _Memo | None = None,
 ) -> tuple[float, float, tuple[int, ...]]:
     """Score of the best remainder subset of `combo`: (balance, sum of squares, subset), the
     first one in upstream's order with the lowest balance (see `remainder`).
@@ -98,8 +128,21 @@ def _best_subset(
         return standard_deviation([final[n] for n in ordered_ids])
 
     values = [left[n] for n in candidates]
-    ceiling = min(ceiling, _subset_seed(problem, candidates, left))
-    balance, squares, picks = best_remainder(values, groups, size, base, ceiling, score)
+    if memo is not None and ceiling < math.inf:
+        # Most combinations the walk scores cannot go below the ceiling: the most relief
+        # of any subset tells (known, or computed without sizes, which is cheaper).
+        key = tuple(values)
+        most = memo.most.get(key)
+        if most is None:
+            known = memo.reliefs.get(key) or most_relief(values, groups, size, by_size=False)
+            most = memo.most[key] = max(known.by_size)
+        if base - most >= ceiling:
+            return math.inf, math.inf, ()
+    limit = _tie_limit_of(left, groups * size)
+    reliefs = None if memo is None else memo.reliefs
+    balance, squares, picks = best_remainder(
+        values, groups, size, base, ceiling, score, reliefs, limit
+    )
     return balance, squares, tuple(candidates[i] for i in picks)
 
 
@@ -145,6 +188,12 @@ class _Pruned:
         # known (see `_seed`), so nothing there can be the answer.
         self.hopeless: float = math.inf
         self.seeded: tuple[tuple[int, ...], tuple[float, float, tuple[int, ...]]] | None = None
+        self.memo = _Memo()
+        self.share = problem.share
+        self.pools: dict[int, list[int]] = {}
+        # The bound of each multiset of free counts (sorted) a branch can at best take.
+        self.bounds: dict[tuple[int, ...], float] = {}
+        self.frees: list[int] = []  # of the nodes chosen so far, in `_visit`
 
     def run(self) -> Plan | None:
         self._seed()
@@ -157,14 +206,14 @@ class _Pruned:
         upstream's order skip every combination that cannot match it."""
         problem = self.problem
         ranked = sorted(
-            (n for n in self.order if problem.free[n] >= problem.share),
+            (n for n in self.order if problem.free[n] >= self.share),
             key=lambda n: -problem.free[n],
         )
         combo = tuple(n for n in self.order if n in set(ranked[: problem.k]))
         if len(combo) < problem.k or not problem.acceptable(combo):
             return
         left = problem.left_after_share(combo)
-        scored = _best_subset(problem, combo, left, math.inf)
+        scored = _best_subset(problem, combo, left, math.inf, self.memo)
         balance, squares, subset = scored
         if balance == math.inf:
             return
@@ -179,37 +228,55 @@ class _Pruned:
         if missing == 0:
             self._score(tuple(chosen))
             return
-        for position in range(start, len(self.order) - missing + 1):
-            numa = self.order[position]
-            if problem.free[numa] < problem.share:
+        free, order, frees = problem.free, self.order, self.frees
+        for position in range(start, len(order) - missing + 1):
+            numa = order[position]
+            if free[numa] < self.share:
                 continue  # every combination holding it fails the even-share check
             if position > start and self.twin[position]:
                 continue  # ties the combination that takes the node before it instead
             chosen.append(numa)
-            if self._bound(chosen, position + 1) < min(self.best_squares, self.hopeless):
+            frees.append(free[numa])
+            if self._bound(missing - 1, position + 1) < min(self.best_squares, self.hopeless):
                 self._visit(chosen, position + 1)
             chosen.pop()
+            frees.pop()
 
-    def _bound(self, chosen: list[int], start: int) -> float:
-        """A lower bound of the sum of squares of any combination that extends `chosen` with
-        NUMA nodes from `start` on (infinite when none is acceptable)."""
-        problem = self.problem
-        free, size, share = problem.free, problem.group_size, problem.share
-        missing = problem.k - len(chosen)
-        pool = sorted((free[n] for n in self.order[start:] if free[n] >= share), reverse=True)
+    def _pool(self, start: int) -> list[int]:
+        """Free counts of the nodes from `start` on that can give the share, largest first."""
+        pool = self.pools.get(start)
+        if pool is None:
+            free, share = self.problem.free, self.share
+            pool = sorted((free[n] for n in self.order[start:] if free[n] >= share), reverse=True)
+            self.pools[start] = pool
+        return pool
+
+    def _bound(self, missing: int, start: int) -> float:
+        """A lower bound of the sum of squares of any combination that extends the chosen
+        nodes (their free counts are `frees`) with `missing` NUMA nodes from `start` on
+        (infinite when none is acceptable)."""
+        pool = self._pool(start)
         if len(pool) < missing:
             return math.inf
-        picked = [free[n] for n in chosen] + pool[:missing]
-        pool_groups = sorted((f // size for f in pool), reverse=True)
-        most_groups = sum(free[n] // size for n in chosen) + sum(pool_groups[:missing])
-        if most_groups * size < problem.count:
-            return math.inf
         # Taking from the largest free counts is never worse (swapping a member for a
-        # larger non-member lowers the sum of squares), and no dealing of the remainder
-        # leaves fewer squares than taking each group from the fullest member.
+        # larger non-member lowers the sum of squares), so the bound only depends on the
+        # free counts so taken, which many branches of the walk share.
+        picked = tuple(sorted(self.frees + pool[:missing]))
+        bound = self.bounds.get(picked)
+        if bound is None:
+            bound = self._bound_of(picked)
+            self.bounds[picked] = bound
+        return bound
+
+    def _bound_of(self, picked: tuple[int, ...]) -> float:
+        size = self.problem.group_size
+        if sum(f // size for f in picked) * size < self.problem.count:
+            return math.inf
+        # No dealing of the remainder leaves fewer squares than taking each group from the
+        # fullest member.
         outside = self.squares_all - sum(f * f for f in picked)
-        left = [f - share for f in picked]
-        return outside + least_squares(left, problem.remainder // size, size)
+        left = [f - self.share for f in picked]
+        return outside + least_squares(left, self.problem.remainder // size, size)
 
     def _score(self, combo: tuple[int, ...]) -> None:
         problem = self.problem
@@ -223,33 +290,10 @@ class _Pruned:
             balance, squares, subset = self.seeded[1]
         else:
             ceiling = min(self.best_squares, self.hopeless)
-            balance, squares, subset = _best_subset(problem, combo, left, ceiling)
+            balance, squares, subset = _best_subset(problem, combo, left, ceiling, self.memo)
         if self.best is None or balance < self.best.balance:
             self.best = Plan(combo, subset, problem.share, balance)
             self.best_squares = squares
-
-
-def _subset_seed(problem: Problem, candidates: list[int], left: dict[int, int]) -> float:
-    """A sum of squares past which no remainder subset can tie the best one: scores, for each
-    size, the subset of the fullest candidates (in upstream's order) and returns the tie limit
-    of the best of them. The walk in upstream's order then skips what cannot reach it."""
-    size = problem.group_size
-    groups = problem.remainder // size
-    fullest = sorted(range(len(candidates)), key=lambda i: -left[candidates[i]])
-    best_squares, best_balance, best_deviation = math.inf, math.inf, 0.0
-    for length in range(1, len(candidates) + 1):
-        subset = tuple(candidates[i] for i in sorted(fullest[:length]))
-        if sum(left[n] // size for n in subset) < groups:
-            continue
-        final = _dealt(problem, left, subset)
-        squares = sum(v * v for v in final.values())
-        if squares < best_squares:
-            values = [final[n] for n in sorted(final)]
-            best_squares = squares
-            best_balance, best_deviation = standard_deviation(values), _deviation(values)
-    if best_squares == math.inf:
-        return math.inf
-    return _tie_limit(best_squares, best_balance, best_deviation, len(left))
 
 
 def _dealt(problem: Problem, left: dict[int, int], subset: tuple[int, ...]) -> dict[int, int]:
@@ -262,12 +306,33 @@ def _dealt(problem: Problem, left: dict[int, int], subset: tuple[int, ...]) -> d
     return final
 
 
+def _tie_limit_of(left: dict[int, int], dealt: int) -> Callable[[float], float]:
+    """A tie limit (see `_tie_limit`) for any outcome of dealing `dealt` CPUs out of `left`,
+    from its sum of squares alone: every outcome has the same total and so the same rounded
+    mean m, and its summed squared deviation is its sum of squares minus 2·m·total - n·m²."""
+    nodes = len(left)
+    total = sum(left.values()) - dealt
+    average = round3(total / nodes)
+    offset = 2 * average * total - nodes * average * average
+
+    def limit(squares: float) -> float:
+        # The balance computed this way may differ from the scored one in its last digit;
+        # an outcome whose deviation is two thousandths more rounds higher than either.
+        balance = round3(math.sqrt(max(squares - offset, 0.0) / nodes))
+        return offset + nodes * (balance + 0.002) ** 2 + 0.001
+
+    return limit
+
+
 def _tie_limit(squares: float, balance: float, deviation: float, nodes: int) -> float:
     """A sum of squares at or past which no outcome (with the same total of free CPUs) rounds
     to `balance` or lower: the squared deviation grows one for one with the sum of squares
-    over the number of nodes, and rounding reaches at most half a thousandth up."""
-    return squares + nodes * ((balance + 0.0005) ** 2 - deviation**2) + 2
+    over the number of nodes, and rounding reaches at most half a thousandth up. The last
+    thousandth of a square covers the float error of the sums, which is far smaller."""
+    return squares + nodes * ((balance + 0.0005) ** 2 - deviation**2) + 0.001
 
 
 def pruned_plan(problem: Problem) -> Plan | None:
+    if not problem.any_acceptable():
+        return None
     return _Pruned(problem).run()

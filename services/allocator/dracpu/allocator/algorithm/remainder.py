@@ -19,6 +19,13 @@ Subsets are only scored where the bound says the sum of squares of the free coun
 drop below the best one's: with the total of free CPUs fixed, the balance can only be lower
 when that sum is strictly lower. Subsets that only swap a node for an earlier one with the
 same free count are skipped: they leave the same counts, so they can only tie.
+
+When the free counts are nearly even, many sizes come within a few units of the best and the
+relaxation cannot tell them apart. The exact least sum of squares of every size, and of every
+number of full rounds of the deal (`remainder_floor`), then skips the sizes that cannot beat
+the best, stops a size once its least is reached, and tells which numbers of full rounds the
+walk of a size needs to look at: with the rounds known, each chosen node's share is known
+within one group, which bounds a branch much more closely.
 """
 
 from __future__ import annotations
@@ -26,9 +33,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from itertools import accumulate
+
+from dracpu.allocator.algorithm.remainder_floor import Relief, Reliefs, most_relief
 
 # Scores one outcome: the positions of the subset and the groups each gives, in subset order.
 Scorer = Callable[[tuple[int, ...], list[int]], float]
+# A sum of squares -> one at or past which no outcome scores as low as it does.
+TieLimit = Callable[[float], float]
 Best = tuple[float, float, tuple[int, ...]]  # balance, sum of squares, positions
 
 
@@ -62,16 +74,27 @@ def least_squares(values: list[int], groups: int, size: int) -> float:
 
 
 def best_remainder(
-    values: list[int], groups: int, size: int, base: int, ceiling: float, score: Scorer
+    values: list[int],
+    groups: int,
+    size: int,
+    base: int,
+    ceiling: float,
+    score: Scorer,
+    reliefs: Reliefs | None = None,
+    tie_limit: TieLimit | None = None,
 ) -> Best:
     """The first subset of positions of `values` (each holding a whole group) in upstream's
     order with the lowest balance, as (balance, sum of squares, positions).
 
     `base` is the sum of squares of every NUMA node's free CPUs before the remainder is dealt.
     Subsets whose sum of squares is not below `ceiling` are not scored: the caller knows they
-    cannot win. Returns infinite scores when nothing below `ceiling` exists.
+    cannot win. Returns infinite scores when nothing below `ceiling` exists. `reliefs` keeps
+    what `most_relief` found for each `values`, for a caller that asks again with the same
+    values, groups and size (other combinations of the same free counts). `tie_limit`, when
+    given, turns the least sum of squares of any subset into one at or past which no subset
+    can score as low, so the search looks no further than that from the start.
     """
-    return _Search(values, groups, size, base, ceiling, score).run()
+    return _Search(values, groups, size, base, ceiling, score, reliefs, tie_limit).run()
 
 
 class _Search:
@@ -83,8 +106,11 @@ class _Search:
         base: int,
         ceiling: float,
         score: Scorer,
+        reliefs: Reliefs | None = None,
+        tie_limit: TieLimit | None = None,
     ) -> None:
         self.values = values
+        self.tie_limit = tie_limit
         self.caps = [v // size for v in values]
         self.groups = groups
         self.size = size
@@ -97,10 +123,34 @@ class _Search:
         # but not that one leaves the same free counts as the earlier subset that swaps them,
         # so it can only tie (ties keep the first) and the walk skips it.
         self.twin = [j > 0 and values[j] == values[j - 1] for j in range(count)]
-        # Free counts from each position on, largest first (the relaxation's candidates).
-        self.suffixes = [sorted(values[start:], reverse=True) for start in range(count + 1)]
-        # The fewest groups any node from each position on holds.
-        self.least_caps = [min(self.caps[start:], default=0) for start in range(count + 1)]
+        self.relaxation = _Relaxation(values, self.caps, groups, size, base)
+        # The exact least sum of squares per subset size, computed once a size needs it.
+        self.reliefs: Reliefs = {} if reliefs is None else reliefs
+        self.relief: Relief | None = None
+        self.floors: list[float] | None = None
+        self.floors_below: list[float] = []
+        key = tuple(values)
+        if key in self.reliefs:
+            self._set_floors(self.reliefs[key])
+
+    def _floors(self) -> list[float]:
+        if self.floors is None:
+            relief = most_relief(self.values, self.groups, self.size)
+            self.reliefs[tuple(self.values)] = relief
+            self._set_floors(relief)
+        assert self.floors is not None
+        return self.floors
+
+    def _set_floors(self, relief: Relief) -> None:
+        self.relief = relief
+        self.floors = [self.base - r for r in relief.by_size]
+        # floors_below[L]: the least sum of squares of any size up to L.
+        self.floors_below = list(accumulate(self.floors, min))
+        least = self.floors_below[-1]
+        if self.tie_limit is not None and least < math.inf:
+            # The best subset scores at most what the least squares score, and anything at
+            # or past this limit scores worse.
+            self.ceiling = min(self.ceiling, self.tie_limit(least))
 
     @property
     def limit(self) -> float:
@@ -113,9 +163,17 @@ class _Search:
         # No subset can leave fewer squares than taking every group from the fullest node.
         floor = self.base - squares + least_squares(values, groups, size)
         smallest_cap = min(self.caps, default=0)
+        if self.tie_limit is not None and self.best[1] > floor:
+            # Knowing the least squares first lets every size stop at what can tie them.
+            self._floors()
         for length in range(len(values), 0, -1):
             if self.best[1] <= floor:
                 break  # later subsets can at best tie, and ties keep the first
+            if self.floors is not None:
+                if self.limit <= self.floors_below[length]:
+                    break  # no size left can go below the limit
+                if self.floors[length] >= self.limit:
+                    continue
             if length >= groups or smallest_cap >= -(-groups // length):
                 self._ranked(length)
             else:
@@ -190,6 +248,8 @@ class _Search:
         twin = self.twin
 
         def visit(start: int) -> None:
+            if self.best[1] <= target:
+                return  # nothing left of this size can beat it
             missing = length - len(chosen)
             if missing == 0:
                 held = [caps[i] for i in chosen]
@@ -207,20 +267,78 @@ class _Search:
                     continue
                 chosen.append(j)
                 # Bounding the last level costs about as much as scoring it.
-                if missing == 1 or self._bound(chosen, lowest, j + 1, missing - 1) < self.limit:
+                if missing == 1 or bound(j + 1, missing - 1) < self.limit:
                     visit(j + 1)
                 chosen.pop()
 
-        if self._bound([], lowest, 0, length) < self.limit:
-            visit(0)
+        relaxation = self.relaxation
+        if relaxation.general([], lowest, 0, length) >= self.limit:
+            return
+        # The relaxed bound is loose when many sizes come close to the best; the exact least
+        # sum of squares of each size tells them apart, and ends a size once it is reached.
+        target = self._floors()[length]
+        if target >= self.limit:
+            return
+        # Only subsets whose deal has one of a few numbers of full rounds can go below the
+        # limit; knowing that number, each member's share is known within one group.
+        assert self.relief is not None
+        rounds = [
+            r for r, row in enumerate(self.relief.by_rounds) if self.base - row[length] < self.limit
+        ]
+        if len(rounds) <= 2:
 
-    def _bound(self, chosen: list[int], lowest: list[int], start: int, missing: int) -> float:
+            def bound(start: int, missing: int) -> float:
+                return min(relaxation.in_rounds(chosen, r, start, missing) for r in rounds)
+        else:
+
+            def bound(start: int, missing: int) -> float:
+                return relaxation.general(chosen, lowest, start, missing)
+
+        visit(0)
+
+
+class _Relaxation:
+    """Lower bounds of the sum of squares of the subsets a branch of the walk can still make,
+    from relaxing upstream's deal: groups may go to whichever member is fullest."""
+
+    def __init__(self, values: list[int], caps: list[int], groups: int, size: int, base: int):
+        self.values = values
+        self.caps = caps
+        self.groups = groups
+        self.size = size
+        self.base = base
+        # Made when first needed: free counts from each position on, largest first (the
+        # relaxation's candidates), and the fewest groups any node from each position on holds.
+        self.suffixes: list[list[int]] = []
+        self.least_caps: list[int] = []
+
+    def in_rounds(self, chosen: list[int], rounds: int, start: int, missing: int) -> float:
+        """`general` for the subsets whose deal has `rounds` full rounds: a chosen node holding
+        that many groups or fewer gives them all, any other gives `rounds` or one more, and
+        the others (the fullest left) give from one group to one more than `rounds`."""
+        size, values, caps = self.size, self.values, self.caps
+        members = [
+            (values[i], caps[i], caps[i]) if caps[i] <= rounds else (values[i], rounds, rounds + 1)
+            for i in chosen
+        ]
+        members += [(v, 1, min(v // size, rounds + 1)) for v in self._suffix(start)[:missing]]
+        return self._fill(members)
+
+    def _suffix(self, start: int) -> list[int]:
+        if not self.suffixes:
+            ends = range(len(self.values) + 1)
+            self.suffixes = [sorted(self.values[s:], reverse=True) for s in ends]
+            self.least_caps = [min(self.caps[s:], default=0) for s in ends]
+        return self.suffixes[start]
+
+    def general(self, chosen: list[int], lowest: list[int], start: int, missing: int) -> float:
         """A lower bound of the sum of squares of every subset that adds `missing` positions
         from `start` on to `chosen`: chosen nodes give at least their lowest share, the others
         (taken as the fullest left, which only helps) at least one group, no node more than
         the round-robin can give one node, and the rest of the groups come from whichever node
         is fullest at the time."""
         size, groups, values, caps = self.size, self.groups, self.values, self.caps
+        suffix = self._suffix(start)
         # A node gives D groups only after every other node gave min(its groups, D - 1), so
         # only while 1 + (the sum of min(groups, D - 1) over all nodes) <= G. That sum grows
         # by the number of nodes holding D or more groups from D to D + 1.
@@ -235,8 +353,15 @@ class _Search:
                 break
             most += 1
         members = [(values[i], lowest[i], min(caps[i], most)) for i in chosen]
-        members += [(v, 1, min(v // size, most)) for v in self.suffixes[start][:missing]]
-        spare = groups
+        members += [(v, 1, min(v // size, most)) for v in suffix[:missing]]
+        return self._fill(members)
+
+    def _fill(self, members: list[tuple[int, int, int]]) -> float:
+        """The least sum of squares when each member (free CPUs, fewest groups, most groups)
+        gives between its fewest and most groups, the groups beyond the fewest going to
+        whichever member is fullest at the time (infinite when the groups do not fit)."""
+        size = self.size
+        spare = self.groups
         relief = 0
         heap: list[tuple[int, int]] = []
         for value, least, cap in members:
