@@ -16,6 +16,8 @@ ascending NUMA id order.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from dracpu.allocator.algorithm.accumulator import Accumulator
 from dracpu.allocator.algorithm.numa_plan import Plan, best_plan
 from dracpu.allocator.algorithm.packed import Strategy, take_packed, take_packed_in_numa
@@ -42,7 +44,14 @@ def take_distributed(
     numas = acc.sorted_numa_nodes()
     free_counts = {n: acc.free_in(index.numa_masks[n]) for n in numas}
     lowest, highest = _numa_count_range(index, len(numas), count, group_size)
+    # The fullest k nodes are the best k to give an even share and to hold the request in
+    # whole groups: when they cannot, no combination of k can, and the search is skipped.
+    fullest = sorted(free_counts.values(), reverse=True)
+    held = list(accumulate((f // group_size for f in fullest), initial=0))
     for k in range(lowest, highest + 1):
+        share = count // k // group_size * group_size
+        if fullest[k - 1] < share or held[k] * group_size < count:
+            continue
         plan = best_plan(numas, free_counts, count, group_size, k)
         if plan is None:
             continue

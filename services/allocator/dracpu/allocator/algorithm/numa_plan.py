@@ -31,7 +31,7 @@ from itertools import combinations
 
 from dracpu.allocator.algorithm.balance import mean, round3, standard_deviation
 from dracpu.allocator.algorithm.remainder import best_remainder, deal, least_squares
-from dracpu.allocator.algorithm.remainder_floor import Reliefs, most_relief
+from dracpu.allocator.algorithm.remainder_floor import Reliefs, relief_bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ class _Memo:
     (combinations often leave the same ones)."""
 
     reliefs: Reliefs = field(default_factory=dict)
-    most: dict[tuple[int, ...], float] = field(default_factory=dict)  # relief of any subset
+    most: dict[tuple[int, ...], float] = field(default_factory=dict)  # `relief_bound`
 
 
 def _best_subset(
@@ -129,13 +129,16 @@ def _best_subset(
 
     values = [left[n] for n in candidates]
     if memo is not None and ceiling < math.inf:
-        # Most combinations the walk scores cannot go below the ceiling: the most relief
-        # of any subset tells (known, or computed without sizes, which is cheaper).
+        # Most combinations the walk scores cannot go below the ceiling: the most relief of
+        # any subset tells, known or bounded (cheaper, and mostly enough).
         key = tuple(values)
-        most = memo.most.get(key)
-        if most is None:
-            known = memo.reliefs.get(key) or most_relief(values, groups, size, by_size=False)
-            most = memo.most[key] = max(known.by_size)
+        known = memo.reliefs.get(key)
+        if known is not None:
+            most = max(known.by_size)
+        elif key in memo.most:
+            most = memo.most[key]
+        else:
+            most = memo.most[key] = relief_bound(values, groups, size)
         if base - most >= ceiling:
             return math.inf, math.inf, ()
     limit = _tie_limit_of(left, groups * size)

@@ -49,21 +49,19 @@ class Relief:
 Reliefs = dict[tuple[int, ...], Relief]
 
 
-def most_relief(values: list[int], groups: int, size: int, by_size: bool = True) -> Relief:
+def most_relief(values: list[int], groups: int, size: int) -> Relief:
     """The `Relief` of dealing `groups` groups of `size` round-robin over some of `values` (in
-    order; each value holds a whole group). With `by_size` false, about half the work, every
-    size counts as size 0: the lists have one entry, the most relief of any subset."""
+    order; each value holds a whole group)."""
     caps = [v // size for v in values]
     top = max(caps, default=0)
-    sizes = len(values) + 1 if by_size else 1
-    by_rounds = [[_NONE] * sizes for _ in range(top + 1)]
+    by_rounds = [[_NONE] * (len(values) + 1) for _ in range(top + 1)]
     by_cap: dict[int, list[int]] = {}
     for value, cap in zip(values, caps, strict=True):
         by_cap.setdefault(cap, []).append(value * value - (value - cap * size) ** 2)
     exhausted: _Table = {0: [0]}
     for rounds, best in enumerate(by_rounds):
         if rounds in by_cap:
-            _add_cap(exhausted, rounds, by_cap[rounds], groups, by_size)
+            _add_cap(exhausted, rounds, by_cap[rounds], groups)
         active = [v for v, cap in zip(values, caps, strict=True) if cap > rounds]
         stretches = _stretches(active, rounds, size)
         most = len(active) if rounds == 0 else min(len(active), groups // rounds)
@@ -76,8 +74,7 @@ def most_relief(values: list[int], groups: int, size: int, by_size: bool = True)
             for extra in range(max(0, rest - held), min(count - 1, rest) + 1):
                 row = exhausted.get(rest - extra)
                 if row is not None:
-                    gain = _active_relief(stretches, count, extra)
-                    _raise(best, count if by_size else 0, row, gain)
+                    _raise(best, count, row, _active_relief(stretches, count, extra))
     # Subsets that exhaust every member: their groups add up to the remainder exactly. Their
     # deal runs as many rounds as their fullest member holds; counting them with the most
     # rounds any member could have keeps every member's share the same.
@@ -95,10 +92,9 @@ def _raise(best: list[float], offset: int, row: list[float], gain: float) -> Non
     ]
 
 
-def _add_cap(table: _Table, cap: int, reliefs: list[int], groups: int, by_size: bool) -> None:
+def _add_cap(table: _Table, cap: int, reliefs: list[int], groups: int) -> None:
     """Let members holding `cap` groups be exhausted too (the fullest first). Rows only grow
-    into larger totals, so walking the totals downwards reads each row before it changes.
-    Without `by_size`, rows have one entry: any number of members."""
+    into larger totals, so walking the totals downwards reads each row before it changes."""
     sums = [0]
     for relief in sorted(reliefs, reverse=True):
         sums.append(sums[-1] + relief)
@@ -109,17 +105,16 @@ def _add_cap(table: _Table, cap: int, reliefs: list[int], groups: int, by_size: 
             if total > groups:
                 break
             gain = sums[taken]
-            shift = taken if by_size else 0
             target = table.get(total)
             if target is None:
-                table[total] = [_NONE] * shift + [r + gain for r in row]
+                table[total] = [_NONE] * taken + [r + gain for r in row]
                 continue
-            end = shift + len(row)
+            end = taken + len(row)
             if len(target) < end:
                 target.extend([_NONE] * (end - len(target)))
-            target[shift:end] = [
+            target[taken:end] = [
                 t if t >= r + gain else r + gain
-                for t, r in zip(target[shift:end], row, strict=True)
+                for t, r in zip(target[taken:end], row, strict=True)
             ]
 
 
@@ -197,3 +192,52 @@ def _last(stretch: _Stretch, taken: int, extra: int) -> float:
     first = length - taken
     extras = 0 if extra < 0 else min(extra, taken)
     return base[length] - base[first] + bonus[first + extras] - bonus[first]
+
+
+def relief_bound(values: list[int], groups: int, size: int) -> float:
+    """At least the most relief of any subset (`most_relief` without sizes), cheaper: order is
+    ignored, so the actives of R rounds are the fullest nodes holding more than R groups and
+    the extra groups go to the fullest of those."""
+    caps = [v // size for v in values]
+    by_cap: dict[int, list[int]] = {}
+    for value, cap in zip(values, caps, strict=True):
+        by_cap.setdefault(cap, []).append(value * value - (value - cap * size) ** 2)
+    fullest = sorted(values, reverse=True)
+    exhausted: dict[int, float] = {0: 0}  # groups held by exhausted members -> most relief
+    best = _NONE
+    for rounds in range(max(caps, default=0) + 1):
+        if rounds in by_cap:
+            _add_cap_any(exhausted, rounds, by_cap[rounds], groups)
+        base, bonus = [0], [0]
+        for value in fullest:
+            kept = value - rounds * size
+            if kept < size:
+                break
+            base.append(base[-1] + value * value - kept * kept)
+            bonus.append(bonus[-1] + kept * kept - (kept - size) ** 2)
+        active = len(base) - 1
+        most = active if rounds == 0 else min(active, groups // rounds)
+        held = max(exhausted)
+        fewest = max(1, -(-(groups - held + 1) // (rounds + 1)))
+        for count in range(fewest, most + 1):
+            rest = groups - rounds * count
+            for extra in range(max(0, rest - held), min(count - 1, rest) + 1):
+                relief = exhausted.get(rest - extra)
+                if relief is not None and relief + base[count] + bonus[extra] > best:
+                    best = relief + base[count] + bonus[extra]
+    return max(best, exhausted.get(groups, _NONE))
+
+
+def _add_cap_any(table: dict[int, float], cap: int, reliefs: list[int], groups: int) -> None:
+    """`_add_cap` for any number of members: one relief per total of groups held."""
+    sums = [0]
+    for relief in sorted(reliefs, reverse=True):
+        sums.append(sums[-1] + relief)
+    for held in sorted(table, reverse=True):
+        start = table[held]
+        for taken in range(1, len(sums)):
+            total = held + cap * taken
+            if total > groups:
+                break
+            if start + sums[taken] > table.get(total, _NONE):
+                table[total] = start + sums[taken]
