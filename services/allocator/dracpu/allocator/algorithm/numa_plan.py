@@ -96,7 +96,19 @@ class _Memo:
     (combinations often leave the same ones)."""
 
     reliefs: Reliefs = field(default_factory=dict)
-    most: dict[tuple[int, ...], float] = field(default_factory=dict)  # `relief_bound`
+    bounds: dict[tuple[int, ...], float] = field(default_factory=dict)  # `relief_bound`
+
+    def most_relief(self, values: list[int], groups: int, size: int) -> float:
+        """At least the most relief of any subset: known, or bounded (cheaper, and mostly
+        enough to tell that a combination cannot beat the best)."""
+        key = tuple(values)
+        known = self.reliefs.get(key)
+        if known is not None:
+            return max(known.by_size)
+        bound = self.bounds.get(key)
+        if bound is None:
+            bound = self.bounds[key] = relief_bound(values, groups, size)
+        return bound
 
 
 def _best_subset(
@@ -128,19 +140,13 @@ def _best_subset(
         return standard_deviation([final[n] for n in ordered_ids])
 
     values = [left[n] for n in candidates]
-    if memo is not None and ceiling < math.inf:
-        # Most combinations the walk scores cannot go below the ceiling: the most relief of
-        # any subset tells, known or bounded (cheaper, and mostly enough).
-        key = tuple(values)
-        known = memo.reliefs.get(key)
-        if known is not None:
-            most = max(known.by_size)
-        elif key in memo.most:
-            most = memo.most[key]
-        else:
-            most = memo.most[key] = relief_bound(values, groups, size)
-        if base - most >= ceiling:
-            return math.inf, math.inf, ()
+    # Only a search with a ceiling can be cut short (the first one has none).
+    if (
+        memo is not None
+        and ceiling < math.inf
+        and base - memo.most_relief(values, groups, size) >= ceiling
+    ):
+        return math.inf, math.inf, ()  # no subset goes below the ceiling
     limit = _tie_limit_of(left, groups * size)
     reliefs = None if memo is None else memo.reliefs
     balance, squares, picks = best_remainder(
@@ -231,17 +237,25 @@ class _Pruned:
         if missing == 0:
             self._score(tuple(chosen))
             return
-        free, order, frees = problem.free, self.order, self.frees
+        free, order, frees, share, twin = (
+            problem.free,
+            self.order,
+            self.frees,
+            self.share,
+            self.twin,
+        )
+        limit = min(self.best_squares, self.hopeless)
         for position in range(start, len(order) - missing + 1):
             numa = order[position]
-            if free[numa] < self.share:
+            if free[numa] < share:
                 continue  # every combination holding it fails the even-share check
-            if position > start and self.twin[position]:
+            if position > start and twin[position]:
                 continue  # ties the combination that takes the node before it instead
             chosen.append(numa)
             frees.append(free[numa])
-            if self._bound(missing - 1, position + 1) < min(self.best_squares, self.hopeless):
+            if self._bound(missing - 1, position + 1) < limit:
                 self._visit(chosen, position + 1)
+                limit = min(self.best_squares, self.hopeless)
             chosen.pop()
             frees.pop()
 

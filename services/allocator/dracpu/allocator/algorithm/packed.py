@@ -48,8 +48,9 @@ def take_packed_in_numa(
     When fewer CPUs are needed than any NUMA node or socket holds, no whole one is taken, and
     when the node lies in one socket, the kubelet's core order inside it is by free CPUs,
     then id (whichever of NUMA node and socket it walks first)."""
-    if count > free.bit_count():
-        return None
+    available = free.bit_count()
+    if count >= available:
+        return free if count == available else None  # all of them, whatever the order
     if (
         count >= index.smallest_numa
         or count >= index.smallest_socket
@@ -60,11 +61,12 @@ def take_packed_in_numa(
         return _lowest(free, count)
     # (free CPUs, position, free mask, CPUs) of each core with free CPUs: sorted, the cores
     # by free CPUs, then id.
-    order = sorted(
+    order = [
         (n, i, mine, size)
         for i, (mask, size) in enumerate(index.numa_core_masks[numa])
         if (n := (mine := free & mask).bit_count())
-    )
+    ]
+    order.sort()
     taken, needed = 0, count
     for n, _, mine, size in order:  # whole cores, as `take_full_cores`
         if n == size and needed >= n:
