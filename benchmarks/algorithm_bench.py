@@ -11,7 +11,8 @@ fragmented states where most nodes are nearly exhausted (each node busy by its o
 fraction, or all by one), for requests of 2-256 CPUs or any size, in groups of 1, 2 or 4
 (5 x --runs cases). Here upstream's walk is combinatorial (every k-subset of the nodes, every
 subset of each for the remainder). It prints median, p90, p99 and worst wall-clock time, and
-p99 and worst CPU time. Target: worst case a few ms.
+p99 and worst CPU time. Target: p99 <= 1 ms and worst <= 5 ms; the verdict uses CPU time,
+which another job preempting this one does not inflate (on an idle host the two agree).
 
 .venv/bin/python benchmarks/algorithm_bench.py [--runs N] [--seed S]
 """
@@ -36,6 +37,7 @@ POLICIES = {
     "distributed": Policy(distribute_numa=True, group_size=2),
 }
 TARGET_MS = 1.0  # median, 64 CPUs, packed
+EXHAUSTED_P99_MS, EXHAUSTED_WORST_MS = 1.0, 5.0  # distributed take, nearly exhausted NUMA nodes
 
 
 def synthetic_machine(numa_nodes: int = 8) -> Machine:
@@ -161,10 +163,12 @@ def main() -> int:
         machine = synthetic_machine(numa_nodes)
         take_cpus(machine, machine.cpu_set, 1)
         wall, cpu = measure_cases(machine, exhausted_numa_cases(machine, args.runs * 5, rng))
+        met = percentile(cpu, 0.99) <= EXHAUSTED_P99_MS and max(cpu) <= EXHAUSTED_WORST_MS
         print(
             f"{numa_nodes:<11} {statistics.median(wall):>10.3f} {percentile(wall, 0.9):>8.3f} "
             f"{percentile(wall, 0.99):>8.3f} {max(wall):>8.3f} {percentile(cpu, 0.99):>8.3f} "
-            f"{max(cpu):>8.3f}"
+            f"{max(cpu):>8.3f}  target p99 <= {EXHAUSTED_P99_MS:g} ms, worst <= "
+            f"{EXHAUSTED_WORST_MS:g} ms (CPU time): {'met' if met else 'missed'}"
         )
     return 0
 
