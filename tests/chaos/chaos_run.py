@@ -277,20 +277,19 @@ class Chaos:
         node runs exactly the book's containers, the allocator holds exactly its claims."""
         with self._gate:
             self._keep_containerd()  # it may have died after the revive: bring it back first
-        known = set(self.book.shared)
-        for claim in self.book.claims.values():
-            known |= set(claim.containers)
-        for cid in set(self.node.crictl("ps", "-aq").stdout.split()) - known:
+        owners: list[dict[str, str]] = [self.book.shared]
+        owners += [claim.containers for claim in self.book.claims.values()]
+        present = set(self.node.crictl("ps", "-aq").stdout.split())
+        for cid in present - {cid for owner in owners for cid in owner}:
             self.node.remove_container(cid)
-        for cid in list(self.book.shared):
-            if self.node.container_state(cid) != "CONTAINER_RUNNING":
-                self.node.remove_container(cid)
-                del self.book.shared[cid]
-        for claim in self.book.claims.values():
-            for cid in list(claim.containers):
-                if self.node.container_state(cid) != "CONTAINER_RUNNING":
+        for owner in owners:
+            for cid in list(owner):
+                # A removal cut short by a fault may still have removed the container.
+                if cid not in present:
+                    del owner[cid]
+                elif self.node.container_state(cid) != "CONTAINER_RUNNING":
                     self.node.remove_container(cid)
-                    del claim.containers[cid]
+                    del owner[cid]
         for uid, name in list(self.book.releasing.items()):
             try:
                 self.dev.release(name)
