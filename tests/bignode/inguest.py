@@ -130,39 +130,67 @@ _head_cache: dict[str, Build] = {}
 
 def start(state: Path, config: str = "") -> dict[str, Any]:
     """containerd first (its NRI socket must be there when the nri-plugin dials), then the
-    services one by one, each until ready; a no-op when the bed runs with the same `config`
-    (driver configuration YAML)."""
+    services, started together and each waited for until ready; a no-op when the bed runs
+    with the same `config` (driver configuration YAML). Another `config` restarts the services
+    alone, on a fresh run folder, beside the running containerd."""
     with _lock:
         if _bed and _bed.get("config") == config and not _bed["stack"].exited():
             return {"containerd_s": 0.0, "services_s": 0.0, "reused": True}
-        _stop_bed(state)
-        shutil.rmtree(BASE, ignore_errors=True)
-        BASE.mkdir(parents=True)
+        node: ContainerdNode | None = _bed.get("node")
+        if node is not None and node.running:
+            _stop_services(state)
+        else:
+            _stop_bed(state)
+            shutil.rmtree(BASE, ignore_errors=True)
+            node = None
+        BASE.mkdir(parents=True, exist_ok=True)
         config_file = None
         if config:
             config_file = BASE / "config.yaml"
             config_file.write_text(config)
-        node = ContainerdNode(
-            BASE / "node",
-            BASE / "rd",
-            plugin_request_timeout=NRI_TIMEOUT,
-            plugin_registration_timeout=NRI_TIMEOUT,
-        )
         head = _head()
         builds = {name: head for name in (*skew_stack.DRIVER_SERVICES, "kubelet-sim")}
         stack = Stack(
             BASE / "rd", Path("/sys"), free_port(), builds, runtime_sim=False, config=config_file
         )
         began = time.monotonic()
-        node.start(timeout=120)
+        if node is None:
+            node = ContainerdNode(
+                BASE / "node",
+                BASE / "rd",
+                plugin_request_timeout=NRI_TIMEOUT,
+                plugin_registration_timeout=NRI_TIMEOUT,
+            )
+            node.start(timeout=120)
         started = time.monotonic()
         _bed.update(node=node, stack=stack, config=config, pods=[], claims=[])
-        stack.start_all()
+        stack.start_all(together=True)
         return {
             "containerd_s": round(started - began, 1),
             "services_s": round(time.monotonic() - started, 1),
             "reused": False,
         }
+
+
+def _stop_services(state: Path) -> None:
+    """The services stopped and their run folder emptied but for what the running containerd
+    holds there (the folders of its NRI socket and its CDI specs, the specs removed);
+    containerd, with no pods left by the scenarios (`clean`), keeps running."""
+    node: ContainerdNode = _bed["node"]
+    try:
+        with contextlib.suppress(AssertionError):
+            _bed["stack"].stop_all()
+        _keep_logs(state)
+    finally:
+        for entry in node.run_dir.iterdir():
+            if entry in (node.nri_socket.parent, node.cdi_dir):
+                for spec in entry.glob("*.json") if entry == node.cdi_dir else ():
+                    spec.unlink(missing_ok=True)
+            elif entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        (BASE / "config.yaml").unlink(missing_ok=True)
 
 
 def _stop_bed(state: Path) -> None:
