@@ -17,7 +17,10 @@ export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 run: venv protos
 	$(BIN)/dracpu dev up $(RUN_ARGS)
 
-test: venv protos lint typecheck peers helm-bin chromium real-peers
+# Without Go, what Go would build (helm, the NRI peer harnesses) is skipped with one line, and
+# so are the tests needing it.
+test: venv protos lint typecheck peers chromium real-peers
+	bash tools/install-helm.sh --skip-without-go
 	bash tools/run-tests.sh all $(PYTEST_ARGS)
 
 check: venv protos lint typecheck

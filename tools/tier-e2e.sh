@@ -16,11 +16,14 @@ bootstrap() {
         return 0
     fi
     bash "$ROOT/tools/tier-realnode.sh" bootstrap
-    if [[ -f "$ROOT/tools/build-kubernetes.sh" ]]; then
+    # Without Go only what is cached is used; `cluster.sh missing` below names the rest.
+    if ! command -v go >/dev/null 2>&1; then
+        echo "$PREFIX: go not found; Kubernetes, etcd and helm only from the cache"
+    elif [[ -f "$ROOT/tools/build-kubernetes.sh" ]]; then
         log "$PREFIX" "Kubernetes and etcd (tools/build-kubernetes.sh)"
         bash "$ROOT/tools/build-kubernetes.sh"
     fi
-    bash "$ROOT/tools/install-helm.sh"
+    bash "$ROOT/tools/install-helm.sh" --skip-without-go
     log "$PREFIX" "driver images (tools/tier-docker.sh images)"
     bash "$ROOT/tools/tier-docker.sh" bootstrap >&2
     bash "$ROOT/tools/tier-docker.sh" images >/dev/null

@@ -230,3 +230,40 @@ def mount_for(container: dict[str, Any], path: str) -> dict[str, Any] | None:
         ):
             best = mount
     return best
+
+
+def schema_node(path: str) -> dict[str, Any] | None:
+    """The values.schema.json node of a dotted values key (`driverConfig.groupBy`), following
+    `$ref`s; None when the schema has no such key. A key below an object the schema leaves
+    open (`nodeSelector.<label>`, `extraVolumes[0]...`) is the open object's."""
+    schema: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    node: dict[str, Any] = schema
+    for part in path.split("."):
+        node = _resolved(schema, node)
+        properties = node.get("properties")
+        if isinstance(properties, dict) and part in properties:
+            node = properties[part]
+        elif _open(node):
+            return node  # what lies below an open object or a list is the user's
+        else:
+            return None
+    return _resolved(schema, node)
+
+
+def _open(node: dict[str, Any]) -> bool:
+    kinds = node.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if "array" in kinds:
+        return True
+    if "object" not in kinds and None not in kinds:
+        return False
+    return node.get("additionalProperties") not in (None, False) or "properties" not in node
+
+
+def _resolved(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        target: Any = schema
+        for part in str(node["$ref"]).removeprefix("#/").split("/"):
+            target = target[part]
+        node = target
+    return node

@@ -21,6 +21,9 @@ from helm_chart import (
     render,
 )
 
+from dracpu.core.config import parse_document
+from dracpu.core.errors import DracpuError
+
 
 @pytest.fixture(scope="module")
 def default(helm: Path) -> Rendered:
@@ -228,6 +231,14 @@ BAD_VALUES = {
         {"imagePullPolicy": "Sometimes"},
         "at '/imagePullPolicy': value must be one of",
     ),
+    "min-shared-cpus-above-what-the-services-accept": (
+        {"driverConfig": {"minSharedCPUs": 70000}},
+        "at '/driverConfig/minSharedCPUs': maximum: got 70,000, want 65,536",
+    ),
+    "negative-min-shared-cpus": (
+        {"driverConfig": {"minSharedCPUs": -1}},
+        "at '/driverConfig/minSharedCPUs': minimum: got -1, want 0",
+    ),
 }
 
 
@@ -239,6 +250,27 @@ def test_bad_values_fail_with_the_schemas_message(
         render(helm, values)
     assert "values don't meet the specifications of the schema" in str(refused.value)
     assert message in str(refused.value)
+
+
+def test_min_shared_cpus_through_set_is_refused_naming_the_field(helm: Path) -> None:
+    with pytest.raises(RenderError, match=r"/driverConfig/minSharedCPUs': maximum"):
+        render(helm, set_args=("driverConfig.minSharedCPUs=70000",))
+
+
+@pytest.mark.parametrize("count", [0, 1, 65536, 65537, -1])
+def test_the_schema_takes_the_min_shared_cpus_the_services_take(helm: Path, count: int) -> None:
+    """The chart and the config loader every service runs at start agree on each value."""
+    try:
+        parse_document({"minSharedCPUs": count}, "values")
+        loader_accepts = True
+    except DracpuError:
+        loader_accepts = False
+    try:
+        render(helm, {"driverConfig": {"minSharedCPUs": count}})
+        chart_accepts = True
+    except RenderError:
+        chart_accepts = False
+    assert chart_accepts == loader_accepts
 
 
 def test_empty_kubelet_root_through_set_is_refused(helm: Path) -> None:
@@ -369,3 +401,18 @@ def test_notes_warn_about_feature_gates_and_deprecated_values(helm: Path) -> Non
     assert "DRANodeAllocatableResources feature gate" in text
     assert "DEPRECATED: args.cpuDeviceMode/groupBy/reservedCPUs/hostnameOverride" in text
     assert "curl -s http://127.0.0.1:9000/readyz" in text
+
+
+def test_notes_warn_loudly_that_host_network_drops_the_network_policy(helm: Path) -> None:
+    text = notes(helm, {"hostNetwork": True})
+    assert "WARNING: NO NETWORKPOLICY GUARDS THE API" in text
+    assert "ports 8080, 8091, 8092, 8093, 8094" in text
+    assert "The api's port with hostNetwork" in text
+    assert (
+        "8091"
+        not in notes(helm, {"hostNetwork": True, "probes": {"handler": "exec"}}).split("WARNING")[1]
+    )
+    assert "WARNING" not in notes(helm)
+    assert "WARNING" not in notes(
+        helm, {"hostNetwork": True, "api": {"networkPolicy": {"enabled": False}}}
+    )

@@ -6,6 +6,7 @@ import importlib
 import re
 import subprocess
 import sys
+import types
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
@@ -93,6 +94,23 @@ def test_unknown_command_is_one_line_exit_2() -> None:
     result = run_dracpu("frobnicate")
     assert result.returncode == 2
     assert result.stderr == "dracpu: error: unknown command 'frobnicate'\n"
+
+
+def test_a_command_missing_what_it_imports_late_is_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An image holding a command but not all it imports once running: no traceback."""
+
+    def main(argv: list[str]) -> int:
+        raise ImportError("No module named 'dracpu.allocator'", name="dracpu.allocator")
+
+    entry = types.SimpleNamespace(module="broken", attr="main")
+    monkeypatch.setattr(cli, "commands", lambda: {"broken": entry})
+    monkeypatch.setattr(cli, "_module", lambda command: types.SimpleNamespace(main=main))
+    assert cli.main(["broken", "--flag"]) == 2
+    assert capsys.readouterr().err == (
+        "dracpu: error: command 'broken' needs dracpu.allocator, not installed here\n"
+    )
 
 
 def test_version() -> None:

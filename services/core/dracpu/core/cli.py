@@ -130,7 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dracpu: error: command {name!r} is not installed here ({exc})", file=sys.stderr)
         return EXIT_USAGE
     body: Callable[[list[str]], int] = getattr(module, command.attr)
-    return body(rest)
+    try:
+        return body(rest)
+    except ImportError as exc:  # a part the command imports late is missing from this image
+        missing = exc.name or str(exc)
+        print(
+            f"dracpu: error: command {name!r} needs {missing}, not installed here", file=sys.stderr
+        )
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -11,11 +11,15 @@ from dracpu.core.cli import ArgumentParser, run
 SUMMARY = "describe the driver's metrics"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = ArgumentParser(prog="dracpu introspect", description=__doc__)
-    sub = p.add_subparsers(dest="what", required=True, metavar="{metrics}")
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="dracpu introspect", description=__doc__)
+    sub = parser.add_subparsers(dest="what", required=True, metavar="{metrics}")
     sub.add_parser("metrics", help="describe every dra_cpu_* metric as JSON")
-    args = p.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     def body() -> int:
         if args.what == "metrics":
