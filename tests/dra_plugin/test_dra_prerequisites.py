@@ -16,7 +16,7 @@ from harness.fake_apiserver import Store, fake_apiserver
 from harness.waits import eventually
 
 from dracpu.core import rpc
-from dracpu.core.errors import DracpuError, UnavailableError
+from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
 from dracpu.core.prerequisites import CONSUMABLE_CAPACITY, RESOURCE_API, Prerequisite, Prerequisites
 from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.pod_events import MET, MISSING, PodEvents, PodIdentity
@@ -72,6 +72,11 @@ FORBIDDEN = UnavailableError(
     'User "nobody" cannot create resource "resourceslices" in API group "resource.k8s.io"'
 )
 
+REFUSED_FIELD = InvalidInputError(
+    'dry-run create resourceslice: 422 Unprocessable Entity: ResourceSlice.resource.k8s.io "x" '
+    "is invalid: spec.devices[0].allowMultipleAllocations: Forbidden: disabled by feature gate"
+)
+
 
 @pytest.mark.parametrize(
     ("server", "shared", "publish", "missing", "words"),
@@ -88,6 +93,8 @@ FORBIDDEN = UnavailableError(
                      "does not serve resource.k8s.io at all", id="no-resource-group"),
         pytest.param(StandIn(refusal=FORBIDDEN), True, True, None, "",
                      id="dry-run-refused-decides-nothing"),
+        pytest.param(StandIn(refusal=REFUSED_FIELD), True, False, CONSUMABLE_CAPACITY, GATE_FLAG,
+                     id="field-refused-by-name"),
     ],
 )  # fmt: skip
 async def test_the_verdict_of_each_server(

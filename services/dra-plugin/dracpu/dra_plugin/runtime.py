@@ -243,7 +243,11 @@ def _start_tasks(
             plugin.device_health.follow(plugin.allocator.list_devices, args.poll_interval)
         ),
         asyncio.create_task(plugin.events.run()),
-        asyncio.create_task(_relay_nri_prerequisites(args.nri_plugin_socket, plugin.events)),
+        *(
+            [asyncio.create_task(_relay_nri_prerequisites(args.nri_plugin_socket, plugin.events))]
+            if plugin.events.writable
+            else []
+        ),
     ]
 
 

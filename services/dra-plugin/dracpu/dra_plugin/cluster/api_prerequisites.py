@@ -36,6 +36,7 @@ log = get_logger(__name__)
 RECHECK = 60.0  # seconds between checks while a prerequisite is missing
 GATE_COMPONENTS = "kube-apiserver, kube-scheduler and every kubelet"
 PROBE_DEVICE = "prerequisite-check"
+FORBIDDEN = ": 403 Forbidden"  # how apiserver.KubernetesAPI words a 403
 
 
 class PrerequisiteAPI(Protocol):
@@ -134,18 +135,16 @@ class APIPrerequisites:
             stored = await self.api.dry_run_slice(probe_slice(self.driver, self.node))
         except (InvalidInputError, UnavailableError) as exc:
             text = str(exc)
-            if "allowMultipleAllocations" not in text and not text.startswith(
-                "dry-run create resourceslice: 403"
-            ):
-                raise
             if "allowMultipleAllocations" in text:
-                stored = {}
-            else:
+                stored = {}  # refused by name rather than dropped: missing all the same
+            elif FORBIDDEN in text:
                 # RBAC or an admission policy refused even the dry run: the real writes will
                 # be refused the same way and say so; this check decides nothing.
                 log.warning("consumable capacity not checked: the dry run was refused; "
                             "publishing regardless", reason=text)  # fmt: skip
                 return True
+            else:
+                raise
         if _kept_sharing(stored):
             self.prerequisites.met(
                 CONSUMABLE_CAPACITY,

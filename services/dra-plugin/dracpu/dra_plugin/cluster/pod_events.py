@@ -91,6 +91,11 @@ class PodEvents:
         self._reported: dict[tuple[str, str], tuple[bool, str]] = {}
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
 
+    @property
+    def writable(self) -> bool:
+        """Whether Events can be written: an API server and a pod to write them about."""
+        return self.api is not None and self.pod is not None
+
     def report(self, service: str, verdict: Prerequisite) -> None:
         """Queue an Event for `verdict` of `service` when it is news: a missing prerequisite
         not reported with these words, or one reported missing that is now met."""
@@ -107,7 +112,7 @@ class PodEvents:
 
     async def run(self) -> None:
         """Write the queued Events, one at a time, until cancelled."""
-        if self.api is None or self.pod is None:
+        if not self.writable:
             log.info(2, "no pod named by POD_NAME and POD_NAMESPACE; prerequisites are not "
                      "written as Events")  # fmt: skip
         while True:
