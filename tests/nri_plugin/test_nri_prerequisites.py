@@ -113,7 +113,7 @@ def test_cdi_is_judged_on_claimed_containers(
     env: list[str], cdi: list[str], claims: dict[str, object], verdict: bool | None
 ) -> None:
     checks, verdicts = _checks()
-    checks.container_created("default/db/app", claims, _container(env, cdi))
+    checks.container_seen("default/db/app", claims, _container(env, cdi))
     assert _state(verdicts).get(CDI) is verdict
     if verdict is False:
         message = verdicts.all()[0].message
@@ -124,11 +124,11 @@ def test_cdi_is_judged_on_claimed_containers(
 def test_a_missing_cdi_is_said_once_and_its_return_too() -> None:
     checks, verdicts = _checks()
     asked = [f"dra.k8s.io/cpu=claim-{UID}"]
-    checks.container_created("default/a/app", {}, _container([], asked))
+    checks.container_seen("default/a/app", {}, _container([], asked))
     first = verdicts.get(CDI)
-    checks.container_created("default/b/app", {}, _container([], asked))
+    checks.container_seen("default/b/app", {}, _container([], asked))
     assert verdicts.get(CDI) == first  # the first container's words stand
-    checks.container_created("default/c/app", CLAIMED, _container([f"DRA_CPUSET_{UID}=1"], asked))
+    checks.container_seen("default/c/app", CLAIMED, _container([f"DRA_CPUSET_{UID}=1"], asked))
     assert _state(verdicts) == {CDI: True}
 
 
@@ -148,3 +148,15 @@ async def test_through_the_runtime_a_claim_without_its_env_is_reported_and_runs_
     await bed.runtime.create_container(other, "app", claim_env((uid, cpus)),
                                        cdi_devices=[f"dra.k8s.io/cpu=claim-{uid}"])  # fmt: skip
     assert _state(verdicts) == {CDI: True}
+
+
+async def test_a_claimed_container_found_at_synchronize_shows_cdi_works(bed: Bed) -> None:
+    uid, cpus = await prepare_seen(bed, 2)
+    pod = bed.runtime.add_pod("db")
+    await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    checks, verdicts = _checks()
+    bed.plugin.state.prerequisites = checks  # as a plugin started after the container
+    connects = bed.stub.status.connects
+    await bed.runtime.restart()
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
+    await eventually(lambda: _state(verdicts) == {CDI: True}, "the verdict", timeout=10)

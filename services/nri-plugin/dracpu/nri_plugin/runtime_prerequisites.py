@@ -7,8 +7,9 @@
   whose spec puts `DRA_CPUSET_<uid>` in the container's env. A runtime with CDI off
   (containerd 1.7 without enable_cdi) starts the container without it, and the plugin then
   sees an unclaimed container. Judged on claimed containers: the first one whose env carries
-  a claim shows CDI works; one the runtime reports as asking for our CDI device (the
-  container's CDI devices, NRI v0.10 and newer) without the variable shows it does not, once.
+  a claim (created, or found running at Synchronize) shows CDI works; one the runtime reports
+  as asking for our CDI device (the container's CDI devices, NRI v0.10 and newer) without the
+  variable shows it does not, once.
 """
 
 from __future__ import annotations
@@ -62,10 +63,11 @@ class RuntimePrerequisites:
 
     # -- CDI ------------------------------------------------------------------------------------
 
-    def container_created(
+    def container_seen(
         self, where: str, claims: Mapping[str, object], ctr: api_pb2.Container
     ) -> None:
-        """A container `where` (namespace/pod/name) was created with `claims` read from its env."""
+        """A container `where` (namespace/pod/name), created or found at Synchronize, carries
+        `claims` in its env."""
         if claims:
             known = self.prerequisites.get(CDI)
             if known is None or not known.ok:
