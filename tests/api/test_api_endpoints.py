@@ -8,7 +8,15 @@ import time
 
 import httpx
 import pytest
-from harness.api_scenario import EXCLUSIVE, RESERVED, SHARED, UID_BATCH, UID_CACHE, UID_DB
+from harness.api_scenario import (
+    CDI_MISSING,
+    EXCLUSIVE,
+    RESERVED,
+    SHARED,
+    UID_BATCH,
+    UID_CACHE,
+    UID_DB,
+)
 from harness.api_stack import SERVICES, PodServices, ServiceSet, app_client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -206,6 +214,19 @@ async def test_health_reports_every_service_and_the_kubelet_link(
     assert missing["detected_at"].startswith("2026-")
     assert body["runtime"]["connected"] is True
     assert body["runtime"]["runtime_name"] == "containerd"
+
+
+async def test_health_lists_the_prerequisites_each_plugin_judged(
+    client: httpx.AsyncClient,
+) -> None:
+    body = (await client.get("/v1/health")).json()
+    assert [(p["service"], p["name"], p["ok"]) for p in body["prerequisites"]] == [
+        ("dra-plugin", "resource.k8s.io/v1", True),
+        ("nri-plugin", "CDI", False),
+    ]
+    cdi = body["prerequisites"][1]
+    assert cdi["message"] == CDI_MISSING
+    assert cdi["checked_at"].startswith("2026-")
 
 
 async def test_metrics_concatenate_services_with_one_help_per_family(

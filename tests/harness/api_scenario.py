@@ -9,6 +9,7 @@ from google.protobuf import json_format
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.pb.allocator.v1 import allocator_pb2
+from dracpu.pb.common.v1 import prerequisite_pb2
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2
 
@@ -29,6 +30,11 @@ CLAIMS = (
 MEMORY_NODES = {UID_DB: "0"}
 EXCLUSIVE = "2-3,12-15,22-23,30,32-35"
 ONLINE = "0-39"
+# The nri-plugin's verdict on a runtime that started a claimed container without its variable.
+CDI_MISSING = (
+    f"container default/db/postgres asks the runtime for CDI device dra.k8s.io/cpu=claim-{UID_DB} "
+    f"but its env lacks DRA_CPUSET_{UID_DB}: the runtime does not inject CDI devices"
+)
 SHARED = (CPUSet.parse(ONLINE) - CPUSet.parse(RESERVED) - CPUSet.parse(EXCLUSIVE)).format()
 
 
@@ -147,6 +153,14 @@ def scenario() -> dict[str, object]:
                             detected_at_unix=1_780_000_050,
                         )
                     ],
+                    prerequisites=[
+                        prerequisite_pb2.Prerequisite(
+                            name="resource.k8s.io/v1",
+                            ok=True,
+                            message="the API server serves resource.k8s.io/v1",
+                            checked_at_unix=1_780_000_010,
+                        )
+                    ],
                 )
             )
         },
@@ -159,6 +173,14 @@ def scenario() -> dict[str, object]:
                     runtime_version="2.2.1",
                     socket="/var/run/nri/nri.sock",
                     synchronized_at_unix=1_780_000_050,
+                    prerequisites=[
+                        prerequisite_pb2.Prerequisite(
+                            name="CDI",
+                            ok=False,
+                            message=CDI_MISSING,
+                            checked_at_unix=1_780_000_060,
+                        )
+                    ],
                 )
             ),
         },

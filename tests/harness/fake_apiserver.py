@@ -10,8 +10,10 @@ pool, device, shareID), each owned by the field manager that applied it; an appl
 the manager's entries and removes those it no longer names, leaves other managers' alone, and
 without `force` refuses to take an entry another manager owns (409); `metadata.uid` is a
 precondition; entries for devices the claim was not allocated, more than 8 conditions or more
-than 10 KiB of data are refused (422). Optionally over TLS (a server-side SSL context),
-recording each request's bearer token and client certificate name.
+than 10 KiB of data are refused (422). Discovery of the resource.k8s.io group (its versions
+settable), server-side dry runs of slice creates (answered, never stored) and Events created
+in a namespace (kept in a list, or refused with a set answer). Optionally over TLS (a
+server-side SSL context), recording each request's bearer token and client certificate name.
 """
 
 from __future__ import annotations
@@ -74,6 +76,12 @@ class Store:
         # A watch from a compacted version: False streams an ERROR event with code 410 (the
         # watch cache's answer); True answers the request itself with 410 Gone (etcd's).
         self.gone_as_status = False
+        # The versions /apis/resource.k8s.io lists; empty: the group is not served at all (404).
+        self.resource_versions = ["v1beta1", "v1beta2", "v1"]
+        # Events created (core/v1, any namespace), and the refusal (code, reason, message) that
+        # answers an Event create when set.
+        self.pod_events: list[dict[str, Any]] = []
+        self.refuse_events: tuple[int, str, str] | None = None
 
     def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.version = next(self.versions)
@@ -209,6 +217,16 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(404, _status(404, "NotFound", f"resourceclaims {key[1]} not found"))
         if method == "PATCH" and url.path.startswith("/apis/resource.k8s.io/v1/namespaces/"):
             return self._patch_status(url, parts)
+        if method == "GET" and url.path == "/apis/resource.k8s.io":
+            return self._discovery()
+        if method == "POST" and url.path.startswith("/api/v1/namespaces/") and len(parts) == 5 \
+                and parts[4] == "events":  # fmt: skip
+            if s.refuse_events is not None:
+                return self._send(s.refuse_events[0], _status(*s.refuse_events))
+            event = self._body()
+            event["metadata"].update(uid=str(uuid.uuid4()), namespace=parts[3])
+            s.pod_events.append(s.stamp(event))
+            return self._send(201, event)
         if method == "GET" and url.path.startswith("/api/v1/nodes/"):
             if parts[3] in s.nodes:
                 return self._send(200, s.nodes[parts[3]])
@@ -238,6 +256,12 @@ class Handler(BaseHTTPRequestHandler):
             if refused is not None:
                 return self._send(refused[0], _status(*refused))
             self._pending = obj
+        if url.path == SLICES and method == "POST" and parse_qs(url.query).get("dryRun"):
+            obj = self._pending
+            meta = obj["metadata"]
+            meta.update(name=meta.get("name") or meta.pop("generateName") + "dryrun",
+                        uid=str(uuid.uuid4()))  # fmt: skip
+            return self._send(201, obj)
         if url.path == SLICES and method == "POST":
             obj = self._pending
             meta = obj["metadata"]
@@ -273,6 +297,16 @@ class Handler(BaseHTTPRequestHandler):
                 s.record("DELETED", current)
                 return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
         return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
+
+    def _discovery(self) -> None:
+        versions = self.store.resource_versions
+        if not versions:
+            return self._send(404, _status(404, "NotFound", "the server could not find the "
+                                           "requested resource"))  # fmt: skip
+        listed = [{"groupVersion": f"resource.k8s.io/{v}", "version": v} for v in versions]
+        return self._send(200, {"kind": "APIGroup", "apiVersion": "v1",
+                                "name": "resource.k8s.io", "versions": listed,
+                                "preferredVersion": listed[-1]})  # fmt: skip
 
     def _patch_status(self, url: Any, parts: list[str]) -> None:
         """PATCH .../resourceclaims/<name>/status as the real server answers an apply."""

@@ -86,6 +86,7 @@ def test_rbac_is_what_the_dra_plugin_needs(default: Rendered) -> None:
         ("resource.k8s.io", "resourceclaims/status", "patch"),
         ("resource.k8s.io", "resourceclaims/driver", "associated-node:patch"),
         ("", "nodes", "get"),
+        ("", "events", "create"),
     }
     # Only the synthetic per-driver permission names anything: our driver, and no other.
     named = [rule for rule in rules if "resourceNames" in rule]

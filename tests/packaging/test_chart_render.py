@@ -374,7 +374,7 @@ def test_socket_paths_agree_between_containers(case: tuple[Case, Rendered]) -> N
     assert served == {name: f"{SOCKET_DIR}/{name}.sock" for name in GRPC_SERVICES}
     clients = {
         "allocator": {"topology"},
-        "dra-plugin": {"allocator"},
+        "dra-plugin": {"allocator", "nri-plugin"},  # its prerequisites, for the pod's Events
         "nri-plugin": {"allocator"},
         "api": set(GRPC_SERVICES),
     }

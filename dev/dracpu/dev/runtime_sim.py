@@ -306,13 +306,24 @@ class RuntimeSim:
         return {cid: self.cpus(cid) for cid in self.containers}
 
     async def create_container(
-        self, pod_id: str, name: str, env: Sequence[str] = (), container_id: str = ""
+        self,
+        pod_id: str,
+        name: str,
+        env: Sequence[str] = (),
+        container_id: str = "",
+        cdi_devices: Sequence[str] = (),
     ) -> str:
-        """Create and start a container; CreateContainerError if a plugin refuses it."""
+        """Create and start a container; CreateContainerError if a plugin refuses it.
+        `cdi_devices`: the CDI devices the kubelet asked for, as NRI v0.10+ reports them."""
         pod = self.pods[pod_id]
         cid = container_id or f"ctr{next(self._ids):05d}"
         ctr = api_pb2.Container(
-            id=cid, pod_sandbox_id=pod_id, name=name, env=list(env), state=api_pb2.CONTAINER_CREATED
+            id=cid,
+            pod_sandbox_id=pod_id,
+            name=name,
+            env=list(env),
+            state=api_pb2.CONTAINER_CREATED,
+            CDI_devices=[api_pb2.CDIDevice(name=d) for d in cdi_devices],
         )
         async with self._lock:
             owners: dict[str, str] = {}  # cpuset field -> the plugin that set it

@@ -121,6 +121,18 @@ class RuntimeConnection(Model):
     shared_pool_generation: int
 
 
+class Prerequisite(Model):
+    service: str = Field(
+        description="who checks it: dra-plugin (the API server) or nri-plugin (the runtime)"
+    )
+    name: str = Field(description="resource.k8s.io/v1, DRAConsumableCapacity, NRI or CDI")
+    ok: bool
+    message: str = Field(
+        description="one line: what is missing and how to turn it on; when ok, what was found"
+    )
+    checked_at: datetime | None
+
+
 class HealthView(Model):
     api: ServiceVersion
     services: list[ServiceHealth]
@@ -128,6 +140,11 @@ class HealthView(Model):
         KubeletRegistration | Unavailable, Field(discriminator="status")
     ]
     runtime: Annotated[RuntimeConnection | Unavailable, Field(discriminator="status")]
+    prerequisites: list[Prerequisite] = Field(
+        default_factory=list,
+        description="what the cluster and the runtime must offer the driver, as the dra-plugin "
+        "and the nri-plugin last judged it; a prerequisite not judged yet is not listed",
+    )
 
 
 class Liveness(Model):

@@ -79,6 +79,19 @@ def kubelet_registration(reply: Any) -> models.KubeletRegistration:
     )
 
 
+def prerequisites(service: str, reply: Any) -> list[models.Prerequisite]:
+    return [
+        models.Prerequisite(
+            service=service,
+            name=p.name,
+            ok=p.ok,
+            message=p.message,
+            checked_at=timestamp(p.checked_at_unix),
+        )
+        for p in reply.prerequisites
+    ]
+
+
 def runtime_connection(reply: Any) -> models.RuntimeConnection:
     return models.RuntimeConnection(
         connected=reply.connected,

@@ -30,6 +30,11 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog=PROG, description=DESCRIPTION)
     p.add_argument("--socket", default=DEFAULT_SOCKETS["dra-plugin"], help="status socket")
     p.add_argument("--allocator-socket", default=DEFAULT_SOCKETS["allocator"])
+    p.add_argument(
+        "--nri-plugin-socket",
+        default=DEFAULT_SOCKETS["nri-plugin"],
+        help="the nri-plugin's status socket: its missing prerequisites become Events on the pod",
+    )
     p.add_argument("--kubelet-root-dir", default=DEFAULT_KUBELET_ROOT, metavar="DIR")
     p.add_argument(
         "--cluster-dir",

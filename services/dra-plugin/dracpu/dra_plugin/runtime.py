@@ -1,6 +1,7 @@
 """The dra-plugin at run time: its three gRPC servers (the DRA endpoint, registration, the
 read-only view) and the tasks that publish slices, resend device health, write claims'
-status.devices and follow the kubelet's registration.
+status.devices, follow the kubelet's registration and put missing prerequisites (its own and
+the nri-plugin's) on the driver's pod as Events.
 
 `serve` builds the plugin's parts from its flags and config (`_build`), starts the servers
 (`_start_servers`) and the background tasks (`_start_tasks`), and on SIGTERM or SIGINT takes
@@ -23,12 +24,16 @@ from dracpu.core import config as driver_config
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
+from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import Health, start_server
 from dracpu.core.signals import stop_event
 from dracpu.dra_plugin.cluster.api_features import FeatureSupport
+from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.objects import Cluster
+from dracpu.dra_plugin.cluster.pod_events import PodEvents, PodIdentity
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
 from dracpu.dra_plugin.common.allocator_client import AllocatorClient
+from dracpu.dra_plugin.common.nri_status import nri_prerequisites
 from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
 from dracpu.dra_plugin.kubelet.health import DeviceHealth
 from dracpu.dra_plugin.kubelet.metadata import MetadataWriter
@@ -56,6 +61,7 @@ API_VERSION = "dracpu.dra_plugin.v1"
 VIEW_SERVICE = "dracpu.dra_plugin.v1.DRAPluginView"
 REGISTRATION_HEALTH = "kubelet-registration"
 STATUS_FLUSH = 5.0  # seconds
+NRI_STATUS_POLL = 10.0  # seconds between reads of the nri-plugin's prerequisites
 
 
 @dataclass
@@ -73,6 +79,7 @@ class Plugin:
     registration: PluginRegistration
     publisher: SlicePublisher
     status: ClaimStatusWriter
+    events: PodEvents
 
 
 @dataclass
@@ -106,6 +113,11 @@ def _build(args: argparse.Namespace) -> Plugin:
         watch = SliceWatch(api, DRIVER_NAME, node)
 
     metrics = PluginMetrics()
+    events = PodEvents(api, PodIdentity.from_env(), node)
+    checks = None
+    if api is not None:
+        verdicts = Prerequisites(on_change=lambda v: events.report("dra-plugin", v))
+        checks = APIPrerequisites(api, verdicts, driver=DRIVER_NAME, node=node)
     features = FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name))
     allocator = AllocatorClient(args.allocator_socket)
     device_health = DeviceHealth(node, args.health_interval)
@@ -135,6 +147,7 @@ def _build(args: argparse.Namespace) -> Plugin:
         resync_interval=args.resync_interval,
         watch=watch,
         features=features,
+        prerequisites=checks,
     )
     return Plugin(
         node=node,
@@ -148,6 +161,7 @@ def _build(args: argparse.Namespace) -> Plugin:
         registration=registration,
         publisher=publisher,
         status=status,
+        events=events,
     )
 
 
@@ -228,7 +242,22 @@ def _start_tasks(
         asyncio.create_task(
             plugin.device_health.follow(plugin.allocator.list_devices, args.poll_interval)
         ),
+        asyncio.create_task(plugin.events.run()),
+        *(
+            [asyncio.create_task(_relay_nri_prerequisites(args.nri_plugin_socket, plugin.events))]
+            if plugin.events.writable
+            else []
+        ),
     ]
+
+
+async def _relay_nri_prerequisites(socket: str, events: PodEvents) -> None:
+    """The nri-plugin's verdicts on the runtime (NRI, CDI) as Events on the pod: it has no
+    API access of its own."""
+    while True:
+        for verdict in await nri_prerequisites(socket) or []:
+            events.report("nri-plugin", verdict)
+        await asyncio.sleep(NRI_STATUS_POLL)
 
 
 async def _catch_up(plugin: Plugin) -> None:

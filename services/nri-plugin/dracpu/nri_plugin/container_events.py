@@ -83,6 +83,9 @@ class ContainerEvents:
     ) -> api_pb2.CreateContainerResponse:
         state = self._state
         claims = parse_claim_env(ctr.env)  # malformed -> refused, nothing changes
+        if state.prerequisites is not None:
+            where = f"{pod.namespace}/{pod.name}/{ctr.name}"
+            state.prerequisites.container_seen(where, claims, ctr)
         async with state.lock:
             if claims:
                 # As long as the runtime waits for this answer (its plugin_request_timeout),

@@ -28,6 +28,7 @@ from dracpu.nri_plugin.plugin_state import PluginState
 from dracpu.nri_plugin.pool_pushes import PoolPushes, PushResult, PushUpdates
 from dracpu.nri_plugin.registry import Registry
 from dracpu.nri_plugin.resync import Resync
+from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites
 from dracpu.nri_plugin.shared_pool import SharedPool
 from dracpu.pb.nri import api_pb2
 
@@ -45,6 +46,7 @@ class CPUPlugin:
         unsolicited: UnsolicitedMode = UnsolicitedMode.AUTO,
         batch_size: int = 500,
         metrics: NRIMetrics | None = None,
+        prerequisites: RuntimePrerequisites | None = None,
     ) -> None:
         if batch_size < 1:
             raise InvalidInputError(f"update batch size must be >= 1, got {batch_size}")
@@ -54,6 +56,7 @@ class CPUPlugin:
             pool=SharedPool(allocator, lock),
             pacer=UpdatePacer(max_batch=batch_size),
             metrics=metrics or NRIMetrics(),
+            prerequisites=prerequisites,
         )
         self._mode = unsolicited
         # Stopped containers whose detach the allocator did not take: sent again (its run()).

@@ -15,6 +15,7 @@ from dracpu.nri_plugin.compat import Decision
 from dracpu.nri_plugin.pacing import UpdatePacer
 from dracpu.nri_plugin.plugin_metrics import NRIMetrics
 from dracpu.nri_plugin.registry import Registry
+from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites
 from dracpu.nri_plugin.shared_pool import SharedPool
 
 
@@ -35,3 +36,5 @@ class PluginState:
     # answered after its request timeout, or it dropped the connection first; kept until
     # the next Synchronize finds them.
     overdue: dict[str, str] = field(default_factory=dict)
+    # What the containers show of the runtime's CDI injection; None: not judged.
+    prerequisites: RuntimePrerequisites | None = None

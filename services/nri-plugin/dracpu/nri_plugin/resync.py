@@ -198,6 +198,9 @@ class Resync:
                 "container with malformed DRA env left alone", container=ctr.id, error=str(exc)
             )
             return None
+        if self._state.prerequisites is not None:
+            where = f"{pod.namespace}/{pod.name}/{ctr.name}"
+            self._state.prerequisites.container_seen(where, claims, ctr)
         record = container_record(pod, ctr, (), EMPTY)
         if not claims:
             return record

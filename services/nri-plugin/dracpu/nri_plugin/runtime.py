@@ -12,12 +12,14 @@ from dracpu.core import __version__
 from dracpu.core.config import load, log_effective
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.log import get_logger
+from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
 from dracpu.nri_plugin.allocator_client import AllocatorClient
 from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
 from dracpu.nri_plugin.plugin_metrics import NRIMetrics
+from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites
 from dracpu.nri_plugin.servicer import NRIPluginView
 from dracpu.nri_plugin.stub import PluginStub
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2_grpc
@@ -46,8 +48,10 @@ async def serve(args: argparse.Namespace) -> int:
 
     allocator = AllocatorClient(args.allocator_socket)
     metrics = NRIMetrics()
-    plugin = CPUPlugin(allocator, unsolicited=mode, metrics=metrics)
-    stub = PluginStub(args.nri_socket, plugin, name=DRIVER_NAME, index=args.nri_plugin_index)
+    checks = RuntimePrerequisites(Prerequisites(), args.nri_socket)
+    plugin = CPUPlugin(allocator, unsolicited=mode, metrics=metrics, prerequisites=checks)
+    stub = PluginStub(args.nri_socket, plugin, name=DRIVER_NAME, index=args.nri_plugin_index,
+                      prerequisites=checks)  # fmt: skip
     plugin.set_pusher(stub.update_containers)
 
     def register(server: grpc.aio.Server) -> None:

@@ -39,6 +39,7 @@ class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[
     ) -> nri_plugin_pb2.PluginStatus:
         status = self._stub.status
         runtime = status.runtime
+        checks = self._plugin.state.prerequisites
         return nri_plugin_pb2.PluginStatus(
             connected=status.connected,
             runtime_name=runtime.name if runtime else "",
@@ -49,4 +50,5 @@ class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[
             synchronized_at_unix=int(status.synchronized_at),
             shared_pool=pool.format() if (pool := self._plugin.shared_pool) is not None else "",
             shared_pool_generation=max(self._plugin.pool_generation, 0),
+            prerequisites=checks.prerequisites.protos() if checks is not None else [],
         )

@@ -29,6 +29,7 @@ from dracpu.nri_plugin.plugin_service import (
     PluginService,
     RuntimeInfo,
 )
+from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites
 from dracpu.nri_plugin.ttrpc import Channel, TtrpcError
 from dracpu.pb.nri import api_pb2
 
@@ -77,6 +78,7 @@ class PluginStub:
         name: str = DRIVER_NAME,
         index: str = "00",
         backoff: Backoff | None = None,
+        prerequisites: RuntimePrerequisites | None = None,
     ) -> None:
         if not valid_plugin_name(name):
             raise InvalidInputError(f"NRI plugin name {name!r} must be [a-zA-Z0-9_.+-]+")
@@ -88,6 +90,7 @@ class PluginStub:
         self.status = StubStatus()
         self._handlers = handlers
         self._backoff = backoff or Backoff()
+        self._prerequisites = prerequisites
         self._mux: Mux | None = None
         self._runtime_channel: Channel | None = None
         self._ready = asyncio.Event()
@@ -101,6 +104,8 @@ class PluginStub:
         """Connect, serve, and reconnect with backoff until cancelled or `stop()`."""
         while not self._stopping:
             reason = await self._serve_once()
+            if not self.status.connected and self._prerequisites is not None:
+                self._prerequisites.connection_failed(reason)
             self._mark_disconnected(reason)
             if self._stopping:
                 return
@@ -192,6 +197,8 @@ class PluginStub:
                 nri_version=PLUGIN_NRI_VERSION,
             )
             self.status.connected = True
+            if self._prerequisites is not None:
+                self._prerequisites.registered()
             reason = await reader_task
             return str(reason)
         except TtrpcError as exc:

@@ -1,5 +1,6 @@
 """/healthz, /readyz and /v1/health: the api's liveness, the services' readiness, and each
-service's health, version, socket and last error with the kubelet and runtime links."""
+service's health, version, socket and last error with the kubelet and runtime links and the
+prerequisites the plugins judged."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ async def readyz(state: StateDep) -> Response:
 
 @router.get("/v1/health", response_model=models.HealthView)
 async def get_health(state: StateDep) -> Response:
-    """Per service: gRPC health, version, socket, last error; kubelet and runtime links."""
+    """Per service: gRPC health, version, socket, last error; kubelet and runtime links; the
+    prerequisites the dra-plugin and the nri-plugin judged."""
     backends = state.backends
     listed = list(backends)
     statuses, versions, registration, runtime = await asyncio.gather(
@@ -73,8 +75,18 @@ async def get_health(state: StateDep) -> Response:
                 if isinstance(runtime, models.Unavailable)
                 else translate.runtime_connection(runtime)
             ),
+            prerequisites=[
+                *_prerequisites("dra-plugin", registration),
+                *_prerequisites("nri-plugin", runtime),
+            ],
         )
     )
+
+
+def _prerequisites(service: str, reply: object) -> list[models.Prerequisite]:
+    if isinstance(reply, models.Unavailable):
+        return []
+    return translate.prerequisites(service, reply)
 
 
 async def _health(backend: Backend) -> str:

@@ -284,6 +284,27 @@ class KubernetesAPI:
     async def create_slice(self, obj: Mapping[str, Any]) -> Object:
         return await self._call("POST", SLICES, "create resourceslice", body=obj)
 
+    async def dry_run_slice(self, obj: Mapping[str, Any]) -> Object:
+        """What the server would store for `obj`, admission and defaulting included, without
+        storing it (a server-side dry run)."""
+        return await self._call("POST", SLICES, "dry-run create resourceslice", body=obj,
+                                params={"dryRun": "All"})  # fmt: skip
+
+    async def group_versions(self, group: str) -> list[str] | None:
+        """The versions the server serves of API group `group`; None when it serves none."""
+        try:
+            found = await self._call("GET", f"/apis/{quote(group, safe='')}",
+                                     f"discover API group {group}")  # fmt: skip
+        except NotFoundError:
+            return None
+        return [str(v.get("version")) for v in found.get("versions") or [] if v.get("version")]
+
+    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> Object:
+        return await self._call(
+            "POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events",
+            f"create event in {namespace}", body=event,
+        )  # fmt: skip
+
     async def update_slice(self, obj: Mapping[str, Any]) -> Object:
         name = str((obj.get("metadata") or {}).get("name", ""))
         return await self._call(

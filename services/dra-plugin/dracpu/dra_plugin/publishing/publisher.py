@@ -11,7 +11,8 @@ The Node's UID is the slices' owner (they are garbage-collected with it). It is 
 whenever someone else deleted our slices (the garbage collector does when the Node was
 recreated), at each resync, and every OWNER_RETRY seconds while there is no Node; a new UID is
 written into every slice. Fields the API server lacks are left out once it shows it lacks them
-(`cluster.api_features`). Failures and write conflicts are retried with exponential
+(`cluster.api_features`); nothing is published while the API server lacks what the devices
+need (`cluster.api_prerequisites`). Failures and write conflicts are retried with exponential
 backoff. Slices are left in place at shutdown: the kubelet wipes them once the driver has been
 gone for 30 s (PROTOCOLS.md §1.5).
 """
@@ -28,6 +29,7 @@ from typing import Any
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.cluster.api_features import FeatureSupport, MissingFeature
+from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.objects import Cluster, Object
 from dracpu.dra_plugin.common.allocator_client import AllocatorClient
 from dracpu.dra_plugin.common.intervals import POLL_INTERVAL, RESYNC_INTERVAL, WATCH_RESYNC_INTERVAL
@@ -69,6 +71,7 @@ class SlicePublisher:
         watch: SliceWatch | None = None,
         features: FeatureSupport | None = None,
         owner_retry: float = OWNER_RETRY,
+        prerequisites: APIPrerequisites | None = None,
     ) -> None:
         self.driver = driver
         self.node = node
@@ -81,6 +84,7 @@ class SlicePublisher:
         self.watch = watch
         self.features = features or FeatureSupport()
         self.owner_retry = owner_retry
+        self.prerequisites = prerequisites
         self.state = PublishState()
         self._owner: Owner | None = None
         self._owner_read_at: float | None = None
@@ -117,6 +121,9 @@ class SlicePublisher:
                     or self._slices_changed()
                     or self._owner_missing_due(now)
                 ):
+                    if not await self._prerequisites_met(devices):
+                        await asyncio.sleep(self.poll_interval)
+                        continue
                     await self.sync(devices, reread_owner=resync)
                     self._fingerprint = fingerprint
                     if resync:
@@ -131,6 +138,19 @@ class SlicePublisher:
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)
+
+    async def _prerequisites_met(self, devices: allocator_pb2.DeviceList) -> bool:
+        """Whether the API server has what these devices need; until it has, nothing is
+        written (a device no claim can be allocated only hides why pods stay Pending)."""
+        checks = self.prerequisites
+        if checks is None:
+            return True
+        shared = any(d.allow_multiple_allocations for d in devices.devices)
+        if await checks.satisfied(shared):
+            return True
+        missing = [p.message for p in checks.prerequisites.all() if not p.ok]
+        self.state.last_error = "; ".join(missing) or "the API server's prerequisites unknown"
+        return False
 
     def _slices_changed(self) -> bool:
         return self.watch is not None and self.watch.changed.is_set()

@@ -1,0 +1,162 @@
+"""What the nri-plugin judges of the runtime: NRI (it registers on the runtime's socket) and
+CDI injection (a claimed container carries its DRA_CPUSET_<claimUID>). A missing one is one
+line naming it and the runtime setting that turns it on, in the log and the plugin's status,
+once; a runtime that has both changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from harness.nri_bed import Bed, claim_env, prepare_seen
+from harness.waits import eventually
+
+from dracpu.core.prerequisites import CDI, NRI, Prerequisites
+from dracpu.nri_plugin.compat import UnsolicitedMode
+from dracpu.nri_plugin.cpu_plugin import CPUPlugin
+from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites
+from dracpu.nri_plugin.servicer import NRIPluginView
+from dracpu.nri_plugin.stub import Backoff, PluginStub
+from dracpu.pb.allocator.v1 import allocator_pb2
+from dracpu.pb.nri import api_pb2
+from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2
+
+UID = "7d3c2a10-0000-4000-8000-000000000001"
+CONTAINERD_NRI = 'disable = false under [plugins."io.containerd.nri.v1.nri"]'
+CRIO_NRI = "enable_nri = true"
+CONTAINERD_CDI = 'enable_cdi = true under [plugins."io.containerd.grpc.v1.cri"]'
+
+
+def _checks(grace: float = 30.0) -> tuple[RuntimePrerequisites, Prerequisites]:
+    verdicts = Prerequisites()
+    return RuntimePrerequisites(verdicts, "/var/run/nri/nri.sock", grace=grace), verdicts
+
+
+def _state(verdicts: Prerequisites) -> dict[str, bool]:
+    return {p.name: p.ok for p in verdicts.all()}
+
+
+# ---- NRI ------------------------------------------------------------------------------------
+
+
+def test_a_runtime_without_nri_is_named_with_the_setting_of_each_runtime() -> None:
+    checks, verdicts = _checks()
+    checks.connection_failed("cannot connect to /var/run/nri/nri.sock: No such file or directory")
+    (verdict,) = verdicts.all()
+    assert (verdict.name, verdict.ok) == (NRI, False)
+    for words in (CONTAINERD_NRI, CRIO_NRI, "No such file or directory", "--nri-socket"):
+        assert words in verdict.message
+    assert "\n" not in verdict.message
+    checks.registered()
+    assert _state(verdicts) == {NRI: True}
+
+
+def test_a_runtime_restart_within_the_grace_is_not_a_missing_nri() -> None:
+    checks, verdicts = _checks(grace=3600.0)
+    checks.registered()
+    checks.connection_failed("cannot connect to /var/run/nri/nri.sock: Connection refused")
+    assert _state(verdicts) == {NRI: True}
+    checks.grace = 0.0
+    checks.connection_failed("cannot connect to /var/run/nri/nri.sock: Connection refused")
+    assert _state(verdicts) == {NRI: False}
+
+
+async def test_the_stub_reports_an_absent_socket_once_in_the_status(tmp_path: Path) -> None:
+    class Allocator:
+        async def shared_pool(self) -> allocator_pb2.SharedPool:
+            return allocator_pb2.SharedPool(cpus="0-3", generation=1)
+
+    checks, verdicts = _checks()
+    plugin = CPUPlugin(Allocator(), unsolicited=UnsolicitedMode.OFF,  # type: ignore[arg-type]
+                       prerequisites=checks)  # fmt: skip
+    stub = PluginStub(str(tmp_path / "nri.sock"), plugin, prerequisites=checks,
+                      backoff=Backoff(initial=0.01, maximum=0.01))  # fmt: skip
+    task = asyncio.create_task(stub.run())
+    try:
+        await eventually(lambda: stub.status.connects == 0 and verdicts.get(NRI), "a verdict")
+        await asyncio.sleep(0.05)  # several more attempts: the same words, no new verdict
+    finally:
+        stub.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    status = await NRIPluginView(plugin, stub).GetStatus(nri_plugin_pb2.GetStatusRequest(), None)
+    (shown,) = status.prerequisites
+    assert (shown.name, shown.ok) == (NRI, False)
+    assert "No such file or directory" in shown.message
+
+
+# ---- CDI ------------------------------------------------------------------------------------
+
+
+def _container(env: list[str], cdi: list[str]) -> api_pb2.Container:
+    return api_pb2.Container(
+        name="app", env=env, CDI_devices=[api_pb2.CDIDevice(name=d) for d in cdi]
+    )
+
+
+CLAIMED = {UID: object()}
+
+
+@pytest.mark.parametrize(
+    ("env", "cdi", "claims", "verdict"),
+    [
+        pytest.param([f"DRA_CPUSET_{UID}=2-3"], [f"dra.k8s.io/cpu=claim-{UID}"], CLAIMED, True,
+                     id="claim-injected"),
+        pytest.param(["PATH=/bin"], [f"dra.k8s.io/cpu=claim-{UID}"], {}, False,
+                     id="claim-asked-not-injected"),
+        pytest.param(["PATH=/bin"], [], {}, None, id="unclaimed-container"),
+        pytest.param(["PATH=/bin"], ["nvidia.com/gpu=0"], {}, None, id="another-drivers-device"),
+    ],
+)  # fmt: skip
+def test_cdi_is_judged_on_claimed_containers(
+    env: list[str], cdi: list[str], claims: dict[str, object], verdict: bool | None
+) -> None:
+    checks, verdicts = _checks()
+    checks.container_seen("default/db/app", claims, _container(env, cdi))
+    assert _state(verdicts).get(CDI) is verdict
+    if verdict is False:
+        message = verdicts.all()[0].message
+        assert CONTAINERD_CDI in message and f"DRA_CPUSET_{UID}" in message
+        assert "default/db/app" in message
+
+
+def test_a_missing_cdi_is_said_once_and_its_return_too() -> None:
+    checks, verdicts = _checks()
+    asked = [f"dra.k8s.io/cpu=claim-{UID}"]
+    checks.container_seen("default/a/app", {}, _container([], asked))
+    first = verdicts.get(CDI)
+    checks.container_seen("default/b/app", {}, _container([], asked))
+    assert verdicts.get(CDI) == first  # the first container's words stand
+    checks.container_seen("default/c/app", CLAIMED, _container([f"DRA_CPUSET_{UID}=1"], asked))
+    assert _state(verdicts) == {CDI: True}
+
+
+async def test_through_the_runtime_a_claim_without_its_env_is_reported_and_runs_shared(
+    bed: Bed,
+) -> None:
+    checks, verdicts = _checks()
+    bed.plugin.state.prerequisites = checks
+    uid, cpus = await prepare_seen(bed, 2)
+    pod = bed.runtime.add_pod("db")
+    cid = await bed.runtime.create_container(
+        pod, "postgres", ["PATH=/bin"], cdi_devices=[f"dra.k8s.io/cpu=claim-{uid}"]
+    )
+    assert _state(verdicts) == {CDI: False}
+    assert bed.runtime.cpus(cid) == (await bed.allocator.shared()).format()
+    other = bed.runtime.add_pod("web")
+    await bed.runtime.create_container(other, "app", claim_env((uid, cpus)),
+                                       cdi_devices=[f"dra.k8s.io/cpu=claim-{uid}"])  # fmt: skip
+    assert _state(verdicts) == {CDI: True}
+
+
+async def test_a_claimed_container_found_at_synchronize_shows_cdi_works(bed: Bed) -> None:
+    uid, cpus = await prepare_seen(bed, 2)
+    pod = bed.runtime.add_pod("db")
+    await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    checks, verdicts = _checks()
+    bed.plugin.state.prerequisites = checks  # as a plugin started after the container
+    connects = bed.stub.status.connects
+    await bed.runtime.restart()
+    await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
+    await eventually(lambda: _state(verdicts) == {CDI: True}, "the verdict", timeout=10)
