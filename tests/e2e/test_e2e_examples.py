@@ -25,6 +25,7 @@ from e2e.scenarios import start_pod
 from harness.cluster import (
     GRACE_SECONDS,
     NAMESPACE,
+    RELEASE,
     TEST_IMAGE,
     Cluster,
     claim_cpus,
@@ -35,6 +36,12 @@ from harness.examples import Example, claims_of, examples
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import (
+    INDIVIDUAL_DEVICE_PREFIX,
+    MACHINE_DEVICE,
+    NUMA_DEVICE_PREFIX,
+    SOCKET_DEVICE_PREFIX,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -45,12 +52,15 @@ SYS_NODE = Path("/sys/devices/system/node")
 
 
 def device_names(values: tuple[str, ...]) -> re.Pattern[str]:
-    """The names the chart's devices get with these values (device-attributes.md)."""
+    """The names the chart's devices get with these values (core.driver's device names)."""
     settings = dict(item.partition("=")[::2] for item in values)
     if settings.get("driverConfig.cpuDeviceMode") == "individual":
-        return re.compile(r"cpudev[0-9]+")
+        return re.compile(rf"{INDIVIDUAL_DEVICE_PREFIX}[0-9]+")
     group = settings.get("driverConfig.groupBy", "numanode")
-    return re.compile("cpudevmachine" if group == "machine" else rf"cpudev{group}[0-9]+")
+    if group == "machine":
+        return re.compile(MACHINE_DEVICE)
+    prefix = SOCKET_DEVICE_PREFIX if group == "socket" else NUMA_DEVICE_PREFIX
+    return re.compile(rf"{prefix}[0-9]+")
 
 
 class Modes:
@@ -61,25 +71,30 @@ class Modes:
         self.current: tuple[str, ...] = ()
 
     def use(self, values: tuple[str, ...]) -> None:
+        """The chart upgraded to `values`, and a driver pod of the DaemonSet's new template
+        Ready with the devices those values name published. A pod of an older template still
+        running is deleted (the DaemonSet makes the new one)."""
         if values == self.current:
             return
         node = self.node
         with step(f"helm upgrade with {' '.join(values) or 'the defaults'}"):
-            old = node.driver_pod()
             node.install(*values)
-            if old is not None:
-                node.delete("pod", old["metadata"]["name"], namespace=NAMESPACE)
-            uid = old["metadata"]["uid"] if old else ""
             pattern = device_names(values)
 
             def published() -> bool:
-                pod = node.driver_ready()
+                generation = str(
+                    node.get("daemonset", RELEASE, namespace=NAMESPACE)["metadata"]["generation"]
+                )
+                pod = node.driver_pod()
+                if pod is None:
+                    return False
+                labels = pod["metadata"].get("labels", {})
+                if labels.get("pod-template-generation") != generation:
+                    node.delete("pod", pod["metadata"]["name"], namespace=NAMESPACE)
+                    return False
                 names = list(node.published())
                 return bool(
-                    pod
-                    and pod["metadata"]["uid"] != uid
-                    and names
-                    and all(pattern.fullmatch(name) for name in names)
+                    node.driver_ready() and names and all(pattern.fullmatch(name) for name in names)
                 )
 
             wait_for(published, f"devices {pattern.pattern} published", timeout=120, interval=0.3)
