@@ -130,9 +130,10 @@ _head_cache: dict[str, Build] = {}
 
 def start(state: Path, config: str = "") -> dict[str, Any]:
     """containerd first (its NRI socket must be there when the nri-plugin dials), then the
-    services, started together and each waited for until ready; a no-op when the bed runs
-    with the same `config` (driver configuration YAML). Another `config` restarts the services
-    alone, on a fresh run folder, beside the running containerd."""
+    services one by one, each until ready (docs/dev/bignode.md: started together, they once
+    hung the guest); a no-op when the bed runs with the same `config` (driver configuration
+    YAML). Another `config` restarts the services alone, on a fresh run folder, beside the
+    running containerd."""
     with _lock:
         if _bed and _bed.get("config") == config and not _bed["stack"].exited():
             return {"containerd_s": 0.0, "services_s": 0.0, "reused": True}
@@ -164,7 +165,7 @@ def start(state: Path, config: str = "") -> dict[str, Any]:
             node.start(timeout=120)
         started = time.monotonic()
         _bed.update(node=node, stack=stack, config=config, pods=[], claims=[])
-        stack.start_all(together=True)
+        stack.start_all()
         return {
             "containerd_s": round(started - began, 1),
             "services_s": round(time.monotonic() - started, 1),

@@ -129,34 +129,18 @@ class Stack:
             )
         return list(self._commands[build.label][name])
 
-    def start_all(self, *, together: bool = False) -> None:
-        """Every service, one after another, each ready before the next starts; or, with
-        `together`, all at once (as a pod's containers start) and then each waited for: the
-        services wait for each other themselves, and where process starts are slow (an
-        emulated guest) their starts overlap."""
+    def start_all(self) -> None:
+        """Every service, one after another, each ready before the next starts."""
         for directory in self.layout.directories():
             directory.mkdir(parents=True, exist_ok=True)
         self._lock = self.layout.lock_file.open("a+", encoding="utf-8")
         fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if not together:
-            for name in self.names:
-                self.start(name, self.builds[name])
-            return
         for name in self.names:
-            self._spawn(name, self.builds[name])
-        for name in self.names:
-            self._wait_ready(name)
-        self._write_status()
+            self.start(name, self.builds[name])
 
     def start(self, name: str, build: Build) -> float:
         """Start `name` from `build` and wait until it is ready; the seconds that took."""
         began = time.monotonic()
-        self._spawn(name, build)
-        self._wait_ready(name)
-        self._write_status()
-        return time.monotonic() - began
-
-    def _spawn(self, name: str, build: Build) -> None:
         log = self._logs.get(name)
         if log is None:
             log = self._logs[name] = self.layout.log_file(name).open("ab")
@@ -172,6 +156,9 @@ class Stack:
             start_new_session=True,
         )
         self.builds[name] = build
+        self._wait_ready(name)
+        self._write_status()
+        return time.monotonic() - began
 
     def _wait_ready(self, name: str) -> None:
         process = self.processes[name]
