@@ -23,6 +23,11 @@ async def topology_unreadable(live: LiveState, error: str) -> None:
             live.assess_health(live.state)
 
 
+def _same(new: Machine, old: Machine) -> bool:
+    """Nothing the devices are built from changed: the CPUs, nor a NUMA node's memory."""
+    return new.fingerprint == old.fingerprint and new.memory_fingerprint == old.memory_fingerprint
+
+
 async def update_topology(live: LiveState, machine: Machine) -> bool:
     """A new inventory: rebuild the devices; True if they changed."""
     async with live.lock:
@@ -30,9 +35,9 @@ async def update_topology(live: LiveState, machine: Machine) -> bool:
         if live.topology_error:
             live.topology_error = ""
             log.info(0, "topology readable again")
-            if machine.fingerprint == state.machine.fingerprint:
+            if _same(machine, state.machine):
                 live.assess_health(state)
-        if machine.fingerprint == state.machine.fingerprint:
+        if _same(machine, state.machine):
             return False
         devices = build_devices(machine, live.options)
         before = live.devices.generation
