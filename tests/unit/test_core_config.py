@@ -62,6 +62,7 @@ def test_defaults() -> None:
         "sysfsOverlay": "",
         "minSharedCPUs": 1,
         "memoryPlacement": "none",
+        "publishMemoryDevices": False,
     }
 
 

@@ -35,7 +35,9 @@ def discover_memory(reader: SysfsReader) -> tuple[NodeMemory, ...]:
     found = tuple(read_node_memory(reader, node) for node in nodes)
     for memory in found:
         for problem in memory.problems:
-            log.warning("NUMA node memory partly unreadable", node=memory.node, reason=problem)
+            # Said at level 2: the allocator has the tree read again every 30 s, and the
+            # inventory (/v1/topology, gatherinfo) carries the reasons.
+            log.info(2, "NUMA node memory partly unreadable", node=memory.node, reason=problem)
     return found
 
 
