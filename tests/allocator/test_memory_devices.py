@@ -188,14 +188,16 @@ async def test_a_resized_hugepage_pool_reaches_the_devices_at_the_next_refresh(
     await node.start(machine)
     _, generation = node.devices
     # Free pages come and go: nothing the devices are built from changed.
-    busier = replace(machine, memory=(replace(machine.memory[0], hugepages=(
-        HugepagePool(2048, 512, 10), HugepagePool(1 << 20, 2, 0)),), *machine.memory[1:]))  # fmt: skip
+    pools = (HugepagePool(2048, 512, 10), HugepagePool(1 << 20, 2, 0))
+    busier = replace(
+        machine, memory=(replace(machine.memory[0], hugepages=pools), *machine.memory[1:])
+    )
     assert busier.fingerprint == machine.fingerprint
     assert busier.memory_fingerprint == machine.memory_fingerprint
     assert await node.update_topology(busier) is False
     # The 2 MiB pool of node 3 grown to 2048 pages: same CPUs, new capacity.
-    grown = replace(machine, memory=(*machine.memory[:3], replace(machine.memory[3], hugepages=(
-        HugepagePool(2048, 2048, 2048),))))  # fmt: skip
+    bigger = replace(machine.memory[3], hugepages=(HugepagePool(2048, 2048, 2048),))
+    grown = replace(machine, memory=(*machine.memory[:3], bigger))
     assert grown.fingerprint == machine.fingerprint
     assert await node.update_topology(grown) is True
     model, after = node.devices
