@@ -25,7 +25,7 @@ from dracpu.allocator.live.node import NodeAllocator
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.machine import Machine
-from dracpu.core.memory import HugepagePool, NodeMemory
+from dracpu.core.memory import HugepagePool, NodeMemory, memory_fingerprint
 
 Machines = Callable[[str], Machine]
 NUMA = "resource.kubernetes.io/numaNode"
@@ -193,7 +193,7 @@ async def test_a_resized_hugepage_pool_reaches_the_devices_at_the_next_refresh(
         machine, memory=(replace(machine.memory[0], hugepages=pools), *machine.memory[1:])
     )
     assert busier.fingerprint == machine.fingerprint
-    assert busier.memory_fingerprint == machine.memory_fingerprint
+    assert memory_fingerprint(busier.memory) == memory_fingerprint(machine.memory)
     assert await node.update_topology(busier) is False
     # The 2 MiB pool of node 3 grown to 2048 pages: same CPUs, new capacity.
     bigger = replace(machine.memory[3], hugepages=(HugepagePool(2048, 2048, 2048),))

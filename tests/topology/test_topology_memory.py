@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dracpu.core.machine import Machine
 from dracpu.core.memory import HugepagePool, NodeMemory, binary_quantity
 from dracpu.topology.discovery import discover
 from dracpu.topology.fixtures import write_fixture
@@ -32,6 +33,10 @@ def write(root: Path, relative: str, data: str | bytes) -> None:
         path.write_text(data)
 
 
+def memory_of(machine: Machine, node: int) -> NodeMemory | None:
+    return next((m for m in machine.memory if m.node == node), None)
+
+
 def node0(root: Path) -> NodeMemory:
     return read_node_memory(SysfsReader(root), 0)
 
@@ -46,8 +51,8 @@ def test_every_node_of_the_fixture_is_read_in_node_order(root: Path) -> None:
 def test_discovery_carries_the_memory_in_the_machine(root: Path) -> None:
     machine = discover(root)
     assert machine.memory == discover_memory(SysfsReader(root))
-    assert machine.memory_of(3) == NodeMemory(3, 12 << 20, (HugepagePool(2048, 1024, 1000),))
-    assert machine.memory_of(7) is None
+    assert memory_of(machine, 3) == NodeMemory(3, 12 << 20, (HugepagePool(2048, 1024, 1000),))
+    assert memory_of(machine, 7) is None
 
 
 @pytest.mark.parametrize(
@@ -172,7 +177,7 @@ def test_node_directories_without_cpus_are_read_and_other_entries_ignored(root: 
     memory = discover_memory(SysfsReader(root))
     assert [m.node for m in memory] == [0, 1, 2, 3, 7]
     assert memory[-1] == NodeMemory(7, 4096)
-    assert discover(root).memory_of(7) == NodeMemory(7, 4096)
+    assert memory_of(discover(root), 7) == NodeMemory(7, 4096)
 
 
 def test_a_kernel_without_numa_directories_has_no_memory_entries(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, InvalidInputError
-from dracpu.core.memory import HugepagePool, NodeMemory
+from dracpu.core.memory import HugepagePool, NodeMemory, memory_from_report
 
 if TYPE_CHECKING:
     from dracpu.pb.topology.v1 import topology_pb2
@@ -55,8 +55,7 @@ class Machine:
     # The kernel's isolated (isolcpus=) and nohz_full CPUs, as listed; may name offline CPUs.
     isolated: CPUSet = field(default_factory=CPUSet)
     nohz_full: CPUSet = field(default_factory=CPUSet)
-    # Every NUMA node's MemTotal and hugepage pools, ascending by node (dracpu.core.memory);
-    # empty from topology services and reports that predate memory.
+    # Each NUMA node's MemTotal and hugepage pools by node; none from older peers and reports.
     memory: tuple[NodeMemory, ...] = ()
 
     @classmethod
@@ -177,20 +176,6 @@ class Machine:
             digest.update(f"|{self.isolated.format()}|{self.nohz_full.format()}".encode())
         return digest.hexdigest()[:16]
 
-    @cached_property
-    def memory_fingerprint(self) -> str:
-        """Changes whenever a node's MemTotal or the size of one of its hugepage pools changes;
-        free pages come and go and are left out. Apart from `fingerprint`, which stays what
-        releases before memory discovery computed."""
-        document = [
-            [m.node, m.mem_total_kib, [[p.size_kib, p.total] for p in m.hugepages]]
-            for m in self.memory
-        ]
-        return hashlib.sha256(json.dumps(document).encode()).hexdigest()[:16]
-
-    def memory_of(self, node: int) -> NodeMemory | None:
-        return next((m for m in self.memory if m.node == node), None)
-
     # ---- the gatherinfo report and the compact JSON ----------------------------------------
 
     def to_report_cpus(self) -> list[dict[str, Any]]:
@@ -230,9 +215,6 @@ class Machine:
         if not isinstance(skipped, list):
             raise InvalidInputError(f"{source}: cpuDetails.skipped must be a list")
         isolation = {key: _cpuset_field(details, key, source) for key in ("isolated", "nohzFull")}
-        memory = document.get("memory") or []
-        if not isinstance(memory, list):
-            raise InvalidInputError(f"{source}: memory must be a list")
         return cls.build(
             entries,
             online,
@@ -241,10 +223,7 @@ class Machine:
             sysfs_root=str(document.get("sysfsRoot", "")),
             isolated=isolation["isolated"],
             nohz_full=isolation["nohzFull"],
-            memory=[
-                NodeMemory.from_report(entry, f"{source}: memory[{index}]")
-                for index, entry in enumerate(memory)
-            ],
+            memory=memory_from_report(document.get("memory"), source),
         )
 
     # ---- protobuf ------------------------------------------------------------------------
@@ -278,22 +257,7 @@ class Machine:
             skipped=list(self.skipped),
             isolated=self.isolated.format(),
             nohz_full=self.nohz_full.format(),
-            memory=[
-                topology_pb2.NodeMemory(
-                    numa_node_id=m.node,
-                    mem_total_kib=-1 if m.mem_total_kib is None else m.mem_total_kib,
-                    hugepages=[
-                        topology_pb2.HugepagePool(
-                            size_kib=p.size_kib,
-                            total=p.total,
-                            free=-1 if p.free is None else p.free,
-                        )
-                        for p in m.hugepages
-                    ],
-                    problems=list(m.problems),
-                )
-                for m in self.memory
-            ],
+            memory=[_memory_to_proto(m) for m in self.memory],
         )
 
     @classmethod
@@ -328,9 +292,25 @@ class Machine:
             sysfs_root=inventory.sysfs_root,
             isolated=isolated,
             nohz_full=nohz_full,
-            # Absent (empty) from topology services that predate memory discovery.
             memory=[_memory_from_proto(m) for m in inventory.memory],
         )
+
+
+def _memory_to_proto(memory: NodeMemory) -> topology_pb2.NodeMemory:
+    """A node's memory on the wire: -1 for a value that could not be read."""
+    from dracpu.pb.topology.v1 import topology_pb2
+
+    return topology_pb2.NodeMemory(
+        numa_node_id=memory.node,
+        mem_total_kib=-1 if memory.mem_total_kib is None else memory.mem_total_kib,
+        hugepages=[
+            topology_pb2.HugepagePool(
+                size_kib=p.size_kib, total=p.total, free=-1 if p.free is None else p.free
+            )
+            for p in memory.hugepages
+        ],
+        problems=list(memory.problems),
+    )
 
 
 def _memory_from_proto(message: topology_pb2.NodeMemory) -> NodeMemory:

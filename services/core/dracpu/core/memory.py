@@ -7,7 +7,9 @@ never guessed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +105,27 @@ class NodeMemory:
             ),
             problems=tuple(str(problem) for problem in problems),
         )
+
+
+def memory_from_report(entries: object, source: str) -> tuple[NodeMemory, ...]:
+    """The `memory` list of a gatherinfo report (absent from reports of older releases)."""
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        raise InvalidInputError(f"{source}: memory must be a list")
+    return tuple(
+        NodeMemory.from_report(entry, f"{source}: memory[{index}]")
+        for index, entry in enumerate(entries)
+    )
+
+
+def memory_fingerprint(memory: Sequence[NodeMemory]) -> str:
+    """Changes whenever a node's MemTotal or the size of one of its hugepage pools changes;
+    free pages come and go and are left out."""
+    document = [
+        [m.node, m.mem_total_kib, [[p.size_kib, p.total] for p in m.hugepages]] for m in memory
+    ]
+    return hashlib.sha256(json.dumps(document).encode()).hexdigest()[:16]
 
 
 def _count(value: object, where: str) -> int:

@@ -10,6 +10,7 @@ from dracpu.allocator.live.state import LiveState
 from dracpu.allocator.store import records
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
+from dracpu.core.memory import memory_fingerprint
 from dracpu.core.tasks import io
 
 log = get_logger(__name__)
@@ -25,7 +26,8 @@ async def topology_unreadable(live: LiveState, error: str) -> None:
 
 def _same(new: Machine, old: Machine) -> bool:
     """Nothing the devices are built from changed: the CPUs, nor a NUMA node's memory."""
-    return new.fingerprint == old.fingerprint and new.memory_fingerprint == old.memory_fingerprint
+    same_memory = memory_fingerprint(new.memory) == memory_fingerprint(old.memory)
+    return new.fingerprint == old.fingerprint and same_memory
 
 
 async def update_topology(live: LiveState, machine: Machine) -> bool:
