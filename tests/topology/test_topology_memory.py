@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from dracpu.core.errors import InvalidInputError
 from dracpu.core.machine import Machine
 from dracpu.core.memory import HugepagePool, NodeMemory, binary_quantity
 from dracpu.topology.discovery import discover
@@ -216,3 +217,44 @@ def test_byte_counts_are_written_as_kubernetes_writes_binary_quantities(
     value: int, text: str
 ) -> None:
     assert binary_quantity(value) == text
+
+
+def test_the_wire_form_keeps_absent_values_absent_and_older_peers_send_none(
+    root: Path,
+) -> None:
+    (root / NODE0 / "meminfo").unlink()
+    (root / NODE0 / "hugepages/hugepages-2048kB/free_hugepages").unlink()
+    machine = discover(root)
+    message = machine.to_proto()
+    assert message.memory[0].mem_total_kib == -1
+    assert message.memory[0].hugepages[0].free == -1
+    assert Machine.from_proto(message).memory == machine.memory
+    # A topology service from before memory discovery: the field is empty, so is the memory.
+    del message.memory[:]
+    older = Machine.from_proto(message)
+    assert older.memory == ()
+    assert older.fingerprint == machine.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ({"numaNodeID": 0}, "memory must be a list"),
+        ([{"numaNodeID": -1, "memTotalKiB": 4}], "memory[0]: numaNodeID: expected a whole number"),
+        ([{"numaNodeID": 0, "memTotalKiB": "4G"}], "memory[0]: memTotalKiB: expected a whole"),
+        (
+            [{"numaNodeID": 0, "hugepages": [{"sizeKiB": 0, "total": 1}]}],
+            "sizeKiB must be positive",
+        ),
+        ([{"numaNodeID": 0, "hugepages": [{"sizeKiB": 2048}]}], "hugepages[0]: total: expected"),
+    ],
+    ids=["not-a-list", "negative-node", "string-total", "zero-size", "no-total"],
+)
+def test_a_reports_garbled_memory_is_refused_naming_the_field(
+    root: Path, entries: object, message: str
+) -> None:
+    report = {"cpus": discover(root).to_report_cpus(), "memory": entries}
+    with pytest.raises(InvalidInputError) as refused:
+        Machine.from_report(report, "node.yaml")
+    assert str(refused.value).startswith("node.yaml: ")
+    assert message in str(refused.value)
