@@ -178,3 +178,23 @@ def test_individual_devices_go_to_one_claim_only(requests: list[int]) -> None:
             continue
     names = [result.device for result in allocated]
     assert len(names) == len(set(names))
+
+
+def memory_device(node: int) -> dict[str, Any]:
+    return {
+        "name": f"memory-node-{node}",
+        "attributes": {"resource.kubernetes.io/numaNode": {"int": node}},
+        "capacity": {"dra.cpu/memory": {"value": "8Gi"}, "dra.cpu/hugepages2Mi": {"value": "1Gi"}},
+        "allowMultipleAllocations": True,
+    }
+
+
+@pytest.mark.parametrize("layout", ["grouped", "individual"])
+def test_memory_devices_are_never_taken_for_cpus(layout: str) -> None:
+    # What the CPU DeviceClass selects: a device with the memory capacity is not a CPU device.
+    slice_ = grouped_slice({"cpudevnuma000": 4}) if layout == "grouped" else individual_slice([0])
+    slice_["spec"]["devices"] += [memory_device(0), memory_device(1)]
+    devices = devices_of([slice_])
+    assert [d.name for d in devices] == ["cpudevnuma000" if layout == "grouped" else "cpudev000"]
+    (taken,) = allocate(devices, [], 1, numa=0)
+    assert taken.device == devices[0].name

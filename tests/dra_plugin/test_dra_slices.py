@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from harness.published import chunk_devices
+from harness.slice_rules import device_refusals
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -254,3 +255,23 @@ async def test_folder_names_slices_like_the_api_server_even_for_long_node_names(
     again = plan(stored, chunk_devices(devices(300)), driver="dra.cpu", node=node, pool=node,
                  owner=owner)  # fmt: skip
     assert again.empty
+
+
+def test_a_memory_device_is_a_device_the_api_server_stores() -> None:
+    d = pb.Device(name="memory-node-1", allow_multiple_allocations=True)
+    d.attributes["resource.kubernetes.io/numaNode"].int = 1
+    d.capacity["dra.cpu/memory"] = "7680Mi"
+    d.capacity["dra.cpu/hugepages2Mi"] = "512Mi"
+    d.capacity["dra.cpu/hugepages1Gi"] = "0"
+    document = device_json(d)
+    assert document == {
+        "name": "memory-node-1",
+        "attributes": {"resource.kubernetes.io/numaNode": {"int": 1}},
+        "capacity": {
+            "dra.cpu/hugepages1Gi": {"value": "0"},
+            "dra.cpu/hugepages2Mi": {"value": "512Mi"},
+            "dra.cpu/memory": {"value": "7680Mi"},
+        },
+        "allowMultipleAllocations": True,
+    }
+    assert device_refusals(document) == []

@@ -113,6 +113,31 @@ def check_node_allocatable(r: Rendered) -> None:
     assert r.config_file()["publishNodeAllocatableResourceMapping"] is True
 
 
+# The DeviceClasses' selectors: the CPU class leaves out every device with the memory capacity,
+# which every memory device has and no CPU device has; the memory class takes exactly those.
+CPU_SELECTOR = 'device.driver == "dra.cpu" && !("memory" in device.capacity["dra.cpu"])'
+MEMORY_SELECTOR = 'device.driver == "dra.cpu" && "memory" in device.capacity["dra.cpu"]'
+
+
+def device_classes(r: Rendered) -> dict[str, dict[str, Any]]:
+    return {obj["metadata"]["name"]: obj for obj in r.of_kind("DeviceClass")}
+
+
+def check_memory_devices(r: Rendered) -> None:
+    assert r.config_file()["publishMemoryDevices"] is True
+    classes = device_classes(r)
+    assert sorted(classes) == ["dra.cpu", "dra.cpu-memory"]
+    memory = classes["dra.cpu-memory"]
+    assert memory["apiVersion"] == "resource.k8s.io/v1"
+    assert memory["spec"]["selectors"] == [{"cel": {"expression": MEMORY_SELECTOR}}]
+    assert classes["dra.cpu"]["spec"]["selectors"] == [{"cel": {"expression": CPU_SELECTOR}}]
+
+
+def check_memory_devices_off(r: Rendered) -> None:
+    assert r.config_file()["publishMemoryDevices"] is False
+    assert sorted(device_classes(r)) == ["dra.cpu"]
+
+
 def check_deprecated_args_win(r: Rendered) -> None:
     assert r.config_file() == {
         "apiVersion": "v1alpha1",
@@ -232,6 +257,10 @@ CASES: dict[str, Case] = {
     "node-allocatable-mapping": Case(
         {"driverConfig": {"publishNodeAllocatableResourceMapping": True}}, check_node_allocatable
     ),
+    "memory-devices": Case({"driverConfig": {"publishMemoryDevices": True}}, check_memory_devices),
+    "memory-devices-off": Case(
+        {"driverConfig": {"publishMemoryDevices": False}}, check_memory_devices_off
+    ),
     "deprecated-args-win": Case(
         {
             "driverConfig": {"cpuDeviceMode": "individual", "groupBy": "numanode"},
@@ -317,13 +346,12 @@ def test_objects_rendered(case: tuple[Case, Rendered]) -> None:
     # The workloads' opaque configurations are checked at admission in every rendering (the
     # driver's own policies only where the cluster is known to serve them).
     expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    if rendered.config_file().get("publishMemoryDevices"):
+        expected.append("DeviceClass")  # dra.cpu-memory
     assert kinds == sorted([*expected, "ServiceAccount"])
-    device_class = rendered.one("DeviceClass")
+    device_class = device_classes(rendered)["dra.cpu"]
     assert device_class["apiVersion"] == "resource.k8s.io/v1"
-    assert device_class["metadata"]["name"] == "dra.cpu"
-    assert device_class["spec"]["selectors"] == [
-        {"cel": {"expression": 'device.driver == "dra.cpu"'}}
-    ]
+    assert device_class["spec"]["selectors"] == [{"cel": {"expression": CPU_SELECTOR}}]
 
 
 def test_five_containers_run_their_service(case: tuple[Case, Rendered]) -> None:

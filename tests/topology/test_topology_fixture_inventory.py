@@ -17,6 +17,7 @@ import pytest
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.machine import Machine
+from dracpu.core.memory import memory_fingerprint
 from dracpu.topology.discovery import discover
 from dracpu.topology.fixtures import FIXTURES, write_fixture
 
@@ -44,6 +45,8 @@ class Expected:
     smt_control: str = "on"
     isolated: str = ""
     nohz_full: str = ""
+    # NUMA node -> (MemTotal in KiB, {page size in KiB: (nr_hugepages, free_hugepages)}).
+    memory: dict[int, tuple[int, dict[int, tuple[int, int]]]] = field(default_factory=dict)
 
 
 def summary(
@@ -204,6 +207,23 @@ EXPECTED: dict[str, Expected] = {
         core_id=lambda cpu: cpu % 16,
         pcie={"pci0000:00": "0-7,32-39", "pci0000:80": "16-23,48-55"},
     ),
+    # Two NUMA nodes of 4 cores per socket; each node its own memory and pools, the 1 GiB
+    # size only on nodes 0 and 2 (as written by hand: GiB, MiB and pages).
+    "numa4-hugepages": Expected(
+        summary=summary(32, 16, 2, 2, 4, True),
+        online="0-31",
+        sockets={s: cpus(span(8 * s, 8), span(16 + 8 * s, 8)) for s in range(2)},
+        numa={n: cpus(span(4 * n, 4), span(16 + 4 * n, 4)) for n in range(4)},
+        l3={s: cpus(span(8 * s, 8), span(16 + 8 * s, 8)) for s in range(2)},
+        cores=[f"{c},{c + 16}" for c in range(16)],
+        core_id=lambda cpu: cpu % 8,
+        memory={
+            0: (16 << 20, {2048: (512, 500), 1 << 20: (2, 2)}),
+            1: (8 << 20, {2048: (256, 256)}),
+            2: ((16 << 20) - 4096, {2048: (0, 0), 1 << 20: (4, 3)}),
+            3: (12 << 20, {2048: (1024, 1000)}),
+        },
+    ),
     "big-1024": Expected(
         summary=summary(1024, 512, 64, 2, 8, True),
         online="0-1023",
@@ -273,6 +293,19 @@ def test_full_inventory(name: str, machines: dict[str, Machine]) -> None:
         assert cpu.siblings == core_of[cpu.cpu_id], where
         assert cpu.core_type == type_of[cpu.cpu_id], where
         assert list(cpu.pcie_roots) == roots_of.get(cpu.cpu_id, []), where
+    memory = {
+        m.node: (m.mem_total_kib, {p.size_kib: (p.total, p.free) for p in m.hugepages})
+        for m in machine.memory
+    }
+    if want.memory:
+        assert memory == want.memory
+        assert all(m.problems == () for m in machine.memory)
+    else:
+        # A tree without memory files: each node directory's MemTotal absent, and said why.
+        assert set(memory) <= set(want.numa)
+        for node in machine.memory:
+            assert (node.mem_total_kib, node.hugepages) == (None, ())
+            assert node.problems == (f"devices/system/node/node{node.node}/meminfo: missing",)
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -288,6 +321,7 @@ def test_report_and_proto_replay_the_same_machine(name: str, machines: dict[str,
                 "isolated": machine.isolated.format(),
                 "nohzFull": machine.nohz_full.format(),
             },
+            "memory": [node.to_report() for node in machine.memory],
         }
     )
     from_proto = Machine.from_proto(machine.to_proto())
@@ -296,6 +330,8 @@ def test_report_and_proto_replay_the_same_machine(name: str, machines: dict[str,
         assert replay.fingerprint == machine.fingerprint
         assert replay.smt_control == machine.smt_control
         assert (replay.isolated, replay.nohz_full) == (machine.isolated, machine.nohz_full)
+        assert replay.memory == machine.memory
+        assert memory_fingerprint(replay.memory) == memory_fingerprint(machine.memory)
 
 
 def test_fingerprints_tell_fixtures_apart(machines: dict[str, Machine]) -> None:

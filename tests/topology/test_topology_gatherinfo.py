@@ -54,6 +54,7 @@ def check_report(text: str, root: Path) -> dict[str, Any]:
         "layoutVersion",
         "sysfsRoot",
         "cpuDetails",
+        "memory",
         "driverConfig",
     ]
     assert report["toolVersion"]["version"] == __version__
@@ -64,8 +65,11 @@ def check_report(text: str, root: Path) -> dict[str, Any]:
     assert details["cpus"] == machine.to_report_cpus()
     assert details["online"] == machine.online.format()
     assert details["fingerprint"] == machine.fingerprint
+    assert report["memory"] == [node.to_report() for node in machine.memory]
     # The simulator reads the report back as the same machine.
-    assert Machine.from_report(report).fingerprint == machine.fingerprint
+    replayed = Machine.from_report(report)
+    assert replayed.fingerprint == machine.fingerprint
+    assert replayed.memory == machine.memory
     return dict(report)
 
 
@@ -98,6 +102,35 @@ def test_cpu_entries_carry_every_field(tmp_path: Path, capsys: pytest.CaptureFix
         "uncoreCacheID": 0,
         "pcieRoots": [],
     }
+
+
+def test_memory_entries_carry_every_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_fixture("numa4-hugepages", tmp_path / "sys")
+    gatherinfo.main(["--stdout", "--sysfs-root", str(root)])
+    memory = yaml.safe_load(capsys.readouterr().out)["memory"]
+    assert [node["numaNodeID"] for node in memory] == [0, 1, 2, 3]
+    assert memory[0] == {
+        "numaNodeID": 0,
+        "memTotalKiB": 16777216,
+        "hugepages": [
+            {"sizeKiB": 2048, "total": 512, "free": 500},
+            {"sizeKiB": 1048576, "total": 2, "free": 2},
+        ],
+        "problems": [],
+    }
+
+
+def test_a_node_without_meminfo_is_reported_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_fixture("numa4-hugepages", tmp_path / "sys")
+    (root / "devices/system/node/node1/meminfo").unlink()
+    assert gatherinfo.main(["--stdout", "--sysfs-root", str(root)]) == 0
+    node1 = yaml.safe_load(capsys.readouterr().out)["memory"][1]
+    assert node1["memTotalKiB"] is None
+    assert node1["problems"] == ["devices/system/node/node1/meminfo: missing"]
 
 
 def test_report_on_this_machine() -> None:

@@ -62,6 +62,7 @@ def test_defaults() -> None:
         "sysfsOverlay": "",
         "minSharedCPUs": 1,
         "memoryPlacement": "none",
+        "publishMemoryDevices": False,
     }
 
 
@@ -260,6 +261,29 @@ def test_memory_placement_from_the_file_and_the_flag_which_wins(
     with pytest.raises(SystemExit):
         parse("--memory-placement", "strict")
     assert "argument --memory-placement: invalid choice: 'strict'" in capsys.readouterr().err
+
+
+def test_publish_memory_devices_from_the_file_and_the_flag_which_wins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert parse().publish_memory_devices is False
+    on = config_file(tmp_path, "publishMemoryDevices: true\n")
+    assert parse("--config", on).publish_memory_devices is True
+    assert parse("--config", on, "--no-publish-memory-devices").publish_memory_devices is False
+    assert parse("--publish-memory-devices").to_document()["publishMemoryDevices"] is True
+    with pytest.raises(SystemExit):
+        parse("--publish-memory-devices=yes")
+    assert "--no-publish-memory-devices: ignored explicit argument 'yes'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["'yes'", "1", "on-ish", "null"])
+def test_publish_memory_devices_takes_only_a_boolean(value: str, tmp_path: Path) -> None:
+    path = config_file(tmp_path, f"publishMemoryDevices: {value}\n")
+    with pytest.raises(ConfigError) as error:
+        parse("--config", path)
+    assert str(error.value) == (
+        f"config file {path}: field 'publishMemoryDevices': Input should be a valid boolean"
+    )
 
 
 def test_api_version_may_be_absent_or_v1alpha1(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from dracpu.core.driver import (
     ATTR_NUMA_NODE,
     CPU_CAPACITY,
     DRIVER_NAME,
+    MEMORY_CAPACITY,
 )
 from dracpu.core.errors import InsufficientCPUsError, InvalidInputError
 
@@ -79,7 +80,8 @@ def _numa(attributes: Mapping[str, Any]) -> int | None:
 
 
 def devices_of(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
-    """The devices of our driver in the newest generation of each pool, in scheduler order."""
+    """The CPU devices of our driver in the newest generation of each pool, in scheduler
+    order."""
     ours = [s for s in slices if (s.get("spec") or {}).get("driver") == DRIVER_NAME]
     newest: dict[str, int] = {}
     for item in ours:
@@ -94,6 +96,8 @@ def devices_of(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
         if int(pool.get("generation", 0)) != newest[name]:
             continue
         for device in spec.get("devices") or []:
+            if MEMORY_CAPACITY in (device.get("capacity") or {}):
+                continue  # a memory device: the CPU DeviceClass never matches it
             capacity = (device.get("capacity") or {}).get(CPU_CAPACITY)
             devices.append(
                 Device(

@@ -83,6 +83,7 @@ def _device_options(config: driver_config.DriverConfig, args: argparse.Namespace
         node_allocatable_mapping=config.publish_node_allocatable_resource_mapping,
         min_shared=config.min_shared_cpus,
         memory_placement=config.memory_placement,
+        publish_memory=config.publish_memory_devices,
     )
 
 

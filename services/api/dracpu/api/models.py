@@ -192,6 +192,7 @@ class DriverConfigView(BaseModel):
     sysfs_overlay: str = Field(default="", alias="sysfsOverlay")
     min_shared_cpus: int = Field(default=1, alias="minSharedCPUs")
     memory_placement: Literal["local", "none"] = Field(default="none", alias="memoryPlacement")
+    publish_memory_devices: bool = Field(default=False, alias="publishMemoryDevices")
 
     @classmethod
     def of(cls, config: DriverConfig) -> DriverConfigView:
@@ -219,6 +220,23 @@ class CPUView(Model):
     pcie_roots: list[str]
 
 
+class HugepagePoolView(Model):
+    size: str = Field(description="the page size as Kubernetes names it: 2Mi, 1Gi")
+    size_bytes: int
+    total: int = Field(description="pages in the pool (nr_hugepages)")
+    free: int | None = Field(description="free pages (free_hugepages); null when unreadable")
+    total_bytes: int
+
+
+class NodeMemoryView(Model):
+    numa_node_id: int
+    mem_total_bytes: int | None = Field(
+        description="the node's MemTotal; null when its meminfo is missing or unreadable"
+    )
+    hugepages: list[HugepagePoolView] = Field(description="ascending by page size")
+    problems: list[str] = Field(description="what could not be read, as `path: reason`")
+
+
 class TopologyView(Model):
     summary: TopologySummary
     online: str
@@ -228,6 +246,11 @@ class TopologyView(Model):
     discovered_at: datetime | None
     skipped: list[str]
     cpus: list[CPUView]
+    memory: list[NodeMemoryView] = Field(
+        default_factory=list,
+        description="each NUMA node's memory and hugepage pools; empty from topology services "
+        "that predate memory discovery",
+    )
 
 
 # ---- devices ---------------------------------------------------------------------------------

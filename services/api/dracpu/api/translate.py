@@ -148,6 +148,24 @@ def topology(inventory: Any) -> models.TopologyView:
             )
             for cpu in node.cpus
         ],
+        memory=[
+            models.NodeMemoryView(
+                numa_node_id=memory.node,
+                mem_total_bytes=memory.mem_total_bytes,
+                hugepages=[
+                    models.HugepagePoolView(
+                        size=pool.size_name,
+                        size_bytes=pool.size_bytes,
+                        total=pool.total,
+                        free=pool.free,
+                        total_bytes=pool.total_bytes,
+                    )
+                    for pool in memory.hugepages
+                ],
+                problems=list(memory.problems),
+            )
+            for memory in node.memory
+        ],
     )
 
 

@@ -49,6 +49,8 @@ _SPEC: dict[str, tuple[str, tuple[str, ...] | type]] = {
     "min_shared_cpus": ("minSharedCPUs", int),
     # The memory placement of claims whose opaque configuration does not choose one.
     "memory_placement": ("memoryPlacement", MEMORY_PLACEMENTS),
+    # One memory device per NUMA node with memory, beside the CPU devices (not yet allocatable).
+    "publish_memory_devices": ("publishMemoryDevices", bool),
 }
 
 
@@ -72,6 +74,7 @@ class DriverConfig:
     sysfs_overlay: str = ""
     min_shared_cpus: int = 1
     memory_placement: MemoryPlacement = "none"
+    publish_memory_devices: bool = False
 
     @classmethod
     def model_validate(cls, data: Mapping[str, Any]) -> DriverConfig:
@@ -147,6 +150,7 @@ _FLAG_FIELDS: dict[str, tuple[str, bool]] = {
     "sysfs_root": ("sysfsRoot", False),
     "sysfs_overlay": ("sysfsOverlay", False),
     "memory_placement": ("memoryPlacement", False),
+    "publish_memory_devices": ("publishMemoryDevices", False),
 }
 
 

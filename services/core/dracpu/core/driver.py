@@ -3,7 +3,8 @@
 - `DRIVER_NAME`: the DRA driver name. It names the DeviceClass, the ResourceSlices' driver,
   the kubelet plugin directories, the NRI plugin and the opaque-config driver.
 - The published devices: their names (one builder per kind of device), the CPU capacity a
-  grouped device offers and a claim consumes, and the names of their attributes and of the
+  grouped device offers and a claim consumes, the memory and hugepage capacities of a memory
+  device, and the names of their attributes and of the
   attributes of the device metadata a prepared claim's containers read. These are API: claims,
   CEL selectors and external allocators spell them, so they never change.
 - The CDI device of a prepared claim: kind `dra.k8s.io/cpu`, device `claim-<uid>`, named
@@ -21,6 +22,18 @@ DRIVER_NAME: Final = "dra.cpu"
 
 # The capacity of a grouped device, in CPUs; a claim's result consumes part of it.
 CPU_CAPACITY: Final = "dra.cpu/cpu"
+# The capacities of a memory device (publishMemoryDevices), in bytes: the NUMA node's memory
+# outside its hugepage pools, and one per hugepage pool, named for its page size as the
+# kubelet names the node resource `hugepages-<size>`, without the dash: the API server takes
+# only a C identifier after the domain (dra.cpu/hugepages2Mi, dra.cpu/hugepages1Gi).
+MEMORY_CAPACITY: Final = "dra.cpu/memory"
+HUGEPAGES_CAPACITY_PREFIX: Final = "dra.cpu/hugepages"
+
+
+def hugepages_capacity(size_name: str) -> str:
+    """The capacity of the hugepage pool of pages of `size_name` (2Mi, 1Gi, 64Ki)."""
+    return f"{HUGEPAGES_CAPACITY_PREFIX}{size_name}"
+
 
 # Device attributes (the reference driver's attribute tables, pkg/device/builder.go).
 ATTR_NUMA_NODE: Final = "resource.kubernetes.io/numaNode"
@@ -57,6 +70,9 @@ INDIVIDUAL_DEVICE_PREFIX: Final = "cpudev"
 NUMA_DEVICE_PREFIX: Final = "cpudevnuma"
 SOCKET_DEVICE_PREFIX: Final = "cpudevsocket"
 MACHINE_DEVICE: Final = "cpudevmachine"
+# A NUMA node's memory device (publishMemoryDevices): memory-node-<node>, as the kernel's
+# node<N> directory numbers it.
+MEMORY_DEVICE_PREFIX: Final = "memory-node-"
 
 
 def individual_device_name(number: int) -> str:
@@ -72,6 +88,11 @@ def numa_device_name(node: int) -> str:
 def socket_device_name(socket: int) -> str:
     """The name of the grouped device of socket `socket`."""
     return f"{SOCKET_DEVICE_PREFIX}{socket:03d}"
+
+
+def memory_device_name(node: int) -> str:
+    """The name of the memory device of NUMA node `node`."""
+    return f"{MEMORY_DEVICE_PREFIX}{node}"
 
 
 # The CDI kind of the claims' specs (vendor/class) and its devices, one per prepared claim.

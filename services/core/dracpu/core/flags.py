@@ -45,6 +45,14 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         "(config field memoryPlacement)",
     )
     group.add_argument(
+        "--publish-memory-devices",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="publish one memory device per NUMA node with memory, with its memory and hugepage "
+        "pools as capacity; claiming them is not yet enforced (config field "
+        "publishMemoryDevices, default off)",
+    )
+    group.add_argument(
         "--reserved-cpus", metavar="CPUSET", help="DEPRECATED: use reservedCPUs in the config file"
     )
     group.add_argument(

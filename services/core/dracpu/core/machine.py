@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, InvalidInputError
+from dracpu.core.memory import HugepagePool, NodeMemory, memory_from_report
 
 if TYPE_CHECKING:
     from dracpu.pb.topology.v1 import topology_pb2
@@ -54,6 +55,8 @@ class Machine:
     # The kernel's isolated (isolcpus=) and nohz_full CPUs, as listed; may name offline CPUs.
     isolated: CPUSet = field(default_factory=CPUSet)
     nohz_full: CPUSet = field(default_factory=CPUSet)
+    # Each NUMA node's MemTotal and hugepage pools by node; none from older peers and reports.
+    memory: tuple[NodeMemory, ...] = ()
 
     @classmethod
     def build(
@@ -66,6 +69,7 @@ class Machine:
         sysfs_root: str = "",
         isolated: CPUSet | None = None,
         nohz_full: CPUSet | None = None,
+        memory: Iterable[NodeMemory] = (),
     ) -> Machine:
         """Normalise: sort, derive missing siblings / node cpusets, number physical cores."""
         ordered = sorted(cpus, key=lambda c: c.cpu_id)
@@ -109,6 +113,7 @@ class Machine:
             sysfs_root=sysfs_root,
             isolated=isolated or CPUSet(),
             nohz_full=nohz_full or CPUSet(),
+            memory=tuple(sorted(memory, key=lambda m: m.node)),
         )
 
     # ---- derived views ---------------------------------------------------------------------
@@ -218,6 +223,7 @@ class Machine:
             sysfs_root=str(document.get("sysfsRoot", "")),
             isolated=isolation["isolated"],
             nohz_full=isolation["nohzFull"],
+            memory=memory_from_report(document.get("memory"), source),
         )
 
     # ---- protobuf ------------------------------------------------------------------------
@@ -251,6 +257,7 @@ class Machine:
             skipped=list(self.skipped),
             isolated=self.isolated.format(),
             nohz_full=self.nohz_full.format(),
+            memory=[_memory_to_proto(m) for m in self.memory],
         )
 
     @classmethod
@@ -285,7 +292,44 @@ class Machine:
             sysfs_root=inventory.sysfs_root,
             isolated=isolated,
             nohz_full=nohz_full,
+            memory=[_memory_from_proto(m) for m in inventory.memory],
         )
+
+
+def _memory_to_proto(memory: NodeMemory) -> topology_pb2.NodeMemory:
+    """A node's memory on the wire: -1 for a value that could not be read."""
+    from dracpu.pb.topology.v1 import topology_pb2
+
+    return topology_pb2.NodeMemory(
+        numa_node_id=memory.node,
+        mem_total_kib=-1 if memory.mem_total_kib is None else memory.mem_total_kib,
+        hugepages=[
+            topology_pb2.HugepagePool(
+                size_kib=p.size_kib, total=p.total, free=-1 if p.free is None else p.free
+            )
+            for p in memory.hugepages
+        ],
+        problems=list(memory.problems),
+    )
+
+
+def _memory_from_proto(message: topology_pb2.NodeMemory) -> NodeMemory:
+    """A node's memory off the wire; the -1 of an unread value, or any negative, is absent."""
+    return NodeMemory(
+        node=message.numa_node_id,
+        mem_total_kib=message.mem_total_kib if message.mem_total_kib >= 0 else None,
+        hugepages=tuple(
+            sorted(
+                (
+                    HugepagePool(p.size_kib, max(p.total, 0), p.free if p.free >= 0 else None)
+                    for p in message.hugepages
+                    if p.size_kib > 0
+                ),
+                key=lambda p: p.size_kib,
+            )
+        ),
+        problems=tuple(message.problems),
+    )
 
 
 def _int_field(entry: Mapping[str, Any], name: str, default: int | None, where: str) -> int:

@@ -3,9 +3,9 @@
 Facts per online CPU, as the reference driver reads them (pkg/cpuinfo, pkg/pcie): socket
 (`physical_package_id`), cluster (`cluster_id`, 65535 = none), `core_id`, NUMA node (the `nodeN`
 entry in the CPU's directory), the L3 ("uncore") cache, the core type of Intel hybrid parts and
-the PCIe host bridges local to the CPU. Node-wide: the kernel's isolated and nohz_full CPU lists.
-A CPU whose socket or core cannot be read is skipped with
-a reason; no file's contents can make discovery crash.
+the PCIe host bridges local to the CPU. Node-wide: the kernel's isolated and nohz_full CPU lists,
+and each NUMA node's memory (dracpu.topology.memory). A CPU whose socket or core cannot be read
+is skipped with a reason; no file's contents can make discovery crash.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError, TopologyError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import CPUInfo, Machine
+from dracpu.topology.memory import NODE_DIR, discover_memory
 from dracpu.topology.overlay import SysfsOverlay
 from dracpu.topology.sysfs import Missing, SysfsReader
 
 log = get_logger(__name__)
 
 CPU_DIR = "devices/system/cpu"
-NODE_DIR = "devices/system/node"
 # The kernel prints 16-bit -1 for "no cluster" (Documentation/admin-guide/cputopology.rst).
 NO_CLUSTER = 65535
 # Host bridge names, from the kernel's "pci%04x:%02x".
@@ -103,6 +103,7 @@ def discover(sysfs_root: str | os.PathLike[str], overlay: SysfsOverlay | None = 
         sysfs_root=str(root),
         isolated=read_isolation(scan.reader, "isolated"),
         nohz_full=read_isolation(scan.reader, "nohz_full"),
+        memory=discover_memory(scan.reader),
     )
     _check_siblings(machine, scan.thread_groups)
     log.info(
@@ -116,6 +117,7 @@ def discover(sysfs_root: str | os.PathLike[str], overlay: SysfsOverlay | None = 
         skipped=len(skipped),
         isolated=machine.isolated.format(),
         nohz_full=machine.nohz_full.format(),
+        memory_nodes=len(machine.memory),
         fingerprint=machine.fingerprint,
         ms=round((time.perf_counter() - started) * 1000, 1),
     )

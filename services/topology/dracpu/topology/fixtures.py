@@ -38,6 +38,15 @@ class PCIeRootSpec:
 
 
 @dataclass(frozen=True)
+class NodeMemorySpec:
+    """A NUMA node's memory: MemTotal in KiB and its hugepage pools as
+    (page size in KiB, nr_hugepages, free_hugepages)."""
+
+    mem_total_kib: int
+    hugepages: tuple[tuple[int, int, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class MachineSpec:
     """A machine in a few numbers. Cores of a socket are numbered 0..n-1 in order; NUMA nodes,
     L3 domains and clusters are consecutive runs of those cores, so they nest either way
@@ -69,6 +78,9 @@ class MachineSpec:
     # Kernel CPU isolation (isolcpus= / nohz_full=); None: the kernel has no such file.
     isolated: tuple[int, ...] | None = ()
     nohz_full: tuple[int, ...] | None = ()
+    # Each NUMA node's meminfo and hugepage pools, in node order; () writes none (a tree
+    # without memory files, as the CPU-only fixtures were).
+    memory: tuple[NodeMemorySpec, ...] = ()
 
     @property
     def num_numa_nodes(self) -> int:
@@ -238,6 +250,27 @@ def _write_cpu(
             tree.write(f"{cache}/id", str(cache_id))
 
 
+def _write_memory(tree: _Tree, node: int, memory: NodeMemorySpec) -> None:
+    """The node's meminfo (its first lines, as the kernel prints them) and hugepage pools."""
+    base = f"devices/system/node/node{node}"
+    hugepage_kib = sum(size * total for size, total, _ in memory.hugepages)
+    free_kib = max(0, memory.mem_total_kib - hugepage_kib) // 2
+    lines = [
+        ("MemTotal", memory.mem_total_kib),
+        ("MemFree", free_kib),
+        ("MemUsed", memory.mem_total_kib - free_kib),
+    ]
+    tree.write(
+        f"{base}/meminfo",
+        "\n".join(f"Node {node} {name + ':':<15} {kib:>8} kB" for name, kib in lines),
+    )
+    for size, total, free in memory.hugepages:
+        pool = f"{base}/hugepages/hugepages-{size}kB"
+        tree.write(f"{pool}/nr_hugepages", str(total))
+        tree.write(f"{pool}/free_hugepages", str(free))
+        tree.write(f"{pool}/surplus_hugepages", "0")
+
+
 def write_spec(spec: MachineSpec, root: Path) -> Path:
     """Write the sysfs tree of `spec` into `root` (absent or empty); return `root`."""
     sysfs = Path(root)
@@ -291,6 +324,8 @@ def write_spec(spec: MachineSpec, root: Path) -> Path:
         node_ids = CPUSet(range(spec.num_numa_nodes)).format()
         tree.write("devices/system/node/online", node_ids)
         tree.write("devices/system/node/possible", node_ids)
+        for node, memory in enumerate(spec.memory):
+            _write_memory(tree, node, memory)
 
     if spec.e_cores_per_socket:
         e_cores = CPUSet(c.cpu_id for c in online if c.e_core)
@@ -417,6 +452,20 @@ FIXTURES: dict[str, MachineSpec] = {
         smt_control="notsupported",
         isolated=(0, 1),
         nohz_full=None,
+    ),
+    "numa4-hugepages": MachineSpec(
+        "2 sockets x 2 NUMA nodes of 4 cores with HT; each node with its own memory and 2 MiB "
+        "pool, 1 GiB pools on nodes 0 and 2 only",
+        sockets=2,
+        cores_per_socket=8,
+        threads_per_core=2,
+        numa_per_socket=2,
+        memory=(
+            NodeMemorySpec(16 * 1024 * 1024, ((2048, 512, 500), (1048576, 2, 2))),
+            NodeMemorySpec(8 * 1024 * 1024, ((2048, 256, 256),)),
+            NodeMemorySpec(16 * 1024 * 1024 - 4096, ((2048, 0, 0), (1048576, 4, 3))),
+            NodeMemorySpec(12 * 1024 * 1024, ((2048, 1024, 1000),)),
+        ),
     ),
     "big-1024": MachineSpec(
         "1024 CPUs: 2 sockets x 256 cores with SMT, 8 NUMA nodes, L3 per 8 cores",

@@ -1,5 +1,5 @@
-"""`dracpu gatherinfo`: a YAML report of the node's CPU topology and the effective driver
-configuration, for bug reports and as the topology input of `dracpu simulate`.
+"""`dracpu gatherinfo`: a YAML report of the node's CPU topology, each NUMA node's memory and
+the effective driver configuration, for bug reports and as the topology input of `dracpu simulate`.
 
 The layout follows the reference driver's report (layoutVersion v1) and adds what a faithful
 replay needs: every SMT sibling, PCIe roots, the online set and skipped CPUs.
@@ -104,6 +104,8 @@ def build_report(machine: Machine, config: DriverConfig) -> dict[str, Any]:
             "fingerprint": machine.fingerprint,
             "cpus": machine.to_report_cpus(),
         },
+        # Per NUMA node: MemTotal (null when unreadable) and the hugepage pools.
+        "memory": [node.to_report() for node in machine.memory],
         "driverConfig": config.to_document(),
     }
 

@@ -16,7 +16,7 @@ from dracpu.allocator.domain.isolation import take_with_isolation
 from dracpu.allocator.domain.quantity import cpu_count
 from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.driver import CPU_CAPACITY, DRIVER_NAME
+from dracpu.core.driver import CPU_CAPACITY, DRIVER_NAME, MEMORY_DEVICE_PREFIX
 from dracpu.core.errors import (
     ConflictError,
     InsufficientCPUsError,
@@ -38,8 +38,8 @@ def _device(state: NodeState, uid: str, result: ResultInput) -> Device:
 
 
 def check_results(request: PrepareInput) -> None:
-    """A prepare names a claim and has results, every one of this driver and without admin
-    access."""
+    """A prepare names a claim and has results, every one of this driver, without admin access
+    and of a CPU device (memory devices are published, not yet prepared)."""
     if not request.uid:
         raise InvalidInputError("claim uid is empty")
     if not request.results:
@@ -53,6 +53,11 @@ def check_results(request: PrepareInput) -> None:
         if result.admin_access:
             raise InvalidInputError(
                 f"{_where(request.uid, result)}: admin access is not supported for exclusive CPUs"
+            )
+        if result.device.startswith(MEMORY_DEVICE_PREFIX):
+            raise InvalidInputError(
+                f"{_where(request.uid, result)}: memory devices are published but not yet "
+                "allocatable; request CPUs only"
             )
 
 

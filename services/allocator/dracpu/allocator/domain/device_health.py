@@ -76,5 +76,6 @@ def assess(
             entries[name] = _entry(previous, "Unhealthy", message, missing, now)
         elif device is not None:
             expected[name] = device.cpus
-            entries[name] = _entry(previous, "Healthy", "CPUs online", CPUSet(), now)
+            message = "NUMA node memory read" if device.kind == "memory" else "CPUs online"
+            entries[name] = _entry(previous, "Healthy", message, CPUSet(), now)
     return HealthBook(expected, entries)

@@ -37,17 +37,21 @@ from dracpu.core.driver import (
     ATTR_SOCKET_ID,
     CPU_CAPACITY,
     MACHINE_DEVICE,
+    MEMORY_CAPACITY,
+    hugepages_capacity,
     individual_device_name,
+    memory_device_name,
     numa_device_name,
     socket_device_name,
 )
 from dracpu.core.errors import ConfigError
 from dracpu.core.machine import Machine
+from dracpu.core.memory import binary_quantity
 
 Mode = Literal["grouped", "individual"]
 GroupBy = Literal["numanode", "socket", "machine"]
 Allocator = Literal["cpumanager", "external"]
-DeviceKind = Literal["cpu", "numanode", "socket", "machine"]
+DeviceKind = Literal["cpu", "numanode", "socket", "machine", "memory"]
 AttributeValue = bool | int | str | tuple[str, ...]
 
 
@@ -94,6 +98,8 @@ class DeviceOptions:
     min_shared: int = 0
     # The memory placement of claims whose opaque configuration does not choose one.
     memory_placement: MemoryPlacement = "none"
+    # publishMemoryDevices: a memory device per NUMA node with memory, after the CPU devices.
+    publish_memory: bool = False
 
     def __post_init__(self) -> None:
         if self.allocator is None:
@@ -169,6 +175,8 @@ def build_devices(
         devices = _individual(machine, options, held, order)
     else:
         devices = _grouped(machine, options, held)
+    if options.publish_memory:
+        devices.extend(memory_devices(machine))
     return DeviceModel(options=options, devices=tuple(devices), order=tuple(order))
 
 
@@ -296,6 +304,32 @@ def _grouped(machine: Machine, options: DeviceOptions, withheld: CPUSet) -> list
         if cpus:
             attributes = {ATTR_SMT_ENABLED: smt, ATTR_NUM_CPUS: len(cpus)}
             devices.append(group(MACHINE_DEVICE, "machine", cpus, attributes))
+    return devices
+
+
+def memory_devices(machine: Machine) -> list[Device]:
+    """One device per NUMA node with memory: its memory outside the hugepage pools and each
+    pool, in bytes, as consumable capacity. A node without memory (MemTotal 0) has no device,
+    nor has one whose MemTotal could not be read (the inventory says why): every memory device
+    has the memory capacity, which is what the DeviceClasses tell memory and CPUs apart by."""
+    devices = []
+    for memory in machine.memory:
+        regular = memory.regular_bytes
+        if regular is None or not memory.mem_total_kib:
+            continue
+        capacity = {MEMORY_CAPACITY: binary_quantity(regular)}
+        for pool in memory.hugepages:
+            capacity[hugepages_capacity(pool.size_name)] = binary_quantity(pool.total_bytes)
+        devices.append(
+            Device(
+                name=memory_device_name(memory.node),
+                kind="memory",
+                cpus=CPUSet(),
+                attributes={ATTR_NUMA_NODE: memory.node},
+                capacity=capacity,
+                allow_multiple_allocations=True,
+            )
+        )
     return devices
 
 

@@ -10,6 +10,7 @@ from dracpu.allocator.live.state import LiveState
 from dracpu.allocator.store import records
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
+from dracpu.core.memory import memory_fingerprint
 from dracpu.core.tasks import io
 
 log = get_logger(__name__)
@@ -23,6 +24,12 @@ async def topology_unreadable(live: LiveState, error: str) -> None:
             live.assess_health(live.state)
 
 
+def _same(new: Machine, old: Machine) -> bool:
+    """Nothing the devices are built from changed: the CPUs, nor a NUMA node's memory."""
+    same_memory = memory_fingerprint(new.memory) == memory_fingerprint(old.memory)
+    return new.fingerprint == old.fingerprint and same_memory
+
+
 async def update_topology(live: LiveState, machine: Machine) -> bool:
     """A new inventory: rebuild the devices; True if they changed."""
     async with live.lock:
@@ -30,9 +37,9 @@ async def update_topology(live: LiveState, machine: Machine) -> bool:
         if live.topology_error:
             live.topology_error = ""
             log.info(0, "topology readable again")
-            if machine.fingerprint == state.machine.fingerprint:
+            if _same(machine, state.machine):
                 live.assess_health(state)
-        if machine.fingerprint == state.machine.fingerprint:
+        if _same(machine, state.machine):
             return False
         devices = build_devices(machine, live.options)
         before = live.devices.generation
