@@ -132,6 +132,7 @@ FIXTURE_LAYOUTS: dict[str, str | None] = {
     "isolated-2numa": "0-15>8",
     "isolated-all": "0-1",
     "big-1024": "0-1023>512",
+    "numa4-hugepages": "0-31>16",
 }
 
 

@@ -56,8 +56,8 @@ def test_a_claim_template_and_a_pod_of_the_served_versions(example: Example) -> 
 def test_cpus_come_from_the_charts_device_class(example: Example) -> None:
     classes = {r["deviceClassName"] for r in example.requests()}
     ours = chart_device_classes()
-    assert ours == {"dra.cpu"}
-    assert classes & ours, "no request of the chart's DeviceClass"
+    assert "dra.cpu" in ours
+    assert "dra.cpu" in classes, "no request of the chart's CPU DeviceClass"
     if classes - ours:
         assert example.needs, f"{classes - ours} need a `# needs:` line saying what provides them"
 
