@@ -135,3 +135,38 @@ async def test_a_mapping_dropped_without_the_gate_is_noticed_once_and_not_rewrit
     assert "dropped spec.devices[].nodeAllocatableResources" in missing.reason
     assert all("nodeAllocatableResources" not in d for d in devices(slices(control_plane, node)))
     await stays_unchanged(control_plane, node)
+
+
+async def test_memory_devices_beside_the_cpu_devices_are_accepted_by_the_api_server(
+    control_plane: ControlPlane, stacks: list[DriverStack], tmp_path: Path
+) -> None:
+    """publishMemoryDevices on a machine of four NUMA nodes, each with its memory and hugepage
+    pools: the API server takes every slice, the CPU devices are the numanode ones, and each
+    memory device keeps its capacities and NUMA node as published."""
+    node = "slices-memory"
+    control_plane.register_node(node, cpus=32)
+    sysfs = write_fixture("numa4-hugepages", Path(tmp_path) / "sys")
+    stack = DriverStack(node, control_plane.kubeconfig, sysfs=sysfs,
+                        config={"publishMemoryDevices": True})  # fmt: skip
+    stacks.append(stack)
+    await stack.start()
+    cpu_devices = [f"cpudevnuma{n:03d}" for n in range(4)]
+    memory_devices = [f"memory-node-{n}" for n in range(4)]
+    found = wait_for(
+        lambda: (s := slices(control_plane, node)) and complete(s, 8) and s,
+        "CPU and memory devices in the API server",
+        timeout=60,
+        interval=0.2,
+    )
+    by_name = {d["name"]: d for d in devices(found)}
+    assert sorted(by_name) == sorted(cpu_devices + memory_devices)
+    for n, name in enumerate(memory_devices):
+        device = by_name[name]
+        assert device["attributes"]["resource.kubernetes.io/numaNode"] == {"int": n}
+        assert device["allowMultipleAllocations"] is True
+        assert "dra.cpu/memory" in device["capacity"]
+    assert "dra.cpu/hugepages1Gi" in by_name["memory-node-0"]["capacity"]
+    assert "dra.cpu/hugepages1Gi" not in by_name["memory-node-1"]["capacity"]
+    status = await stack.status()
+    assert status.last_publish_error == ""
+    await stays_unchanged(control_plane, node)
