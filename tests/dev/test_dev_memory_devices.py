@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +20,7 @@ from typing import Any
 import httpx
 import kubernetes_validate
 import pytest
+from harness.dev_up import DevUp, free_port
 from harness.helm import KUBE_VERSION
 from harness.slice_rules import qualified_name_refusal, slice_refusals
 from harness.waits import wait_for
@@ -69,39 +68,18 @@ class Run:
 
 @contextlib.contextmanager
 def dev_up(config: str) -> Iterator[Run]:
+    """`dracpu dev up` on the fixture machine with `config`, the simulated runtime and kubelet."""
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="dmd-"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     (root / "config.yaml").write_text(config)
-    output = root.parent / f"{root.name}.out"
-    with output.open("wb") as sink:
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "dracpu.core.cli", "dev", "up", "--run-dir", str(root),
-                "--fixture", FIXTURE, "--api-address", f"127.0.0.1:{port}",
-                "--config", str(root / "config.yaml"),
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    extra = ("--fixture", FIXTURE, "--config", str(root / "config.yaml"))
+    dev = DevUp(root / "run", free_port(), extra=extra, runtime_sim=True)
     try:
-        wait_for(
-            lambda: "ready: api" in output.read_text() or process.poll() is not None,
-            "dev up ready",
-            timeout=90,
-        )
-        assert process.poll() is None, output.read_text()
-        yield Run(root, f"http://127.0.0.1:{port}", output)
+        dev.start(timeout=90)
+        yield Run(dev.run_dir, dev.url, dev.log_file)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        dev.stop(60)
         shutil.rmtree(root, ignore_errors=True)
-        output.unlink(missing_ok=True)
+        dev.log_file.unlink(missing_ok=True)
 
 
 def published(run: Run) -> dict[str, Any]:

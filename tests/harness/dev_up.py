@@ -56,16 +56,24 @@ def dracpu_bin() -> str:
 
 
 class DevUp:
-    """One `dracpu dev up --no-runtime-sim` on `run_dir`; the API on 127.0.0.1:`port`."""
+    """One `dracpu dev up --no-runtime-sim` on `run_dir` (with `runtime_sim`, the simulated
+    runtime instead of a real one); the API on 127.0.0.1:`port`."""
 
     def __init__(
-        self, run_dir: Path, port: int, *, verbosity: int = 2, extra: tuple[str, ...] = ()
+        self,
+        run_dir: Path,
+        port: int,
+        *,
+        verbosity: int = 2,
+        extra: tuple[str, ...] = (),
+        runtime_sim: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir).absolute()
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.verbosity = verbosity
         self.extra = extra
+        self.runtime_sim = runtime_sim
         self.log_file = self.run_dir.parent / f"{self.run_dir.name}-devup.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -79,7 +87,7 @@ class DevUp:
                 "up",
                 "--run-dir",
                 str(self.run_dir),
-                "--no-runtime-sim",
+                *(() if self.runtime_sim else ("--no-runtime-sim",)),
                 "--api-address",
                 f"127.0.0.1:{self.port}",
                 "-v",
