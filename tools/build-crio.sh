@@ -7,7 +7,7 @@
 # gcc, statically, as upstream's Makefile does. conmon, CRI-O's container monitor, comes from
 # Debian (`conmon`); runc is the one the real-node tier installs. The Go module proxy serves
 # exact versions of CRI-O but refuses to list them, so the version is named: CRIO_VERSION.
-# Cold on 2 cores: see docs/dev/testing.md; warm: instant.
+# Cold on 2 cores: about 22 min (go build of crio, machine shared); warm: instant.
 # Not root, or no Go or apt-get: one line saying why, exit 0.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -78,4 +78,4 @@ log "$PREFIX" "building crio $CRIO_VERSION (tags: $CRIO_TAGS)"
     -o "$dir/bin/crio" ./cmd/crio)
 "$dir/bin/crio" --version >/dev/null || die "the built crio does not run"
 cache_seal crio "$CRIO_VERSION"
-log "$PREFIX" "CRI-O $CRIO_VERSION done in $dir ($("$dir/bin/crio" --version 2>/dev/null | sed -n 's/^Version: *//p'))"
+log "$PREFIX" "CRI-O $CRIO_VERSION done in $dir ($("$dir/bin/crio" --version 2>/dev/null | sed -n "s/^crio version *//p"))"

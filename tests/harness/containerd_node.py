@@ -420,6 +420,10 @@ state = "{b}/state"
             },
         }
 
+    def container_linux(self) -> dict[str, Any]:
+        """The `linux` section of a container config (containerd takes the pod's namespaces)."""
+        return {}
+
     def run_pod(self, name: str, uid: str = "", namespace: str = "default") -> str:
         """RunPodSandbox; returns the pod id (`pod_uid` gives the pod's UID)."""
         uid = uid or str(uuid.uuid4())
@@ -453,7 +457,7 @@ state = "{b}/state"
             "log_path": f"{name}.log",
             "envs": [{"key": k, "value": v} for k, v in (env or {}).items()],
             "CDI_devices": [{"name": device} for device in cdi_devices],
-            "linux": {},
+            "linux": self.container_linux(),
         }
         path = self._write(f"ctr-{pod_id[:12]}-{name}", config)
         pod_path = self._pods.get(pod_id)

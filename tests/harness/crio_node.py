@@ -15,7 +15,8 @@ host's /etc/crio or /etc/containers is read:
 - NRI on, listening on the run folder's `nri/nri.sock` (where `dracpu dev up` dials) with the
   same registration and request timeouts as the containerd node;
 - CDI specs read from the run folder's `cdi` directory only;
-- CNI from the cached cni-plugins (the tier's pods use the host network, none is configured);
+- CNI from the cached cni-plugins (the tier's pods use the host network, none is configured)
+  and no host-port mapping (it would need iptables or nft, which these hosts lack);
 - the test image as the pause image (`pause_command = "/pause"`).
 
 The test image reaches containers/storage by a pull: `harness.oci_registry.ArchiveRegistry`
@@ -28,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from harness.containerd_node import (
     IMAGE_NAME,
@@ -131,6 +133,7 @@ container_attach_socket_dir = "{b}/attach"
 namespaces_dir = "{b}/ns"
 pinns_path = "{self.bin}/pinns"
 irqbalance_config_file = ""
+disable_hostport_mapping = true
 irqbalance_config_restore_file = "disable"
 log_level = "info"
 log_to_journald = false
@@ -207,6 +210,13 @@ insecure = true
             CONTAINERS_STORAGE_CONF=str(self.storage_file),
             CONTAINERS_REGISTRIES_CONF=str(self.registries_file),
         )
+
+    def container_linux(self) -> dict[str, Any]:
+        """The pod's namespace options, as the kubelet repeats them for each container: CRI-O
+        (no infra container for host-network pods) refuses a container asking for a pod PID
+        namespace its sandbox was not given."""
+        options = self.pod_config("")["linux"]["security_context"]["namespace_options"]
+        return {"security_context": {"namespace_options": options}}
 
     # -- the test image ---------------------------------------------------------------------
 
