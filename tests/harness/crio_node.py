@@ -218,6 +218,15 @@ insecure = true
         options = self.pod_config("")["linux"]["security_context"]["namespace_options"]
         return {"security_context": {"namespace_options": options}}
 
+    def remove_pod(self, pod_id: str) -> None:
+        """Stop the pod's containers first, as the kubelet does: CRI-O's StopPodSandbox gives
+        each container its full stop timeout (30 s), and `sleep` as a container's PID 1
+        ignores SIGTERM."""
+        ids = self.crictl("ps", "-a", "-q", "--pod", pod_id, check=False).stdout.split()
+        if ids:
+            self.crictl("stop", "-t", "1", *ids, check=False)
+        super().remove_pod(pod_id)
+
     # -- the test image ---------------------------------------------------------------------
 
     def image_present(self) -> bool:
