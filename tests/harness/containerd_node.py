@@ -586,7 +586,7 @@ def _monitor_pids(base: Path) -> list[int]:
     """CRI-O's container monitors (conmon) for containers under `base`: their command line
     names the base directory (bundle, exit and log paths)."""
     found = []
-    needle = str(base.absolute()).encode()
+    needle = (str(base.absolute()) + "/").encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

@@ -26,7 +26,12 @@ MATRIX = {
         ("v2.3.7", False, "runtime reports NRI v0.12.0", "with NRI version v0.12"),
     ],
     "crio": [
-        ("v1.34.0", False, "runtime 'cri-o' not known to be safe", "Registered plugin"),
+        (
+            "v1.34.0",
+            False,
+            "runtime 'cri-o' not known to be safe",
+            'registered as \\"00-dra.cpu\\"',
+        ),
     ],
 }
 CASES = MATRIX[runtime()]
@@ -53,7 +58,8 @@ def test_pool_growth_reaches_running_containers_as_the_runtime_allows(
     assert runtime["unsolicited_updates"] is pushes
     assert node.version.lstrip("v") in node.runtime_version()
     assert decision in dev.service_log("nri-plugin")
-    # The runtime logs the plugin's registration (containerd with the NRI version it sent).
+    # The runtime logs the plugin's registration (containerd with the NRI version it sent,
+    # CRI-O its index and name).
     assert registered in node.log_text()
 
     pod = node.run_pod("matrix")
