@@ -7,7 +7,8 @@
 # Debian, and makes the test image into the cache:
 #   ${DRACPU_CACHE}/realnode-image-<n>/{pause,busybox-pause.tar}
 # busybox-static plus a static pause binary, as an OCI archive `ctr images import` reads; the
-# same image is the sandbox image. Not root, or apt/go missing: one line saying why, exit 0; the
+# same image is the sandbox image. With DRACPU_RUNTIME=crio it also builds CRI-O and installs
+# conmon (tools/build-crio.sh). Not root, or apt/go missing: one line saying why, exit 0; the
 # tests then skip with their own reason.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -50,6 +51,11 @@ bootstrap() {
     if ! /bin/busybox --list 2>/dev/null | grep -qx sleep || ! { ldd /bin/busybox 2>&1 || true; } | grep -q "not a dynamic"; then
         echo "$PREFIX: /bin/busybox is not a static busybox (install busybox-static)" >&2
         return 1
+    fi
+
+    if [[ "${DRACPU_RUNTIME:-containerd}" == crio ]]; then
+        log "$PREFIX" "DRACPU_RUNTIME=crio: CRI-O and conmon (tools/build-crio.sh)"
+        bash "$ROOT/tools/build-crio.sh"
     fi
 
     if cache_ready realnode-image "$IMAGE_VERSION"; then

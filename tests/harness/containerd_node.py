@@ -241,7 +241,7 @@ state = "{b}/state"
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, timeout: float = 30.0) -> None:
-        """Start containerd, wait for its CRI socket, import the test image (first start)."""
+        """Start the runtime, wait for its CRI socket, import the test image (first start)."""
         if self.running:
             return
         if not self._started:
@@ -249,43 +249,59 @@ state = "{b}/state"
             cleanup_leftovers(self.base)  # of an earlier, killed run on this base only
             self._hold_lock()
         self._started = True
-        for sub in (
-            "run",
-            "root",
-            "state",
-            "runc",
-            "cni/bin",
-            "cni/conf",
-            "nri-plugins",
-            "nri-conf.d",
-            "podlogs",
-        ):
+        for sub in self.subdirectories:
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         self.nri_socket.parent.mkdir(parents=True, exist_ok=True)
         self.cdi_dir.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(self.config_text())
-        env = dict(os.environ, PATH=f"{self.bin}:/usr/sbin:/usr/bin:/sbin:/bin")
+        self.write_config()
         self._log = self.log_file.open("ab")
         self.process = subprocess.Popen(
-            [str(self.bin / "containerd"), "--config", str(self.config_file)],
+            self.daemon_argv(),
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=env,
+            env=self.daemon_env(),
             start_new_session=True,
         )
         self._record()
         try:
             wait_for(
-                self._cri_ready, f"containerd {self.version} CRI at {self.socket}", timeout=timeout
+                self._cri_ready,
+                f"{self.runtime_name} {self.version} CRI at {self.socket}",
+                timeout=timeout,
             )
         except WaitTimeout as exc:
             raise NodeError(str(exc)) from None  # a step of the node, as its callers expect
         if not self.image_present():
             self.import_image()
 
+    # What a runtime of this kind needs: its directories, configuration and command line.
+    runtime_name = "containerd"
+    subdirectories: tuple[str, ...] = (
+        "run",
+        "root",
+        "state",
+        "runc",
+        "cni/bin",
+        "cni/conf",
+        "nri-plugins",
+        "nri-conf.d",
+        "podlogs",
+    )
+
+    def write_config(self) -> None:
+        self.config_file.write_text(self.config_text())
+
+    def daemon_argv(self) -> list[str]:
+        return [str(self.bin / "containerd"), "--config", str(self.config_file)]
+
+    def daemon_env(self) -> dict[str, str]:
+        return dict(os.environ, PATH=f"{self.bin}:/usr/sbin:/usr/bin:/sbin:/bin")
+
     def _cri_ready(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
-            raise NodeError(f"containerd exited with {self.process.returncode}: {self.log_tail()}")
+            raise NodeError(
+                f"{self.runtime_name} exited with {self.process.returncode}: {self.log_tail()}"
+            )
         if not self.socket.is_socket():
             return False
         probe = self._run([str(self.crictl_bin), *self._endpoints(), "version"], check=False)
@@ -298,7 +314,7 @@ state = "{b}/state"
     @property
     def pid(self) -> int:
         if self.process is None:
-            raise NodeError("containerd is not running")
+            raise NodeError(f"{self.runtime_name} is not running")
         return self.process.pid
 
     def stop(self, timeout: float = 20.0) -> None:
@@ -404,6 +420,10 @@ state = "{b}/state"
             },
         }
 
+    def container_linux(self) -> dict[str, Any]:
+        """The `linux` section of a container config (containerd takes the pod's namespaces)."""
+        return {}
+
     def run_pod(self, name: str, uid: str = "", namespace: str = "default") -> str:
         """RunPodSandbox; returns the pod id (`pod_uid` gives the pod's UID)."""
         uid = uid or str(uuid.uuid4())
@@ -437,7 +457,7 @@ state = "{b}/state"
             "log_path": f"{name}.log",
             "envs": [{"key": k, "value": v} for k, v in (env or {}).items()],
             "CDI_devices": [{"name": device} for device in cdi_devices],
-            "linux": {},
+            "linux": self.container_linux(),
         }
         path = self._write(f"ctr-{pod_id[:12]}-{name}", config)
         pod_path = self._pods.get(pod_id)
@@ -562,6 +582,21 @@ def _shim_pids(socket: str) -> list[int]:
     return found
 
 
+def _monitor_pids(base: Path) -> list[int]:
+    """CRI-O's container monitors (conmon) for containers under `base`: their command line
+    names the base directory (bundle, exit and log paths)."""
+    found = []
+    needle = (str(base.absolute()) + "/").encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if argv and argv[0].endswith(b"conmon") and any(needle in a for a in argv):
+                found.append(int(entry.name))
+    return found
+
+
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
@@ -594,6 +629,7 @@ def cleanup_leftovers(base: Path) -> None:
             if str(Path(base).absolute()).encode() in cmdline:
                 _kill(pid)
     victims = set(_shim_pids(record.get("socket", ""))) if record.get("socket") else set()
+    victims.update(_monitor_pids(Path(base)))
     parent = record.get("cgroup_parent", "")
     if parent:
         victims.update(_pids_in_cgroup(parent))

@@ -1,5 +1,6 @@
-"""A containerd node with `dracpu dev up --no-runtime-sim` attached: the real-node test bed.
+"""A real runtime node with `dracpu dev up --no-runtime-sim` attached: the real-node test bed.
 
+The runtime is containerd unless DRACPU_RUNTIME=crio selects CRI-O (harness/crio_node.py).
 Reusable from other tiers and the benchmarks (`from harness.realnode_stack import
 start_stack`). DRACPU_REALNODE_PORTS=LOW-HIGH
 restricts the API port range (default: any free port); DRACPU_REALNODE_KEEP=1 keeps the
@@ -18,7 +19,30 @@ from pathlib import Path
 import pytest
 
 from harness.containerd_node import CONTAINERD_VERSIONS, ContainerdNode, missing_tools
+from harness.crio_node import CRIO_VERSIONS, CrioNode, missing_crio_tools
 from harness.dev_up import DevUp, free_port
+
+RUNTIMES = ("containerd", "crio")
+
+
+def runtime() -> str:
+    """The runtime of the real-node bed: DRACPU_RUNTIME, containerd when unset."""
+    name = os.environ.get("DRACPU_RUNTIME", "").strip().lower() or "containerd"
+    if name not in RUNTIMES:
+        raise ValueError(f"DRACPU_RUNTIME must be one of {', '.join(RUNTIMES)}, not {name!r}")
+    return name
+
+
+def runtime_versions() -> tuple[str, ...]:
+    """The versions of the selected runtime the tier knows, newest first."""
+    return CRIO_VERSIONS if runtime() == "crio" else CONTAINERD_VERSIONS
+
+
+def make_node(base: Path, run_dir: Path, version: str = "") -> ContainerdNode:
+    """A node of the selected runtime on `base`, its NRI socket and CDI specs in `run_dir`."""
+    if runtime() == "crio":
+        return CrioNode(base, run_dir, version=version or CRIO_VERSIONS[0])
+    return ContainerdNode(base, run_dir, version=version or CONTAINERD_VERSIONS[0])
 
 
 def api_port() -> int:
@@ -26,17 +50,20 @@ def api_port() -> int:
     return free_port(int(low), int(high)) if low and high else free_port()
 
 
-def require_realnode(version: str = CONTAINERD_VERSIONS[0]) -> None:
+def require_realnode(version: str = "") -> None:
     if os.geteuid() != 0:
         pytest.skip("realnode tier needs root (runc, cgroups, overlay mounts)")
-    reason = missing_tools(version)
+    if runtime() == "crio":
+        reason = missing_crio_tools(version or CRIO_VERSIONS[0])
+    else:
+        reason = missing_tools(version or CONTAINERD_VERSIONS[0])
     if reason:
         pytest.skip(f"realnode tier: {reason}")
 
 
 @dataclass
 class Stack:
-    """A containerd node and the dracpu services attached to it."""
+    """A runtime node and the dracpu services attached to it."""
 
     node: ContainerdNode
     dev: DevUp
@@ -49,15 +76,14 @@ class Stack:
             self.dev.stop()
 
 
-def start_stack(
-    version: str = CONTAINERD_VERSIONS[0], *, verbosity: int = 2, dev_extra: tuple[str, ...] = ()
-) -> Stack:
-    """containerd first (its NRI socket is then there when the plugin dials), then dev up."""
+def start_stack(version: str = "", *, verbosity: int = 2, dev_extra: tuple[str, ...] = ()) -> Stack:
+    """The runtime first (its NRI socket is then there when the plugin dials), then dev up;
+    `version` defaults to the selected runtime's newest."""
     require_realnode(version)
     base = Path(
         tempfile.mkdtemp(prefix=os.environ.get("DRACPU_REALNODE_PREFIX", "dracpu-rn-"), dir="/tmp")
     )
-    node = ContainerdNode(base / "node", base / "rd", version=version)
+    node = make_node(base / "node", base / "rd", version)
     dev = DevUp(base / "rd", api_port(), verbosity=verbosity, extra=dev_extra)
     stack = Stack(node, dev, base)
     try:

@@ -192,3 +192,26 @@ def test_garbled_memory_nodes_from_the_allocator_leave_mems_unset() -> None:
     assert memory_nodes("0-1", "c1") == CPUSet.parse("0-1")
     assert memory_nodes("", "c1") == CPUSet()
     assert memory_nodes("1-x", "c1") == CPUSet()
+
+
+@pytest.mark.parametrize(
+    ("name", "labels", "annotations", "expected"),
+    [
+        ("app", {}, {}, "app"),
+        ("", {"io.kubernetes.container.name": "app"}, {}, "app"),
+        # CRI-O 1.34 leaves the NRI name empty unless an annotation carries it; it always keeps
+        # the CRI metadata it was created with.
+        ("", {}, {"io.kubernetes.cri-o.Metadata": '{"name":"app","attempt":0}'}, "app"),
+        ("", {}, {"io.kubernetes.cri-o.Metadata": "not json"}, ""),
+        ("", {}, {}, ""),
+    ],
+    ids=["nri-name", "kubelet-label", "crio-metadata", "garbled-metadata", "nothing"],
+)
+def test_a_container_is_named_by_nri_else_the_kubelet_label_else_crio_metadata(
+    name: str, labels: dict[str, str], annotations: dict[str, str], expected: str
+) -> None:
+    from dracpu.nri_plugin.conversions import container_name
+    from dracpu.pb.nri import api_pb2
+
+    ctr = api_pb2.Container(id="c1", name=name, labels=labels, annotations=annotations)
+    assert container_name(ctr) == expected

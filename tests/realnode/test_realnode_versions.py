@@ -1,6 +1,8 @@
 """The runtime-version matrix for unsolicited UpdateContainers under `auto`: containerd 2.4.2
 (NRI v0.12.3, has the deadlock fix) gets pool growth pushed at once; 2.3.7 (NRI v0.12.0) does
-not, and its shared containers grow at the next container creation instead."""
+not, and its shared containers grow at the next container creation instead. Under
+DRACPU_RUNTIME=crio the matrix is CRI-O's: 1.34.0 vendors an NRI before v0.12 (it reports no
+NRI version) and is not known to carry the fix, so it is off."""
 
 from __future__ import annotations
 
@@ -8,8 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness.containerd_node import CONTAINERD_VERSIONS
-from harness.realnode_stack import Stack, finish_stack, start_stack
+from harness.realnode_stack import Stack, finish_stack, runtime, runtime_versions, start_stack
 from harness.waits import wait_for
 
 pytestmark = pytest.mark.realnode
@@ -17,30 +18,49 @@ pytestmark = pytest.mark.realnode
 ONLINE = Path("/sys/devices/system/cpu/online").read_text().strip()
 
 
-@pytest.fixture(params=[("v2.4.2", True), ("v2.3.7", False)], ids=["2.4.2-on", "2.3.7-off"])
-def versioned(request: pytest.FixtureRequest) -> Iterator[tuple[Stack, bool]]:
-    version, pushes = request.param
-    if version == CONTAINERD_VERSIONS[0]:
-        yield request.getfixturevalue("stack"), pushes  # the tier's shared node
+# Per runtime: (version, pushes at once, the nri-plugin's decision, what the runtime logs when
+# the plugin registers).
+MATRIX = {
+    "containerd": [
+        ("v2.4.2", True, "runtime reports NRI v0.12.3", "with NRI version v0.12"),
+        ("v2.3.7", False, "runtime reports NRI v0.12.0", "with NRI version v0.12"),
+    ],
+    "crio": [
+        (
+            "v1.34.0",
+            False,
+            "runtime 'cri-o' not known to be safe",
+            'registered as \\"00-dra.cpu\\"',
+        ),
+    ],
+}
+CASES = MATRIX[runtime()]
+
+
+@pytest.fixture(params=CASES, ids=[f"{case[0][1:]}-{'on' if case[1] else 'off'}" for case in CASES])
+def versioned(request: pytest.FixtureRequest) -> Iterator[tuple[Stack, bool, str, str]]:
+    version, pushes, decision, registered = request.param
+    if version == runtime_versions()[0]:
+        yield request.getfixturevalue("stack"), pushes, decision, registered  # the shared node
         return
     stack = start_stack(version)
-    yield stack, pushes
+    yield stack, pushes, decision, registered
     finish_stack(stack, getattr(request.node, "rep_call_failed", False))
 
 
 def test_pool_growth_reaches_running_containers_as_the_runtime_allows(
-    versioned: tuple[Stack, bool],
+    versioned: tuple[Stack, bool, str, str],
 ) -> None:
-    stack, pushes = versioned
+    stack, pushes, decision, registered = versioned
     node, dev = stack.node, stack.dev
     runtime = dev.get("/v1/health")["runtime"]
     assert runtime["connected"]
     assert runtime["unsolicited_updates"] is pushes
-    assert node.version in node.runtime_version()
-    nri = "v0.12.3" if pushes else "v0.12.0"
-    assert f"runtime reports NRI {nri}" in dev.service_log("nri-plugin")
-    # containerd logs the version the plugin registered with.
-    assert "with NRI version v0.12" in node.log_text()
+    assert node.version.lstrip("v") in node.runtime_version()
+    assert decision in dev.service_log("nri-plugin")
+    # The runtime logs the plugin's registration (containerd with the NRI version it sent,
+    # CRI-O its index and name).
+    assert registered in node.log_text()
 
     pod = node.run_pod("matrix")
     claim = dev.claim("matrix", pod_uid=node.pod_uid(pod))

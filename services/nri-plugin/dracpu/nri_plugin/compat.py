@@ -20,7 +20,8 @@ FIXED_NRI: Final = (0, 12, 1)
 
 # Runtime releases known to vendor NRI >= v0.12.1. containerd 2.4.0 ships NRI v0.12.3
 # (containerd#14065); whether a containerd 2.3.x patch release took v0.12.1 is not confirmed,
-# and no CRI-O release is known to carry it yet, so those stay off unless they report an NRI
+# and no CRI-O release is known to carry it yet (1.34.0 vendors NRI v0.9.1 and has the same lock
+# order in its own NRI glue), so those stay off unless they report an NRI
 # version themselves (Configure.NRI_version, sent from NRI v0.12 on).
 FIXED_RUNTIMES: Final[dict[str, tuple[int, int, int]]] = {
     "containerd": (2, 4, 0),

@@ -13,7 +13,12 @@ from dracpu.core.errors import InsufficientCPUsError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.allocator_client import CALL_TIMEOUT, AllocatorAPI
 from dracpu.nri_plugin.claim_env import parse_claim_env
-from dracpu.nri_plugin.conversions import container_record, container_ref, memory_nodes
+from dracpu.nri_plugin.conversions import (
+    container_name,
+    container_record,
+    container_ref,
+    memory_nodes,
+)
 from dracpu.nri_plugin.detaches import PendingDetaches
 from dracpu.nri_plugin.plugin_state import PluginState
 from dracpu.nri_plugin.pool_pushes import PoolPushes
@@ -71,7 +76,7 @@ class ContainerEvents:
                 log.warning(
                     "CreateContainer took longer than the runtime waits "
                     "(plugin_request_timeout); the container starts without its cpuset",
-                    container=f"{pod.namespace}/{pod.name}/{ctr.name}",
+                    container=f"{pod.namespace}/{pod.name}/{container_name(ctr)}",
                     container_id=ctr.id,
                     took_s=round(took, 3),
                     request_timeout_s=timeout,
@@ -116,7 +121,7 @@ class ContainerEvents:
                 cpus = await state.pool.current()
                 if not cpus:
                     raise InsufficientCPUsError(
-                        f"shared pool is empty; refusing container {ctr.name} of pod "
+                        f"shared pool is empty; refusing container {container_name(ctr)} of pod "
                         f"{pod.namespace}/{pod.name} rather than run it without CPUs"
                     )
                 record = container_record(pod, ctr, (), cpus)

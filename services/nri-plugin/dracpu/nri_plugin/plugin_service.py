@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError, Message
 
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
+from dracpu.nri_plugin.conversions import container_name
 from dracpu.nri_plugin.ttrpc import Handler
 from dracpu.pb.nri import api_pb2
 
@@ -169,7 +170,7 @@ class PluginService:
                 "refused container",
                 reason=str(exc),
                 code=exc.grpc_code.name,
-                container=ctr.name,
+                container=container_name(ctr),
                 container_id=ctr.id,
                 pod=f"{pod.namespace}/{pod.name}",
             )
