@@ -109,6 +109,11 @@ class Shell:
         return done.stdout
 
 
+def pod_ready(node: Cluster, name: str) -> bool:
+    conditions = node.get("pod", name).get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
 def largest_device(node: Cluster) -> int:
     return max(int(d["capacity"]["dra.cpu/cpu"]["value"]) for d in node.published().values())
 
@@ -154,6 +159,8 @@ def test_the_install_steps_run_as_the_page_writes_them(cluster: Cluster) -> None
         assert f"pod/{pod}" in apply or EXAMPLE in apply, apply
         try:
             shell.run(apply)
+            # The page's `kubectl wait` has a fixed timeout; this machine's own budget first.
+            wait_for(lambda: pod_ready(node, pod), f"pod {pod} Ready", timeout=180, interval=0.5)
             assert "condition met" in shell.run(ready)
             line = shell.run(logs).strip()
             assert line.startswith("Cpus_allowed_list:"), line
