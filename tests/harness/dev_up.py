@@ -154,6 +154,23 @@ class DevUp:
     def containers(self) -> list[dict[str, Any]]:
         return list(self.get("/v1/containers")["containers"])
 
+    def pushes_pool_changes(self) -> bool:
+        """Whether the nri-plugin pushes shared-pool changes to running containers itself
+        (plugin-initiated UpdateContainers), as it decided for the runtime it is connected to.
+        When it does not (CRI-O, containerd before 2.4), a change reaches running containers at
+        the runtime's next call: a CreateContainer answer or a Synchronize."""
+        return bool(self.get("/v1/health")["runtime"]["unsolicited_updates"])
+
+    def wait_plugin_sees_pool(self) -> None:
+        """Until the nri-plugin has taken in the allocator's current shared pool."""
+        generation = self.get("/v1/shared-pool")["generation"]
+        wait_for(
+            lambda: self.get("/v1/health")["runtime"]["shared_pool_generation"] >= generation,
+            f"the nri-plugin to see shared-pool generation {generation}",
+            timeout=30,
+            interval=0.5,
+        )
+
     def metrics(self) -> str:
         return str(self.get("/metrics"))
 

@@ -72,13 +72,7 @@ def test_pool_growth_reaches_running_containers_as_the_runtime_allows(
     node.remove_container(claimed.id)
     dev.release(claim.name)
     wait_for(lambda: dev.shared_pool() == ONLINE, "the pool to grow back", timeout=30, interval=0.5)
-    generation = dev.get("/v1/shared-pool")["generation"]
-    wait_for(
-        lambda: dev.get("/v1/health")["runtime"]["shared_pool_generation"] >= generation,
-        "the plugin to see the grown pool",
-        timeout=30,
-        interval=0.5,
-    )
+    dev.wait_plugin_sees_pool()
     if pushes:
         wait_for(
             lambda: node.allowed_cpus(shared.id) == ONLINE,
