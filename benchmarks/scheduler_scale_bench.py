@@ -26,7 +26,7 @@ layout) into --out.
 Usage: python benchmarks/scheduler_scale_bench.py [--nodes 500] [--pods 2000]
            [--modes individual,numanode,socket] [--sweep 100,250,500] [--pods-per-node K]
            [--budget SECONDS]
-           [--out DIR] [--include EARLIER.json] [--keep]
+           [--out DIR] [--include EARLIER.json] [--draw-only] [--keep]
 Ports: DRACPU_CP_*_PORT, defaulting to 27379/27380/27443/27459/27457 here.
 """
 
@@ -501,6 +501,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--include", type=Path, action="append", default=[],
         help="an earlier run's scheduler-scale.json, drawn and tabled with this run's results",
     )  # fmt: skip
+    parser.add_argument(
+        "--draw-only", action="store_true",
+        help="run nothing: table and draw the --include results again",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the folders (logs, etcd)")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -533,12 +537,14 @@ async def main_async(args: argparse.Namespace) -> list[Result]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    missing = missing_binaries()
-    if missing:
-        print(f"scheduler-scale: skipped: {missing}")
-        return 0
-    ensure_kwok()
-    results = asyncio.run(main_async(args))
+    results: list[Result] = []
+    if not args.draw_only:
+        missing = missing_binaries()
+        if missing:
+            print(f"scheduler-scale: skipped: {missing}")
+            return 0
+        ensure_kwok()
+        results = asyncio.run(main_async(args))
     for earlier in args.include:
         results += [Result(**r) for r in json.loads(earlier.read_text())]
     results.sort(key=lambda r: (r.nodes, LAYOUTS.index(r.mode)))  # type: ignore[arg-type]

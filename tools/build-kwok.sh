@@ -3,7 +3,8 @@
 # fake Nodes, into the cache outside the clone:
 #   kwok-<v>/bin/kwok
 # from its Go module (sigs.k8s.io/kwok/cmd/kwok) with `go install` and GOBIN pointed at the
-# cache. Cold on 2 cores: a few minutes (go build, machine shared); warm: instant.
+# cache. Cold on 2 cores: about 2 min (go build, machine shared); warm: instant. No test tier
+# needs it; benchmarks/scheduler_scale_bench.py runs it when the binary is missing.
 # No Go: one line saying why, exit 1.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

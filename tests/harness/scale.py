@@ -268,9 +268,17 @@ def nice_ceiling(value: float) -> float:
 
 
 def _panel(
-    results: Sequence[Result], key: str, title: str, left: float, xs: Sequence[int]
+    results: Sequence[Result],
+    key: str,
+    title: str,
+    left: float,
+    xs: Sequence[int],
+    scale: float = 1.0,
 ) -> list[str]:
-    values = [float(getattr(r, key)) for r in results if not math.isnan(getattr(r, key))]
+    def value_of(r: Result) -> float:
+        return float(getattr(r, key)) * scale
+
+    values = [value_of(r) for r in results if not math.isnan(value_of(r))]
     top = nice_ceiling(max(values, default=0.0))
     low_x, high_x = min(xs), max(xs)
 
@@ -305,25 +313,30 @@ def _panel(
         'text-anchor="middle">nodes</text>'
     )
     for mode in dict.fromkeys(r.mode for r in results):
-        points = sorted(
-            (r.nodes, float(getattr(r, key)))
-            for r in results
-            if r.mode == mode and not math.isnan(getattr(r, key))
+        runs = sorted(
+            (r for r in results if r.mode == mode and not math.isnan(value_of(r))),
+            key=lambda r: r.nodes,
         )
         colour = COLOURS.get(mode, "#555")
-        path = " ".join(f"{px(n):.1f},{py(v):.1f}" for n, v in points)
-        if len(points) > 1:
+        path = " ".join(f"{px(r.nodes):.1f},{py(value_of(r)):.1f}" for r in runs)
+        if len(runs) > 1:
             out.append(
                 f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>'
             )
-        for n, v in points:
-            out.append(f'<circle cx="{px(n):.1f}" cy="{py(v):.1f}" r="3.5" fill="{colour}"/>')
+        for r in runs:
+            # Hollow: the run ended before every pod was bound.
+            fill = colour if r.bound >= r.pods else "white"
+            out.append(
+                f'<circle cx="{px(r.nodes):.1f}" cy="{py(value_of(r)):.1f}" r="3.5" '
+                f'fill="{fill}" stroke="{colour}" stroke-width="1.5"/>'
+            )
     return out
 
 
 def draw_svg(results: Sequence[Result], caption: str = "") -> str:
     """Pods bound per second and p99 scheduling latency against the node count, one line per
-    layout, as a standalone SVG document."""
+    layout, as a standalone SVG document; a hollow point is a run that ended before every pod
+    was bound (its p99 is of the bound pods only)."""
     xs = sorted({r.nodes for r in results}) or [0]
     width = MARGIN_L + 2 * PANEL_W + GAP + 20
     height = MARGIN_T + PANEL_H + MARGIN_B + 30
@@ -333,8 +346,9 @@ def draw_svg(results: Sequence[Result], caption: str = "") -> str:
         f'<rect width="{width}" height="{height}" fill="white"/>',
     ]
     parts += _panel(results, "pods_per_s", "pods bound per second", MARGIN_L, xs)
-    parts += _panel(results, "p99_ms", "p99 scheduling latency (ms)", MARGIN_L + PANEL_W + GAP, xs)
-    legend_y = height - 12
+    right = MARGIN_L + PANEL_W + GAP
+    parts += _panel(results, "p99_ms", "p99 scheduling latency (s)", right, xs, scale=0.001)
+    legend_y = height - 26
     x = MARGIN_L
     for mode in dict.fromkeys(r.mode for r in results):
         colour = COLOURS.get(mode, "#555")
@@ -344,9 +358,15 @@ def draw_svg(results: Sequence[Result], caption: str = "") -> str:
         )
         parts.append(f'<text x="{x + 30}" y="{legend_y}">{escape(mode)}</text>')
         x += 120
+    if any(r.bound < r.pods for r in results):
+        parts.append(
+            f'<circle cx="{x + 4}" cy="{legend_y - 4}" r="3.5" fill="white" stroke="#555" '
+            'stroke-width="1.5"/>'
+        )
+        parts.append(f'<text x="{x + 14}" y="{legend_y}">not every pod bound in time</text>')
     if caption:
         parts.append(
-            f'<text x="{width - 10}" y="{legend_y}" text-anchor="end" fill="#555">'
+            f'<text x="{width - 10}" y="{height - 8}" text-anchor="end" fill="#555">'
             f"{escape(caption)}</text>"
         )
     parts.append("</svg>")
