@@ -208,6 +208,30 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def failed_attempts(cp: ControlPlane) -> int:
+    """The scheduler's own count of attempts that placed no pod: no node fit, or a plugin failed,
+    e.g. the DRA filter's time limit (its /metrics, read with the admin certificate; its serving
+    certificate is self-signed)."""
+    config = yaml.safe_load(cp.kubeconfig.read_text())
+    user = config["users"][0]["user"]
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(user["client-certificate"], user["client-key"])
+    port = cp.env.get("DRACPU_CP_SCHEDULER_PORT", PORTS["DRACPU_CP_SCHEDULER_PORT"])
+    try:
+        text = httpx.get(f"https://127.0.0.1:{port}/metrics", verify=context, timeout=30).text
+    except httpx.HTTPError:
+        return -1
+    total = 0
+    for line in text.splitlines():
+        if not line.startswith("scheduler_schedule_attempts_total{"):
+            continue
+        if 'result="unschedulable"' in line or 'result="error"' in line:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
 def recorded_pid(root: Path, name: str) -> int:
     return int((root / f"{name}.pid").read_text().strip())
 
@@ -436,6 +460,7 @@ async def measure(
         cpu_before = cpu_seconds(apiserver), cpu_seconds(scheduler)
         created_at, bound_at, ended = await drive_pods(client, watch_client, pods, budget)
         cpu_after = cpu_seconds(apiserver), cpu_seconds(scheduler)
+        failed = await asyncio.to_thread(failed_attempts, cp)
     first = min(created_at.values())
     # Every pod bound: up to the last binding; otherwise up to the end of the wait.
     last = max(bound_at.values(), default=ended) if len(bound_at) >= pods else ended
@@ -457,6 +482,7 @@ async def measure(
         slices_per_node=slices,
         devices_per_node=devices,
         slice_bytes_per_node=size,
+        failed_attempts=failed,
     )
 
 

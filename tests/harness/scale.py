@@ -212,6 +212,9 @@ class Result:
     slices_per_node: int
     devices_per_node: int
     slice_bytes_per_node: int
+    # The scheduler's attempts that placed no pod, unschedulable or failed
+    # (scheduler_schedule_attempts_total); -1: not read.
+    failed_attempts: int = -1
 
     def line(self) -> str:
         return (
@@ -235,6 +238,7 @@ TABLE_COLUMNS = (
     ("slices/node", "slices_per_node", "{}"),
     ("devices/node", "devices_per_node", "{}"),
     ("slice bytes/node", "slice_bytes_per_node", "{}"),
+    ("failed attempts", "failed_attempts", "{}"),
 )
 
 
