@@ -24,7 +24,16 @@ from typing import Any
 
 import pytest
 import yaml
-from harness.cluster import NAMESPACE, RELEASE, ROOT, TEST_IMAGE, Cluster, say, step
+from harness.cluster import (
+    NAMESPACE,
+    NO_RETAG,
+    RELEASE,
+    ROOT,
+    TEST_IMAGE,
+    Cluster,
+    say,
+    step,
+)
 from harness.examples import EXAMPLES, Example
 from harness.waits import wait_for
 
@@ -120,6 +129,7 @@ def largest_device(node: Cluster) -> int:
 
 def test_the_install_steps_run_as_the_page_writes_them(cluster: Cluster) -> None:
     node = cluster
+    node.require_containerd(NO_RETAG)
     steps = install_steps()
     assert sorted(steps) == [1, 2, 3, 4, 5], steps
     assert any("docker build" in line and "--target $svc" in line for line in steps[1]), steps[1]

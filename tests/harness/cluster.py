@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import NotFoundError
 from harness.cgroups import Cgroups
@@ -35,6 +37,12 @@ SLEEP = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 # With 0 the pod is removed at once, its claims are deallocated while still prepared, and the
 # next claim's NodePrepareResources finds their CPUs still taken.
 GRACE_SECONDS = 1
+# Why a test that retags an image runs on containerd only: `ctr images tag`; CRI-O takes an
+# image only by pulling it, and the machine has no registry to pull a new tag from.
+NO_RETAG = (
+    "it retags an image with ctr; CRI-O takes images only by pulling, and no registry serves "
+    "the new tag"
+)
 _START = time.monotonic()
 
 
@@ -88,6 +96,7 @@ class Cluster:
         self.node = env["NODE_NAME"]
         self.kubelet_root = env["KUBELET_ROOT"]
         self.nri_socket = env["NRI_SOCKET"]
+        self.runtime = env.get("RUNTIME", "containerd")  # DRACPU_RUNTIME of tools/cluster.sh
         self.state_dir = self.dir / "dracpu-state"
         self.api_port = int(os.environ.get("DRACPU_E2E_API_PORT", "17080"))
         self.helm_bin = str(ROOT / ".tools/bin/helm")
@@ -174,6 +183,18 @@ class Cluster:
 
     def crictl(self, *args: str) -> str:
         return run([*self.crictl_argv, *args])
+
+    def runtime_version(self) -> str:
+        """The node's runtime as its CRI Version call names it, e.g. `cri-o 1.34.0`."""
+        fields = dict(
+            line.split(":", 1) for line in self.crictl("version").splitlines() if ":" in line
+        )
+        return f"{fields['RuntimeName'].strip()} {fields['RuntimeVersion'].strip()}"
+
+    def require_containerd(self, why: str) -> None:
+        """Skip the test, saying `why`, on a node whose runtime is not containerd."""
+        if self.runtime != "containerd":
+            pytest.skip(f"not on {self.runtime}: {why}")
 
     def ctr(self, *args: str) -> str:
         return run(
