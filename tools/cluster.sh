@@ -10,6 +10,9 @@
 #   tools/cluster.sh status  exit 0 when every process of the cluster runs
 #   tools/cluster.sh env     shell-sourceable settings (KUBECONFIG, KUBECTL, CRICTL, ...)
 #   tools/cluster.sh runtime the node's runtime and version as its binary reports them
+#   tools/cluster.sh tag IMAGE NEW
+#                            the image IMAGE of the node's runtime also called NEW (containerd:
+#                            `ctr images tag`; CRI-O: NEW pulled from the archives' registry)
 #   tools/cluster.sh node    the node alone (containerd + kubelet) for a control plane elsewhere:
 #                            it registers with DRACPU_CLUSTER_NODE_KUBECONFIG's API server (the
 #                            big-node guest's node, its control plane on the host)
@@ -54,9 +57,11 @@
 # the drop-in DIR/crio.conf.d/10-dracpu.conf: NRI on at the chart's NRI socket, cgroupfs with
 # conmon in the pod's cgroup (the kubelet's cgroupDriver), CDI specs from /etc/cdi and
 # /var/run/cdi. CRI-O takes images only by pulling and this machine has no registry, so `up`
-# serves the image archives from tests/harness/oci_registry.py on 127.0.0.1 for as long as it
-# pulls them (DIR/registries.conf maps `localhost/...` to it, plain HTTP), then stops it; the
-# image names stay `localhost/dracpu-...`, which the pods ask for with imagePullPolicy Never.
+# serves the image archives from tests/harness/oci_registry.py on 127.0.0.1 (port
+# DRACPU_CLUSTER_REGISTRY_PORT, 17500) for as long as it pulls them (DIR/registries.conf maps
+# `localhost/...` and `docker.io/...` there, plain HTTP), then stops it; the image names stay
+# `localhost/dracpu-...`, which the pods ask for with imagePullPolicy Never. `tag` serves an
+# image of the archives under its new name the same way.
 # `node` and `image-disk` are containerd's only.
 #
 # `up` is idempotent and tolerates what a killed run left behind (stale sockets, mounts,
@@ -90,6 +95,7 @@ RUNTIME="${RUNTIME,,}"
 CRIO_VERSION="${CRIO_VERSION:-v1.34.0}"
 CRIO_BIN="$(cache_dir crio "$CRIO_VERSION")/bin"
 CONMON="${DRACPU_CLUSTER_CONMON:-/usr/bin/conmon}"
+REGISTRY_PORT="${DRACPU_CLUSTER_REGISTRY_PORT:-17500}"
 CRICTL="$(cache_dir crictl "${CRICTL_VERSION:-v1.37.0}")/bin/crictl"
 RUNC="${DRACPU_CLUSTER_RUNC:-/usr/sbin/runc}"
 SANDBOX_IMAGE="localhost/dracpu-realnode:1"
@@ -299,13 +305,15 @@ EOF
     printf '{"default": [{"type": "insecureAcceptAnything"}]}\n' >"$DIR/policy.json"
     printf '[storage]\ndriver = "overlay"\nrunroot = "%s"\ngraphroot = "%s"\n' \
         "$DIR/crio/runroot" "$DIR/crio/root" >"$DIR/storage.conf"
-    registries_conf 127.0.0.1:1  # nothing to pull from until `up` serves the archives
-}
-
-# registries_conf ADDRESS: `localhost/<name>` pulled from ADDRESS/<name> over plain HTTP.
-registries_conf() {
-    printf 'unqualified-search-registries = []\n\n[[registry]]\nprefix = "localhost"\nlocation = "%s"\ninsecure = true\n' \
-        "$1" >"$DIR/registries.conf"
+    # `localhost/<name>` and `docker.io/<name>` pulled from the loopback registry's <name>, which
+    # serves only while images are pulled.
+    local prefix
+    # Short names (busybox:1.36) are Docker Hub's, as containerd takes them.
+    echo 'unqualified-search-registries = ["docker.io"]' >"$DIR/registries.conf"
+    for prefix in localhost docker.io; do
+        printf '\n[[registry]]\nprefix = "%s"\nlocation = "127.0.0.1:%s"\ninsecure = true\n' \
+            "$prefix" "$REGISTRY_PORT" >>"$DIR/registries.conf"
+    done
 }
 
 # longer A B: the longer of two durations in seconds (`5s`, `30s`).
@@ -428,7 +436,7 @@ start_crio() { # LIMIT: start and wait until it serves
 # archive, as import_archive keeps) served by a registry on loopback, pull each image of them,
 # stop the registry.
 crio_images() {
-    local archive stamp seen pending=() stamps=() names name i
+    local archive stamp seen pending=() stamps=() names name
     for archive in "$@"; do
         stamp="$DIR/crio/$(basename "$archive").pulled"
         seen="$archive $(stat -c '%s %Y' "$archive")"
@@ -441,24 +449,50 @@ crio_images() {
         start_crio 30
         return 0
     fi
+    start_registry "${pending[@]}"
+    start_crio 30
+    names="$(tail -n +2 "$RUN/registry.address")"
+    for name in $names; do crio_pull "$name"; done
+    stop_pid registry
+    for stamp in "${stamps[@]}"; do echo "${stamp#*=}" >"${stamp%%=*}"; done
+}
+
+# start_registry [--alias NAME=NEW]... ARCHIVE...: the loopback registry, once it serves.
+start_registry() {
+    local i
     rm -f "$RUN/registry.address"
-    start registry python3 "$HERE/../tests/harness/oci_registry.py" "$RUN/registry.address" "${pending[@]}"
+    start registry python3 "$HERE/../tests/harness/oci_registry.py" --port "$REGISTRY_PORT" \
+        "$RUN/registry.address" "$@"
     for ((i = 0; i < 600; i++)); do
         [[ -s "$RUN/registry.address" ]] && break
         pid_alive registry || die "the image registry stopped (see $DIR/logs/registry.log)"
         sleep 0.1
     done
     [[ -s "$RUN/registry.address" ]] || die "the image registry did not start in 60 s"
-    registries_conf "$(head -n 1 "$RUN/registry.address")"
-    start_crio 30
-    names="$(tail -n +2 "$RUN/registry.address")"
-    for name in $names; do
-        say "pulling $name"
-        crictl_ --timeout 300s pull "$name" >>"$DIR/logs/import.log" 2>&1 \
-            || die "crictl pull $name failed (see $DIR/logs/import.log and crio.log)"
+}
+
+crio_pull() { # NAME
+    say "pulling $1"
+    crictl_ --timeout 300s pull "$1" >>"$DIR/logs/import.log" 2>&1 \
+        || die "crictl pull $1 failed (see $DIR/logs/import.log and crio.log)"
+}
+
+cmd_tag() { # IMAGE NEW
+    local image="$1" new="$2" archive
+    [[ -n "$image" && -n "$new" ]] || die "usage: cluster.sh tag IMAGE NEW"
+    if [[ "$RUNTIME" == containerd ]]; then
+        ctr_ images tag --force "$image" "$new" >/dev/null
+        return
+    fi
+    for archive in "$SANDBOX_ARCHIVE" "$(driver_images)"; do
+        if tar -xOf "$archive" index.json | grep -qF "\"$image\""; then
+            start_registry --alias "$image=$new" "$archive"
+            crio_pull "$new"
+            stop_pid registry
+            return
+        fi
     done
-    stop_pid registry
-    for stamp in "${stamps[@]}"; do echo "${stamp#*=}" >"${stamp%%=*}"; done
+    die "tag: no archive of the node holds $image"
 }
 
 start_kubelet() { # KUBECONFIG
@@ -620,8 +654,9 @@ case "${1:-}" in
     status) cmd_status ;;
     env) cmd_env ;;
     runtime) cmd_runtime ;;
+    tag) cmd_tag "${2:-}" "${3:-}" ;;
     missing) missing ;;
     node) cmd_node ;;
     image-disk) cmd_image_disk "${2:-}" ;;
-    *) die "usage: cluster.sh up|down|status|env|runtime|node|image-disk FILE" ;;
+    *) die "usage: cluster.sh up|down|status|env|runtime|tag IMAGE NEW|node|image-disk FILE" ;;
 esac

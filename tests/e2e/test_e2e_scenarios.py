@@ -21,7 +21,6 @@ from e2e.scenarios import (
 )
 from harness.cluster import (
     NAMESPACE,
-    NO_RETAG,
     SERVICES,
     SLEEP,
     TEST_IMAGE,
@@ -261,14 +260,13 @@ def test_upgrading_one_image_with_on_delete(clean: Cluster) -> None:
     """`helm upgrade` of the api image's tag with updateStrategy OnDelete: nothing moves until
     the pod is deleted; then the new pod runs the new tag, Ready, with claims kept."""
     node = clean
-    node.require_containerd(NO_RETAG)
     node.apply(claim_manifest("kept", [cpus_request(1)]))
     start_pod(node, "kept", pod_manifest("kept", [("work", ["c"])], [("c", "kept")]))
     pinned = node.cpus_of("kept", "work")
     version = node.app_version
     tag = f"{version}-next"
     image = "localhost/dracpu-api"
-    node.ctr("images", "tag", "--force", f"{image}:{version}", f"{image}:{tag}")
+    node.tag_image(f"{image}:{version}", f"{image}:{tag}")
     before = node.driver_pod()
     assert before is not None
     try:

@@ -24,16 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from harness.cluster import (
-    NAMESPACE,
-    NO_RETAG,
-    RELEASE,
-    ROOT,
-    TEST_IMAGE,
-    Cluster,
-    say,
-    step,
-)
+from harness.cluster import NAMESPACE, RELEASE, ROOT, TEST_IMAGE, Cluster, say, step
 from harness.examples import EXAMPLES, Example
 from harness.waits import wait_for
 
@@ -129,7 +120,6 @@ def largest_device(node: Cluster) -> int:
 
 def test_the_install_steps_run_as_the_page_writes_them(cluster: Cluster) -> None:
     node = cluster
-    node.require_containerd(NO_RETAG)
     steps = install_steps()
     assert sorted(steps) == [1, 2, 3, 4, 5], steps
     assert any("docker build" in line and "--target $svc" in line for line in steps[1]), steps[1]
@@ -163,7 +153,7 @@ def test_the_install_steps_run_as_the_page_writes_them(cluster: Cluster) -> None
         (root / "examples" / f"{EXAMPLE}.yaml").write_text(
             yaml.safe_dump_all(scaled.documents, sort_keys=False)
         )
-        node.ctr("images", "tag", "--force", TEST_IMAGE, BUSYBOX)
+        node.tag_image(TEST_IMAGE, BUSYBOX)
         pod = example.pod["metadata"]["name"]
         apply, ready, logs = steps[5]
         assert f"pod/{pod}" in apply or EXAMPLE in apply, apply

@@ -17,8 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import NotFoundError
 from harness.cgroups import Cgroups
@@ -37,12 +35,6 @@ SLEEP = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 # With 0 the pod is removed at once, its claims are deallocated while still prepared, and the
 # next claim's NodePrepareResources finds their CPUs still taken.
 GRACE_SECONDS = 1
-# Why a test that retags an image runs on containerd only: `ctr images tag`; CRI-O takes an
-# image only by pulling it, and the machine has no registry to pull a new tag from.
-NO_RETAG = (
-    "it retags an image with ctr; CRI-O takes images only by pulling, and no registry serves "
-    "the new tag"
-)
 _START = time.monotonic()
 
 
@@ -191,10 +183,14 @@ class Cluster:
         )
         return f"{fields['RuntimeName'].strip()} {fields['RuntimeVersion'].strip()}"
 
-    def require_containerd(self, why: str) -> None:
-        """Skip the test, saying `why`, on a node whose runtime is not containerd."""
-        if self.runtime != "containerd":
-            pytest.skip(f"not on {self.runtime}: {why}")
+    def tag_image(self, image: str, new: str) -> None:
+        """The node's image `image` also called `new`: `ctr images tag` on containerd; CRI-O,
+        which takes images only by pulling, pulls `new` from a registry serving the image's
+        archive (`tools/cluster.sh tag`)."""
+        if self.runtime == "containerd":
+            self.ctr("images", "tag", "--force", image, new)
+        else:
+            run(["bash", str(ROOT / "tools/cluster.sh"), "tag", image, new])
 
     def ctr(self, *args: str) -> str:
         return run(

@@ -16,14 +16,16 @@ demand, not held in memory.
 
 Run as a program (standard library only, for tools/cluster.sh):
 
-    python3 tests/harness/oci_registry.py ADDRESS_FILE ARCHIVE...
+    python3 tests/harness/oci_registry.py [--port N] [--alias NAME=NEW]... ADDRESS_FILE ARCHIVE...
 
-serves until SIGTERM or SIGINT, once ready writing ADDRESS_FILE: the `host:port` on its first
-line, then the name of every image served, one a line.
+serves on 127.0.0.1 (port N, default any free one) until SIGTERM or SIGINT, once ready writing
+ADDRESS_FILE: the `host:port` on its first line, then the name of every image served, one a
+line. `--alias` also serves the image called NAME as NEW (a tag without a registry to push to).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import signal
@@ -67,7 +69,7 @@ class ArchiveRegistry:
     """Serves the manifests of one or more OCI archives by their names; see the module
     docstring."""
 
-    def __init__(self, *archives: Path) -> None:
+    def __init__(self, *archives: Path, port: int = 0) -> None:
         if not archives:
             raise ValueError("ArchiveRegistry needs at least one archive")
         self.blobs: dict[str, Blob] = {}
@@ -82,7 +84,7 @@ class ArchiveRegistry:
             body = self.blobs[digest].read()
             if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
                 raise ValueError(f"manifest {digest} does not match its digest")
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._thread: threading.Thread | None = None
 
     def _load(self, archive: Path) -> list[str]:
@@ -106,6 +108,14 @@ class ArchiveRegistry:
                 self.by_name[_repository_and_tag(name)] = digest
                 self.names.append(name)
         return digests
+
+    def alias(self, name: str, new: str) -> None:
+        """Serve the image called `name` as `new` too."""
+        digest = self.by_name.get(_repository_and_tag(name))
+        if digest is None:
+            raise ValueError(f"no image {name} in the archives")
+        self.by_name[_repository_and_tag(new)] = digest
+        self.names.append(new)
 
     @property
     def address(self) -> str:
@@ -175,22 +185,29 @@ class ArchiveRegistry:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
+        if self._thread is not None:  # shutdown() waits for a serve_forever that never began
+            self._server.shutdown()
             self._thread.join(5)
+            self._thread = None
+        self._server.server_close()
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2:
-        sys.stderr.write("usage: oci_registry.py ADDRESS_FILE ARCHIVE...\n")
-        return 2
-    registry = ArchiveRegistry(*(Path(a) for a in argv[1:]))
+    parser = argparse.ArgumentParser(prog="oci_registry.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--alias", action="append", default=[], metavar="NAME=NEW")
+    parser.add_argument("address_file", type=Path)
+    parser.add_argument("archives", type=Path, nargs="+")
+    args = parser.parse_args(argv)
+    registry = ArchiveRegistry(*args.archives, port=args.port)
+    for pair in args.alias:
+        name, _, new = pair.partition("=")
+        registry.alias(name, new)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     registry.start()
-    out = Path(argv[0])
+    out: Path = args.address_file
     out.with_name(out.name + ".tmp").write_text(
         "\n".join([registry.address, *registry.names]) + "\n"
     )

@@ -152,3 +152,29 @@ def test_the_program_writes_its_address_and_names_then_serves_until_terminated(
     finally:
         process.terminate()
         assert process.wait(timeout=30) == 0
+
+
+def test_an_alias_serves_an_image_under_a_new_name_on_the_port_asked(tmp_path: Path) -> None:
+    made = _archive(tmp_path / "a.tar", {"localhost/dracpu-api:0.2.0": b"a", "localhost/b:1": b"b"})
+    manifest, _ = made["localhost/dracpu-api:0.2.0"]
+    out = tmp_path / "address"
+    process = subprocess.Popen(
+        [sys.executable, str(HERE), "--port", "0", "--alias",
+         "localhost/dracpu-api:0.2.0=docker.io/library/busybox:1.36", str(out),
+         str(tmp_path / "a.tar")]
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        address, *names = out.read_text().splitlines()
+        assert names[-1] == "docker.io/library/busybox:1.36"
+        status, _, digest = _get(f"http://{address}/v2/library/busybox/manifests/1.36")
+        assert (status, digest) == (200, manifest)
+    finally:
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+    registry = ArchiveRegistry(tmp_path / "a.tar")
+    with pytest.raises(ValueError, match="no image localhost/c:1"):
+        registry.alias("localhost/c:1", "localhost/d:1")
+    registry.stop()
