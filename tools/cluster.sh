@@ -3,11 +3,16 @@
 # trying the driver: the control plane of tools/controlplane.sh, containerd 2.4 (CRI, NRI at
 # the chart's NRI socket, CDI in /etc/cdi and /var/run/cdi) with Debian's runc, and kubelet
 # 1.37 (cgroupfs, failCgroupV1 false, CPU manager policy none), all from the cache.
+# DRACPU_RUNTIME=crio runs CRI-O instead of containerd (see "CRI-O" below).
 #
 #   tools/cluster.sh up      start (or keep) the cluster; prints the kubeconfig path last
 #   tools/cluster.sh down    stop everything by recorded PID and undo every host change
 #   tools/cluster.sh status  exit 0 when every process of the cluster runs
 #   tools/cluster.sh env     shell-sourceable settings (KUBECONFIG, KUBECTL, CRICTL, ...)
+#   tools/cluster.sh runtime the node's runtime and version as its binary reports them
+#   tools/cluster.sh tag IMAGE NEW
+#                            the image IMAGE of the node's runtime also called NEW (containerd:
+#                            `ctr images tag`; CRI-O: NEW pulled from the archives' registry)
 #   tools/cluster.sh node    the node alone (containerd + kubelet) for a control plane elsewhere:
 #                            it registers with DRACPU_CLUSTER_NODE_KUBECONFIG's API server (the
 #                            big-node guest's node, its control plane on the host)
@@ -43,6 +48,22 @@
 #     plugin_request_timeout (plugin_registration_timeout is 5s, or this when longer); a slow
 #     node needs more, or a claimed container starts on the shared CPUs and is pinned after
 #
+#   DRACPU_RUNTIME (containerd): the node's runtime, containerd or crio
+#
+# CRI-O (DRACPU_RUNTIME=crio): CRI-O (CRIO_VERSION, v1.34.0, built by tools/build-crio.sh) with
+# Debian's conmon and the same runc, its socket at DIR/run/crio.sock. DIR/crio.conf keeps every
+# path of CRI-O's under DIR (containers/storage, exits, attach sockets, namespaces, runc state;
+# nothing of the host's /etc/crio or /etc/containers is read); what the driver needs of CRI-O is
+# the drop-in DIR/crio.conf.d/10-dracpu.conf: NRI on at the chart's NRI socket, cgroupfs with
+# conmon in the pod's cgroup (the kubelet's cgroupDriver), CDI specs from /etc/cdi and
+# /var/run/cdi. CRI-O takes images only by pulling and this machine has no registry, so `up`
+# serves the image archives from tests/harness/oci_registry.py on 127.0.0.1 (port
+# DRACPU_CLUSTER_REGISTRY_PORT, 17500) for as long as it pulls them (DIR/registries.conf maps
+# `localhost/...` and `docker.io/...` there, plain HTTP), then stops it; the image names stay
+# `localhost/dracpu-...`, which the pods ask for with imagePullPolicy Never. `tag` serves an
+# image of the archives under its new name the same way.
+# `node` and `image-disk` are containerd's only.
+#
 # `up` is idempotent and tolerates what a killed run left behind (stale sockets, mounts,
 # sandboxes, cgroups, the bridge): it runs `down` first unless every process still runs.
 set -euo pipefail
@@ -67,6 +88,14 @@ export DRACPU_CP_SCHEDULER_PORT="${DRACPU_CP_SCHEDULER_PORT:-17459}"
 export DRACPU_CP_CONTROLLER_MANAGER_PORT="${DRACPU_CP_CONTROLLER_MANAGER_PORT:-17457}"
 KUBE_BIN="$(cache_dir kubernetes "${KUBE_VERSION:-v1.37.2}")/bin"
 CONTAINERD_BIN="$(cache_dir containerd "${CONTAINERD_VERSION:-v2.4.2}")/bin"
+RUNTIME="${DRACPU_RUNTIME:-containerd}"
+RUNTIME="${RUNTIME,,}"
+[[ "$RUNTIME" == containerd || "$RUNTIME" == crio ]] \
+    || die "DRACPU_RUNTIME must be containerd or crio, not '$RUNTIME'"
+CRIO_VERSION="${CRIO_VERSION:-v1.34.0}"
+CRIO_BIN="$(cache_dir crio "$CRIO_VERSION")/bin"
+CONMON="${DRACPU_CLUSTER_CONMON:-/usr/bin/conmon}"
+REGISTRY_PORT="${DRACPU_CLUSTER_REGISTRY_PORT:-17500}"
 CRICTL="$(cache_dir crictl "${CRICTL_VERSION:-v1.37.0}")/bin/crictl"
 RUNC="${DRACPU_CLUSTER_RUNC:-/usr/sbin/runc}"
 SANDBOX_IMAGE="localhost/dracpu-realnode:1"
@@ -76,6 +105,7 @@ NRI_TIMEOUT="${DRACPU_CLUSTER_NRI_TIMEOUT:-2s}"
 CP="$DIR/controlplane"
 RUN="$DIR/run"
 SOCK="$RUN/containerd.sock"
+[[ "$RUNTIME" == containerd ]] || SOCK="$RUN/crio.sock"
 KUBECONFIG_PATH="$CP/admin.kubeconfig"
 
 kubectl_() { "$KUBE_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
@@ -86,9 +116,13 @@ crictl_() { "$CRICTL" --config "$DIR/crictl.yaml" --timeout 10s "$@"; }
 missing() {
     [[ "$(id -u)" == 0 ]] || echo "not root (the kubelet, runc, cgroups and the bridge need root)"
     local tool
+    local runtime_tools=("$CONTAINERD_BIN/containerd" "$CONTAINERD_BIN/containerd-shim-runc-v2"
+        "$CONTAINERD_BIN/ctr")
+    if [[ "$RUNTIME" == crio ]]; then
+        runtime_tools=("$CRIO_BIN/crio" "$CRIO_BIN/pinns" "$CONMON" "$CNI_BIN/loopback")
+    fi
     for tool in "$KUBE_BIN/kubelet" "$KUBE_BIN/kubectl" "$KUBE_BIN/kube-apiserver" \
-        "$CONTAINERD_BIN/containerd" "$CONTAINERD_BIN/containerd-shim-runc-v2" \
-        "$CONTAINERD_BIN/ctr" "$CRICTL" "$SANDBOX_ARCHIVE"; do
+        "${runtime_tools[@]}" "$CRICTL" "$SANDBOX_ARCHIVE"; do
         [[ -e "$tool" ]] || echo "$tool missing (tools/tier-realnode.sh / tools/build-*.sh bootstrap)"
     done
     [[ -x "$RUNC" ]] || echo "runc missing at $RUNC"
@@ -129,6 +163,7 @@ EOF
 {"cniVersion": "1.0.0", "name": "dracpu-hostnetwork", "plugins": [{"type": "loopback"}]}
 EOF
     fi
+    [[ "$RUNTIME" == containerd ]] || write_crio_configs
     cat >"$DIR/containerd.toml" <<EOF
 version = 3
 root = "$DIR/containerd/root"
@@ -198,6 +233,89 @@ EOF
     echo "$FEATURE_GATES" >"$RUN/feature-gates"
 }
 
+# CRI-O's configuration: DIR/crio.conf keeps its state under DIR, the drop-in holds what the
+# driver needs (the one a node's /etc/crio/crio.conf.d would get).
+write_crio_configs() {
+    mkdir -p "$DIR/crio.conf.d" "$DIR/registries.conf.d" "$DIR/crio" "$DIR/hooks.d"
+    cat >"$DIR/crio.conf" <<EOF
+# CRI-O for the one-node cluster: every path under $DIR
+[crio]
+root = "$DIR/crio/root"
+runroot = "$DIR/crio/runroot"
+storage_driver = "overlay"
+log_dir = "$DIR/crio/podlogs"
+version_file = "$DIR/crio/runroot/version"
+version_file_persist = "$DIR/crio/root/version"
+clean_shutdown_file = "$DIR/crio/root/clean.shutdown"
+
+[crio.api]
+listen = "$SOCK"
+stream_address = "127.0.0.1"
+stream_port = "0"
+
+[crio.runtime]
+default_runtime = "runc"
+conmon = "$CONMON"
+hooks_dir = ["$DIR/hooks.d"]
+container_exits_dir = "$DIR/crio/exits"
+container_attach_socket_dir = "$DIR/crio/attach"
+namespaces_dir = "$DIR/crio/ns"
+pinns_path = "$CRIO_BIN/pinns"
+irqbalance_config_file = ""
+irqbalance_config_restore_file = "disable"
+# Host-port mapping needs iptables or nft, which this machine lacks; every pod is host-network.
+disable_hostport_mapping = true
+log_to_journald = false
+
+[crio.runtime.runtimes.runc]
+runtime_path = "$DIR/runc"
+runtime_type = "oci"
+runtime_root = "$RUN/runc"
+monitor_path = "$CONMON"
+monitor_cgroup = "pod"
+
+[crio.image]
+pause_image = "$SANDBOX_IMAGE"
+pause_command = "/pause"
+signature_policy = "$DIR/policy.json"
+
+[crio.network]
+network_dir = "$DIR/cni"
+plugin_dirs = ["$CNI_BIN"]
+EOF
+    cat >"$DIR/crio.conf.d/10-dracpu.conf" <<EOF
+# What the CPU driver needs of CRI-O
+[crio.runtime]
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+
+[crio.nri]
+enable_nri = true
+nri_listen = "$NRI_SOCKET"
+nri_plugin_dir = "$DIR/nri-plugins"
+nri_plugin_config_dir = "$DIR/nri-conf.d"
+nri_plugin_registration_timeout = "$(longer 5s "$NRI_TIMEOUT")"
+nri_plugin_request_timeout = "$NRI_TIMEOUT"
+EOF
+    # runc with the bundle made fit for this machine as containerd's settings make it
+    # (tools/crio-runc.py); CRI-O's runtime_path takes no arguments.
+    printf '#!/bin/sh\nexec /usr/bin/python3 %s %s "$@"\n' "$HERE/crio-runc.py" "$RUNC" >"$DIR/runc"
+    chmod +x "$DIR/runc"
+    printf '{"default": [{"type": "insecureAcceptAnything"}]}\n' >"$DIR/policy.json"
+    printf '[storage]\ndriver = "overlay"\nrunroot = "%s"\ngraphroot = "%s"\n' \
+        "$DIR/crio/runroot" "$DIR/crio/root" >"$DIR/storage.conf"
+    # `localhost/<name>` and `docker.io/<name>` pulled from the loopback registry's <name>, which
+    # serves only while images are pulled.
+    local prefix
+    # Short names (busybox:1.36) are Docker Hub's, as containerd takes them.
+    echo 'unqualified-search-registries = ["docker.io"]' >"$DIR/registries.conf"
+    for prefix in localhost docker.io; do
+        printf '\n[[registry]]\nprefix = "%s"\nlocation = "127.0.0.1:%s"\ninsecure = true\n' \
+            "$prefix" "$REGISTRY_PORT" >>"$DIR/registries.conf"
+    done
+}
+
 # longer A B: the longer of two durations in seconds (`5s`, `30s`).
 longer() { if ((${1%s} >= ${2%s})); then echo "$1"; else echo "$2"; fi; }
 
@@ -251,7 +369,7 @@ node_ready() {
 
 cmd_status() {
     local name
-    for name in forward containerd kubelet; do pid_alive "$name" || return 1; done
+    for name in forward "$RUNTIME" kubelet; do pid_alive "$name" || return 1; done
     bash "$HERE/controlplane.sh" status "$CP" >/dev/null 2>&1
 }
 
@@ -277,11 +395,17 @@ cmd_up() {
         || die "control plane did not start (see $DIR/logs/controlplane.log)"
     say "control plane ready in $((SECONDS - t)) s"
     network_up
-    start_containerd 30
-    t=$SECONDS
-    import_archive sandbox "$SANDBOX_ARCHIVE"
-    import_archive driver "$(driver_images)"
-    say "images in containerd in $((SECONDS - t)) s"
+    if [[ "$RUNTIME" == crio ]]; then
+        t=$SECONDS
+        crio_images "$SANDBOX_ARCHIVE" "$(driver_images)"
+        say "images in CRI-O in $((SECONDS - t)) s"
+    else
+        start_containerd 30
+        t=$SECONDS
+        import_archive sandbox "$SANDBOX_ARCHIVE"
+        import_archive driver "$(driver_images)"
+        say "images in containerd in $((SECONDS - t)) s"
+    fi
     t=$SECONDS
     start_kubelet "$KUBECONFIG_PATH"
     wait_until 120 "node $NODE_NAME Ready" node_ready
@@ -296,6 +420,81 @@ start_containerd() { # LIMIT: start and wait until it serves
     say "containerd serving in $((SECONDS - t)) s"
 }
 
+crictl_ready() { crictl_ version; }
+
+start_crio() { # LIMIT: start and wait until it serves
+    local t=$SECONDS
+    PATH="$CRIO_BIN:$PATH" CONTAINERS_STORAGE_CONF="$DIR/storage.conf" \
+        CONTAINERS_REGISTRIES_CONF="$DIR/registries.conf" \
+        start crio "$CRIO_BIN/crio" --config "$DIR/crio.conf" --config-dir "$DIR/crio.conf.d" \
+        --registries-conf "$DIR/registries.conf" --registries-conf-dir "$DIR/registries.conf.d"
+    wait_until "$1" "CRI-O serving" crictl_ready
+    say "CRI-O $("$CRIO_BIN/crio" --version 2>/dev/null | awk '/^crio version/ {print $3}') serving in $((SECONDS - t)) s"
+}
+
+# crio_images ARCHIVE...: start CRI-O with every archive it has not pulled yet (one stamp per
+# archive, as import_archive keeps) served by a registry on loopback, pull each image of them,
+# stop the registry.
+crio_images() {
+    local archive stamp seen pending=() stamps=() names name
+    for archive in "$@"; do
+        stamp="$DIR/crio/$(basename "$archive").pulled"
+        seen="$archive $(stat -c '%s %Y' "$archive")"
+        if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$seen" ]]; then
+            pending+=("$archive")
+            stamps+=("$stamp=$seen")
+        fi
+    done
+    if ((${#pending[@]} == 0)); then
+        start_crio 30
+        return 0
+    fi
+    start_registry "${pending[@]}"
+    start_crio 30
+    names="$(tail -n +2 "$RUN/registry.address")"
+    for name in $names; do crio_pull "$name"; done
+    stop_pid registry
+    for stamp in "${stamps[@]}"; do echo "${stamp#*=}" >"${stamp%%=*}"; done
+}
+
+# start_registry [--alias NAME=NEW]... ARCHIVE...: the loopback registry, once it serves.
+start_registry() {
+    local i
+    rm -f "$RUN/registry.address"
+    start registry python3 "$HERE/../tests/harness/oci_registry.py" --port "$REGISTRY_PORT" \
+        "$RUN/registry.address" "$@"
+    for ((i = 0; i < 600; i++)); do
+        [[ -s "$RUN/registry.address" ]] && break
+        pid_alive registry || die "the image registry stopped (see $DIR/logs/registry.log)"
+        sleep 0.1
+    done
+    [[ -s "$RUN/registry.address" ]] || die "the image registry did not start in 60 s"
+}
+
+crio_pull() { # NAME
+    say "pulling $1"
+    crictl_ --timeout 300s pull "$1" >>"$DIR/logs/import.log" 2>&1 \
+        || die "crictl pull $1 failed (see $DIR/logs/import.log and crio.log)"
+}
+
+cmd_tag() { # IMAGE NEW
+    local image="$1" new="$2" archive
+    [[ -n "$image" && -n "$new" ]] || die "usage: cluster.sh tag IMAGE NEW"
+    if [[ "$RUNTIME" == containerd ]]; then
+        ctr_ images tag --force "$image" "$new" >/dev/null
+        return
+    fi
+    for archive in "$SANDBOX_ARCHIVE" "$(driver_images)"; do
+        if tar -xOf "$archive" index.json | grep -qF "\"$image\""; then
+            start_registry --alias "$image=$new" "$archive"
+            crio_pull "$new"
+            stop_pid registry
+            return
+        fi
+    done
+    die "tag: no archive of the node holds $image"
+}
+
 start_kubelet() { # KUBECONFIG
     PATH="$CONTAINERD_BIN:$PATH" start kubelet "$KUBE_BIN/kubelet" --config "$DIR/kubelet.yaml" \
         --kubeconfig "$1" --root-dir "$DIR/kubelet" --node-ip "$NODE_IP" \
@@ -308,6 +507,7 @@ kubelet_healthy() { curl -sf "http://127.0.0.1:$((KUBELET_PORT - 2))/healthz"; }
 # API server of DRACPU_CLUSTER_NODE_KUBECONFIG. Images: the sandbox image and
 # DRACPU_CLUSTER_IMAGES, imported unless a preloaded root (image-disk) already holds them.
 cmd_node() {
+    [[ "$RUNTIME" == containerd ]] || die "node: only on containerd (DRACPU_RUNTIME=$RUNTIME)"
     local kubeconfig="${DRACPU_CLUSTER_NODE_KUBECONFIG:-}" t
     [[ -f "$kubeconfig" ]] || die "node: DRACPU_CLUSTER_NODE_KUBECONFIG names no file ('$kubeconfig')"
     if [[ -n "$POD_CIDR" ]]; then
@@ -334,6 +534,7 @@ cmd_node() {
 cmd_image_disk() {
     local out="$1" size
     [[ -n "$out" ]] || die "usage: cluster.sh image-disk FILE"
+    [[ "$RUNTIME" == containerd ]] || die "image-disk: only of containerd (DRACPU_RUNTIME=$RUNTIME)"
     [[ -z "$(ls -A "$DIR" 2>/dev/null)" ]] || die "image-disk: $DIR is not empty"
     NRI_SOCKET="$RUN/nri.sock"
     mkdir -p "$RUN" "$DIR/logs"
@@ -353,20 +554,33 @@ cmd_image_disk() {
 cmd_down() {
     mkdir -p "$RUN"
     stop_pid kubelet
-    if [[ -S "$SOCK" ]] && pid_alive containerd; then
+    if [[ -S "$SOCK" ]] && pid_alive "$RUNTIME"; then
         local pod
+        if [[ "$RUNTIME" == crio ]]; then
+            # CRI-O's StopPodSandbox gives each container its whole grace period: stop them
+            # first with a short one, as the kubelet stops containers before their pod.
+            # shellcheck disable=SC2046  # container IDs
+            crictl_ stop -t 1 $(crictl_ ps -q 2>/dev/null) >/dev/null 2>&1 || true
+        fi
         for pod in $(crictl_ pods -q 2>/dev/null); do
             crictl_ stopp "$pod" >/dev/null 2>&1 || true
             crictl_ rmp -f "$pod" >/dev/null 2>&1 || true
         done
     fi
     stop_pid containerd
-    # Shims of this containerd outlive it: find them by the socket on their command line.
-    local proc pid
+    stop_pid crio
+    stop_pid registry
+    # Shims of this containerd outlive it: find them by the socket on their command line; so
+    # do CRI-O's conmons, found by their exit folder under DIR.
+    local proc pid cmdline
     for proc in /proc/[0-9]*; do
         pid="${proc#/proc/}"
-        if { tr '\0' ' ' <"$proc/cmdline"; } 2>/dev/null | grep -qF -- "-address $SOCK "; then
+        cmdline="$({ tr '\0' ' ' <"$proc/cmdline"; } 2>/dev/null || true)"
+        if [[ "$cmdline" == *"-address $SOCK "* ]]; then
             say "stopping leftover shim $pid"
+            kill "$pid" 2>/dev/null || true
+        elif [[ "$cmdline" == "$CONMON "* && "$cmdline" == *" --exit-dir $DIR/crio/exits "* ]]; then
+            say "stopping leftover conmon $pid"
             kill "$pid" 2>/dev/null || true
         fi
     done
@@ -407,6 +621,14 @@ cmd_down() {
     say "down"
 }
 
+cmd_runtime() {
+    if [[ "$RUNTIME" == crio ]]; then
+        echo "CRI-O $("$CRIO_BIN/crio" --version 2>/dev/null | awk '/^crio version/ {print $3}')"
+    else
+        echo "containerd $("$CONTAINERD_BIN/containerd" --version 2>/dev/null | awk '{print $3}')"
+    fi
+}
+
 cmd_env() {
     cat <<EOF
 export KUBECONFIG=$KUBECONFIG_PATH
@@ -414,6 +636,8 @@ KUBECTL=$KUBE_BIN/kubectl
 CRICTL="$CRICTL --config $DIR/crictl.yaml"
 CTR=$CONTAINERD_BIN/ctr
 CONTAINERD_SOCKET=$SOCK
+RUNTIME=$RUNTIME
+RUNTIME_SOCKET=$SOCK
 CLUSTER_DIR=$DIR
 NODE_NAME=$NODE_NAME
 NODE_IP=$NODE_IP
@@ -429,8 +653,10 @@ case "${1:-}" in
     down) cmd_down ;;
     status) cmd_status ;;
     env) cmd_env ;;
+    runtime) cmd_runtime ;;
+    tag) cmd_tag "${2:-}" "${3:-}" ;;
     missing) missing ;;
     node) cmd_node ;;
     image-disk) cmd_image_disk "${2:-}" ;;
-    *) die "usage: cluster.sh up|down|status|env|node|image-disk FILE" ;;
+    *) die "usage: cluster.sh up|down|status|env|runtime|tag IMAGE NEW|node|image-disk FILE" ;;
 esac

@@ -1,6 +1,7 @@
 """The e2e tier: tools/cluster.sh brings up the one-node cluster (control plane, containerd,
 kubelet, images), the chart is installed once per session with the locally built images, and
-every scenario runs against it. DRACPU_E2E_KEEP=1 leaves the cluster running afterwards."""
+every scenario runs against it. DRACPU_E2E_KEEP=1 leaves the cluster running afterwards;
+DRACPU_RUNTIME=crio runs the node on CRI-O instead of containerd."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def _missing() -> str:
     return "; ".join(done.stdout.split("\n")).strip("; ")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools/cluster.sh"), "runtime"], capture_output=True, text=True
+    )
+    runtime = done.stdout.strip() or done.stderr.strip()
+    selected = os.environ.get("DRACPU_RUNTIME", "") or "containerd"
+    return f"e2e node runtime: {runtime} (DRACPU_RUNTIME={selected}, tools/cluster.sh)"
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     require_root("e2e")
@@ -52,7 +62,9 @@ def cluster() -> Iterator[Cluster]:
             )
             if done.returncode != 0:
                 raise AssertionError(f"tools/cluster.sh up failed: {done.stderr.strip()}")
-        yield Cluster()
+        node = Cluster()
+        say(f"node runtime: {node.runtime_version()} (CRI socket {node.env['RUNTIME_SOCKET']})")
+        yield node
     finally:
         down()  # a bring-up that failed half-way is taken down too
 

@@ -266,7 +266,7 @@ def test_upgrading_one_image_with_on_delete(clean: Cluster) -> None:
     version = node.app_version
     tag = f"{version}-next"
     image = "localhost/dracpu-api"
-    node.ctr("images", "tag", "--force", f"{image}:{version}", f"{image}:{tag}")
+    node.tag_image(f"{image}:{version}", f"{image}:{tag}")
     before = node.driver_pod()
     assert before is not None
     try:

@@ -153,7 +153,7 @@ def test_the_install_steps_run_as_the_page_writes_them(cluster: Cluster) -> None
         (root / "examples" / f"{EXAMPLE}.yaml").write_text(
             yaml.safe_dump_all(scaled.documents, sort_keys=False)
         )
-        node.ctr("images", "tag", "--force", TEST_IMAGE, BUSYBOX)
+        node.tag_image(TEST_IMAGE, BUSYBOX)
         pod = example.pod["metadata"]["name"]
         apply, ready, logs = steps[5]
         assert f"pod/{pod}" in apply or EXAMPLE in apply, apply

@@ -88,6 +88,7 @@ class Cluster:
         self.node = env["NODE_NAME"]
         self.kubelet_root = env["KUBELET_ROOT"]
         self.nri_socket = env["NRI_SOCKET"]
+        self.runtime = env.get("RUNTIME", "containerd")  # DRACPU_RUNTIME of tools/cluster.sh
         self.state_dir = self.dir / "dracpu-state"
         self.api_port = int(os.environ.get("DRACPU_E2E_API_PORT", "17080"))
         self.helm_bin = str(ROOT / ".tools/bin/helm")
@@ -174,6 +175,22 @@ class Cluster:
 
     def crictl(self, *args: str) -> str:
         return run([*self.crictl_argv, *args])
+
+    def runtime_version(self) -> str:
+        """The node's runtime as its CRI Version call names it, e.g. `cri-o 1.34.0`."""
+        fields = dict(
+            line.split(":", 1) for line in self.crictl("version").splitlines() if ":" in line
+        )
+        return f"{fields['RuntimeName'].strip()} {fields['RuntimeVersion'].strip()}"
+
+    def tag_image(self, image: str, new: str) -> None:
+        """The node's image `image` also called `new`: `ctr images tag` on containerd; CRI-O,
+        which takes images only by pulling, pulls `new` from a registry serving the image's
+        archive (`tools/cluster.sh tag`)."""
+        if self.runtime == "containerd":
+            self.ctr("images", "tag", "--force", image, new)
+        else:
+            run(["bash", str(ROOT / "tools/cluster.sh"), "tag", image, new])
 
     def ctr(self, *args: str) -> str:
         return run(

@@ -8,14 +8,18 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import grpc
 import pytest
 from harness.nri_bed import Bed, claim_env, prepare_seen
 from harness.waits import eventually
 
+from dracpu.core.errors import InvalidInputError
 from dracpu.core.prerequisites import CDI, NRI, Prerequisites
 from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
-from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites
+from dracpu.nri_plugin.cri_version import RuntimeIdentity, decode_version_response
+from dracpu.nri_plugin.runtime import runtime_identity
+from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites, nri_off_line
 from dracpu.nri_plugin.servicer import NRIPluginView
 from dracpu.nri_plugin.stub import Backoff, PluginStub
 from dracpu.pb.allocator.v1 import allocator_pb2
@@ -160,3 +164,83 @@ async def test_a_claimed_container_found_at_synchronize_shows_cdi_works(bed: Bed
     await bed.runtime.restart()
     await eventually(lambda: bed.stub.status.connects > connects, "reconnect", timeout=10)
     await eventually(lambda: _state(verdicts) == {CDI: True}, "the verdict", timeout=10)
+
+
+# ---- the runtime named by its CRI socket when NRI is off ------------------------------------
+
+
+def _string_field(number: int, value: str) -> bytes:
+    data = value.encode()
+    return bytes([number << 3 | 2, len(data)]) + data
+
+
+def _version_reply(name: str, version: str) -> bytes:
+    """A VersionResponse as the runtime serializes it: version, runtime_name, runtime_version,
+    runtime_api_version (fields 1-4, strings)."""
+    return b"".join(
+        _string_field(n, v) for n, v in ((1, "0.1.0"), (2, name), (3, version), (4, "v1"))
+    )
+
+
+def test_the_cri_version_reply_names_the_runtime_and_its_version() -> None:
+    crio = decode_version_response(_version_reply("cri-o", "1.34.0"))
+    assert (crio.name, crio.version, crio.kind, str(crio)) == ("cri-o", "1.34.0", "crio",
+                                                               "CRI-O 1.34.0")  # fmt: skip
+    containerd = decode_version_response(_version_reply("containerd", "v2.4.2"))
+    assert (containerd.kind, str(containerd)) == ("containerd", "containerd v2.4.2")
+    # an unknown field of another wire type is stepped over
+    assert decode_version_response(b"\x28\x07" + _version_reply("x", "1")).name == "x"
+    for garbled in (b"\x12\x09cri", b"\x0a\x02v1", b"\xff"):
+        with pytest.raises(InvalidInputError, match="CRI VersionResponse"):
+            decode_version_response(garbled)
+
+
+def test_a_crio_without_nri_is_one_line_naming_it_its_version_and_the_setting() -> None:
+    line = nri_off_line("/var/run/nri/nri.sock", RuntimeIdentity("cri-o", "1.34.0"))
+    assert line.startswith("no NRI socket at /var/run/nri/nri.sock: CRI-O 1.34.0 has NRI off"), line
+    assert "enable_nri = true under [crio.nri]" in line
+    assert CONTAINERD_NRI not in line and "\n" not in line
+    line = nri_off_line("/run/nri.sock", RuntimeIdentity("containerd", "1.7.27"))
+    assert "containerd 1.7.27 has NRI off" in line and CONTAINERD_NRI in line
+    assert CRIO_NRI not in line
+    # Unnamed: why, and the setting of each runtime.
+    line = nri_off_line("/run/nri.sock", None, "no --cri-socket to ask its name and version")
+    assert "the runtime has NRI off (no --cri-socket" in line
+    assert CONTAINERD_NRI in line and CRIO_NRI in line
+
+
+def test_the_status_names_the_runtime_the_cri_socket_named() -> None:
+    checks, verdicts = _checks()
+    checks.runtime = RuntimeIdentity("cri-o", "1.34.0")
+    checks.connection_failed("cannot connect to /var/run/nri/nri.sock: No such file or directory")
+    (verdict,) = verdicts.all()
+    assert "no NRI connection to CRI-O 1.34.0" in verdict.message
+    assert "enable_nri = true under [crio.nri]" in verdict.message
+    assert CONTAINERD_NRI not in verdict.message
+
+
+async def test_the_cri_socket_is_asked_its_version_and_an_absent_one_said(tmp_path: Path) -> None:
+    socket = tmp_path / "cri.sock"
+
+    async def version(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return _version_reply("cri-o", "1.34.0")
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                "runtime.v1.RuntimeService",
+                {"Version": grpc.unary_unary_rpc_method_handler(version)},
+            )
+        ]
+    )
+    server.add_insecure_port(f"unix://{socket}")
+    await server.start()
+    try:
+        assert await runtime_identity(str(socket)) == (RuntimeIdentity("cri-o", "1.34.0"), "")
+    finally:
+        await server.stop(None)
+    named, why = await runtime_identity(str(tmp_path / "absent.sock"))
+    assert named is None
+    assert why == f"its CRI socket {tmp_path / 'absent.sock'} did not answer Version: UNAVAILABLE"
+    assert await runtime_identity("") == (None, "no --cri-socket to ask its name and version")

@@ -37,6 +37,13 @@ def build_parser() -> ArgumentParser:
         help=f"the runtime's NRI socket (default {DEFAULT_NRI_SOCKET})",
     )
     parser.add_argument(
+        "--cri-socket",
+        default="",
+        metavar="PATH",
+        help="the runtime's CRI socket, asked for the runtime's name and version when its NRI "
+        "socket is absent, to name them in what the plugin says (default: none)",
+    )
+    parser.add_argument(
         "--nri-plugin-index",
         default="00",
         metavar="NN",

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 import grpc
 
 from dracpu.core import __version__
 from dracpu.core.config import load, log_effective
 from dracpu.core.driver import DRIVER_NAME
+from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
@@ -18,8 +20,9 @@ from dracpu.core.signals import stop_event
 from dracpu.nri_plugin.allocator_client import AllocatorClient
 from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
+from dracpu.nri_plugin.cri_version import RuntimeIdentity, query
 from dracpu.nri_plugin.plugin_metrics import NRIMetrics
-from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites
+from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites, nri_off_line
 from dracpu.nri_plugin.servicer import NRIPluginView
 from dracpu.nri_plugin.stub import PluginStub
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2_grpc
@@ -28,6 +31,20 @@ SERVICE_NAME = "dracpu.nri_plugin.v1.NRIPluginView"
 API_VERSION = "dracpu.nri_plugin.v1"
 
 log = get_logger(__name__)
+
+
+async def runtime_identity(cri_socket: str) -> tuple[RuntimeIdentity | None, str]:
+    """The runtime named by its CRI socket's Version call, or None and why not."""
+    if not cri_socket:
+        return None, "no --cri-socket to ask its name and version"
+    try:
+        return await query(cri_socket), ""
+    except grpc.RpcError as exc:
+        code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
+        name = code.name if code is not None else type(exc).__name__
+        return None, f"its CRI socket {cri_socket} did not answer Version: {name}"
+    except DracpuError as exc:
+        return None, f"its CRI socket {cri_socket} answered Version garbled: {exc}"
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -49,6 +66,9 @@ async def serve(args: argparse.Namespace) -> int:
     allocator = AllocatorClient(args.allocator_socket)
     metrics = NRIMetrics()
     checks = RuntimePrerequisites(Prerequisites(), args.nri_socket)
+    if not os.path.exists(args.nri_socket):
+        checks.runtime, why_unnamed = await runtime_identity(args.cri_socket)
+        log.error(nri_off_line(args.nri_socket, checks.runtime, why_unnamed))
     plugin = CPUPlugin(allocator, unsolicited=mode, metrics=metrics, prerequisites=checks)
     stub = PluginStub(args.nri_socket, plugin, name=DRIVER_NAME, index=args.nri_plugin_index,
                       prerequisites=checks)  # fmt: skip

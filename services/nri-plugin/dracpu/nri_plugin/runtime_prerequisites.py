@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from dracpu.core.driver import CDI_KIND, CPUSET_ENV, cpuset_env_name
 from dracpu.core.prerequisites import CDI, NRI, Prerequisites
+from dracpu.nri_plugin.cri_version import RuntimeIdentity
 from dracpu.pb.nri import api_pb2
 
 NRI_GRACE = 30.0  # seconds: a runtime restarting takes its socket away for about this long
@@ -28,6 +29,11 @@ HOW_NRI = (
     '"io.containerd.nri.v1.nri"], on by default from 2.0; CRI-O: enable_nri = true under '
     "[crio.nri]), or point --nri-socket at its socket; no container is pinned until then"
 )
+NRI_SETTING = {
+    "crio": "enable_nri = true under [crio.nri] (e.g. in a drop-in of /etc/crio/crio.conf.d)",
+    "containerd": 'disable = false under [plugins."io.containerd.nri.v1.nri"] (on by default '
+    "from 2.0)",
+}
 HOW_CDI = (
     "turn CDI on in the runtime and restart it (containerd 1.7: enable_cdi = true under [plugins."
     '"io.containerd.grpc.v1.cri"], on by default from 2.0); until then claimed containers run '
@@ -35,13 +41,40 @@ HOW_CDI = (
 )
 
 
+def how_nri(runtime: RuntimeIdentity | None) -> str:
+    """How to turn NRI on: in the words of the runtime the CRI socket named, or of each."""
+    if runtime is None:
+        return HOW_NRI
+    setting = NRI_SETTING.get(runtime.kind)
+    if setting is None:
+        return f"{runtime} does not serve NRI here: {HOW_NRI}"
+    return (
+        f"set {setting} and restart {runtime}, or point --nri-socket at its socket; no "
+        "container is pinned until then"
+    )
+
+
+def nri_off_line(nri_socket: str, runtime: RuntimeIdentity | None, cri_note: str = "") -> str:
+    """The one line the nri-plugin says at its start when the runtime's NRI socket is absent:
+    the runtime and its version when its CRI socket named them (`cri_note` says why not)."""
+    who = f"{runtime}" if runtime is not None else "the runtime"
+    note = f" ({cri_note})" if cri_note else ""
+    return f"no NRI socket at {nri_socket}: {who} has NRI off{note}: {how_nri(runtime)}"
+
+
 class RuntimePrerequisites:
     def __init__(
-        self, prerequisites: Prerequisites, socket: str, *, grace: float = NRI_GRACE
+        self,
+        prerequisites: Prerequisites,
+        socket: str,
+        *,
+        grace: float = NRI_GRACE,
+        runtime: RuntimeIdentity | None = None,
     ) -> None:
         self.prerequisites = prerequisites
         self.socket = socket
         self.grace = grace
+        self.runtime = runtime  # named by the CRI socket, when it was asked and answered
         self._registered_once = False
         self._down_since: float | None = None
 
@@ -59,7 +92,10 @@ class RuntimePrerequisites:
             self._down_since = now
         if self._registered_once and now - self._down_since < self.grace:
             return  # the runtime restarting
-        self.prerequisites.missing(NRI, f"no NRI connection to the runtime ({reason}): {HOW_NRI}")
+        who = f"{self.runtime}" if self.runtime is not None else "the runtime"
+        self.prerequisites.missing(
+            NRI, f"no NRI connection to {who} ({reason}): {how_nri(self.runtime)}"
+        )
 
     # -- CDI ------------------------------------------------------------------------------------
 
