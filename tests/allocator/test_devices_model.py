@@ -217,6 +217,40 @@ def test_node_allocatable_mapping(
     assert all(dict(d.node_allocatable) == {"cpu": expected} for d in model.devices)
 
 
+def test_memory_devices_map_each_capacity_onto_the_node_resource_of_the_same_memory(
+    machines: Machines,
+) -> None:
+    """With the mapping on, a memory device maps its memory and each hugepage pool it has
+    onto the kubelet's resource for them (`memory`, `hugepages-<size>`), byte for byte; the
+    CPU devices keep their own mapping."""
+    machine = machines("numa4-hugepages")
+    model = build_devices(
+        machine, DeviceOptions(publish_memory=True, node_allocatable_mapping=True)
+    )
+    memory = [d for d in model.devices if d.kind == "memory"]
+    assert len(memory) == 4
+    for device in memory:
+        mapped = {
+            r: (m.capacity_key, m.capacity_multiplier) for r, m in device.node_allocatable.items()
+        }
+        expected = {"memory": ("dra.cpu/memory", "1")}
+        for key in device.capacity:
+            if key.startswith("dra.cpu/hugepages"):
+                expected[f"hugepages-{key.removeprefix('dra.cpu/hugepages')}"] = (key, "1")
+        assert mapped == expected
+    assert set(memory[0].node_allocatable) == {"memory", "hugepages-2Mi", "hugepages-1Gi"}
+    assert set(memory[1].node_allocatable) == {"memory", "hugepages-2Mi"}
+    cpu_mapping = NodeAllocatableMapping(capacity_key="dra.cpu/cpu", capacity_multiplier="1")
+    assert all(
+        dict(d.node_allocatable) == {"cpu": cpu_mapping}
+        for d in model.devices
+        if d.kind != "memory"
+    )
+    without = build_devices(machine, DeviceOptions(publish_memory=True))
+    assert all(not d.node_allocatable for d in without.devices)
+    assert without.fingerprint != model.fingerprint
+
+
 def test_fingerprint_follows_the_published_facts(machines: Machines) -> None:
     machine = machines("xeon-2s-ht")
     base = build_devices(machine, DeviceOptions())

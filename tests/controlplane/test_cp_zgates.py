@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 from controlplane.checks import complete, devices, slices, stays_unchanged
 from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
 from harness.waits import wait_for
+
+from dracpu.topology.fixtures import write_fixture
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 CONTROL_PLANE_FLAGS = (
@@ -56,6 +59,45 @@ async def test_a_mapping_is_kept_when_the_node_declares_the_feature(
         interval=0.2,
     )
     assert all("nodeAllocatableResources" in d for d in devices(found))
+    assert len((await stack.status()).missing_api_features) == 0
+    await stays_unchanged(control_plane, node)
+
+
+async def test_memory_devices_keep_their_mapping_onto_memory_and_hugepages(
+    control_plane: ControlPlane, stacks: list[DriverStack], tmp_path: Path
+) -> None:
+    """publishMemoryDevices with the mapping, on a node that declares the feature: the API
+    server takes each memory device's mapping of `memory` and `hugepages-<size>` onto its own
+    capacities, as published."""
+    node = "gates-on-memory"
+    control_plane.register_node(node, cpus=32, declared=["DRANodeAllocatableResources"])
+    sysfs = write_fixture("numa4-hugepages", Path(tmp_path) / "sys")
+    config = {"publishMemoryDevices": True, "publishNodeAllocatableResourceMapping": True}
+    stack = DriverStack(node, control_plane.kubeconfig, sysfs=sysfs, config=config)
+    stacks.append(stack)
+    await stack.start()
+    found = wait_for(
+        lambda: (s := slices(control_plane, node)) and complete(s, 8) and s,
+        "CPU and memory devices with their mappings",
+        timeout=60,
+        interval=0.2,
+    )
+    by_name = {d["name"]: d for d in devices(found)}
+
+    def mapped(name: str) -> dict[str, str]:
+        resources = by_name[name]["nodeAllocatableResources"]
+        return {r: m["mapping"]["capacityKey"] for r, m in resources.items()}
+
+    assert mapped("memory-node-0") == {
+        "memory": "dra.cpu/memory",
+        "hugepages-2Mi": "dra.cpu/hugepages2Mi",
+        "hugepages-1Gi": "dra.cpu/hugepages1Gi",
+    }
+    assert mapped("memory-node-1") == {
+        "memory": "dra.cpu/memory",
+        "hugepages-2Mi": "dra.cpu/hugepages2Mi",
+    }
+    assert mapped("cpudevnuma000") == {"cpu": "dra.cpu/cpu"}
     assert len((await stack.status()).missing_api_features) == 0
     await stays_unchanged(control_plane, node)
 

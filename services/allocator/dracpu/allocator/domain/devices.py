@@ -57,7 +57,8 @@ AttributeValue = bool | int | str | tuple[str, ...]
 
 @dataclass(frozen=True, slots=True)
 class NodeAllocatableMapping:
-    """resource.k8s.io/v1 NodeAllocatableResource mapping for the node resource `cpu`."""
+    """resource.k8s.io/v1 NodeAllocatableResource mapping onto a node resource (`cpu`,
+    `memory`, `hugepages-<size>`)."""
 
     capacity_key: str = ""
     capacity_multiplier: str = ""
@@ -176,7 +177,7 @@ def build_devices(
     else:
         devices = _grouped(machine, options, held)
     if options.publish_memory:
-        devices.extend(memory_devices(machine))
+        devices.extend(memory_devices(machine, options.node_allocatable_mapping))
     return DeviceModel(options=options, devices=tuple(devices), order=tuple(order))
 
 
@@ -307,19 +308,34 @@ def _grouped(machine: Machine, options: DeviceOptions, withheld: CPUSet) -> list
     return devices
 
 
-def memory_devices(machine: Machine) -> list[Device]:
+def memory_devices(machine: Machine, node_allocatable_mapping: bool = False) -> list[Device]:
     """One device per NUMA node with memory: its memory outside the hugepage pools and each
     pool, in bytes, as consumable capacity. A node without memory (MemTotal 0) has no device,
     nor has one whose MemTotal could not be read (the inventory says why): every memory device
-    has the memory capacity, which is what the DeviceClasses tell memory and CPUs apart by."""
+    has the memory capacity, which is what the DeviceClasses tell memory and CPUs apart by.
+
+    With `node_allocatable_mapping` each capacity maps byte for byte onto the node resource
+    the kubelet accounts the same memory under (`memory`, `hugepages-<size>`), so that the
+    scheduler counts what a claim consumes against the node's allocatable once."""
     devices = []
     for memory in machine.memory:
         regular = memory.regular_bytes
         if regular is None or not memory.mem_total_kib:
             continue
         capacity = {MEMORY_CAPACITY: binary_quantity(regular)}
+        resources = {"memory": MEMORY_CAPACITY}
         for pool in memory.hugepages:
-            capacity[hugepages_capacity(pool.size_name)] = binary_quantity(pool.total_bytes)
+            key = hugepages_capacity(pool.size_name)
+            capacity[key] = binary_quantity(pool.total_bytes)
+            resources[f"hugepages-{pool.size_name}"] = key
+        allocatable = (
+            {
+                resource: NodeAllocatableMapping(capacity_key=key, capacity_multiplier="1")
+                for resource, key in resources.items()
+            }
+            if node_allocatable_mapping
+            else {}
+        )
         devices.append(
             Device(
                 name=memory_device_name(memory.node),
@@ -328,6 +344,7 @@ def memory_devices(machine: Machine) -> list[Device]:
                 attributes={ATTR_NUMA_NODE: memory.node},
                 capacity=capacity,
                 allow_multiple_allocations=True,
+                node_allocatable=allocatable,
             )
         )
     return devices
