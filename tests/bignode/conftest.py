@@ -16,6 +16,7 @@ import pytest
 from bignode import cluster as guest_cluster_module
 from bignode.cluster import GuestCluster, clear, published_capacity
 from harness.guest import Guest, missing
+from harness.realnode_stack import runtime
 from harness.tier_end import TierEnd
 
 
@@ -34,6 +35,10 @@ def guest(request: pytest.FixtureRequest) -> Iterator[Guest]:
     if reason:
         pytest.skip(reason)
     disk, images, not_cluster = None, "", guest_cluster_module.prerequisites()
+    if RUNTIME != "containerd":
+        not_cluster = (
+            "the guest's cluster runs its node on containerd (DRACPU_RUNTIME=crio: the bed only)"
+        )
     if not not_cluster:
         try:
             disk, images = guest_cluster_module.image_disk()
@@ -69,16 +74,21 @@ def guest(request: pytest.FixtureRequest) -> Iterator[Guest]:
 
 @pytest.fixture(scope="session")
 def bed(guest: Guest) -> Guest:
-    """containerd 2.4.2 + runc and the five services started in the guest, kept for the session."""
+    """containerd 2.4.2 (or CRI-O, DRACPU_RUNTIME=crio) + runc and the five services started in
+    the guest, kept for the session."""
     began = time.monotonic()
-    times = guest.call("start")
+    times = guest.call("start", runtime=RUNTIME)
     print(
-        f"bignode: containerd ready in {times['containerd_s']} s, services in "
-        f"{times['services_s']} s (total {time.monotonic() - began:.1f} s)",
+        f"bignode: {times['runtime']} {times['version']} ready in {times['runtime_s']} s, "
+        f"services in {times['services_s']} s (total {time.monotonic() - began:.1f} s)",
         flush=True,
     )
     return guest
 
+
+# The bed's runtime: containerd, or CRI-O with DRACPU_RUNTIME=crio (the guest's cluster, last,
+# runs containerd only and is skipped then).
+RUNTIME = runtime()
 
 # When the tier's last test is done: the cluster down, then the guest powered off, so no qemu
 # runs beside the tiers that come after this one in the session.
@@ -147,11 +157,11 @@ def node(bed: Guest, request: pytest.FixtureRequest) -> Iterator[Guest]:
     """The bed with the test module's DRIVER_CONFIG (default: none), restarted when that
     differs from what runs; left as found: the test's pods removed and claims released."""
     config = getattr(request.module, "DRIVER_CONFIG", "")
-    times = bed.call("start", config=config)
+    times = bed.call("start", config=config, runtime=RUNTIME)
     if not times["reused"]:
         print(
-            f"\nbignode: bed restarted for {config.strip()!r}: containerd "
-            f"{times['containerd_s']} s, services {times['services_s']} s",
+            f"\nbignode: bed restarted for {config.strip()!r}: {times['runtime']} "
+            f"{times['runtime_s']} s, services {times['services_s']} s",
             flush=True,
         )
     began = time.monotonic()

@@ -1,9 +1,10 @@
 """What the agent does in the guest. Every function takes the guest's state folder as `state`
 (the agent passes it) and answers plain JSON.
 
-One bed at a time lives here: a real containerd 2.4.2 + runc (tests/realnode ContainerdNode,
-NRI request and registration timeouts raised to 30 s: under emulation the default 2 s expire
-and a claimed container would start on every CPU before being pinned) with the five services
+One bed at a time lives here: a real containerd 2.4.2 + runc (harness ContainerdNode; or CRI-O
+1.34 + conmon + runc, harness CrioNode, when the host runs the tier with DRACPU_RUNTIME=crio),
+NRI request and registration timeouts raised to 30 s (under emulation the default 2 s expire
+and a claimed container would start on every CPU before being pinned), with the five services
 of this checkout and the kubelet simulator attached as tests/skew runs them (one process each,
 so one can be replaced while the others run: the upgrade walk-through). It is started once and
 kept: process starts are what emulation makes slowest. Claims go through the kubelet simulator
@@ -32,6 +33,7 @@ from harness.cgroups import CGROUP_ROOT, Cgroups
 from harness.containerd_node import ContainerdNode, crictl_path
 from harness.dev_up import DevUp, free_port
 from harness.guest import KUBELET_PORT, NODE_IP, POD_CIDR
+from harness.realnode_stack import RUNTIMES, make_node
 from shape import machine_shape
 from skew_builds import Build, head_build
 from skew_stack import Stack
@@ -128,17 +130,21 @@ def _head() -> Build:
 _head_cache: dict[str, Build] = {}
 
 
-def start(state: Path, config: str = "") -> dict[str, Any]:
-    """containerd first (its NRI socket must be there when the nri-plugin dials), then the
-    services one by one, each until ready (docs/dev/bignode.md: started together, they once
-    hung the guest); a no-op when the bed runs with the same `config` (driver configuration
-    YAML). Another `config` restarts the services alone, on a fresh run folder, beside the
-    running containerd."""
+def start(state: Path, config: str = "", runtime: str = "containerd") -> dict[str, Any]:
+    """The runtime (`runtime`: containerd or crio) first (its NRI socket must be there when
+    the nri-plugin dials), then the services one by one, each until ready (docs/dev/bignode.md:
+    started together, they once hung the guest); a no-op when the bed runs with the same
+    `config` (driver configuration YAML) and runtime. Another `config` restarts the services
+    alone, on a fresh run folder, beside the running runtime; another runtime restarts all.
+    Answers how long the runtime and the services took, and the runtime's name and version."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
     with _lock:
-        if _bed and _bed.get("config") == config and not _bed["stack"].exited():
-            return {"containerd_s": 0.0, "services_s": 0.0, "reused": True}
+        same = _bed.get("config") == config and _bed.get("runtime") == runtime
+        if _bed and same and not _bed["stack"].exited():
+            return {"runtime_s": 0.0, "services_s": 0.0, "reused": True} | _bed["version"]
         node: ContainerdNode | None = _bed.get("node")
-        if node is not None and node.running:
+        if node is not None and node.running and _bed.get("runtime") == runtime:
             _stop_services(state)
         else:
             _stop_bed(state)
@@ -156,21 +162,25 @@ def start(state: Path, config: str = "") -> dict[str, Any]:
         )
         began = time.monotonic()
         if node is None:
-            node = ContainerdNode(
-                BASE / "node",
-                BASE / "rd",
-                plugin_request_timeout=NRI_TIMEOUT,
-                plugin_registration_timeout=NRI_TIMEOUT,
-            )
+            node = make_node(BASE / "node", BASE / "rd", name=runtime, nri_timeout=NRI_TIMEOUT)
             node.start(timeout=120)
         started = time.monotonic()
-        _bed.update(node=node, stack=stack, config=config, pods=[], claims=[])
+        version = {"runtime": node.runtime_name, "version": node.runtime_version()}
+        _bed.update(
+            node=node,
+            stack=stack,
+            config=config,
+            runtime=runtime,
+            version=version,
+            pods=[],
+            claims=[],
+        )
         stack.start_all()
         return {
-            "containerd_s": round(started - began, 1),
+            "runtime_s": round(started - began, 1),
             "services_s": round(time.monotonic() - started, 1),
             "reused": False,
-        }
+        } | version
 
 
 def _stop_services(state: Path) -> None:
@@ -207,10 +217,11 @@ def _stop_bed(state: Path) -> None:
 
 
 def _keep_logs(state: Path) -> None:
-    """The services' and containerd's logs into the state folder, where the host reads them."""
+    """The services' and the runtime's logs into the state folder, where the host reads them."""
     target = state / "logs"
     target.mkdir(parents=True, exist_ok=True)
-    for log in [*BASE.glob("rd/logs/*.log"), BASE / "node/containerd.log"]:
+    runtime_logs = [BASE / "node/containerd.log", BASE / "node/crio.log"]
+    for log in [*BASE.glob("rd/logs/*.log"), *runtime_logs]:
         with contextlib.suppress(OSError):
             shutil.copy(log, target / log.name)
 

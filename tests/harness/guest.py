@@ -36,7 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.crio_node import missing_crio_tools
 from harness.paths import CACHE
+from harness.realnode_stack import runtime
 from harness.waits import WaitTimeout, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,6 +81,10 @@ def missing() -> str:
     absent = [name for name, found in needs.items() if not found]
     if absent:
         return f"bignode tier: {', '.join(absent)} missing (run tools/tier-bignode.sh bootstrap)"
+    if runtime() == "crio":
+        # The guest runs the host's userland: the bed's CRI-O is the host's.
+        reason = missing_crio_tools()
+        return f"bignode tier on CRI-O: {reason}" if reason else ""
     return ""
 
 

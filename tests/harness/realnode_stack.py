@@ -38,11 +38,25 @@ def runtime_versions() -> tuple[str, ...]:
     return CRIO_VERSIONS if runtime() == "crio" else CONTAINERD_VERSIONS
 
 
-def make_node(base: Path, run_dir: Path, version: str = "") -> ContainerdNode:
-    """A node of the selected runtime on `base`, its NRI socket and CDI specs in `run_dir`."""
-    if runtime() == "crio":
-        return CrioNode(base, run_dir, version=version or CRIO_VERSIONS[0])
-    return ContainerdNode(base, run_dir, version=version or CONTAINERD_VERSIONS[0])
+def make_node(
+    base: Path,
+    run_dir: Path,
+    version: str = "",
+    *,
+    name: str = "",
+    nri_timeout: str = "",
+) -> ContainerdNode:
+    """A node of runtime `name` (default: the selected one) on `base`, its NRI socket and CDI
+    specs in `run_dir`; `nri_timeout` raises the NRI plugin registration and request timeouts
+    from the runtime's defaults (a slow machine, such as an emulated guest)."""
+    timeouts = (
+        {"plugin_request_timeout": nri_timeout, "plugin_registration_timeout": nri_timeout}
+        if nri_timeout
+        else {}
+    )
+    if (name or runtime()) == "crio":
+        return CrioNode(base, run_dir, version=version or CRIO_VERSIONS[0], **timeouts)
+    return ContainerdNode(base, run_dir, version=version or CONTAINERD_VERSIONS[0], **timeouts)
 
 
 def api_port() -> int:
