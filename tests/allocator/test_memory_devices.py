@@ -25,6 +25,7 @@ from dracpu.allocator.claims.model import MemoryAmount
 from dracpu.allocator.domain.device_health import HealthBook, assess
 from dracpu.allocator.domain.devices import DeviceOptions, build_devices
 from dracpu.allocator.live.node import NodeAllocator
+from dracpu.allocator.rpc import wire
 from dracpu.allocator.servicer import AllocatorServicer
 from dracpu.allocator.store import records
 from dracpu.core.containers import Container, Owner
@@ -32,6 +33,7 @@ from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConflictError, DracpuError, InsufficientMemoryError
 from dracpu.core.machine import Machine
 from dracpu.core.memory import HugepagePool, NodeMemory, memory_fingerprint
+from dracpu.core.metrics import exposition, service_registry
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 Machines = Callable[[str], Machine]
@@ -433,3 +435,34 @@ async def test_a_memory_claim_attaches_only_to_a_plugin_that_enforces_it(
     assert reply.memory_nodes == "0"
     assert dict(reply.hugepage_limits) == {"2Mi": 64 * MIB, "1Gi": GIB}
     assert node.state.records["c1"].container_id == "cid"
+
+
+async def test_the_memory_held_and_free_is_shown_per_node_and_kind(
+    tmp_path: Path, machines: Machines
+) -> None:
+    registry = service_registry()
+    node = NodeAllocator(
+        state_dir=tmp_path / "state",
+        cdi_dir=tmp_path / "cdi",
+        options=DeviceOptions(publish_memory=True, min_shared=1),
+        registry=registry,
+    )
+    await node.start(machines("numa4-hugepages"))
+    memory = result("memory-node-1", {"dra.cpu/memory": "1Gi", "dra.cpu/hugepages2Mi": "32Mi"}, "m")
+    outcome = await node.prepare(claim("c1", CPUS1, memory))
+    shown = wire.claim_to_proto(outcome.record)
+    assert [(m.numa_node, m.kind, m.bytes) for m in shown.memory] == [
+        (1, "hugepages-2Mi", 32 * MIB),
+        (1, "memory", GIB),
+    ]
+    text = exposition(registry)
+    for line in (
+        'dra_cpu_memory_claimed_bytes{kind="hugepages-2Mi",numa_node="1"} 3.3554432e+07',
+        'dra_cpu_memory_free_bytes{kind="hugepages-2Mi",numa_node="1"} 5.0331648e+08',
+        'dra_cpu_memory_claimed_bytes{kind="memory",numa_node="1"} 1.073741824e+09',
+        'dra_cpu_memory_free_bytes{kind="hugepages-1Gi",numa_node="0"} 2.147483648e+09',
+        'dra_cpu_memory_claimed_bytes{kind="hugepages-1Gi",numa_node="0"} 0.0',
+    ):
+        assert line in text
+    await node.unprepare("c1")
+    assert 'dra_cpu_memory_claimed_bytes{kind="memory",numa_node="1"} 0.0' in exposition(registry)

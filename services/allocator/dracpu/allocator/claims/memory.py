@@ -106,6 +106,23 @@ def check_free(state: NodeState, uid: str, amounts: tuple[MemoryAmount, ...]) ->
             )
 
 
+def usage(state: NodeState) -> list[tuple[int, str, int, int]]:
+    """Per memory device and capacity: (node, kind, bytes claimed, bytes free)."""
+    holders = (*state.records.values(), *state.draining.values())
+    rows = []
+    for device in state.devices.devices:
+        node = device.attributes.get(ATTR_NUMA_NODE)
+        if device.kind != "memory" or not isinstance(node, int):
+            continue
+        for name, text in device.capacity.items():
+            kind = kind_of(name)
+            if kind is None:
+                continue
+            claimed = held(holders, node, kind)
+            rows.append((node, kind, claimed, max(0, int(parse_quantity(text)) - claimed)))
+    return rows
+
+
 def claim_memory(
     state: NodeState, request: PrepareInput
 ) -> tuple[tuple[MemoryAmount, ...], CPUSet]:
