@@ -10,22 +10,31 @@ Machine: numa4-hugepages (4 NUMA nodes of 4 two-thread cores; node memory and po
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.requests import prepare_request
 
 from dracpu.allocator import claims
 from dracpu.allocator.claims import NodeState, PrepareInput, ResultInput
+from dracpu.allocator.claims.model import MemoryAmount
 from dracpu.allocator.domain.device_health import HealthBook, assess
 from dracpu.allocator.domain.devices import DeviceOptions, build_devices
 from dracpu.allocator.live.node import NodeAllocator
+from dracpu.allocator.rpc import wire
+from dracpu.allocator.servicer import AllocatorServicer
+from dracpu.allocator.store import records
+from dracpu.core.containers import Container, Owner
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import InvalidInputError
+from dracpu.core.errors import ConflictError, DracpuError, InsufficientMemoryError
 from dracpu.core.machine import Machine
 from dracpu.core.memory import HugepagePool, NodeMemory, memory_fingerprint
+from dracpu.core.metrics import exposition, service_registry
+from dracpu.pb.allocator.v1 import allocator_pb2
 
 Machines = Callable[[str], Machine]
 NUMA = "resource.kubernetes.io/numaNode"
@@ -143,37 +152,206 @@ def result(device: str, consumed: dict[str, str], request: str) -> ResultInput:
     return ResultInput(request=request, device=device, pool="node", consumed=consumed)
 
 
+def claim(uid: str, *results: ResultInput) -> PrepareInput:
+    return PrepareInput(uid=uid, namespace="ns", name=uid, results=results)
+
+
+CPUS1 = result("cpudevnuma001", {"dra.cpu/cpu": "2"}, "cpus")
+
+
+def test_memory_is_claimed_beside_cpus_and_recorded_per_node_and_kind(
+    machines: Machines,
+) -> None:
+    outcome = claims.prepare(
+        state(machines("numa4-hugepages")),
+        claim(
+            "c1",
+            CPUS1,
+            result("memory-node-1", {"dra.cpu/memory": "1Gi", "dra.cpu/hugepages2Mi": "32Mi"}, "m"),
+            # A second result on the same device adds to the first.
+            result("memory-node-1", {"dra.cpu/hugepages2Mi": "16Mi"}, "more"),
+            result("memory-node-0", {"dra.cpu/hugepages1Gi": "1Gi"}, "big"),
+        ),
+        1,
+    )
+    record = outcome.record
+    assert record.memory == (
+        MemoryAmount(0, "hugepages-1Gi", GIB),
+        MemoryAmount(1, "hugepages-2Mi", 48 * MIB),
+        MemoryAmount(1, "memory", GIB),
+    )
+    # The CPU results alone make the allocations; the memory nodes are where its memory is.
+    assert [a.device for a in record.allocations] == ["cpudevnuma001"]
+    assert len(record.cpus) == 2
+    assert record.memory_nodes == CPUSet.parse("0-1")
+
+
+REFUSALS = [
+    # Node 1's 2 MiB pool is 512 MiB; another claim holds 496 MiB of it.
+    (
+        result("memory-node-1", {"dra.cpu/hugepages2Mi": "32Mi"}, "m"),
+        "claim c2: NUMA node 1 hugepages-2Mi: wants 32Mi, 16Mi free",
+    ),
+    # Node 1's memory outside its pool is 7680 MiB; the other claim holds 7 GiB.
+    (
+        result("memory-node-1", {"dra.cpu/memory": "1Gi"}, "m"),
+        "claim c2: NUMA node 1 memory: wants 1Gi, 512Mi free",
+    ),
+    # Node 1 has no 1 GiB pool at all.
+    (
+        result("memory-node-1", {"dra.cpu/hugepages1Gi": "1Gi"}, "m"),
+        "claim c2: NUMA node 1 hugepages-1Gi: wants 1Gi, 0 free",
+    ),
+    # Node 2's 2 MiB pool is empty.
+    (
+        result("memory-node-2", {"dra.cpu/hugepages2Mi": "2Mi"}, "m"),
+        "claim c2: NUMA node 2 hugepages-2Mi: wants 2Mi, 0 free",
+    ),
+]
+
+
 @pytest.mark.parametrize(
-    "results",
+    ("memory", "error"), REFUSALS, ids=["hugepages", "memory", "no-pool", "empty-pool"]
+)
+def test_memory_past_what_the_node_has_free_is_refused_in_one_line(
+    machines: Machines, memory: ResultInput, error: str
+) -> None:
+    held = claims.prepare(
+        state(machines("numa4-hugepages")),
+        claim(
+            "c1",
+            CPUS1,
+            result(
+                "memory-node-1", {"dra.cpu/hugepages2Mi": "496Mi", "dra.cpu/memory": "7Gi"}, "m"
+            ),
+        ),
+        1,
+    ).state
+    with pytest.raises(InsufficientMemoryError) as refused:
+        claims.prepare(held, claim("c2", CPUS1, memory), 2)
+    assert str(refused.value) == error
+    # Nothing was taken: the same claim without its memory gets its CPUs, holding no memory.
+    outcome = claims.prepare(held, claim("c2", CPUS1), 2)
+    assert len(outcome.record.cpus) == 2
+    assert outcome.record.memory == ()
+    assert outcome.record.memory_nodes == CPUSet()
+
+
+def test_unprepare_gives_the_memory_back(machines: Machines) -> None:
+    pool = result("memory-node-3", {"dra.cpu/hugepages2Mi": "2Gi"}, "m")
+    cpus = result("cpudevnuma003", {"dra.cpu/cpu": "1"}, "cpus")
+    held = claims.prepare(state(machines("numa4-hugepages")), claim("c1", cpus, pool), 1).state
+    with pytest.raises(InsufficientMemoryError, match="wants 2Gi, 0 free"):
+        claims.prepare(held, claim("c2", cpus, pool), 2)
+    emptied, _ = claims.unprepare(held, "c1")
+    assert claims.prepare(emptied, claim("c2", cpus, pool), 2).record.memory == (
+        MemoryAmount(3, "hugepages-2Mi", 2 * GIB),
+    )
+
+
+def test_a_memory_result_without_consumed_capacity_takes_nothing(machines: Machines) -> None:
+    record = claims.prepare(
+        state(machines("numa4-hugepages")),
+        claim("c1", CPUS1, result("memory-node-1", {}, "m")),
+        1,
+    ).record
+    assert record.memory == ()
+    assert record.memory_nodes == CPUSet()
+
+
+@pytest.mark.parametrize(
+    ("results", "error"),
     [
-        (result("memory-node-1", {"dra.cpu/hugepages2Mi": "32Mi"}, "mem"),),
         (
-            result("cpudevnuma001", {"dra.cpu/cpu": "4"}, "cpus"),
-            result("memory-node-1", {"dra.cpu/memory": "1Gi"}, "mem"),
+            (result("memory-node-1", {"dra.cpu/hugepages2Mi": "32Mi"}, "m"),),
+            "claim c1: memory devices are claimed together with CPUs; add a request for CPUs "
+            "to the claim",
+        ),
+        (
+            (CPUS1, result("memory-node-1", {"dra.cpu/cpu": "1"}, "m")),
+            "claim c1 request 'm' device 'memory-node-1' capacity dra.cpu/cpu: not a capacity "
+            "of a memory device",
+        ),
+        (
+            (CPUS1, result("memory-node-1", {"dra.cpu/memory": "1.5"}, "m")),
+            "claim c1 request 'm' device 'memory-node-1' capacity dra.cpu/memory: must be a "
+            "whole number of bytes, got 1.5",
+        ),
+        (
+            (CPUS1, result("memory-node-7", {"dra.cpu/memory": "1Gi"}, "m")),
+            "claim c1 request 'm' device 'memory-node-7': no such device on this node",
         ),
     ],
-    ids=["memory-alone", "cpus-and-memory"],
+    ids=["memory-alone", "cpu-capacity", "fraction", "no-such-node"],
 )
-def test_a_prepare_naming_a_memory_device_is_refused_in_one_line(
-    machines: Machines, results: tuple[ResultInput, ...]
+def test_a_malformed_memory_result_is_refused_in_one_line(
+    machines: Machines, results: tuple[ResultInput, ...], error: str
 ) -> None:
-    before = state(machines("numa4-hugepages"))
-    request = PrepareInput(uid="c1", namespace="ns", name="pinned", results=results)
-    with pytest.raises(InvalidInputError) as refused:
-        claims.prepare(before, request, 1)
-    assert str(refused.value) == (
-        "claim c1 request 'mem' device 'memory-node-1': memory devices are published but not "
-        "yet allocatable; request CPUs only"
-    )
-    # Nothing was taken: the same CPU claim alone still gets its CPUs.
-    cpus_only = PrepareInput(
-        uid="c1",
-        namespace="ns",
-        name="pinned",
-        results=(result("cpudevnuma001", {"dra.cpu/cpu": "4"}, "cpus"),),
-    )
-    outcome = claims.prepare(before, cpus_only, 1)
-    assert len(outcome.record.cpus) == 4
+    with pytest.raises(DracpuError) as refused:
+        claims.prepare(state(machines("numa4-hugepages")), claim("c1", *results), 1)
+    assert str(refused.value) == error
+
+
+def test_the_same_claim_again_must_ask_the_same_memory(machines: Machines) -> None:
+    memory = result("memory-node-1", {"dra.cpu/memory": "1Gi"}, "m")
+    held = claims.prepare(state(machines("numa4-hugepages")), claim("c1", CPUS1, memory), 1)
+    again = claims.prepare(held.state, claim("c1", CPUS1, memory), 2)
+    assert again.already_prepared and again.record == held.record
+    more = result("memory-node-1", {"dra.cpu/memory": "2Gi"}, "m")
+    with pytest.raises(ConflictError, match="already prepared with different allocation"):
+        claims.prepare(held.state, claim("c1", CPUS1, more), 2)
+
+
+def test_a_record_keeps_its_memory_and_an_older_record_reads_as_none(
+    machines: Machines,
+) -> None:
+    memory = result("memory-node-0", {"dra.cpu/hugepages2Mi": "4Mi", "dra.cpu/memory": "1Gi"}, "m")
+    record = claims.prepare(
+        state(machines("numa4-hugepages")), claim("c1", CPUS1, memory), 1
+    ).record
+    body = records.record_to_json(record)
+    assert body["memory"] == [
+        {"numaNode": 0, "kind": "hugepages-2Mi", "bytes": 4 * MIB},
+        {"numaNode": 0, "kind": "memory", "bytes": GIB},
+    ]
+    assert records.record_from_json(body) == record
+    older = {k: v for k, v in body.items() if k not in ("memory", "memoryNodes")}
+    assert records.record_from_json(older).memory == ()
+    for garbled in (
+        "1Gi",
+        [{"numaNode": 0, "kind": "memory"}],
+        [{"numaNode": -1, "kind": "memory", "bytes": 1}],
+    ):
+        bad = body | {"memory": garbled}
+        document = {"formatVersion": 1, "checksum": records.digest(bad), "body": bad}
+        with pytest.raises(records.CorruptRecordError, match="malformed content"):
+            records.decode_record(json.dumps(document).encode(), "bad", "c1")
+
+
+async def test_the_memory_held_survives_an_allocator_restart(
+    tmp_path: Path, machines: Machines
+) -> None:
+    machine = machines("numa4-hugepages")
+
+    def node() -> NodeAllocator:
+        return NodeAllocator(
+            state_dir=tmp_path / "state",
+            cdi_dir=tmp_path / "cdi",
+            options=DeviceOptions(publish_memory=True, min_shared=1),
+        )
+
+    pool = result("memory-node-3", {"dra.cpu/hugepages2Mi": "1536Mi"}, "m")
+    first = node()
+    await first.start(machine)
+    await first.prepare(claim("c1", result("cpudevnuma003", {"dra.cpu/cpu": "1"}, "cpus"), pool))
+    again = node()
+    await again.start(machine)
+    assert again.state.records["c1"].memory == (MemoryAmount(3, "hugepages-2Mi", 1536 * MIB),)
+    # What it holds is still held: 512 MiB of node 3's 2 GiB pool are left.
+    with pytest.raises(InsufficientMemoryError, match="wants 1536Mi, 512Mi free"):
+        await again.prepare(claim("c2", CPUS1, pool))
+    await again.unprepare("c1")
+    assert (await again.prepare(claim("c2", CPUS1, pool))).record.memory
 
 
 async def test_a_resized_hugepage_pool_reaches_the_devices_at_the_next_refresh(
@@ -206,3 +384,85 @@ async def test_a_resized_hugepage_pool_reaches_the_devices_at_the_next_refresh(
         "dra.cpu/memory": "8Gi",
         "dra.cpu/hugepages2Mi": "4Gi",
     }
+
+
+async def test_a_memory_claim_attaches_only_to_a_plugin_that_enforces_it(
+    tmp_path: Path, machines: Machines
+) -> None:
+    node = NodeAllocator(
+        state_dir=tmp_path / "state",
+        cdi_dir=tmp_path / "cdi",
+        options=DeviceOptions(publish_memory=True, min_shared=1),
+    )
+    await node.start(machines("numa4-hugepages"))
+    servicer = AllocatorServicer(node)
+    request = prepare_request("c1", 2, device="cpudevnuma000", pods=["pod-1"])
+    request.results.append(
+        allocator_pb2.AllocationResult(
+            request="mem",
+            driver="dra.cpu",
+            pool="node",
+            device="memory-node-0",
+            consumed_capacity={
+                "dra.cpu/memory": "1Gi",
+                "dra.cpu/hugepages2Mi": "64Mi",
+                "dra.cpu/hugepages1Gi": "1Gi",
+            },
+        )
+    )
+    cpus = CPUSet.parse((await servicer.Prepare(request, None)).claim.cpus)
+    container = Container("cid", Owner("pod-1", "app", "default", "p"))
+    # An older nri-plugin does not say it enforces memory: the container is refused, unbound.
+    with pytest.raises(ConflictError) as refused:
+        await node.attach(container, {"c1": cpus})
+    assert str(refused.value) == (
+        "claim c1 holds NUMA node memory, which this nri-plugin does not enforce; upgrade the "
+        "nri-plugin"
+    )
+    assert node.state.records["c1"].owner is None
+    attach = allocator_pb2.AttachContainerRequest(
+        container=allocator_pb2.ContainerRef(
+            container_id="cid",
+            pod_uid="pod-1",
+            container_name="app",
+            pod_namespace="default",
+            pod_name="p",
+        ),
+        claims={"c1": cpus.format()},
+        enforces_memory=True,
+    )
+    reply = await servicer.AttachContainer(attach, None)
+    assert reply.memory_nodes == "0"
+    assert dict(reply.hugepage_limits) == {"2Mi": 64 * MIB, "1Gi": GIB}
+    assert node.state.records["c1"].container_id == "cid"
+
+
+async def test_the_memory_held_and_free_is_shown_per_node_and_kind(
+    tmp_path: Path, machines: Machines
+) -> None:
+    registry = service_registry()
+    node = NodeAllocator(
+        state_dir=tmp_path / "state",
+        cdi_dir=tmp_path / "cdi",
+        options=DeviceOptions(publish_memory=True, min_shared=1),
+        registry=registry,
+    )
+    await node.start(machines("numa4-hugepages"))
+    memory = result("memory-node-1", {"dra.cpu/memory": "1Gi", "dra.cpu/hugepages2Mi": "32Mi"}, "m")
+    outcome = await node.prepare(claim("c1", CPUS1, memory))
+    shown = wire.claim_to_proto(outcome.record)
+    assert [(m.numa_node, m.kind, m.bytes) for m in shown.memory] == [
+        (1, "hugepages-2Mi", 32 * MIB),
+        (1, "memory", GIB),
+    ]
+    text = exposition(registry)
+    for line in (
+        'dra_cpu_memory_claimed_bytes{kind="hugepages-2Mi",numa_node="1"} 3.3554432e+07',
+        'dra_cpu_memory_free_bytes{kind="hugepages-2Mi",numa_node="1"} 5.0331648e+08',
+        'dra_cpu_memory_claimed_bytes{kind="memory",numa_node="1"} 1.073741824e+09',
+        'dra_cpu_memory_free_bytes{kind="hugepages-1Gi",numa_node="0"} 2.147483648e+09',
+        'dra_cpu_memory_claimed_bytes{kind="hugepages-1Gi",numa_node="0"} 0.0',
+    ):
+        assert line in text
+    await node.unprepare("c1")
+    assert 'dra_cpu_memory_claimed_bytes{kind="memory",numa_node="1"} 0.0' in exposition(registry)

@@ -126,6 +126,7 @@ async def test_claims_carry_cpus_devices_owner_and_time(client: httpx.AsyncClien
         "policy": "packed",
         "cdi_device_id": f"dra.k8s.io/cpu=claim-{UID_DB}",
         "memory_nodes": "0",
+        "memory": [],  # no memory device in the claim
     }
     assert by_uid[UID_BATCH]["owner"] is None
     assert by_uid[UID_BATCH]["memory_nodes"] == ""  # not placed: every memory node

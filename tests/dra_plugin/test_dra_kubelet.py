@@ -538,6 +538,8 @@ def test_introspect_metrics_describes_every_metric() -> None:
         "dra_cpu_reserved_cpus",
         "dra_cpu_resource_claims_active",
         "dra_cpu_resource_claims_memory_placed",
+        "dra_cpu_memory_claimed_bytes",
+        "dra_cpu_memory_free_bytes",
         "dra_cpu_prepare_claims_total",
         "dra_cpu_unprepare_claims_total",
         "dra_cpu_prepare_claim_duration_seconds",

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -21,6 +21,7 @@ from typing import TypeVar
 import pytest
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.memory import HugepagePool, NodeMemory
 from dracpu.core.rpc import call, channel
 from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.nri_plugin.allocator_client import AllocatorClient
@@ -42,10 +43,15 @@ BIN = Path(sys.executable).parent
 T = TypeVar("T")
 
 
+# The one NUMA node's memory: published as the device memory-node-0 (publishMemoryDevices).
+MEMORY = NodeMemory(0, 8 << 20, (HugepagePool(2048, 64, 64), HugepagePool(1 << 20, 1, 1)))
+
+
 def write_topology_report(root: Path) -> Path:
     machine = discover(write_fixture(FIXTURE, root / "sys"))
     report = root / "topology.json"
-    report.write_text(json.dumps({"cpus": machine.to_report_cpus()}))
+    document = {"cpus": machine.to_report_cpus(), "memory": [MEMORY.to_report()]}
+    report.write_text(json.dumps(document))
     return report
 
 
@@ -85,13 +91,28 @@ class Allocator:
         )
 
     async def prepare(
-        self, count: int, uid: str = "", memory_placement: str = ""
+        self,
+        count: int,
+        uid: str = "",
+        memory_placement: str = "",
+        memory: Mapping[str, str] | None = None,
     ) -> tuple[str, CPUSet]:
         """Prepare a claim of `count` CPUs; `memory_placement` sets the claim's opaque
-        cpuConfig.memoryPlacement (unset: the driver's default)."""
+        cpuConfig.memoryPlacement (unset: the driver's default); `memory` adds a result of
+        memory-node-0 consuming those capacities."""
         uid = uid or str(uuid.uuid4())
         placement = {"memoryPlacement": memory_placement} if memory_placement else None
         request = prepare_request(uid, count, cpu_config=placement)
+        if memory is not None:
+            request.results.append(
+                allocator_pb2.AllocationResult(
+                    request="mem",
+                    driver="dra.cpu",
+                    pool="node",
+                    device="memory-node-0",
+                    consumed_capacity=dict(memory),
+                )
+            )
         async with channel(self.socket) as chan:
             stub = allocator_pb2_grpc.AllocatorStub(chan)
             reply = await call(stub.Prepare(request, timeout=5), f"prepare {uid}")
@@ -124,7 +145,7 @@ class Allocator:
 def allocator_command(root: Path, socket: Path, report: Path) -> list[str]:
     # No shared-pool floor: these tests drive the plugin's own defences, an empty pool included.
     config = root / "allocator-config.yaml"
-    config.write_text("minSharedCPUs: 0\n")
+    config.write_text("minSharedCPUs: 0\npublishMemoryDevices: true\n")
     return [
         str(BIN / "dracpu-allocator"),
         "--config",

@@ -186,6 +186,19 @@ def test_an_update_carries_mems_only_when_there_are_memory_nodes() -> None:
     assert plain.linux.resources.cpu.mems == ""  # "" leaves the container's memory nodes
 
 
+def test_hugepage_limits_are_spelled_as_runc_takes_them() -> None:
+    from dracpu.nri_plugin.conversions import hugepage_limits
+
+    limits = hugepage_limits({"2Mi": 64 << 20, "1Gi": 1 << 30, "64Ki": 1 << 20, "2Xi": 1})
+    # In size-name order; a size the plugin cannot spell is left out (logged), never guessed.
+    assert [(limit.page_size, limit.limit) for limit in limits] == [
+        ("1GB", 1 << 30),
+        ("2MB", 64 << 20),
+        ("64KB", 1 << 20),
+    ]
+    assert hugepage_limits({}) == []
+
+
 def test_garbled_memory_nodes_from_the_allocator_leave_mems_unset() -> None:
     from dracpu.nri_plugin.conversions import memory_nodes
 

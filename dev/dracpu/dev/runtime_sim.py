@@ -302,6 +302,11 @@ class RuntimeSim:
         """The container's memory nodes ("" = every node: no plugin set them)."""
         return self.containers[container_id].linux.resources.cpu.mems
 
+    def hugepage_limits(self, container_id: str) -> dict[str, int]:
+        """The container's hugetlb limits, page size (2MB) -> bytes ({} = none set)."""
+        limits = self.containers[container_id].linux.resources.hugepage_limits
+        return {limit.page_size: limit.limit for limit in limits}
+
     def cpusets(self) -> dict[str, str]:
         return {cid: self.cpus(cid) for cid in self.containers}
 
@@ -328,6 +333,7 @@ class RuntimeSim:
         async with self._lock:
             owners: dict[str, str] = {}  # cpuset field -> the plugin that set it
             adjusted: dict[str, str] = {}
+            hugepages: list[api_pb2.HugepageLimit] = []
             updates: list[api_pb2.ContainerUpdate] = []
             for plugin in list(self.plugins):
                 if not plugin.events & event_bit(api_pb2.CREATE_CONTAINER):
@@ -353,6 +359,7 @@ class RuntimeSim:
                             f"set cpuset.{field}"
                         )
                     owners[field], adjusted[field] = plugin.key, value
+                hugepages.extend(reply.adjust.linux.resources.hugepage_limits)
                 for update in reply.update:
                     if update.container_id == cid:
                         raise CreateContainerError(
@@ -363,6 +370,7 @@ class RuntimeSim:
                 ctr.linux.resources.cpu.cpus = adjusted["cpus"]
             if "mems" in adjusted:
                 ctr.linux.resources.cpu.mems = adjusted["mems"]
+            ctr.linux.resources.hugepage_limits.extend(hugepages)
             ctr.state = api_pb2.CONTAINER_RUNNING
             self.containers[cid] = ctr
             self._apply_updates(updates, creating=cid)

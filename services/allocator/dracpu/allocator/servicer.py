@@ -103,12 +103,15 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
     ) -> allocator_pb2.AttachContainerResponse:
         container = wire.container_from_proto(request.container)
         wire.check_presented(request.claims)
-        outcome = await self.node.attach(container, claims.parse_claim_cpus(request.claims))
+        outcome = await self.node.attach(
+            container, claims.parse_claim_cpus(request.claims), request.enforces_memory
+        )
         return allocator_pb2.AttachContainerResponse(
             cpus=outcome.cpus.format(),
             shared_pool=wire.pool_to_proto(self.node.shared_pool()),
             newly_bound=outcome.newly_bound,
             memory_nodes=outcome.memory_nodes.format(),
+            hugepage_limits=outcome.hugepage_limits,
         )
 
     @rpc_errors

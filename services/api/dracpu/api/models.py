@@ -355,6 +355,12 @@ class ClaimDevice(Model):
     cpus: str
 
 
+class ClaimMemory(Model):
+    numa_node: int
+    kind: str = Field(description="memory, or hugepages-<size> as the kubelet names it (2Mi)")
+    bytes: int
+
+
 class ClaimOwner(Model):
     container_id: str
     pod_uid: str
@@ -378,6 +384,10 @@ class ClaimView(Model):
     memory_nodes: str = Field(
         description="NUMA nodes the claim's container takes memory from (cpuset.mems), in "
         'cpuset format; "" when the claim\'s memory is not placed (every node)'
+    )
+    memory: list[ClaimMemory] = Field(
+        default_factory=list,
+        description="the NUMA node memory and hugepages the claim holds of memory devices",
     )
 
 

@@ -291,6 +291,9 @@ def _claim_fields(reply: Any) -> dict[str, Any]:
         "policy": reply.policy,
         "cdi_device_id": reply.cdi_device_id,
         "memory_nodes": reply.memory_nodes,
+        "memory": [
+            {"numa_node": m.numa_node, "kind": m.kind, "bytes": m.bytes} for m in reply.memory
+        ],
     }
 
 

@@ -49,7 +49,7 @@ _SPEC: dict[str, tuple[str, tuple[str, ...] | type]] = {
     "min_shared_cpus": ("minSharedCPUs", int),
     # The memory placement of claims whose opaque configuration does not choose one.
     "memory_placement": ("memoryPlacement", MEMORY_PLACEMENTS),
-    # One memory device per NUMA node with memory, beside the CPU devices (not yet allocatable).
+    # One memory device per NUMA node with memory, beside the CPU devices.
     "publish_memory_devices": ("publishMemoryDevices", bool),
 }
 

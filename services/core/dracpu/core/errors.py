@@ -77,6 +77,11 @@ class InsufficientCPUsError(DracpuError):
     http_status = 409
 
 
+class InsufficientMemoryError(InsufficientCPUsError):
+    """A request for a NUMA node's memory or hugepages past what its other claims leave free
+    (refused like CPUs the node cannot give)."""
+
+
 class UnavailableError(DracpuError):
     """A peer service or the API server cannot be reached right now."""
 

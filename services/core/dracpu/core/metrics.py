@@ -82,6 +82,21 @@ SPECS: tuple[MetricSpec, ...] = (
         "allocator",
     ),
     MetricSpec(
+        "dra_cpu_memory_claimed_bytes",
+        "gauge",
+        "Bytes of a NUMA node's memory device held by prepared claims, per kind (memory, "
+        "hugepages-<size>).",
+        "allocator",
+        labels=("numa_node", "kind"),
+    ),
+    MetricSpec(
+        "dra_cpu_memory_free_bytes",
+        "gauge",
+        "Bytes of a NUMA node's memory device no prepared claim holds, per kind.",
+        "allocator",
+        labels=("numa_node", "kind"),
+    ),
+    MetricSpec(
         "dra_cpu_devices",
         "gauge",
         "Published devices (and devices withdrawn because their CPUs went offline) by health.",

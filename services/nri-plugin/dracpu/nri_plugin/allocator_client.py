@@ -59,7 +59,10 @@ class AllocatorClient:
     ) -> allocator_pb2.AttachContainerResponse:
         """`timeout`: what the runtime's request leaves for it (default: the client's)."""
         request = allocator_pb2.AttachContainerRequest(
-            container=container, claims={uid: cpus.format() for uid, cpus in claims.items()}
+            container=container,
+            claims={uid: cpus.format() for uid, cpus in claims.items()},
+            # This plugin sets a memory claim's memory nodes and hugepage limits.
+            enforces_memory=True,
         )
         reply: allocator_pb2.AttachContainerResponse = await rpc.call(
             self._stub.AttachContainer(

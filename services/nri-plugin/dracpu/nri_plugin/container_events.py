@@ -17,6 +17,7 @@ from dracpu.nri_plugin.conversions import (
     container_name,
     container_record,
     container_ref,
+    hugepage_limits,
     memory_nodes,
 )
 from dracpu.nri_plugin.detaches import PendingDetaches
@@ -105,6 +106,7 @@ class ContainerEvents:
                     )
                 state.pool.note(reply.shared_pool)
                 mems = memory_nodes(reply.memory_nodes, ctr.id)
+                limits = hugepage_limits(reply.hugepage_limits)
                 record = replace(container_record(pod, ctr, tuple(sorted(claims)), cpus), mems=mems)
                 log.info(
                     2,
@@ -125,6 +127,7 @@ class ContainerEvents:
                         f"{pod.namespace}/{pod.name} rather than run it without CPUs"
                     )
                 record = container_record(pod, ctr, (), cpus)
+                limits = []
                 log.info(4, "shared container", container=ctr.id, cpus=cpus)
             state.registry.put(record)
             response = api_pb2.CreateContainerResponse()
@@ -132,6 +135,8 @@ class ContainerEvents:
             if record.mems:
                 # The claims' memory placement; shared containers keep every memory node.
                 response.adjust.linux.resources.cpu.mems = record.mems.format()
+            # The hugepages its claims hold, per page size; none leaves the pod's own limits.
+            response.adjust.linux.resources.hugepage_limits.extend(limits)
             # Every shared container not on the current pool: the shrink this claim caused, or
             # a growth not pushed yet (this is the next solicited chance).
             response.update.extend(self._pushes.solicited(exclude=ctr.id))

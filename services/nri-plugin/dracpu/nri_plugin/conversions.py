@@ -5,6 +5,7 @@ container update, the allocator's memory nodes as a cpuset."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from dracpu.core.containers import Container
 from dracpu.core.cpuset import EMPTY, CPUSet
@@ -92,3 +93,20 @@ def memory_nodes(text: str, container_id: str) -> CPUSet:
             error=str(exc),
         )
         return EMPTY
+
+
+# A page size as the kubelet names it (2Mi) -> as runc's hugetlb limits spell it (2MB).
+_RUNC_UNITS = {"Ki": "KB", "Mi": "MB", "Gi": "GB", "Ti": "TB"}
+
+
+def hugepage_limits(limits: Mapping[str, int]) -> list[api_pb2.HugepageLimit]:
+    """The allocator's hugepage limits as the runtime takes them; a size it cannot spell
+    is left out (the allocator only names sizes the kernel's pools have)."""
+    spelled = []
+    for size, limit in sorted(limits.items()):
+        unit = _RUNC_UNITS.get(size[-2:])
+        if unit is None or not size[:-2].isdigit():
+            log.error("allocator sent an unusable hugepage size; no limit set", size=size)
+            continue
+        spelled.append(api_pb2.HugepageLimit(page_size=size[:-2] + unit, limit=limit))
+    return spelled

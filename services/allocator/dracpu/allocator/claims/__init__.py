@@ -2,9 +2,9 @@
 
 `model` (owners, claim records, prepare inputs), `state` (the immutable `NodeState` and its
 reads: the exclusive CPUs, the shared pool and its floor, the CPUs withheld from the devices),
-`ownership` (who may use a claim), `allocations` (the CPUs of a claim's results),
-`preparation` (prepare, unprepare) and `containers` (attach, detach, adopt). The names callers
-use are all here.
+`ownership` (who may use a claim), `allocations` (the CPUs of a claim's results), `memory`
+(the NUMA node memory and hugepages its memory results take), `preparation` (prepare,
+unprepare) and `containers` (attach, detach, adopt). The names callers use are all here.
 """
 
 from __future__ import annotations

@@ -8,7 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dracpu.allocator.claims import rules
-from dracpu.allocator.claims.model import Allocation, ClaimRecord, PrepareInput, ResultInput
+from dracpu.allocator.claims.memory import claim_memory
+from dracpu.allocator.claims.model import (
+    Allocation,
+    ClaimRecord,
+    MemoryAmount,
+    PrepareInput,
+    ResultInput,
+)
 from dracpu.allocator.claims.state import NodeState
 from dracpu.allocator.domain import opaque
 from dracpu.allocator.domain.devices import Device, group_span
@@ -38,8 +45,9 @@ def _device(state: NodeState, uid: str, result: ResultInput) -> Device:
 
 
 def check_results(request: PrepareInput) -> None:
-    """A prepare names a claim and has results, every one of this driver, without admin access
-    and of a CPU device (memory devices are published, not yet prepared)."""
+    """A prepare names a claim and has results, every one of this driver, without admin access,
+    and at least one of a CPU device: a memory device is claimed beside CPUs, since the
+    container finds its claim, and with it its memory placement, through the claim's CPUs."""
     if not request.uid:
         raise InvalidInputError("claim uid is empty")
     if not request.results:
@@ -54,11 +62,23 @@ def check_results(request: PrepareInput) -> None:
             raise InvalidInputError(
                 f"{_where(request.uid, result)}: admin access is not supported for exclusive CPUs"
             )
-        if result.device.startswith(MEMORY_DEVICE_PREFIX):
-            raise InvalidInputError(
-                f"{_where(request.uid, result)}: memory devices are published but not yet "
-                "allocatable; request CPUs only"
-            )
+    if all(_names_memory(result) for result in request.results):
+        raise InvalidInputError(
+            f"claim {request.uid}: memory devices are claimed together with CPUs; "
+            "add a request for CPUs to the claim"
+        )
+
+
+def _names_memory(result: ResultInput) -> bool:
+    return result.device.startswith(MEMORY_DEVICE_PREFIX)
+
+
+def _memory(state: NodeState, request: PrepareInput) -> tuple[tuple[MemoryAmount, ...], CPUSet]:
+    """The memory the claim's memory results take, checked against what is free, and its NUMA
+    nodes; a claim of CPUs alone never reads the memory rules."""
+    if not any(_names_memory(result) for result in request.results):
+        return (), CPUSet()
+    return claim_memory(state, request)
 
 
 def _count(uid: str, result: ResultInput) -> int:
@@ -156,17 +176,21 @@ def _driver_cpus(
 
 def allocate(
     state: NodeState, request: PrepareInput, config: opaque.ClaimConfig
-) -> tuple[tuple[Allocation, ...], CPUSet]:
-    """Choose the CPUs for every result of a new claim, in order, with the claim's memory
-    nodes; or raise the precise error. The node's facts are read once, and each result's
-    configuration is asked for once (`config`, parsed when the claim arrived)."""
+) -> tuple[tuple[Allocation, ...], CPUSet, tuple[MemoryAmount, ...]]:
+    """Choose the CPUs for every CPU result of a new claim, in order, with the claim's memory
+    nodes and the memory its memory results take; or raise the precise error. The node's facts
+    are read once, and each result's configuration is asked for once (`config`, parsed when the
+    claim arrived)."""
     check_results(request)
+    amounts, claimed_nodes = _memory(state, request)
     uid = request.uid
     node = _node(state)
     assigned = CPUSet()
     allocations: list[Allocation] = []
     local = False
     for result in request.results:
+        if _names_memory(result):
+            continue
         device = _device(state, uid, result)
         where = _where(uid, result)
         count = 0 if node.chooser == "scheduler" else _count(uid, result)
@@ -200,25 +224,30 @@ def allocate(
         )
         local = local or wanted.memory == "local"
     # When any result asks for `local` memory, the NUMA nodes of all the claim's CPUs, so
-    # every CPU the container runs on keeps its own node's memory; otherwise none (every node).
+    # every CPU the container runs on keeps its own node's memory; with the nodes its memory
+    # devices gave; otherwise none (every node).
     memory = state.machine.numa_nodes_of(assigned) if local else CPUSet()
-    return tuple(allocations), memory
+    return tuple(allocations), memory | claimed_nodes, amounts
 
 
 def memory_nodes(
-    state: NodeState, config: opaque.ClaimConfig, allocations: tuple[Allocation, ...]
+    state: NodeState,
+    config: opaque.ClaimConfig,
+    allocations: tuple[Allocation, ...],
+    claimed: CPUSet | None = None,
 ) -> CPUSet:
     """The claim's memory nodes: when any of its results asks for `local` memory placement
     (its config, else the driver's default), the NUMA nodes of all the claim's CPUs, so every
-    CPU the container runs on keeps its own node's memory; otherwise none (every node)."""
+    CPU the container runs on keeps its own node's memory; with the nodes its memory devices
+    gave (`claimed`); otherwise none (every node)."""
     default = state.devices.options.memory_placement
     local = any(rules.memory_placement(config, a.request, default) == "local" for a in allocations)
     if not local:
-        return CPUSet()
+        return claimed or CPUSet()
     cpus = CPUSet()
     for allocation in allocations:
         cpus = cpus | allocation.cpus
-    return state.machine.numa_nodes_of(cpus)
+    return state.machine.numa_nodes_of(cpus) | (claimed or CPUSet())
 
 
 def _check_explicit(
@@ -281,6 +310,8 @@ def result_keys(request: PrepareInput, state: NodeState) -> tuple[tuple[str, str
     """The request's results as `Allocation.key`s, to compare with what a record holds."""
     keys = []
     for result in request.results:
+        if _names_memory(result):
+            continue  # compared as the record's memory
         count = 0
         if state.devices.mode == "grouped":
             count = _count(request.uid, result)
@@ -292,11 +323,15 @@ def complete_recovered(
     state: NodeState, record: ClaimRecord, request: PrepareInput, config: opaque.ClaimConfig
 ) -> ClaimRecord:
     """A record rebuilt from a CDI spec or a container meets its allocation results again:
-    accept them when they account for exactly the recorded CPUs."""
+    accept them when they account for exactly the recorded CPUs, and their memory when the
+    node still has it free."""
     check_results(request)
+    amounts, claimed_nodes = _memory(state, request)
     remaining = record.cpus
     allocations = []
     for result in request.results:
+        if _names_memory(result):
+            continue
         device = _device(state, request.uid, result)
         where = _where(request.uid, result)
         if state.devices.mode == "individual":
@@ -329,5 +364,6 @@ def complete_recovered(
         name=request.name or record.name,
         allocations=tuple(allocations),
         recovered=False,
-        memory_nodes=memory_nodes(state, config, tuple(allocations)),
+        memory_nodes=memory_nodes(state, config, tuple(allocations), claimed_nodes),
+        memory=amounts,
     )

@@ -44,10 +44,31 @@ class AttachOutcome:
     newly_bound: bool
     changed: bool  # something durable changed (owner or running container)
     memory_nodes: CPUSet = field(default_factory=CPUSet)  # empty: every node
+    # Page size as the kubelet names it (2Mi, 1Gi) -> the bytes of hugepages its claims hold.
+    hugepage_limits: Mapping[str, int] = field(default_factory=dict)
 
 
-def attach(state: NodeState, container: Container, claims: Mapping[str, CPUSet]) -> AttachOutcome:
-    """Bind a container to its claims: all or nothing."""
+def hugepage_limits(records: Iterable[ClaimRecord]) -> dict[str, int]:
+    """The hugepages the claims hold, per page size, whatever NUMA node they lie on: the
+    container's hugetlb limits."""
+    limits: dict[str, int] = {}
+    for record in records:
+        for amount in record.memory:
+            size = amount.kind.removeprefix("hugepages-")
+            if size != amount.kind and amount.bytes:
+                limits[size] = limits.get(size, 0) + amount.bytes
+    return limits
+
+
+def attach(
+    state: NodeState,
+    container: Container,
+    claims: Mapping[str, CPUSet],
+    enforces_memory: bool = False,
+) -> AttachOutcome:
+    """Bind a container to its claims: all or nothing. A claim holding memory is refused to a
+    plugin that does not say it enforces memory (`enforces_memory`, an older nri-plugin): its
+    container would run with neither its memory nodes nor its hugepage limits."""
     if not claims:
         raise InvalidInputError("attach: the container presents no claims")
     if not container.container_id:
@@ -64,6 +85,11 @@ def attach(state: NodeState, container: Container, claims: Mapping[str, CPUSet])
         conflict = owner_conflict(uid, record, container.owner)
         if conflict is not None:
             raise conflict
+        if record.memory and not enforces_memory:
+            raise ConflictError(
+                f"claim {uid} holds NUMA node memory, which this nri-plugin does not enforce; "
+                "upgrade the nri-plugin"
+            )
     records = dict(state.records)
     union = CPUSet()
     newly = changed = False
@@ -81,7 +107,8 @@ def attach(state: NodeState, container: Container, claims: Mapping[str, CPUSet])
         else state
     )
     memory = container_memory_nodes(state, (records[uid] for uid in claims))
-    return AttachOutcome(new_state, union, newly, changed, memory)
+    limits = hugepage_limits(records[uid] for uid in claims)
+    return AttachOutcome(new_state, union, newly, changed, memory, limits)
 
 
 def detach(state: NodeState, container_id: str) -> tuple[NodeState, list[str]]:

@@ -30,6 +30,16 @@ class Allocation:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryAmount:
+    """What a claim holds of one NUMA node's memory device: `kind` is `memory` or
+    `hugepages-<size>` (as the kubelet names the node resource), in bytes."""
+
+    node: int
+    kind: str
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimRecord:
     uid: str
     namespace: str
@@ -49,6 +59,9 @@ class ClaimRecord:
     # The NUMA nodes the claim's container takes its memory from (cpuset.mems), as a set of
     # node ids; empty when the claim's memory is not placed (every node).
     memory_nodes: CPUSet = field(default_factory=CPUSet)
+    # The memory and hugepages its results took from memory devices, per NUMA node and kind;
+    # records made before memory devices were allocatable have none.
+    memory: tuple[MemoryAmount, ...] = ()
 
     # The placements of its allocations, each once, in order (`packed; explicit`): worked out
     # when the record is made, so every reader (records, logs, replies) gets it as a field.

@@ -12,11 +12,13 @@ from dracpu.allocator.claims.allocations import (
     complete_recovered,
     result_keys,
 )
+from dracpu.allocator.claims.memory import wanted
 from dracpu.allocator.claims.model import ClaimRecord, PrepareInput
 from dracpu.allocator.claims.ownership import pod_not_allowed
 from dracpu.allocator.claims.state import NodeState
 from dracpu.allocator.domain import opaque
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import MEMORY_DEVICE_PREFIX
 from dracpu.core.errors import ConflictError, DracpuError
 
 
@@ -74,7 +76,14 @@ def _prepare_again(
         records[request.uid] = record
         return PrepareOutcome(state.with_records(records, pool_changed=False), record, True)
     check_results(request)
-    if result_keys(request, state) != tuple(a.key for a in existing.allocations):
+    memory = (
+        wanted(state, request)
+        if any(r.device.startswith(MEMORY_DEVICE_PREFIX) for r in request.results)
+        else ()
+    )
+    if result_keys(request, state) != tuple(a.key for a in existing.allocations) or (
+        memory != existing.memory
+    ):
         raise ConflictError(
             f"claim {request.uid} is already prepared with different allocation results "
             f"(CPUs {existing.cpus.format()})"
@@ -109,7 +118,7 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
     if confirmed is not None:
         record = replace(confirmed, prepared_at_ns=now_ns)
     else:
-        allocations, memory = allocate(state, request, config)
+        allocations, memory, amounts = allocate(state, request, config)
         cpus = CPUSet()
         for allocation in allocations:
             cpus = cpus | allocation.cpus
@@ -122,6 +131,7 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
                 allocations=allocations,
                 prepared_at_ns=now_ns,
                 memory_nodes=memory,
+                memory=amounts,
             ),
             request,
         )

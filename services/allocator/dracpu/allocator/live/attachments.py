@@ -17,11 +17,14 @@ log = get_logger(__name__)
 
 
 async def attach(
-    live: LiveState, container: claims.Container, presented: Mapping[str, CPUSet]
+    live: LiveState,
+    container: claims.Container,
+    presented: Mapping[str, CPUSet],
+    enforces_memory: bool = False,
 ) -> claims.AttachOutcome:
     async with live.lock:
         state = live.state
-        outcome = claims.attach(state, container, presented)
+        outcome = claims.attach(state, container, presented, enforces_memory)
         for uid in sorted(presented):
             before = state.records[uid]
             if before.owner is None and not before.pods_known:

@@ -112,9 +112,16 @@ class NodeAllocator:
     # ---- mutations ---------------------------------------------------------------------------
 
     async def attach(
-        self, container: claims.Container, presented: Mapping[str, CPUSet]
+        self,
+        container: claims.Container,
+        presented: Mapping[str, CPUSet],
+        enforces_memory: bool = False,
     ) -> claims.AttachOutcome:
-        return await run_to_end(attachments.attach(self._live, container, presented))
+        """`enforces_memory`: the caller sets a memory claim's memory nodes and hugepage limits
+        (an older nri-plugin does not say so, and its containers of such claims are refused)."""
+        return await run_to_end(
+            attachments.attach(self._live, container, presented, enforces_memory)
+        )
 
     async def detach(self, container_id: str) -> list[str]:
         return await run_to_end(attachments.detach(self._live, container_id))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dracpu.allocator import claims
+from dracpu.allocator.claims.memory import usage as memory_usage
 from dracpu.allocator.domain.device_health import STATUSES, HealthBook, assess
 from dracpu.allocator.domain.devices import DeviceModel, DeviceOptions, build_devices
 from dracpu.allocator.store import checkpoint, records
@@ -201,6 +202,8 @@ class LiveState:
             self.metrics["dra_cpu_resource_claims_memory_placed"].set(
                 sum(1 for r in state.records.values() if r.memory_nodes)
             )
+            if state.devices.options.publish_memory:
+                self._memory_metrics(state)
         if previous is None or previous.pool_generation != state.pool_generation:
             self._pool_changed(previous, state)
         if previous is not None and (
@@ -214,6 +217,15 @@ class LiveState:
             except StateError as exc:
                 # The claims themselves are durable; only a restart's generations may repeat.
                 log.error("cannot save generations", error=str(exc))
+
+    def _memory_metrics(self, state: claims.NodeState) -> None:
+        claimed = self.metrics["dra_cpu_memory_claimed_bytes"]
+        free = self.metrics["dra_cpu_memory_free_bytes"]
+        claimed.clear()
+        free.clear()
+        for node, kind, held, left in memory_usage(state):
+            claimed.labels(numa_node=str(node), kind=kind).set(held)
+            free.labels(numa_node=str(node), kind=kind).set(left)
 
     def _pool_changed(self, previous: claims.NodeState | None, state: claims.NodeState) -> None:
         if state.shared_on_isolated and (previous is None or not previous.shared_on_isolated):

@@ -83,6 +83,10 @@ def claim_to_proto(record: claims.ClaimRecord) -> allocator_pb2.Claim:
         cdi_device_id=cdi_device_id(record.uid),
         owner_running=bool(record.container_id),
         memory_nodes=record.memory_nodes.format(),
+        memory=[
+            allocator_pb2.ClaimMemory(numa_node=m.node, kind=m.kind, bytes=m.bytes)
+            for m in record.memory
+        ],
     )
 
 

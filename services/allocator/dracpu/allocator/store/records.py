@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dracpu.allocator.claims.model import Allocation, ClaimRecord
+from dracpu.allocator.claims.model import Allocation, ClaimRecord, MemoryAmount
 from dracpu.allocator.store.durable import FileWrite, remove_durable, write_atomic, write_file
 from dracpu.core.containers import Owner
 from dracpu.core.cpuset import CPUSet
@@ -87,7 +87,26 @@ def record_to_json(record: ClaimRecord) -> dict[str, Any]:
     if record.memory_nodes:
         # Likewise absent from older records (read as not placed) and ignored by older builds.
         body["memoryNodes"] = record.memory_nodes.format()
+    if record.memory:
+        # What its memory devices gave; absent from older records (read as none).
+        body["memory"] = [
+            {"numaNode": m.node, "kind": m.kind, "bytes": m.bytes} for m in record.memory
+        ]
     return body
+
+
+def _memory_from_json(items: object) -> tuple[MemoryAmount, ...]:
+    if not isinstance(items, list):
+        raise TypeError("memory is not a list")
+    amounts = []
+    for item in items:
+        node, kind, size = item["numaNode"], item["kind"], item["bytes"]
+        if not (isinstance(node, int) and isinstance(kind, str) and isinstance(size, int)):
+            raise TypeError("memory entry is not {numaNode: int, kind: str, bytes: int}")
+        if node < 0 or size < 0:
+            raise ValueError("memory entry has a negative node or size")
+        amounts.append(MemoryAmount(node, kind, size))
+    return tuple(amounts)
 
 
 def record_from_json(item: dict[str, Any]) -> ClaimRecord:
@@ -101,6 +120,7 @@ def record_from_json(item: dict[str, Any]) -> ClaimRecord:
         raise TypeError("memoryNodes is not a node list")
     return ClaimRecord(
         memory_nodes=CPUSet.parse(memory),
+        memory=_memory_from_json(item.get("memory", [])),
         pods=tuple(pods or ()),
         pods_known=pods is not None,
         uid=str(item["uid"]),
