@@ -1,5 +1,6 @@
 """Shared pytest configuration: per-test timeouts scaled to the machine's speed like every wait
-(harness.speed), and the time each test area took, printed at the end of a run."""
+(harness.speed), property tests without a per-example deadline, and the time each test area
+took, printed at the end of a run."""
 
 from __future__ import annotations
 
@@ -8,6 +9,13 @@ from pathlib import Path
 
 import pytest
 from harness import speed
+from hypothesis import settings
+
+# A property holds or fails whatever the machine's speed: no example is failed for taking longer
+# than hypothesis's default 200 ms (a busy 2-core machine takes that for a cheap one). A
+# module's own @settings still applies on top of this.
+settings.register_profile("dracpu", deadline=None)
+settings.load_profile("dracpu")
 
 _AREA_SECONDS: defaultdict[str, float] = defaultdict(float)
 _TESTS_ROOT = Path(__file__).parent
