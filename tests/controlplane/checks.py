@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from harness.control_plane import ControlPlane
+from harness.waits import wait_for
 
 DRIVER = "dra.cpu"
 
@@ -26,6 +27,18 @@ def complete(found: list[dict[str, Any]], count: int) -> bool:
     generations = {s["spec"]["pool"]["generation"] for s in found}
     whole = all(s["spec"]["pool"]["resourceSliceCount"] == len(found) for s in found)
     return len(generations) == 1 and whole and len(devices(found)) == count
+
+
+def published(
+    cp: ControlPlane, node: str, count: int, what: str, *, timeout: float = 60.0
+) -> list[dict[str, Any]]:
+    """The node's slices once they are `complete` with `count` devices (waiting for them)."""
+    return wait_for(
+        lambda: (s := slices(cp, node)) and complete(s, count) and s,
+        what,
+        timeout=timeout,
+        interval=0.2,
+    )
 
 
 def versions(found: list[dict[str, Any]]) -> dict[str, str]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane.checks import complete, slices
+from controlplane.checks import complete, published, slices
 from controlplane.stack import DriverStack
 from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane
 from harness.waits import wait_for
@@ -258,12 +258,7 @@ async def test_the_driver_publishes_its_slices_under_the_policy(
     stack = DriverStack(NODE, enforced, config={"cpuDeviceMode": "individual"})
     try:
         await stack.start()
-        found = wait_for(
-            lambda: (s := slices(cp, NODE)) and complete(s, 40) and s,
-            "slices published with the bound token",
-            timeout=60,
-            interval=0.2,
-        )
+        found = published(cp, NODE, 40, "slices published with the bound token")
         cp.kubectl("delete", "resourceslice", found[0]["metadata"]["name"])
         wait_for(
             lambda: complete(slices(cp, NODE), 40), "slice recreated", timeout=60, interval=0.2

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from controlplane.checks import allocation, claim, complete, driver_pod, pod, slices
+from controlplane.checks import allocation, claim, complete, driver_pod, pod, published, slices
 from controlplane.stack import DriverStack
 from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane
 from harness.waits import wait_for
@@ -72,12 +72,7 @@ async def test_the_plugin_runs_on_the_charts_service_account(
 ) -> None:
     cp = control_plane
     await stack.start()
-    found = wait_for(
-        lambda: (s := slices(cp, stack.node)) and complete(s, 40) and s,
-        "slices published with the token",
-        timeout=60,
-        interval=0.2,
-    )
+    found = published(cp, stack.node, 40, "slices published with the token")
     # Repair (watch, update, delete, create) under the same identity.
     cp.kubectl("delete", "resourceslice", found[0]["metadata"]["name"])
     wait_for(

@@ -8,10 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from controlplane.checks import complete, devices, slices, stays_unchanged
+from controlplane.checks import devices, published, slices, stays_unchanged
 from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
-from harness.waits import wait_for
 
 from dracpu.topology.fixtures import write_fixture
 
@@ -36,12 +35,7 @@ async def test_every_mode_is_accepted_by_the_api_server(
     stack = DriverStack(node, control_plane.kubeconfig, config=fields)
     stacks.append(stack)
     await stack.start()
-    found = wait_for(
-        lambda: (s := slices(control_plane, node)) and complete(s, len(expected)) and s,
-        f"{mode} slices in the API server",
-        timeout=60,
-        interval=0.2,
-    )
+    found = published(control_plane, node, len(expected), f"{mode} slices in the API server")
     assert [d["name"] for d in devices(found)] == expected
     for s in found:
         assert s["metadata"]["ownerReferences"] == [
@@ -68,12 +62,7 @@ async def test_1024_individual_devices_in_eight_slices(
                         config={"cpuDeviceMode": "individual"})  # fmt: skip
     stacks.append(stack)
     await stack.start()
-    found = wait_for(
-        lambda: (s := slices(control_plane, node)) and complete(s, 1024) and s,
-        "1024 devices",
-        timeout=120,
-        interval=0.2,
-    )
+    found = published(control_plane, node, 1024, "1024 devices", timeout=120)
     assert [len(s["spec"]["devices"]) for s in found] == [128] * 8
     assert [d["name"] for d in devices(found)] == [f"cpudev{i:03d}" for i in range(1024)]
     await stays_unchanged(control_plane, node)
@@ -87,12 +76,7 @@ async def test_list_attributes_refused_without_the_gate_are_left_out_and_reporte
     stack = DriverStack(node, control_plane.kubeconfig, config={"cpuDeviceMode": "individual"})
     stacks.append(stack)
     await stack.start("--expose-pcie-roots")
-    found = wait_for(
-        lambda: (s := slices(control_plane, node)) and complete(s, 40) and s,
-        "slices published without list attributes",
-        timeout=60,
-        interval=0.2,
-    )
+    found = published(control_plane, node, 40, "slices published without list attributes")
     assert all("resource.kubernetes.io/pcieRoot" not in d["attributes"] for d in devices(found))
     status = await stack.status()
     (missing,) = status.missing_api_features
@@ -115,12 +99,7 @@ async def test_a_mapping_dropped_without_the_gate_is_noticed_once_and_not_rewrit
                         config={"publishNodeAllocatableResourceMapping": True})  # fmt: skip
     stacks.append(stack)
     await stack.start()
-    wait_for(
-        lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
-        "slices",
-        timeout=60,
-        interval=0.2,
-    )
+    published(control_plane, node, 2, "slices")
 
     async def reported() -> str:
         status = await stack.status()
@@ -152,12 +131,7 @@ async def test_memory_devices_beside_the_cpu_devices_are_accepted_by_the_api_ser
     await stack.start()
     cpu_devices = [f"cpudevnuma{n:03d}" for n in range(4)]
     memory_devices = [f"memory-node-{n}" for n in range(4)]
-    found = wait_for(
-        lambda: (s := slices(control_plane, node)) and complete(s, 8) and s,
-        "CPU and memory devices in the API server",
-        timeout=60,
-        interval=0.2,
-    )
+    found = published(control_plane, node, 8, "CPU and memory devices in the API server")
     by_name = {d["name"]: d for d in devices(found)}
     assert sorted(by_name) == sorted(cpu_devices + memory_devices)
     for n, name in enumerate(memory_devices):

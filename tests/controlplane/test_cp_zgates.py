@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from controlplane.checks import complete, devices, slices, stays_unchanged
+from controlplane.checks import devices, published, stays_unchanged
 from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
-from harness.waits import wait_for
 
 from dracpu.topology.fixtures import write_fixture
 
@@ -32,12 +31,7 @@ async def test_list_attributes_are_accepted_with_the_gate(
     stack = DriverStack(node, control_plane.kubeconfig, config={"cpuDeviceMode": "individual"})
     stacks.append(stack)
     await stack.start("--expose-pcie-roots")
-    found = wait_for(
-        lambda: (s := slices(control_plane, node)) and complete(s, 40) and s,
-        "slices",
-        timeout=60,
-        interval=0.2,
-    )
+    found = published(control_plane, node, 40, "slices")
     assert all("strings" in d["attributes"]["resource.kubernetes.io/pcieRoot"]
                for d in devices(found))  # fmt: skip
     assert len((await stack.status()).missing_api_features) == 0
@@ -52,12 +46,7 @@ async def test_a_mapping_is_kept_when_the_node_declares_the_feature(
                         config={"publishNodeAllocatableResourceMapping": True})  # fmt: skip
     stacks.append(stack)
     await stack.start()
-    found = wait_for(
-        lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
-        "slices",
-        timeout=60,
-        interval=0.2,
-    )
+    found = published(control_plane, node, 2, "slices")
     assert all("nodeAllocatableResources" in d for d in devices(found))
     assert len((await stack.status()).missing_api_features) == 0
     await stays_unchanged(control_plane, node)
@@ -76,12 +65,7 @@ async def test_memory_devices_keep_their_mapping_onto_memory_and_hugepages(
     stack = DriverStack(node, control_plane.kubeconfig, sysfs=sysfs, config=config)
     stacks.append(stack)
     await stack.start()
-    found = wait_for(
-        lambda: (s := slices(control_plane, node)) and complete(s, 8) and s,
-        "CPU and memory devices with their mappings",
-        timeout=60,
-        interval=0.2,
-    )
+    found = published(control_plane, node, 8, "CPU and memory devices with their mappings")
     by_name = {d["name"]: d for d in devices(found)}
 
     def mapped(name: str) -> dict[str, str]:
@@ -111,12 +95,7 @@ async def test_a_mapping_refused_for_an_undeclared_node_is_left_out_and_reported
                         config={"publishNodeAllocatableResourceMapping": True})  # fmt: skip
     stacks.append(stack)
     await stack.start()
-    found = wait_for(
-        lambda: (s := slices(control_plane, node)) and complete(s, 2) and s,
-        "slices without the mapping",
-        timeout=60,
-        interval=0.2,
-    )
+    found = published(control_plane, node, 2, "slices without the mapping")
     assert all("nodeAllocatableResources" not in d for d in devices(found))
     deadline = time.monotonic() + 30
     while not (await stack.status()).missing_api_features:

@@ -11,7 +11,7 @@ import asyncio
 import time
 
 import pytest
-from controlplane.checks import complete, slices
+from controlplane.checks import published, slices
 from controlplane.stack import DriverStack
 from harness.control_plane import CommandError, ControlPlane
 from harness.waits import wait_for
@@ -98,12 +98,7 @@ async def test_individual_devices_need_no_gate_and_are_published(
     stack = DriverStack(node, control_plane.kubeconfig, config={"cpuDeviceMode": "individual"})
     stacks.append(stack)
     await stack.start()
-    wait_for(
-        lambda: (s := slices(control_plane, node)) and complete(s, 40) and s,
-        "individual slices",
-        timeout=60,
-        interval=0.2,
-    )
+    published(control_plane, node, 40, "individual slices")
     status = await stack.status()
     assert [(p.name, p.ok) for p in status.prerequisites] == [(RESOURCE_API, True)]
     assert status.last_publish_error == ""
