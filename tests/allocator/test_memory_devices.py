@@ -396,20 +396,12 @@ async def test_a_memory_claim_attaches_only_to_a_plugin_that_enforces_it(
     )
     await node.start(machines("numa4-hugepages"))
     servicer = AllocatorServicer(node)
-    request = prepare_request("c1", 2, device="cpudevnuma000", pods=["pod-1"])
-    request.results.append(
-        allocator_pb2.AllocationResult(
-            request="mem",
-            driver="dra.cpu",
-            pool="node",
-            device="memory-node-0",
-            consumed_capacity={
-                "dra.cpu/memory": "1Gi",
-                "dra.cpu/hugepages2Mi": "64Mi",
-                "dra.cpu/hugepages1Gi": "1Gi",
-            },
-        )
-    )
+    memory = {
+        "dra.cpu/memory": "1Gi",
+        "dra.cpu/hugepages2Mi": "64Mi",
+        "dra.cpu/hugepages1Gi": "1Gi",
+    }
+    request = prepare_request("c1", 2, device="cpudevnuma000", pods=["pod-1"], memory=memory)
     cpus = CPUSet.parse((await servicer.Prepare(request, None)).claim.cpus)
     container = Container("cid", Owner("pod-1", "app", "default", "p"))
     # An older nri-plugin does not say it enforces memory: the container is refused, unbound.

@@ -102,17 +102,7 @@ class Allocator:
         memory-node-0 consuming those capacities."""
         uid = uid or str(uuid.uuid4())
         placement = {"memoryPlacement": memory_placement} if memory_placement else None
-        request = prepare_request(uid, count, cpu_config=placement)
-        if memory is not None:
-            request.results.append(
-                allocator_pb2.AllocationResult(
-                    request="mem",
-                    driver="dra.cpu",
-                    pool="node",
-                    device="memory-node-0",
-                    consumed_capacity=dict(memory),
-                )
-            )
+        request = prepare_request(uid, count, cpu_config=placement, memory=memory)
         async with channel(self.socket) as chan:
             stub = allocator_pb2_grpc.AllocatorStub(chan)
             reply = await call(stub.Prepare(request, timeout=5), f"prepare {uid}")
