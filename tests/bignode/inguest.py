@@ -164,8 +164,11 @@ def start(state: Path, config: str = "", runtime: str = "containerd") -> dict[st
         if node is None:
             node = make_node(BASE / "node", BASE / "rd", name=runtime, nri_timeout=NRI_TIMEOUT)
             node.start(timeout=120)
+            # Asked once per runtime start: crictl is one more process start under emulation.
+            version = {"runtime": node.runtime_name, "version": node.runtime_version()}
+        else:
+            version = _bed["version"]
         started = time.monotonic()
-        version = {"runtime": node.runtime_name, "version": node.runtime_version()}
         _bed.update(
             node=node,
             stack=stack,

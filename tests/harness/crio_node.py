@@ -91,21 +91,10 @@ class CrioNode(ContainerdNode):
     )
 
     def __init__(
-        self,
-        base: Path,
-        run_dir: Path,
-        *,
-        version: str = CRIO_VERSIONS[0],
-        plugin_request_timeout: str = "2s",
-        plugin_registration_timeout: str = "5s",
+        self, base: Path, run_dir: Path, *, version: str = CRIO_VERSIONS[0], **options: str
     ) -> None:
-        super().__init__(
-            base,
-            run_dir,
-            version=version,
-            plugin_request_timeout=plugin_request_timeout,
-            plugin_registration_timeout=plugin_registration_timeout,
-        )
+        """`options`: ContainerdNode's NRI timeouts (plugin_request_timeout, ...)."""
+        super().__init__(base, run_dir, version=version, **options)
         self.bin = crio_dir(version)
         self.socket = self.base / "run" / "crio.sock"
         self.config_file = self.base / "crio.conf"
