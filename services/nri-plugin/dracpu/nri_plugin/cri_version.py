@@ -4,8 +4,8 @@ When the runtime's NRI is off the nri-plugin has nobody to ask who the runtime i
 socket still answers `runtime.v1.RuntimeService/Version` (what `crictl version` and the
 kubelet call). The reply, `VersionResponse`, has four string fields: `version` (1, the CRI
 API's), `runtime_name` (2, e.g. `cri-o`, `containerd`), `runtime_version` (3) and
-`runtime_api_version` (4). Only those are read, from the protobuf wire format directly, so the
-plugin carries no CRI protos.
+`runtime_api_version` (4). Only those are read, through a message class built from their
+descriptor, so the plugin carries no CRI protos.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError, Message
 
 from dracpu.core.errors import InvalidInputError
 
@@ -34,44 +36,39 @@ class RuntimeIdentity:
         return f"{NAMES.get(self.name.lower(), self.name)} {self.version}".strip()
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if at >= len(data) or shift > 63:
-            raise InvalidInputError("CRI VersionResponse: truncated varint")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, at
+def _version_response_class() -> type[Message]:
+    """VersionResponse's four string fields as a message class of the protobuf runtime, built
+    from a descriptor (the CRI protos are not carried for one reply)."""
+    file = descriptor_pb2.FileDescriptorProto(name="dracpu/cri_version.proto", package="runtime.v1")
+    message = file.message_type.add(name="VersionResponse")
+    names = ("version", "runtime_name", "runtime_version", "runtime_api_version")
+    for number, name in enumerate(names, start=1):
+        message.field.add(
+            name=name,
+            number=number,
+            type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+            label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+        )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("runtime.v1.VersionResponse"))
+
+
+_VERSION_RESPONSE = _version_response_class()
 
 
 def decode_version_response(data: bytes) -> RuntimeIdentity:
     """The runtime's name and version from a serialized VersionResponse; a reply without a
     runtime name, or not in the wire format, is refused."""
-    strings: dict[int, str] = {}
-    at = 0
-    while at < len(data):
-        key, at = _varint(data, at)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            _, at = _varint(data, at)
-        elif wire == 2:
-            size, at = _varint(data, at)
-            if at + size > len(data):
-                raise InvalidInputError("CRI VersionResponse: truncated field")
-            strings[number] = data[at : at + size].decode("utf-8", "replace")
-            at += size
-        elif wire == 1:
-            at += 8
-        elif wire == 5:
-            at += 4
-        else:
-            raise InvalidInputError(f"CRI VersionResponse: unknown wire type {wire}")
-    if not strings.get(2):
+    reply = _VERSION_RESPONSE()
+    try:
+        reply.ParseFromString(data)
+    except DecodeError as exc:
+        raise InvalidInputError(f"CRI VersionResponse: {exc}") from None
+    fields = {field.name: str(value) for field, value in reply.ListFields()}
+    if not fields.get("runtime_name"):
         raise InvalidInputError("CRI VersionResponse names no runtime")
-    return RuntimeIdentity(name=strings[2], version=strings.get(3, ""))
+    return RuntimeIdentity(name=fields["runtime_name"], version=fields.get("runtime_version", ""))
 
 
 async def query(socket: str, timeout: float = 3.0) -> RuntimeIdentity:
