@@ -60,16 +60,22 @@ async def snapshot(plugin: RegisteredPlugin, version: str) -> dict[str, HealthEn
 
 
 async def health_is(
-    plugin: RegisteredPlugin, expected: dict[str, str], what: str
+    plugin: RegisteredPlugin,
+    expected: dict[str, str],
+    what: str,
+    saying: dict[str, str] | None = None,
 ) -> dict[str, HealthEntry]:
-    """Wait until both API versions stream exactly `expected` (device -> health)."""
+    """Wait until both API versions stream exactly `expected` (device -> health), each device
+    of `saying` with that text in its message (a change the topology shows in steps, such as
+    two CPUs going offline one after the other, is waited for whole)."""
     found: dict[str, HealthEntry] = {}
     for version in ("v1", "v1alpha1"):
 
         async def matches(version: str = version) -> bool:
             nonlocal found
             found = await snapshot(plugin, version)
-            return {name: e.health for name, e in found.items()} == expected
+            said = all(text in found[d].message for d, text in (saying or {}).items() if d in found)
+            return {name: e.health for name, e in found.items()} == expected and said
 
         await eventually(matches, f"{what} ({version})", timeout=30)
     return found
@@ -109,6 +115,7 @@ async def test_cpus_going_offline_make_their_device_unhealthy_until_they_return(
         plugin,
         {"cpudevnuma000": "HEALTHY", "cpudevnuma001": "UNHEALTHY"},
         "the device with offline CPUs unhealthy",
+        saying={"cpudevnuma001": "12,32"},
     )
     assert "12,32" in entries["cpudevnuma001"].message
     reported = await allocator_health(node)
