@@ -26,7 +26,9 @@ test: venv protos lint typecheck peers chromium real-peers
 check: venv protos lint typecheck
 	bash tools/run-tests.sh local $(PYTEST_ARGS)
 
+# The placement algorithm's hot modules compiled by mypyc, once per source, into the tool cache.
 venv: $(VENV)/.installed $(VENV)/.harness
+	$(PY) tools/compile-algorithm.py
 
 # tests/ on the virtualenv's path, so the benchmarks and scripts import `harness` as the tests
 # do (pytest's own `pythonpath` setting does the same for pytest).

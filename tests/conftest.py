@@ -4,12 +4,19 @@ took, printed at the end of a run."""
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from harness import speed
 from hypothesis import settings
+
+# The tests hold the placement algorithm's Python source to the kubelet (some patch its
+# modules, which a compiled module would ignore); tests/allocator/test_algorithm_compiled.py
+# holds the mypyc build to the source. Set before any test module imports the algorithm; the
+# services the tests start inherit it.
+os.environ["DRACPU_PURE_PYTHON"] = "1"
 
 # A property holds or fails whatever the machine's speed: no example is failed for taking longer
 # than hypothesis's default 200 ms (a busy 2-core machine takes that for a cheap one). A

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
+from dracpu.allocator import algorithm
 from dracpu.allocator.domain.devices import DeviceOptions
 from dracpu.allocator.live.node import NodeAllocator
 from dracpu.allocator.rpc import topology_client
@@ -158,7 +159,13 @@ async def serve(args: argparse.Namespace) -> int:
         await node.start(machine)
         await health.set(True)
         await ro_health.set(True)
-        log.info(0, "allocator serving", socket=args.socket, cpus=len(machine.cpus))
+        log.info(
+            0,
+            "allocator serving",
+            socket=args.socket,
+            cpus=len(machine.cpus),
+            algorithm=algorithm.VARIANT,
+        )
         if machine_from_file is None and args.topology_refresh > 0:
             tasks.append(
                 asyncio.create_task(

@@ -8,12 +8,20 @@ Module map: `selection` (take_cpus and the FullPCPUsOnly checks), `policy` (the 
 orderings), `packed` (takeByTopologyNUMAPacked), `distributed` (takeByTopologyNUMADistributed),
 `numa_plan` (its NUMA combination search), `remainder` (which nodes of a combination take the
 remainder groups), `remainder_floor` (the least sum of squares of each size of those) and
-`balance` (the kubelet's balance score).
+`balance` (the kubelet's balance score). `compiled` finds a mypyc build of the hot modules made
+from exactly these sources; `VARIANT` says which ran.
 """
 
 from __future__ import annotations
 
-from dracpu.allocator.algorithm.policy import Policy
-from dracpu.allocator.algorithm.selection import take_cpus
+from dracpu.allocator.algorithm import compiled as _compiled
 
-__all__ = ["Policy", "take_cpus"]
+_native = _compiled.native_path()
+if _native is not None:
+    __path__.insert(0, str(_native))  # the compiled modules shadow their sources
+VARIANT = "pure Python" if _native is None else f"compiled by mypyc ({_native.parents[2].name})"
+
+from dracpu.allocator.algorithm.policy import Policy  # noqa: E402
+from dracpu.allocator.algorithm.selection import take_cpus  # noqa: E402
+
+__all__ = ["VARIANT", "Policy", "take_cpus"]

@@ -178,7 +178,7 @@ def _two_stretches(first: _Stretch, second: _Stretch, count: int, extra: int) ->
             - bonus2[lo2]
         )
         if total > best:
-            best = total
+            best = float(total)
     return best
 
 
