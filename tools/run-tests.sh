@@ -2,7 +2,9 @@
 # The test run of `make test` and `make check`, in two phases:
 #   local  the tests that need neither root nor a real peer, spread over the machine's cores;
 #   peers  the real-peer tiers (Docker engine, containerd node, control plane, cluster, chaos,
-#          skew, big node), one test at a time: they share the node's runtime and ports.
+#          skew, big node), one test at a time: they share the node's runtime and ports;
+#   crio   the real-node tier and one one-node-cluster scenario again, on CRI-O
+#          (DRACPU_RUNTIME=crio; without root or CRI-O they skip, saying why).
 # usage: tools/run-tests.sh local|all [pytest args...]
 # Both phases run even when the first fails; the exit status is the first failure's.
 set -uo pipefail
@@ -29,5 +31,8 @@ status=0
 run_phase local -n "$workers" --dist worksteal --durations=15 -m "not ($PEER_MARKERS)" "$@" || status=$?
 if [ "$phases" = all ]; then
     run_phase peers --durations=40 -m "$PEER_MARKERS" "$@" || { [ "$status" -ne 0 ] || status=$?; }
+    DRACPU_RUNTIME=crio run_phase crio --durations=10 tests/realnode \
+        tests/e2e/test_e2e_scenarios.py::test_grouped_claim_pins_and_the_shared_pool_steps_aside \
+        "$@" || { [ "$status" -ne 0 ] || status=$?; }
 fi
 exit "$status"

@@ -7,8 +7,8 @@
 # Debian, and makes the test image into the cache:
 #   ${DRACPU_CACHE}/realnode-image-<n>/{pause,busybox-pause.tar}
 # busybox-static plus a static pause binary, as an OCI archive `ctr images import` reads; the
-# same image is the sandbox image. With DRACPU_RUNTIME=crio it also builds CRI-O and installs
-# conmon (tools/build-crio.sh). Not root, or apt/go missing: one line saying why, exit 0; the
+# same image is the sandbox image. It also builds CRI-O and installs conmon (tools/build-crio.sh),
+# the runtime of the tests' second pass (tools/run-tests.sh). Not root, or apt/go missing: one line saying why, exit 0; the
 # tests then skip with their own reason.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -53,10 +53,9 @@ bootstrap() {
         return 1
     fi
 
-    if [[ "${DRACPU_RUNTIME:-containerd}" == crio ]]; then
-        log "$PREFIX" "DRACPU_RUNTIME=crio: CRI-O and conmon (tools/build-crio.sh)"
-        bash "$ROOT/tools/build-crio.sh"
-    fi
+    # The second runtime: `make test` runs this tier and one cluster scenario on CRI-O too.
+    log "$PREFIX" "CRI-O and conmon (tools/build-crio.sh)"
+    bash "$ROOT/tools/build-crio.sh"
 
     if cache_ready realnode-image "$IMAGE_VERSION"; then
         log "$PREFIX" "test image cached in $(cache_dir realnode-image "$IMAGE_VERSION")"
