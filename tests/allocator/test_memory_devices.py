@@ -458,3 +458,34 @@ async def test_the_memory_held_and_free_is_shown_per_node_and_kind(
         assert line in text
     await node.unprepare("c1")
     assert 'dra_cpu_memory_claimed_bytes{kind="memory",numa_node="1"} 0.0' in exposition(registry)
+
+
+def test_the_device_metadata_of_a_claim_holding_memory_gives_its_bytes_per_kind(
+    machines: Machines,
+) -> None:
+    """Every CPU device of the claim carries, for its containers' metadata file, the memory
+    nodes and the bytes of each kind it holds, summed over those nodes."""
+    outcome = claims.prepare(
+        state(machines("numa4-hugepages")),
+        claim(
+            "c1",
+            CPUS1,
+            result("memory-node-1", {"dra.cpu/memory": "1Gi", "dra.cpu/hugepages2Mi": "32Mi"}, "m"),
+            result("memory-node-0", {"dra.cpu/hugepages2Mi": "16Mi"}, "more"),
+        ),
+        1,
+    )
+    (device,) = wire.prepare_response(outcome).devices
+    attributes = {name: value.WhichOneof("value") for name, value in device.attributes.items()}
+    shown = {name: getattr(value, attributes[name]) for name, value in device.attributes.items()}
+    assert shown["dra.cpu/memoryNodes"] == "0-1"
+    assert shown["dra.cpu/memoryBytes"] == GIB
+    assert shown["dra.cpu/hugepages2MiBytes"] == 48 * MIB  # 32Mi on node 1, 16Mi on node 0
+    assert attributes["dra.cpu/hugepages2MiBytes"] == "int"
+    assert "dra.cpu/hugepages1GiBytes" not in shown  # none held: not said
+
+
+def test_a_claim_of_cpus_alone_has_no_memory_attributes(machines: Machines) -> None:
+    outcome = claims.prepare(state(machines("numa4-hugepages")), claim("c1", CPUS1), 1)
+    (device,) = wire.prepare_response(outcome).devices
+    assert not [name for name in device.attributes if name.endswith("Bytes")]

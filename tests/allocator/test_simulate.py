@@ -270,3 +270,133 @@ def test_bad_topology_files_are_one_line_and_exit_2(
     done = simulate("--topology", write(tmp_path, "topology.yaml", content), "--count", "1")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and message in done.stderr
+
+
+# ---- memory with the CPUs --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hugepages_report() -> Iterator[str]:
+    """`dracpu gatherinfo` of numa4-hugepages: 4 NUMA nodes of 8 CPUs (node 0: CPUs 0-3,16-19;
+    node 2: 8-11,24-27). Node 0 publishes 13Gi of memory, 1Gi of 2 MiB pages and 2Gi of 1 GiB
+    pages; node 2's 2 MiB pool is empty."""
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="simmem"))
+    subprocess.run(
+        [sys.executable, "-m", "dracpu.topology.fixtures", "numa4-hugepages", str(root / "sys")],
+        check=True,
+        capture_output=True,
+    )
+    report = subprocess.run(
+        [sys.executable, "-m", "dracpu.core.cli", "gatherinfo", "--stdout",
+         "--sysfs-root", str(root / "sys")],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    path = root / "report.yaml"
+    path.write_text(report.stdout)
+    yield str(path)
+
+
+def test_memory_comes_from_the_node_of_the_cpus_and_is_checked_against_its_device(
+    hugepages_report: str,
+) -> None:
+    args = ["--topology", hugepages_report, "--count", "4", "--memory", "1Gi"]
+    done = simulate(*args, "--hugepages", "2Mi=64Mi")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == (
+        "0-1,16-17\nmemory from NUMA node 0: hugepages-2Mi 64Mi of 1Gi, memory 1Gi of 13Gi "
+        "published\n"
+    )
+    shown = json.loads(simulate(*args, "--hugepages", "1Gi=2Gi", "--json").stdout)
+    assert shown["memoryNodes"] == "0"  # the node its memory devices gave
+    assert shown["memory"] == {
+        "numaNode": 0,
+        "amounts": [
+            {"kind": "hugepages-1Gi", "bytes": 2 << 30, "published": 2 << 30},
+            {"kind": "memory", "bytes": 1 << 30, "published": 13 << 30},
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--count", "4", "--hugepages", "1Gi=3Gi"],
+            "NUMA node 0 hugepages-1Gi: wants 3Gi, 2Gi free",
+            id="past-the-pool",
+        ),
+        pytest.param(
+            ["--count", "4", "--available", "8-11,24-27", "--hugepages", "2Mi=2Mi"],
+            "NUMA node 2 hugepages-2Mi: wants 2Mi, 0 free",
+            id="empty-pool",
+        ),
+        pytest.param(
+            ["--count", "4", "--hugepages", "64Ki=64Ki"],
+            "NUMA node 0 hugepages-64Ki: wants 64Ki, 0 free",
+            id="no-such-pool",
+        ),
+        pytest.param(
+            ["--count", "12", "--memory", "1Gi"],
+            "the CPUs 0-5,16-21 lie on NUMA nodes 0-1: memory comes from the one NUMA node of "
+            "the claim's CPUs; ask for fewer CPUs or give --available",
+            id="cpus-on-two-nodes",
+        ),
+    ],
+)
+def test_memory_the_node_does_not_publish_is_one_line_and_exit_1(
+    hugepages_report: str, args: list[str], message: str
+) -> None:
+    done = simulate("--topology", hugepages_report, *args)
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"dracpu simulate: {message}\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--memory", "0"],
+            "--memory: must be a positive whole number of bytes, got 0",
+            id="memory-0",
+        ),
+        pytest.param(
+            ["--memory", "1.5"],
+            "--memory: must be a positive whole number of bytes, got 1.5",
+            id="memory-fraction",
+        ),
+        pytest.param(["--memory", "lots"], "--memory: 'lots' is not a quantity", id="memory-nan"),
+        pytest.param(
+            ["--hugepages", "2Mi"],
+            "--hugepages 2Mi: expected SIZE=QUANTITY, e.g. 2Mi=64Mi",
+            id="no-amount",
+        ),
+        pytest.param(
+            ["--hugepages", "2M=64Mi"],
+            "--hugepages 2M=64Mi: page size 2M is not a power of two of at least 4Ki written as "
+            "the kubelet names it (2Mi, 1Gi)",
+            id="decimal-size",
+        ),
+        pytest.param(
+            ["--hugepages", "2Mi=3Mi"],
+            "--hugepages 2Mi=3Mi: 3Mi is not a whole number of 2Mi pages",
+            id="part-page",
+        ),
+        pytest.param(
+            ["--hugepages", "2Mi=2Mi", "--hugepages", "2Mi=4Mi"],
+            "--hugepages: page size 2Mi is given twice",
+            id="twice",
+        ),
+        pytest.param(
+            ["--topology", DUAL_HT, "--memory", "1Gi"],
+            "the topology lists no NUMA node memory: a gatherinfo report of a release with "
+            "memory devices lists each node's memory",
+            id="report-without-memory",
+        ),
+    ],
+)
+def test_a_bad_memory_request_is_one_line_and_exit_2(
+    hugepages_report: str, args: list[str], message: str
+) -> None:
+    topology = [] if "--topology" in args else ["--topology", hugepages_report]
+    done = simulate(*topology, "--count", "4", *args)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"dracpu simulate: error: {message}\n"

@@ -14,9 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dracpu.api import page
-from dracpu.api.cpumap import ClaimCPUs, CPUMap, Pool, build
+from dracpu.api.cpumap import ClaimCPUs, CPUMap, MemoryDevice, MemoryHeld, Pool, build
+from dracpu.api.routers.pages import memory_devices
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import ProtocolError
 from dracpu.core.machine import Machine
+from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 from dracpu.topology.discovery import discover
 from dracpu.topology.fixtures import write_fixture
 
@@ -290,3 +293,137 @@ def test_claims_left_out_of_the_legend_are_counted(
     monkeypatch.setattr(page, "LEGEND_CLAIMS", shown)
     html = page.cpu_map_page("node", build(machine("xeon-2s-ht"), POOL, CLAIMS), [])
     assert f"<li>{line}</li>" in html
+
+
+# ---- memory ----------------------------------------------------------------------------------
+
+GIB, MIB = 1 << 30, 1 << 20
+# xeon-2s-ht with memory devices: node 0 publishes 13Gi of memory and a 1Gi pool of 2 MiB
+# pages, node 1 7680Mi and a 512Mi pool.
+MEMORY_DEVICES = [
+    MemoryDevice(0, {"memory": 13 * GIB, "hugepages-2Mi": GIB, "hugepages-1Gi": 2 * GIB}),
+    MemoryDevice(1, {"memory": 7680 * MIB, "hugepages-2Mi": 512 * MIB}),
+]
+MEMORY_CLAIMS = [
+    ClaimCPUs("uid-dpdk", "net", "dpdk", CPUSet.parse("12-13,32-33"), CPUSet([1]),
+              (MemoryHeld(1, "hugepages-2Mi", 512 * MIB), MemoryHeld(1, "memory", GIB))),
+    ClaimCPUs("uid-vm", "vms", "vm", CPUSet.parse("14,34"), CPUSet([1]),
+              (MemoryHeld(1, "memory", 2 * GIB),)),
+    ClaimCPUs("uid-plain", "ns", "plain", CPUSet([5])),
+]  # fmt: skip
+
+
+def memory_of(cpu_map: CPUMap) -> dict[tuple[int, str], tuple[int | None, int, int | None]]:
+    return {(r.node, r.kind): (r.published, r.claimed, r.free) for r in cpu_map.memory}
+
+
+def test_each_nodes_memory_is_published_claimed_and_free_per_kind() -> None:
+    cpu_map = build(machine("xeon-2s-ht"), POOL, MEMORY_CLAIMS, MEMORY_DEVICES)
+    assert memory_of(cpu_map) == {
+        (0, "memory"): (13 * GIB, 0, 13 * GIB),
+        (0, "hugepages-2Mi"): (GIB, 0, GIB),
+        (0, "hugepages-1Gi"): (2 * GIB, 0, 2 * GIB),
+        (1, "memory"): (7680 * MIB, 3 * GIB, 4608 * MIB),
+        (1, "hugepages-2Mi"): (512 * MIB, 512 * MIB, 0),
+    }
+    # Memory first, then the page sizes from the smallest up, node by node.
+    assert [(r.node, r.kind) for r in cpu_map.memory][:3] == [
+        (0, "memory"), (0, "hugepages-2Mi"), (0, "hugepages-1Gi")
+    ]  # fmt: skip
+    (row,) = [r for r in cpu_map.memory if (r.node, r.kind) == (1, "memory")]
+    assert [(claim.uid, amount) for claim, amount in row.holders] == [
+        ("uid-dpdk", GIB), ("uid-vm", 2 * GIB)
+    ]  # fmt: skip
+    node1 = cpu_map.sockets[1].numa_nodes[0]
+    assert [r.kind for r in node1.memory] == ["memory", "hugepages-2Mi"]
+
+
+def test_the_page_shows_who_holds_each_nodes_memory_and_what_is_free() -> None:
+    cpu_map = build(machine("xeon-2s-ht"), POOL, MEMORY_CLAIMS, MEMORY_DEVICES)
+    html = page.cpu_map_page("node", cpu_map, [])
+    table = ET.fromstring(html[html.index('<table id="memory"') : html.index("</table>") + 8])
+    rows = {
+        (tr.get("data-numa"), tr.get("data-kind")): ["".join(td.itertext()) for td in tr]
+        for tr in table.iter("tr")
+        if tr.get("data-numa") is not None
+    }
+    assert rows[("1", "memory")] == ["1", "memory", "7680Mi", "3Gi", "4608Mi",
+                                     "net/dpdk 1Gi, vms/vm 2Gi"]  # fmt: skip
+    assert rows[("1", "hugepages-2Mi")] == ["1", "hugepages-2Mi", "512Mi", "512Mi", "0",
+                                            "net/dpdk 512Mi"]  # fmt: skip
+    assert rows[("0", "hugepages-1Gi")] == ["0", "hugepages-1Gi", "2Gi", "0", "2Gi", "—"]
+    assert 'data-kind="hugepages-2Mi" class="full"' in html  # nothing left: marked
+    # The legend and the CPUs' titles say what the claim holds; the node's box sums it up.
+    assert "(4: 12-13,32-33, memory on NUMA node 1: memory 1Gi; hugepages-2Mi 512Mi)" in html
+    assert (
+        "<title>NUMA node 1: 20 CPUs; memory 3Gi of 7680Mi claimed, 4608Mi free; "
+        "hugepages-2Mi 512Mi of 512Mi claimed, 0 free</title>"
+    ) in html
+    assert "(1: 5)</li>" in html  # a claim without memory says nothing of it
+
+
+def test_without_memory_devices_the_page_has_no_memory_section() -> None:
+    cpu_map = build(machine("xeon-2s-ht"), POOL, CLAIMS, [])
+    assert cpu_map.memory == ()
+    html = page.cpu_map_page("node", cpu_map, [])
+    assert 'id="memory"' not in html
+    assert "<title>NUMA node 0: 20 CPUs</title>" in html
+
+
+def test_memory_a_claim_holds_of_a_device_no_longer_published_is_shown_as_such() -> None:
+    """The devices unknown (None) or without the kind: the claim's hold is still listed."""
+    for devices in (None, MEMORY_DEVICES[:1]):
+        cpu_map = build(machine("xeon-2s-ht"), POOL, MEMORY_CLAIMS, devices)
+        assert memory_of(cpu_map)[(1, "memory")] == (None, 3 * GIB, None)
+        html = page.cpu_map_page("node", cpu_map, [])
+        assert "memory 3Gi claimed, none published" in html
+
+
+def test_a_claim_holding_memory_on_two_nodes_names_the_node_of_each_amount() -> None:
+    held = (MemoryHeld(0, "hugepages-1Gi", GIB), MemoryHeld(1, "memory", GIB))
+    claims = [ClaimCPUs("uid-two", "ns", "two", CPUSet([4, 14]), CPUSet([0, 1]), held)]
+    (entry,) = build(machine("xeon-2s-ht"), POOL, claims, MEMORY_DEVICES).claims
+    assert entry.memory == (
+        ", memory on NUMA nodes 0-1: hugepages-1Gi 1Gi of node 0; memory 1Gi of node 1"
+    )
+
+
+def device_list(*devices: pb.Device) -> pb.DeviceList:
+    return pb.DeviceList(devices=list(devices))
+
+
+def memory_device(name: str, node: int, capacity: dict[str, str]) -> pb.Device:
+    attributes = {"resource.kubernetes.io/numaNode": pb.AttributeValue(int=node)}
+    return pb.Device(name=name, attributes=attributes, capacity=capacity)
+
+
+def test_the_allocators_memory_devices_are_read_in_bytes_per_kind() -> None:
+    reply = device_list(
+        pb.Device(name="cpudevnuma000", capacity={"dra.cpu/cpu": "18"}),
+        memory_device("memory-node-1", 1, {"dra.cpu/memory": "7680Mi",
+                                           "dra.cpu/hugepages2Mi": "0"}),
+    )  # fmt: skip
+    (device,) = memory_devices(reply)
+    assert device == MemoryDevice(1, {"memory": 7680 * MIB, "hugepages-2Mi": 0})
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        pytest.param(
+            memory_device("memory-node-0", 0, {"dra.cpu/memory": "1.5Gi"}),
+            "allocator: memory device memory-node-0 capacity dra.cpu/memory: '1.5Gi' is not a "
+            "byte count such as 64Mi or 1Gi",
+            id="bad-capacity",
+        ),
+        pytest.param(
+            pb.Device(name="memory-node-0", capacity={"dra.cpu/memory": "1Gi"}),
+            "allocator: memory device memory-node-0 has no NUMA node",
+            id="no-node",
+        ),
+    ],
+)
+def test_a_malformed_memory_device_is_a_protocol_error(device: pb.Device, message: str) -> None:
+    with pytest.raises(ProtocolError) as caught:
+        memory_devices(device_list(device))
+    assert str(caught.value) == message

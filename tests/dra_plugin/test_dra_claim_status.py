@@ -107,6 +107,24 @@ def test_a_claim_with_placed_memory_names_its_memory_nodes() -> None:
     assert "memoryNodes" not in plain["data"]  # not placed: every node
 
 
+def test_a_claim_holding_memory_lists_it_per_node_and_kind_on_every_entry() -> None:
+    answer = response(("cpus", "cpudevnuma000", "2-3"), ("more", "cpudevnuma001", "12-13"))
+    answer.claim.memory_nodes = "1"
+    answer.claim.memory.add(numa_node=1, kind="hugepages-2Mi", bytes=64 << 20)
+    answer.claim.memory.add(numa_node=1, kind="memory", bytes=1 << 30)
+    entries = prepared_entries("dra.cpu", claim("c", "u", []), answer, {})
+    assert len(entries) == 2
+    for entry in entries:
+        assert entry["data"]["memory"] == [
+            {"numaNode": 1, "kind": "hugepages-2Mi", "bytes": 67108864},
+            {"numaNode": 1, "kind": "memory", "bytes": 1073741824},
+        ]
+        assert entry["data"]["memoryNodes"] == [1]
+    (plain,) = prepared_entries("dra.cpu", claim("c", "u", []),
+                                response(("cpus", "cpudevnuma000", "2-3")), {})  # fmt: skip
+    assert "memory" not in plain["data"]  # holds no memory device: nothing said
+
+
 def test_data_never_exceeds_the_apis_limit() -> None:
     scattered = ",".join(str(cpu) for cpu in range(0, 8192, 2))
     (entry,) = prepared_entries("dra.cpu", claim("c", "u", []),

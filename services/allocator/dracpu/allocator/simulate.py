@@ -4,6 +4,10 @@ It calls the allocator's own `take_cpus`, so the preview is the service's answer
 free CPUs. Prints the cpuset (or JSON with the NUMA nodes, sockets and uncore caches it
 touches, and the memory nodes the claim's container would get); an unmet request is one
 line on stderr and exit code 1, bad input exit code 2.
+
+With `--memory` or `--hugepages` it also takes that memory from the NUMA node of the CPUs, as
+a claim with the `resource.kubernetes.io/numaNode` constraint gets it, and checks it with the
+allocator's own rule against what the node's memory device would publish.
 """
 
 from __future__ import annotations
@@ -12,14 +16,19 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dracpu.allocator.domain.isolation import CHOICES as ISOLATION_CHOICES
 from dracpu.allocator.domain.isolation import take_with_isolation
 from dracpu.core.cli import ArgumentParser, run
 from dracpu.core.config import MEMORY_PLACEMENTS
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import CPUSetError, InvalidInputError
+from dracpu.core.errors import (
+    CPUSetError,
+    InsufficientCPUsError,
+    InsufficientMemoryError,
+    InvalidInputError,
+)
 
 if TYPE_CHECKING:
     from dracpu.core.machine import Machine
@@ -84,6 +93,19 @@ def build_parser() -> ArgumentParser:
         help="as cpuConfig.memoryPlacement: local also prints the memory nodes (cpuset.mems) "
         "the container would get (default: none, every node)",
     )
+    parser.add_argument(
+        "--memory",
+        metavar="QUANTITY",
+        help="NUMA node memory to claim with the CPUs (dra.cpu/memory), e.g. 1Gi",
+    )
+    parser.add_argument(
+        "--hugepages",
+        action="append",
+        default=[],
+        metavar="SIZE=QUANTITY",
+        help="hugepages of one page size to claim with the CPUs (dra.cpu/hugepages<SIZE>), "
+        "e.g. 2Mi=64Mi; once per page size",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON object")
     return parser
 
@@ -128,6 +150,115 @@ def within_topology(flag: str, cpus: CPUSet, machine: Machine) -> CPUSet:
     return cpus
 
 
+def _bytes(flag: str, text: str) -> int:
+    """A positive whole number of bytes, as a Kubernetes quantity."""
+    from dracpu.allocator.domain.quantity import parse_quantity
+
+    try:
+        value = parse_quantity(text)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{flag}: {exc}") from None
+    if value <= 0 or value != value.to_integral_value():
+        raise InvalidInputError(f"{flag}: must be a positive whole number of bytes, got {text}")
+    return int(value)
+
+
+def memory_request(memory: str | None, hugepages: Sequence[str]) -> dict[str, int]:
+    """The memory flags as kind -> bytes (`memory`, `hugepages-2Mi`), in the flags' order."""
+    from dracpu.core.driver import MEMORY_KIND
+    from dracpu.core.memory import binary_quantity
+
+    wanted: dict[str, int] = {}
+    if memory is not None:
+        wanted[MEMORY_KIND] = _bytes("--memory", memory)
+    for entry in hugepages:
+        flag = f"--hugepages {entry}"
+        size, sep, amount = entry.partition("=")
+        if not sep or not size or not amount:
+            raise InvalidInputError(f"{flag}: expected SIZE=QUANTITY, e.g. 2Mi=64Mi")
+        page = _bytes(flag, size)
+        if page & (page - 1) or page < 4096 or binary_quantity(page) != size:
+            raise InvalidInputError(
+                f"{flag}: page size {size} is not a power of two of at least 4Ki written as "
+                "the kubelet names it (2Mi, 1Gi)"
+            )
+        kind = f"hugepages-{size}"
+        if kind in wanted:
+            raise InvalidInputError(f"--hugepages: page size {size} is given twice")
+        wanted[kind] = _bytes(flag, amount)
+        if wanted[kind] % page:
+            raise InvalidInputError(f"{flag}: {amount} is not a whole number of {size} pages")
+    return wanted
+
+
+class MemoryPlacement(NamedTuple):
+    """Where a request's memory would come from: one NUMA node, the bytes of each kind and
+    what the node's memory device publishes of it."""
+
+    node: int
+    amounts: tuple[tuple[str, int, int], ...]  # kind, bytes wanted, bytes published
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "numaNode": self.node,
+            "amounts": [
+                {"kind": kind, "bytes": wanted, "published": published}
+                for kind, wanted, published in self.amounts
+            ],
+        }
+
+    def describe(self) -> str:
+        from dracpu.core.memory import binary_quantity
+
+        amounts = ", ".join(
+            f"{kind} {binary_quantity(wanted)} of {binary_quantity(published)}"
+            for kind, wanted, published in self.amounts
+        )
+        return f"memory from NUMA node {self.node}: {amounts} published"
+
+
+SIMULATED = "simulated"
+
+
+def place_memory(machine: Machine, cpus: CPUSet, wanted: dict[str, int]) -> MemoryPlacement:
+    """Take `wanted` from the NUMA node of `cpus` (memory of one node goes with CPUs of that
+    node, as the numaNode constraint asks) and check it with the allocator's prepare rule
+    against the node's memory device, built as the allocator builds it from the report."""
+    from dracpu.allocator.claims.memory import capacity, check_free
+    from dracpu.allocator.claims.model import MemoryAmount
+    from dracpu.allocator.claims.state import NodeState
+    from dracpu.allocator.domain.devices import DeviceModel, DeviceOptions, memory_devices
+    from dracpu.core.driver import memory_device_name
+
+    if not machine.memory:
+        raise InvalidInputError(
+            "the topology lists no NUMA node memory: a gatherinfo report of a release with "
+            "memory devices lists each node's memory"
+        )
+    nodes = machine.numa_nodes_of(cpus)
+    if len(nodes) != 1:
+        raise InsufficientCPUsError(
+            f"the CPUs {cpus.format()} lie on NUMA nodes {nodes.format()}: memory comes from "
+            "the one NUMA node of the claim's CPUs; ask for fewer CPUs or give --available"
+        )
+    node = nodes.first()
+    devices = tuple(memory_devices(machine))
+    if not any(d.name == memory_device_name(node) for d in devices):
+        raise InvalidInputError(
+            f"the topology has no memory of NUMA node {node} (none, or unreadable: see the "
+            "report's memory problems)"
+        )
+    state = NodeState(machine=machine, devices=DeviceModel(DeviceOptions(), devices))
+    amounts = tuple(MemoryAmount(node, kind, size) for kind, size in sorted(wanted.items()))
+    try:
+        check_free(state, SIMULATED, amounts)
+    except InsufficientMemoryError as exc:
+        raise InsufficientMemoryError(str(exc).removeprefix(f"claim {SIMULATED}: ")) from None
+    return MemoryPlacement(
+        node, tuple((a.kind, a.bytes, capacity(state, node, a.kind)) for a in amounts)
+    )
+
+
 def memory_nodes(machine: Machine, cpus: CPUSet, placement: str) -> CPUSet:
     """The container's memory nodes, as the allocator records them: empty when not placed."""
     return machine.numa_nodes_of(cpus) if placement == "local" else CPUSet()
@@ -165,12 +296,20 @@ def simulate(args: argparse.Namespace) -> int:
         distribute_numa=args.distribute_numa,
         group_size=1 if args.group_size is None else args.group_size,
     )
+    wanted = memory_request(args.memory, args.hugepages)
     cpus = take_with_isolation(machine, available - reserved, args.count, policy, args.isolated)
+    memory = place_memory(machine, cpus, wanted) if wanted else None
     if args.json:
-        print(json.dumps(placement(machine, cpus, args.memory_placement)))
+        shown = placement(machine, cpus, args.memory_placement)
+        if memory is not None:
+            shown["memoryNodes"] = CPUSet([memory.node]).format()
+            shown["memory"] = memory.to_json()
+        print(json.dumps(shown))
     else:
         print(cpus.format())
-        if args.memory_placement == "local":
+        if memory is not None:
+            print(memory.describe())
+        elif args.memory_placement == "local":
             print(f"memory nodes {memory_nodes(machine, cpus, 'local').format()}")
     return 0
 

@@ -10,7 +10,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-from dracpu.api.cpumap import ROLE_COLOURS, ROLE_LABELS, CacheGroup, Core, CPUMap, NumaNode, Socket
+from dracpu.api.cpumap import (
+    ROLE_COLOURS,
+    ROLE_LABELS,
+    CacheGroup,
+    Core,
+    CPUMap,
+    MemoryRow,
+    NumaNode,
+    Socket,
+)
+from dracpu.core.memory import binary_quantity
 
 # Geometry in px. A thread is wide enough for a four-digit CPU number at 11px.
 THREAD_W = 34
@@ -39,6 +49,11 @@ svg .l3-box { fill: #ffffff; stroke-dasharray: 4 2; }
 svg .core-box { fill: #ececec; stroke: #bbb; }
 svg .thread rect { stroke: #555; }
 svg .thread[data-role=unknown] rect { stroke-dasharray: 2 2; }
+h2 { font-size: 16px; margin: 16px 0 4px; }
+#memory { border-collapse: collapse; }
+#memory th, #memory td { border: 1px solid #ccc; padding: 2px 8px; text-align: left; }
+#memory td.bytes { text-align: right; font-family: ui-monospace, monospace; }
+#memory tr.full td.free { color: #b00020; font-weight: bold; }
 """
 
 LINKS = (
@@ -180,9 +195,10 @@ def _cache(cache: CacheGroup, x: int, y: int, out: list[str]) -> Size:
 def _numa(node: NumaNode, x: int, y: int, out: list[str]) -> None:
     size = _numa_size(node)
     cpus = sum(len(core.threads) for cache in node.caches for core in cache.cores)
+    memory = "".join(f"; {row.summary}" for row in node.memory)
     out.append(
         f'<g class="numa" data-numa="{node.node_id}" transform="translate({x},{y})">'
-        f"<title>NUMA node {node.node_id}: {counted(cpus, 'CPU')}</title>"
+        f"<title>NUMA node {node.node_id}: {counted(cpus, 'CPU')}{escape(memory)}</title>"
         f'<rect class="box numa-box" width="{size.w}" height="{size.h}" rx="5"/>'
         f'<text class="hdr" x="{PAD}" y="{HEADER - 5}">NUMA node {node.node_id}</text>'
     )
@@ -252,6 +268,44 @@ def _legend(cpu_map: CPUMap) -> str:
     return f'<ul id="legend">{"".join(items)}</ul>'
 
 
+def _bytes_cell(value: int | None, cls: str) -> str:
+    text = "—" if value is None else binary_quantity(value)
+    title = "" if value is None else f' title="{value} bytes"'
+    return f'<td class="bytes {cls}"{title}>{text}</td>'
+
+
+def _memory_row(row: MemoryRow) -> str:
+    holders = ", ".join(
+        f'<span data-claim="{escape(claim.uid)}" title="uid {escape(claim.uid)}">'
+        f"{escape(claim.label)} {binary_quantity(amount)}</span>"
+        for claim, amount in row.holders
+    )
+    full = ' class="full"' if row.free == 0 and row.published else ""
+    return (
+        f'<tr data-numa="{row.node}" data-kind="{escape(row.kind)}"{full}>'
+        f"<td>{row.node}</td><td>{escape(row.kind)}</td>"
+        f"{_bytes_cell(row.published, 'published')}{_bytes_cell(row.claimed, 'claimed')}"
+        f"{_bytes_cell(row.free, 'free')}<td>{holders or '—'}</td></tr>"
+    )
+
+
+def memory_table(cpu_map: CPUMap) -> str:
+    """Each NUMA node's memory devices, per kind: published, claimed, free (as the allocator
+    counts it at prepare) and the claims holding it; "" when there is none to show."""
+    if not cpu_map.memory:
+        return ""
+    rows = "".join(_memory_row(row) for row in cpu_map.memory)
+    return (
+        '<h2 id="memory-heading">Memory</h2>'
+        "<p>What each NUMA node's memory device publishes, what prepared claims hold of it and "
+        "what is left for new claims. Hugepages count whole pools, not the kernel's free "
+        "pages.</p>"
+        '<table id="memory"><thead><tr><th>NUMA node</th><th>kind</th><th>published</th>'
+        "<th>claimed</th><th>free</th><th>held by</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
 def cpu_map_page(node_name: str, cpu_map: CPUMap, notices: Sequence[str]) -> str:
     notes = "".join(f'<p class="notice">{escape(n)}</p>' for n in notices)
     claimed = cpu_map.counts.get("claim", 0)
@@ -263,5 +317,5 @@ def cpu_map_page(node_name: str, cpu_map: CPUMap, notices: Sequence[str]) -> str
         f"{counted(len(cpu_map.claims), 'claim')}. "
         "Hover a CPU for its place and owner. "
         '<a href="/">index</a></p>'
-        f"{notes}{_legend(cpu_map)}{svg(cpu_map)}",
+        f"{notes}{_legend(cpu_map)}{svg(cpu_map)}{memory_table(cpu_map)}",
     )

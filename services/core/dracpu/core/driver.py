@@ -35,6 +35,35 @@ def hugepages_capacity(size_name: str) -> str:
     return f"{HUGEPAGES_CAPACITY_PREFIX}{size_name}"
 
 
+# What a claim holds of a memory device is counted per kind: `memory`, or `hugepages-<size>`
+# as the kubelet names the node resource (hugepages-2Mi).
+MEMORY_KIND: Final = "memory"
+
+
+def memory_kind(capacity: str) -> str | None:
+    """`dra.cpu/memory` -> `memory`, `dra.cpu/hugepages2Mi` -> `hugepages-2Mi`; None for a
+    capacity a memory device does not have."""
+    if capacity == MEMORY_CAPACITY:
+        return MEMORY_KIND
+    size = capacity.removeprefix(HUGEPAGES_CAPACITY_PREFIX)
+    if size != capacity and size:
+        return f"hugepages-{size}"
+    return None
+
+
+def memory_capacity(kind: str) -> str:
+    """The memory device's capacity of `kind`: the inverse of `memory_kind`."""
+    if kind == MEMORY_KIND:
+        return MEMORY_CAPACITY
+    return hugepages_capacity(kind.removeprefix("hugepages-"))
+
+
+def memory_bytes_attribute(kind: str) -> str:
+    """The device-metadata attribute of the bytes a claim holds of `kind`, summed over its
+    NUMA nodes: dra.cpu/memoryBytes, dra.cpu/hugepages2MiBytes."""
+    return memory_capacity(kind) + "Bytes"
+
+
 # Device attributes (the reference driver's attribute tables, pkg/device/builder.go).
 ATTR_NUMA_NODE: Final = "resource.kubernetes.io/numaNode"
 ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"

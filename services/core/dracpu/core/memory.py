@@ -161,3 +161,14 @@ def binary_quantity(value: int) -> str:
         value //= KIB
         exponent += 1
     return f"{value}{_BINARY_SUFFIXES[exponent]}"
+
+
+def quantity_bytes(text: str) -> int:
+    """The bytes of a quantity as `binary_quantity` writes it (`13Gi`, `7680Mi`, `0`); a
+    memory device's capacities are always written so. Raises InvalidInputError for any other
+    spelling."""
+    digits = text.rstrip("KMGTPEi")
+    suffix = text[len(digits) :]
+    if not digits.isascii() or not digits.isdigit() or suffix not in _BINARY_SUFFIXES:
+        raise InvalidInputError(f"{text!r} is not a byte count such as 64Mi or 1Gi")
+    return int(digits) << (10 * _BINARY_SUFFIXES.index(suffix))

@@ -10,33 +10,11 @@ from dracpu.allocator.claims.model import ClaimRecord, MemoryAmount, PrepareInpu
 from dracpu.allocator.claims.state import NodeState
 from dracpu.allocator.domain.quantity import parse_quantity
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.driver import (
-    ATTR_NUMA_NODE,
-    HUGEPAGES_CAPACITY_PREFIX,
-    MEMORY_CAPACITY,
-    MEMORY_DEVICE_PREFIX,
-)
+from dracpu.core.driver import ATTR_NUMA_NODE, MEMORY_DEVICE_PREFIX
+from dracpu.core.driver import memory_capacity as capacity_of
+from dracpu.core.driver import memory_kind as kind_of
 from dracpu.core.errors import InsufficientMemoryError, InvalidInputError, NotFoundError
 from dracpu.core.memory import binary_quantity
-
-MEMORY_KIND = "memory"
-
-
-def kind_of(capacity: str) -> str | None:
-    """`dra.cpu/memory` -> `memory`, `dra.cpu/hugepages2Mi` -> `hugepages-2Mi`; None for a
-    capacity a memory device does not have."""
-    if capacity == MEMORY_CAPACITY:
-        return MEMORY_KIND
-    size = capacity.removeprefix(HUGEPAGES_CAPACITY_PREFIX)
-    if size != capacity and size:
-        return f"hugepages-{size}"
-    return None
-
-
-def capacity_of(kind: str) -> str:
-    if kind == MEMORY_KIND:
-        return MEMORY_CAPACITY
-    return HUGEPAGES_CAPACITY_PREFIX + kind.removeprefix("hugepages-")
 
 
 def _bytes(text: str, where: str) -> int:

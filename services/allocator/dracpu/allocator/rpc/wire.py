@@ -19,6 +19,7 @@ from dracpu.core.driver import (
     ATTR_MEMORY_NODES,
     DRIVER_NAME,
     cdi_device_id,
+    memory_bytes_attribute,
 )
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.machine import Machine
@@ -244,6 +245,17 @@ def add_placement(device: allocator_pb2.PreparedDevice, machine: Machine, cpus: 
     device.topology_known = True
 
 
+def memory_attributes(record: claims.ClaimRecord) -> dict[str, int]:
+    """The device-metadata attributes of the memory the claim holds: the bytes of each kind,
+    summed over its NUMA nodes (`dra.cpu/memoryNodes` names the nodes); none when it holds
+    no memory."""
+    totals: dict[str, int] = {}
+    for amount in record.memory:
+        name = memory_bytes_attribute(amount.kind)
+        totals[name] = totals.get(name, 0) + amount.bytes
+    return dict(sorted(totals.items()))
+
+
 def prepare_response(outcome: claims.PrepareOutcome) -> allocator_pb2.PrepareResponse:
     """A prepared claim and, for each of its allocations, the device it came from and where
     its CPUs lie."""
@@ -258,6 +270,7 @@ def prepare_response(outcome: claims.PrepareOutcome) -> allocator_pb2.PrepareRes
             attributes[ATTR_ALLOCATED_NUM_CPUS] = allocation.count
         if record.memory_nodes:
             attributes[ATTR_MEMORY_NODES] = record.memory_nodes.format()
+        attributes.update(memory_attributes(record))
         message = allocator_pb2.PreparedDevice(
             request_names=[allocation.request] if allocation.request else [],
             pool_name=allocation.pool,

@@ -2,9 +2,10 @@
 
 One AllocatedDeviceStatus (resource.k8s.io/v1, KEP-4817) per device of ours in the claim's
 allocation, keyed as the API keys the list: driver, pool, device and, for a shared device,
-the allocation result's shareID. `data` holds the CPUs the device's result received and where
-they lie; a `Ready` condition says whether the prepare succeeded. Pure functions: no I/O
-(`dracpu.dra_plugin.cluster.status_writer` does the writing).
+the allocation result's shareID. `data` holds the CPUs the device's result received, where
+they lie and the memory the claim holds; a `Ready` condition says whether the prepare
+succeeded. Pure functions: no I/O (`dracpu.dra_plugin.cluster.status_writer` does the
+writing).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -93,12 +94,22 @@ def _condition(claim: Mapping[str, Any], key: Key, ready: bool, reason: str, mes
     return condition
 
 
+def memory_data(memory: Iterable[allocator_pb2.ClaimMemory]) -> list[dict[str, Any]]:
+    """What the claim holds of memory devices, one entry per NUMA node and kind, as the
+    allocator records it: `{numaNode, kind, bytes}`."""
+    return [{"numaNode": m.numa_node, "kind": m.kind, "bytes": m.bytes} for m in memory]
+
+
 def placement_data(
-    device: allocator_pb2.PreparedDevice, policy: str, memory_nodes: str = ""
+    device: allocator_pb2.PreparedDevice,
+    policy: str,
+    memory_nodes: str = "",
+    memory: Iterable[allocator_pb2.ClaimMemory] = (),
 ) -> dict[str, Any]:
     """`data` of a prepared device: its exact CPUs and, from an allocator that reports them,
     the NUMA nodes, sockets and L3 caches they lie on and whether they are whole cores; the
-    claim's memory nodes where its memory is placed."""
+    claim's memory nodes where its memory is placed, and the memory it holds of memory
+    devices."""
     data: dict[str, Any] = {"cpuset": device.cpus}
     if device.topology_known:
         data["numaNodes"] = list(device.numa_nodes)
@@ -108,6 +119,9 @@ def placement_data(
     if memory_nodes:
         with contextlib.suppress(CPUSetError):  # an allocator's garbage is left out
             data["memoryNodes"] = CPUSet.parse(memory_nodes).sorted()
+    held = memory_data(memory)
+    if held:
+        data["memory"] = held
     chosen = device.policy or policy
     if chosen:
         data["policy"] = chosen
@@ -145,7 +159,7 @@ def prepared_entries(
                 _condition(claim, key, True, PREPARED, f"CPUs {device.cpus} pinned")
             ]
             entry["data"] = placement_data(
-                device, response.claim.policy, response.claim.memory_nodes
+                device, response.claim.policy, response.claim.memory_nodes, response.claim.memory
             )
             entries[key] = entry
         else:  # the same share of a device for another request: one entry, CPUs merged
