@@ -81,19 +81,19 @@ class Accumulator:
             result.extend(self._by_free(inside, ix.socket_masks))
         return _unique(result)
 
-    def sorted_cores(self) -> list[int]:
+    def sorted_cores(self, counts: list[int] | None = None) -> list[int]:
+        """The cores with free CPUs in the kubelet's order; `counts`: `core_free_counts` of
+        `free`, when the caller has them."""
         ix = self.index
-        cores = ix.core_masks
-        free = self.free
+        if counts is None:
+            counts = ix.core_free_counts(self.free)
         if ix.numa_first:
             parents, members = self.sorted_sockets(), ix.socket_cores
         else:
             parents, members = self.sorted_numa_nodes(), ix.numa_cores
         result: list[int] = []
         for parent in parents:
-            inside = [
-                ((free & cores[c]).bit_count(), c) for c in members[parent] if free & cores[c]
-            ]
+            inside = [(counts[c], c) for c in members[parent] if counts[c]]
             inside.sort()
             result.extend(c for _, c in inside)
         return _unique(result)

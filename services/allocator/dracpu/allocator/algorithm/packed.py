@@ -169,8 +169,9 @@ def take_uncore_caches(acc: Accumulator) -> None:
 
 def take_full_cores(acc: Accumulator) -> None:
     cores = acc.index.core_masks
-    order = acc.sorted_cores()
-    free_cores = [c for c in order if acc.free & cores[c] == cores[c]]
+    counts = acc.index.core_free_counts(acc.free)
+    order = acc.sorted_cores(counts)
+    free_cores = [c for c in order if counts[c] == len(acc.index.core_cpus[c])]
     for core in free_cores:
         if acc.needed >= cores[core].bit_count():
             acc.take(cores[core])

@@ -52,6 +52,10 @@ class TopologyIndex:
     numa_core_masks: dict[int, tuple[tuple[int, int], ...]]
     # The kubelet walks NUMA nodes before sockets unless a socket holds several NUMA nodes.
     numa_first: bool
+    # The CPU ids of each core by id, and the bytes of a mask of every CPU: counting a core's
+    # free CPUs from one bytes copy of a free mask spares a mask per core.
+    core_cpus: tuple[tuple[int, ...], ...]
+    mask_bytes: int
 
     @property
     def cpu_count(self) -> int:
@@ -64,6 +68,17 @@ class TopologyIndex:
             if free & core == core:
                 mask |= core
         return mask
+
+    def core_free_counts(self, free: int) -> list[int]:
+        """The number of CPUs of `free` in each core, by core id."""
+        data = (free & self.all_cpus).to_bytes(self.mask_bytes, "little")
+        counts = []
+        for cpus in self.core_cpus:
+            n = 0
+            for cpu in cpus:
+                n += (data[cpu >> 3] >> (cpu & 7)) & 1
+            counts.append(n)
+        return counts
 
     def partial_cores(self, cpus: int) -> list[int]:
         """Indexes of the cores that `cpus` covers only in part."""
@@ -123,7 +138,18 @@ def build_index(machine: Machine) -> TopologyIndex:
             for numa, members in sorted(numa_cores.items())
         },
         numa_first=len(sockets) >= len(numas),
+        core_cpus=tuple(_ids(mask) for mask in core_masks),
+        mask_bytes=max(_union(cores.values()).bit_length() // 8 + 1, 1),
     )
+
+
+def _ids(mask: int) -> tuple[int, ...]:
+    ids = []
+    while mask:
+        lowest = mask & -mask
+        ids.append(lowest.bit_length() - 1)
+        mask ^= lowest
+    return tuple(ids)
 
 
 def _union(masks: Iterable[int]) -> int:
