@@ -52,7 +52,11 @@ def missing() -> str:
 
 
 def main() -> int:
-    build = compiled.build_dir()
+    try:
+        build = compiled.build_dir()
+    except OSError as exc:
+        print(f"algorithm: {exc}; the placement algorithm runs as Python")
+        return 0
     if compiled.complete(build):
         print(f"algorithm: compiled build {build.name} ready")
         return 0

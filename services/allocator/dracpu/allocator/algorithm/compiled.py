@@ -39,13 +39,20 @@ def source_digest(sources: Path = SOURCES) -> str:
     return digest.hexdigest()[:20]
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("DRACPU_CACHE") or Path.home() / ".cache" / "dracpu")
+def cache_root() -> Path | None:
+    """`$DRACPU_CACHE`, else `~/.cache/dracpu`; None for a user without a home."""
+    configured = os.environ.get("DRACPU_CACHE")
+    if configured:
+        return Path(configured)
+    home = os.path.expanduser("~")
+    return None if home == "~" else Path(home) / ".cache" / "dracpu"
 
 
 def build_dir(sources: Path = SOURCES, root: Path | None = None) -> Path:
     """Where the build of these sources lives (whether or not it was built)."""
     base = cache_root() if root is None else root
+    if base is None:
+        raise FileNotFoundError("no tool cache: neither DRACPU_CACHE nor a home is set")
     return base / f"algorithm-{sys.implementation.cache_tag}-{source_digest(sources)}"
 
 
@@ -67,5 +74,5 @@ def native_path(sources: Path = SOURCES, root: Path | None = None) -> Path | Non
     try:
         build = build_dir(sources, root)
     except OSError:
-        return None  # a source unreadable here: the import of the sources reports it
+        return None  # no cache, or a source unreadable here (its import reports that)
     return package_dir(build) if complete(build) else None
