@@ -24,6 +24,7 @@ from pathlib import Path
 from dracpu.allocator.algorithm import compiled
 
 ROOT = Path(__file__).resolve().parent.parent
+KEEP = 4  # builds kept in the cache, this one included
 
 # Run in a child process (setuptools and the compiler print every step; the log keeps them).
 BUILD = """
@@ -97,7 +98,19 @@ def main() -> int:
             return 1
         os.replace(staged, build)  # whole or not at all
     print(f"algorithm: compiled in {time.monotonic() - began:.0f} s")
+    prune(build)
     return 0
+
+
+def prune(kept: Path) -> None:
+    """Drop all but the newest few builds of other sources (other clones may still use them)."""
+    others = sorted(
+        (p for p in kept.parent.glob(f"algorithm-{sys.implementation.cache_tag}-*") if p != kept),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for old in others[KEEP - 1 :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 if __name__ == "__main__":
