@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dracpu.allocator.algorithm import Policy, take_cpus
+from dracpu.allocator.algorithm.accumulator import Accumulator
+from dracpu.allocator.algorithm.topology_index import index_for
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InsufficientCPUsError, InvalidInputError
 from dracpu.core.machine import CPUInfo, Machine
@@ -195,3 +197,25 @@ def test_taking_everything_free_returns_everything_free(
     machine, available, _ = request
     free = available & machine.cpu_set
     assert take_cpus(machine, available, len(free), policy) == free
+
+
+def test_a_core_whose_threads_lie_in_two_numa_nodes_is_ordered_once() -> None:
+    """On a machine where one core's threads sit in different NUMA nodes (the cores do not
+    partition the nodes), the kubelet's core order still lists each core once, and a take of
+    every count gives that many distinct free CPUs."""
+    numa_of = {0: 0, 1: 0, 2: 0, 3: 1, 4: 1, 5: 1, 6: 1, 7: 1}
+    machine = Machine.build(
+        [
+            CPUInfo(cpu_id=cpu, core_id=cpu // 2, socket_id=0, numa_node_id=numa_of[cpu])
+            for cpu in range(8)
+        ]
+    )
+    index = index_for(machine)
+    assert not index.cores_partitioned
+    free = CPUSet([1, 2, 3, 4, 6, 7])
+    order = Accumulator(index, free.mask, 1).sorted_cores()
+    assert sorted(order) == [0, 1, 2, 3]
+    for count in range(1, len(free) + 1):
+        for policy in (Policy(), Policy(strategy="spread")):
+            taken = take_cpus(machine, free, count, policy)
+            assert len(taken) == count and taken.issubset(free)

@@ -96,7 +96,7 @@ class Accumulator:
             inside = [(counts[c], c) for c in members[parent] if counts[c]]
             inside.sort()
             result.extend(c for _, c in inside)
-        return _unique(result)
+        return result if ix.cores_partitioned else _unique(result)
 
     def sorted_uncore_caches(self) -> list[int]:
         ix = self.index

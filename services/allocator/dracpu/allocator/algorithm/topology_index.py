@@ -56,6 +56,9 @@ class TopologyIndex:
     # free CPUs from one bytes copy of a free mask spares a mask per core.
     core_cpus: tuple[tuple[int, ...], ...]
     mask_bytes: int
+    # Whether every core is a member of one socket only and of one NUMA node only: then a
+    # walk over the cores of each socket (or NUMA node) meets every core once.
+    cores_partitioned: bool
 
     @property
     def cpu_count(self) -> int:
@@ -139,6 +142,8 @@ def build_index(machine: Machine) -> TopologyIndex:
         },
         numa_first=len(sockets) >= len(numas),
         core_cpus=tuple(_ids(mask) for mask in core_masks),
+        cores_partitioned=sum(map(len, socket_cores.values())) == len(cores)
+        and sum(map(len, numa_cores.values())) == len(cores),
         mask_bytes=max(_union(cores.values()).bit_length() // 8 + 1, 1),
     )
 
