@@ -19,11 +19,13 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
 import time
 import urllib.error
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +36,18 @@ from harness.containerd_node import ContainerdNode, crictl_path
 from harness.dev_up import DevUp, free_port
 from harness.guest import KUBELET_PORT, NODE_IP, POD_CIDR
 from harness.realnode_stack import RUNTIMES, make_node
+from harness.waits import wait_for
 from shape import machine_shape
 from skew_builds import Build, head_build
 from skew_stack import Stack
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.errors import DracpuError
 from dracpu.dev import workloads
 from dracpu.dev.cluster_folder import ClusterFolder
 from dracpu.dev.layout import RunLayout
-from dracpu.dev.scheduler import devices_of
+from dracpu.dev.scheduler import allocate_claim, devices_of, memory_devices_of, results_of
+from dracpu.dev.sim_clients import KubeletClient
 
 BASE = Path("/tmp/dracpu-bn")
 NAMESPACE = "bignode"
@@ -61,6 +66,13 @@ skew_bench.SETTLE_TIMEOUT = READY_TIMEOUT
 # a pod's prepare; a replaced dra-plugin takes 10-40 s to register again here).
 os.environ["DRACPU_KUBELET_SIM_PLUGIN_WAIT"] = "120"
 CGROUPS = Cgroups()
+# The bed's driver configuration when a module asks for none: memory devices published, so a
+# claim can hold a NUMA node's memory and hugepages (the CPU devices are the same without it).
+DEFAULT_CONFIG = "publishMemoryDevices: true\n"
+# 2 MiB hugepages reserved per NUMA node before the services start, so the topology read at
+# start publishes them (of the 1.5 GiB of each node).
+HUGEPAGES_2MI = {0: 64, 1: 32}
+NODE_SYSFS = Path("/sys/devices/system/node")
 
 _bed: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -151,10 +163,9 @@ def start(state: Path, config: str = "", runtime: str = "containerd") -> dict[st
             shutil.rmtree(BASE, ignore_errors=True)
             node = None
         BASE.mkdir(parents=True, exist_ok=True)
-        config_file = None
-        if config:
-            config_file = BASE / "config.yaml"
-            config_file.write_text(config)
+        _reserve_hugepages()
+        config_file = BASE / "config.yaml"
+        config_file.write_text(config or DEFAULT_CONFIG)
         head = _head()
         builds = {name: head for name in (*skew_stack.DRIVER_SERVICES, "kubelet-sim")}
         stack = Stack(
@@ -184,6 +195,17 @@ def start(state: Path, config: str = "", runtime: str = "containerd") -> dict[st
             "services_s": round(time.monotonic() - started, 1),
             "reused": False,
         } | version
+
+
+def _reserve_hugepages() -> None:
+    """Each node's pool of 2 MiB pages set to HUGEPAGES_2MI (the kernel may give fewer when
+    the node's memory is fragmented: that is refused here, not found out by a test)."""
+    for numa, pages in HUGEPAGES_2MI.items():
+        pool = NODE_SYSFS / f"node{numa}/hugepages/hugepages-2048kB/nr_hugepages"
+        pool.write_text(f"{pages}\n")
+        got = int(pool.read_text())
+        if got != pages:
+            raise RuntimeError(f"{pool}: asked for {pages} pages, the kernel reserved {got}")
 
 
 def _stop_services(state: Path) -> None:
@@ -288,9 +310,12 @@ def claim(
     numa: int | None = None,
     cpuset: str | None = None,
     memory_placement: str | None = None,
+    memory: str | None = None,
+    hugepages: list[str] | None = None,
 ) -> dict[str, Any]:
     """A claim allocated by the scheduler simulator (with `cpuset`, as an external allocator
-    names it, and `memory_placement`, both in the claim's opaque cpuConfig), prepared by the
+    names it, and `memory_placement`, both in the claim's opaque cpuConfig; with `memory` and
+    `hugepages` as `dracpu dev claim` takes them, of the CPUs' NUMA node), prepared by the
     kubelet simulator."""
     made = asyncio.run(
         workloads.claim(
@@ -302,6 +327,8 @@ def claim(
             cpuset=cpuset,
             pod_uid=pod_uid,
             memory_placement=memory_placement,
+            memory=memory,
+            hugepages=hugepages or (),
         )
     )
     _bed["claims"].append(name)
@@ -313,6 +340,45 @@ def claim(
         "devices": list(made.devices),
         "cdi": list(dev.cdi_devices(made.uid)),
     }
+
+
+def stale_claim(
+    state: Path, name: str, cpus: int, pod_uid: str, numa: int, hugepages: list[str]
+) -> dict[str, Any]:
+    """A claim of `cpus` CPUs and `hugepages` on node `numa` allocated as by a scheduler that
+    has not yet seen the node's other claims (against the published capacities alone), then
+    prepared by the kubelet simulator. Answers whether the scheduler simulator, which sees
+    them, refuses it too, the prepare's error ("" when it succeeded; the claim is released
+    again either way) and the claim's uid."""
+    layout = _layout()
+    folder = ClusterFolder(layout.cluster_dir)
+    wants = workloads.memory_wants(None, hugepages)
+    cpu_devices, memory_devices = devices_of(folder.slices()), memory_devices_of(folder.slices())
+    try:
+        allocate_claim(
+            cpu_devices, memory_devices, results_of(folder.claims()), cpus, wants,
+            numa=numa,
+        )  # fmt: skip
+        scheduler = ""
+    except DracpuError as exc:
+        scheduler = str(exc)
+    results = allocate_claim(cpu_devices, memory_devices, [], cpus, wants, numa=numa)
+    uid = str(uuid.uuid4())
+    document = workloads.claim_document(
+        NAMESPACE, name, uid, cpus, results, cpu_devices[0].node, numa=numa, cpuset=None,
+        pod_uid=pod_uid, memory=wants,
+    )  # fmt: skip
+    folder.write_claim(document)
+    kubelet = KubeletClient(layout.kubelet_sim_socket)
+    try:
+        asyncio.run(kubelet.prepare(NAMESPACE, name, uid))
+        prepare = ""
+        asyncio.run(kubelet.unprepare(NAMESPACE, name, uid))
+    except DracpuError as exc:
+        prepare = str(exc)
+    finally:
+        folder.delete_claim(NAMESPACE, name)
+    return {"uid": uid, "scheduler": scheduler, "prepare": prepare}
 
 
 def release(state: Path, name: str) -> bool:
@@ -343,6 +409,61 @@ def container(state: Path, pod_id: str, name: str, cdi: list[str] | None = None)
     node: ContainerdNode = _bed["node"]
     made = node.run_container(pod_id, name, cdi_devices=cdi or ())
     return {"name": name, **_container_view(made.id)}
+
+
+def _huge_pages_by_node(pid: int) -> dict[str, int]:
+    """The process's hugetlb pages per NUMA node, summed over its `huge` mappings in
+    /proc/<pid>/numa_maps (their `N<node>=<pages>` fields)."""
+    pages: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/numa_maps").read_text().splitlines():
+        fields = line.split()
+        if "huge" not in fields:
+            continue
+        for field in fields:
+            key, equals, value = field.partition("=")
+            if equals and key[:1] == "N" and key[1:].isdigit():
+                pages[key[1:]] = pages.get(key[1:], 0) + int(value)
+    return pages
+
+
+def hugepage_container(
+    state: Path, pod_id: str, name: str, cdi: list[str], pages: int
+) -> dict[str, Any]:
+    """A container (with the CDI devices of its claims) whose process is the hugepage mapper
+    (tests/bignode/hugepages.c, built by the host into `state/hugepages/`) holding `pages`
+    2 MiB pages it wrote to; once numa_maps counts them all: its kernel view, its pages per
+    node from numa_maps, and its cgroup's hugetlb and cpuset files."""
+    node: ContainerdNode = _bed["node"]
+    made = node.run_container(
+        pod_id, name, cdi_devices=cdi, command=("/hugepages/hugepages", str(pages), "hold"),
+        mounts={"/hugepages": str(state / "hugepages")},
+    )  # fmt: skip
+    seen = _container_view(made.id)
+    by_node = wait_for(
+        lambda: (found := _huge_pages_by_node(seen["pid"])) and sum(found.values()) == pages
+        and found,
+        f"{pages} hugepages in the numa_maps of {name}",
+        timeout=120,
+    )  # fmt: skip
+    directory = CGROUPS.directory(seen["pid"], "hugetlb")
+    files = (
+        "hugetlb.2MB.max", "hugetlb.2MB.rsvd.max", "hugetlb.2MB.current", "cpuset.mems",
+        "cpuset.mems.effective",
+    )  # fmt: skip
+    cgroup = {f: (directory / f).read_text().strip() for f in files if (directory / f).exists()}
+    return {**seen, "huge_pages": by_node, "files": cgroup}
+
+
+def hugepage_exec(state: Path, container_id: str, pages: int) -> dict[str, Any]:
+    """The hugepage mapper run once more in the container (crictl exec, in its cgroup), mapping
+    and writing `pages` 2 MiB pages: its exit code (crictl exits 1 and names it) and its
+    line."""
+    done = _bed["node"].crictl(
+        "exec", container_id, "/hugepages/hugepages", str(pages), check=False
+    )
+    named = re.search(r"command terminated with exit code (\d+)", done.stderr)
+    code = int(named.group(1)) if named else done.returncode
+    return {"code": code, "output": done.stdout.strip(), "stderr": done.stderr.strip()[-500:]}
 
 
 def view(state: Path, container_id: str) -> dict[str, Any]:

@@ -3,10 +3,18 @@
 CPUs (the OCI spec's linux.resources.cpu.mems, the cgroup's cpuset.mems.effective and the
 process's Mems_allowed_list agree); a claim that does not ask (the driver's default, none) and
 a shared container keep both nodes. The claim spanning both nodes needs groupBy machine and
-runs with the other spanning test (test_bignode_machine.py)."""
+runs with the other spanning test (test_bignode_machine.py).
+
+Hugepages of a memory device (the bed publishes memory devices, with 64 and 32 pages of 2 MiB
+reserved on nodes 0 and 1): a claim's hugepages are its container's hugetlb limit, the pages
+its process maps come from the claim's node, a page past the claim is refused by the kernel,
+and a claim past the node's free pages is refused at prepare."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,3 +73,66 @@ def test_one_container_with_a_local_claim_on_each_node_allocates_from_both(node:
     )
     assert CPUSet.parse(seen["cpus_allowed"]) == CPUSet.parse(seen["cpus_effective"]) == cpus
     assert_memory_on(seen, EVERY_NODE, spec=EVERY_NODE)
+
+
+MAPPER = Path(__file__).with_name("hugepages.c")
+PAGE = 2 << 20
+
+
+@pytest.fixture(scope="module")
+def mapper(guest: Guest) -> Path:
+    """The hugepage mapper (hugepages.c) built static on the host into the guest's shared
+    folder, where the guest finds it as `<state>/hugepages/hugepages`: the test image is
+    busybox, with nothing that can map hugepages."""
+    compiler = shutil.which("gcc")
+    if compiler is None:
+        pytest.skip(f"bignode tier: no gcc on the host to build {MAPPER.name}")
+    out = guest.shared / "hugepages"
+    out.mkdir(exist_ok=True)
+    subprocess.run(
+        [compiler, "-static", "-O2", "-Wall", "-o", str(out / "hugepages"), str(MAPPER)],
+        check=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return out / "hugepages"
+
+
+def test_a_claim_of_hugepages_on_node_1_limits_and_places_its_containers_pages(
+    node: Guest, mapper: Path
+) -> None:
+    """4 CPUs and 16 pages of 2 MiB on node 1 (`dracpu dev claim --numa 1 --hugepages
+    2Mi=32Mi`): the container's cgroup has hugetlb.2MB.max 32 MiB and cpuset.mems 1; its
+    process maps and writes 16 pages and numa_maps finds all 16 on node 1. One page more, from
+    a second process in the container, is refused by the kernel: runc sets no
+    hugetlb.2MB.rsvd.max here, so the mmap succeeds and the write to the page is a SIGBUS (with
+    the reservation limit set, the mmap itself would fail). A second claim of 17 pages on node
+    1, allocated as by a scheduler that has not seen the first, fails at prepare with the
+    allocator's line naming the node and the page size (the scheduler simulator, which has
+    seen it, refuses it before)."""
+    pod = node.call("pod", name="huge")
+    held = node.call(
+        "claim", name="huge", cpus=4, pod_uid=pod["uid"], numa=1, hugepages=["2Mi=32Mi"]
+    )
+    assert held["devices"] == ["cpudevnuma001", "memory-node-1"], held
+    assert CPUSet.parse(held["cpuset"]) == NODE_CPUS[1], held
+    seen = node.call(
+        "hugepage_container", pod_id=pod["id"], name="mapper", cdi=held["cdi"], pages=16
+    )
+    files = seen["files"]
+    assert files["hugetlb.2MB.max"] == str(16 * PAGE), seen
+    assert files["hugetlb.2MB.current"] == str(16 * PAGE), seen
+    assert files["cpuset.mems"] == files["cpuset.mems.effective"] == "1", seen
+    assert seen["mems_allowed"] == "1", seen
+    assert seen["cpus_allowed"] == seen["cpus_effective"] == held["cpuset"], seen
+    assert seen["huge_pages"] == {"1": 16}, seen
+
+    more = node.call("hugepage_exec", container_id=seen["id"], pages=1)
+    assert files.get("hugetlb.2MB.rsvd.max", "max") == "max", seen
+    assert (more["code"], more["output"]) == (3, "SIGBUS at page 0 of 1"), more
+
+    stale = node.call(
+        "stale_claim", name="hugemore", cpus=1, pod_uid=pod["uid"], numa=1,
+        hugepages=["2Mi=34Mi"],
+    )  # fmt: skip
+    assert stale["scheduler"], stale
+    refusal = f"claim {stale['uid']}: NUMA node 1 hugepages-2Mi: wants 34Mi, 32Mi free"
+    assert refusal in stale["prepare"], stale

@@ -61,6 +61,51 @@ def invoke(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, st
             "no dracpu dev up is running on {run_dir}",
             id="claim-without-up",
         ),
+        pytest.param(
+            ["claim", "--cpus", "1", "--memory", "lots", "--run-dir", RUN_DIR],
+            "--memory 'lots': not a quantity (for example 256Mi)",
+            id="memory-not-a-quantity",
+        ),
+        pytest.param(
+            ["claim", "--cpus", "1", "--memory", "0", "--run-dir", RUN_DIR],
+            "--memory '0': must be a positive whole number of bytes",
+            id="memory-zero",
+        ),
+        pytest.param(
+            ["claim", "--cpus", "1", "--hugepages", "32Mi", "--run-dir", RUN_DIR],
+            "--hugepages '32Mi': expected SIZE=AMOUNT, like 2Mi=32Mi",
+            id="hugepages-without-size",
+        ),
+        pytest.param(
+            ["claim", "--cpus", "1", "--hugepages", "2Mi=3Mi", "--run-dir", RUN_DIR],
+            "--hugepages 2Mi=3Mi: 3Mi is not a whole number of 2Mi pages",
+            id="hugepages-part-page",
+        ),
+        pytest.param(
+            [
+                "claim",
+                "--cpus",
+                "1",
+                "--hugepages",
+                "2Mi=4Mi",
+                "--hugepages",
+                "2048Ki=2Mi",
+                "--run-dir",
+                RUN_DIR,
+            ],
+            "--hugepages: page size 2Mi given twice",
+            id="hugepages-size-twice",
+        ),
+        pytest.param(
+            ["claim", "--cpus", "1", "--hugepages", "big=2Mi", "--run-dir", RUN_DIR],
+            "--hugepages size 'big': not a quantity",
+            id="hugepages-bad-size",
+        ),
+        pytest.param(
+            ["claim", "--cpus", "1", "--hugepages", "2Mi=32Mi", "--run-dir", RUN_DIR],
+            "no dracpu dev up is running on {run_dir}",
+            id="hugepages-without-up",
+        ),
         pytest.param(["release"], "the following arguments are required: NAME", id="no-name"),
         pytest.param(
             ["release", "cpus-1", "--run-dir", RUN_DIR],

@@ -8,8 +8,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dracpu.core.errors import InsufficientCPUsError, InvalidInputError
-from dracpu.dev.scheduler import Device, Result, allocate, devices_of, results_of
+from dracpu.core.errors import InsufficientCPUsError, InsufficientMemoryError, InvalidInputError
+from dracpu.dev.scheduler import (
+    Device,
+    Result,
+    allocate,
+    allocate_claim,
+    allocate_memory,
+    devices_of,
+    memory_devices_of,
+    results_of,
+)
 
 
 def grouped_slice(capacities: dict[str, int], *, generation: int = 1) -> dict[str, Any]:
@@ -198,3 +207,148 @@ def test_memory_devices_are_never_taken_for_cpus(layout: str) -> None:
     assert [d.name for d in devices] == ["cpudevnuma000" if layout == "grouped" else "cpudev000"]
     (taken,) = allocate(devices, [], 1, numa=0)
     assert taken.device == devices[0].name
+
+
+MI = 1 << 20
+HUGE2 = "dra.cpu/hugepages2Mi"
+HUGE1G = "dra.cpu/hugepages1Gi"
+
+
+def node_slice() -> dict[str, Any]:
+    """Two NUMA nodes: 3 CPUs and 64Mi of 2 MiB pages on node 0, 4 CPUs and 64Mi of 2 MiB
+    plus 1Gi of 1 GiB pages on node 1."""
+    slice_ = grouped_slice({"cpudevnuma000": 3, "cpudevnuma001": 4})
+    slice_["spec"]["devices"] += [
+        {
+            "name": f"memory-node-{node}",
+            "attributes": {"resource.kubernetes.io/numaNode": {"int": node}},
+            "capacity": {
+                "dra.cpu/memory": {"value": "1Gi"},
+                HUGE2: {"value": "64Mi"},
+                **({HUGE1G: {"value": "1Gi"}} if node == 1 else {}),
+            },
+            "allowMultipleAllocations": True,
+        }
+        for node in (0, 1)
+    ]
+    return slice_
+
+
+NODE = devices_of([node_slice()])
+MEMORY = memory_devices_of([node_slice()])
+
+
+def memory_used(node: int, **amounts: int) -> Result:
+    names = {"memory": "dra.cpu/memory", "huge2": HUGE2, "huge1g": HUGE1G}
+    memory = tuple(sorted((names[k], v) for k, v in amounts.items()))
+    return Result("memory", "node-a", f"memory-node-{node}", None, memory)
+
+
+def test_memory_devices_are_read_with_their_capacities_in_bytes() -> None:
+    assert [(d.name, d.numa, dict(d.capacity)) for d in MEMORY] == [
+        ("memory-node-0", 0, {"dra.cpu/memory": 1 << 30, HUGE2: 64 * MI}),
+        ("memory-node-1", 1, {"dra.cpu/memory": 1 << 30, HUGE2: 64 * MI, HUGE1G: 1 << 30}),
+    ]
+    assert memory_devices_of([grouped_slice({"cpudevnuma000": 4})]) == []
+
+
+def test_a_claim_with_memory_takes_the_memory_device_of_its_cpus_node() -> None:
+    results = allocate_claim(NODE, MEMORY, [], 2, {HUGE2: 32 * MI})
+    assert results == [used("cpudevnuma000", 2), memory_used(0, huge2=32 * MI)]
+    # The first node where both fit: node 0 has too few CPUs, node 1 has them and the memory.
+    assert allocate_claim(NODE, MEMORY, [], 4, {HUGE2: 32 * MI}) == [
+        used("cpudevnuma001", 4),
+        memory_used(1, huge2=32 * MI),
+    ]
+    # Node 0 has the CPUs but not 1Gi pages: node 1.
+    assert allocate_claim(NODE, MEMORY, [], 1, {HUGE1G: 1 << 30})[1] == memory_used(
+        1, huge1g=1 << 30
+    )
+    # Without memory, a claim is placed as before and takes no memory device.
+    assert allocate_claim(NODE, MEMORY, [], 2, {}) == allocate(NODE, [], 2)
+
+
+def test_memory_consumed_by_other_claims_counts_and_is_read_back_from_them() -> None:
+    first = allocate_claim(NODE, MEMORY, [], 1, {HUGE2: 48 * MI}, numa=1)
+    claim = claim_with(*(result.to_document() for result in first))
+    assert claim["status"]["allocation"]["devices"]["results"][1] == {
+        "request": "memory",
+        "driver": "dra.cpu",
+        "pool": "node-a",
+        "device": "memory-node-1",
+        "consumedCapacity": {HUGE2: "48Mi"},
+    }
+    allocated = results_of([claim])
+    assert allocated == first
+    with pytest.raises(InsufficientMemoryError) as refused:
+        allocate_claim(NODE, MEMORY, allocated, 1, {HUGE2: 32 * MI}, numa=1)
+    assert str(refused.value) == f"memory-node-1 {HUGE2}: wants 32Mi, 16Mi free"
+    # Without --numa the scheduler goes on to node 0, which still has all of its pages.
+    assert allocate_claim(NODE, MEMORY, allocated, 1, {HUGE2: 32 * MI})[1].device == (
+        "memory-node-0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("memory", "allocated", "cpus", "wants", "numa", "error", "message"),
+    [
+        pytest.param(
+            [], [], 1, {HUGE2: MI * 2}, None, InvalidInputError, "publishMemoryDevices: true",
+            id="no-memory-devices",
+        ),
+        pytest.param(
+            MEMORY, [], 1, {HUGE1G: 1 << 30}, 0, InsufficientMemoryError,
+            f"memory-node-0 has no {HUGE1G}", id="no-such-pool",
+        ),
+        pytest.param(
+            MEMORY, [], 1, {HUGE2: 66 * MI}, None, InsufficientMemoryError,
+            f"no NUMA node has the CPUs and the memory (node 0: memory-node-0 {HUGE2}: wants "
+            f"66Mi, 64Mi free; node 1: memory-node-1 {HUGE2}: wants 66Mi, 64Mi free)",
+            id="too-much-everywhere",
+        ),
+        pytest.param(
+            MEMORY, [used("cpudevnuma001", 4)], 1, {HUGE2: 2 * MI}, 1, InsufficientCPUsError,
+            "no device has 1 free CPUs", id="cpus-of-the-node-taken",
+        ),
+        pytest.param(
+            MEMORY, [], 1, {HUGE2: 2 * MI}, 5, InvalidInputError, "--numa 5: no device",
+            id="unknown-node",
+        ),
+    ],
+)  # fmt: skip
+def test_memory_refusals(
+    memory: list[Any],
+    allocated: list[Result],
+    cpus: int,
+    wants: dict[str, int],
+    numa: int | None,
+    error: type[Exception],
+    message: str,
+) -> None:
+    with pytest.raises(error) as refused:
+        allocate_claim(NODE, memory, allocated, cpus, wants, numa=numa)
+    assert message in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_memory_needs_cpu_devices_with_a_numa_node() -> None:
+    spread = devices_of([individual_slice([0, 1])])
+    bare = [Device(d.pool, d.name, d.node, None, d.capacity) for d in spread]
+    with pytest.raises(InvalidInputError, match="carry no NUMA node attribute"):
+        allocate_claim(bare, MEMORY, [], 1, {HUGE2: 2 * MI})
+    # Individual CPU devices: every CPU of the claim on the memory's node.
+    results = allocate_claim(spread, MEMORY, [used("cpudev000")], 1, {HUGE2: 2 * MI})
+    assert results == [used("cpudev001"), memory_used(1, huge2=2 * MI)]
+
+
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(1, 40)), max_size=20))
+def test_memory_is_never_overcommitted(requests: list[tuple[int, int]]) -> None:
+    allocated: list[Result] = []
+    for node, pages in requests:
+        try:
+            allocated.append(allocate_memory(MEMORY, allocated, node, {HUGE2: pages * 2 * MI}))
+        except InsufficientMemoryError:
+            continue
+    for device in MEMORY:
+        taken = sum(dict(r.memory)[HUGE2] for r in allocated if r.device == device.name)
+        assert taken <= dict(device.capacity)[HUGE2]

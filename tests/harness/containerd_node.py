@@ -192,6 +192,8 @@ state = "{b}/state"
   [plugins.'io.containerd.cri.v1.runtime']
     cdi_spec_dirs = ["{self.cdi_dir}"]
     restrict_oom_score_adj = true
+    # On by default: containerd then drops every hugepage limit, NRI's adjustments included.
+    disable_hugetlb_controller = false
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = "runc"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -448,8 +450,10 @@ state = "{b}/state"
         cdi_devices: Iterable[str] = (),
         env: Mapping[str, str] | None = None,
         command: Sequence[str] = ("/bin/sleep", "36000"),
+        mounts: Mapping[str, str] | None = None,
     ) -> Container:
-        """CreateContainer (not started); CDI device ids as the kubelet passes them."""
+        """CreateContainer (not started); CDI device ids as the kubelet passes them; `mounts`
+        binds node paths (values) read-only at container paths (keys)."""
         config = {
             "metadata": {"name": name},
             "image": {"image": IMAGE_NAME},
@@ -457,6 +461,10 @@ state = "{b}/state"
             "log_path": f"{name}.log",
             "envs": [{"key": k, "value": v} for k, v in (env or {}).items()],
             "CDI_devices": [{"name": device} for device in cdi_devices],
+            "mounts": [
+                {"container_path": inside, "host_path": outside, "readonly": True}
+                for inside, outside in (mounts or {}).items()
+            ],
             "linux": self.container_linux(),
         }
         path = self._write(f"ctr-{pod_id[:12]}-{name}", config)
@@ -478,10 +486,11 @@ state = "{b}/state"
         cdi_devices: Iterable[str] = (),
         env: Mapping[str, str] | None = None,
         command: Sequence[str] = ("/bin/sleep", "36000"),
+        mounts: Mapping[str, str] | None = None,
     ) -> Container:
         """Create and start a container."""
         container = self.create_container(
-            pod_id, name, cdi_devices=cdi_devices, env=env, command=command
+            pod_id, name, cdi_devices=cdi_devices, env=env, command=command, mounts=mounts
         )
         return self.start_container(container)
 

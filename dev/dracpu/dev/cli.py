@@ -103,7 +103,9 @@ def _add_up(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
 
 
 def _add_claim_commands(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
-    claim = commands.add_parser("claim", help="allocate, prepare and run a claim of N CPUs")
+    claim = commands.add_parser(
+        "claim", help="allocate, prepare and run a claim of N CPUs (and memory of their node)"
+    )
     _run_dir(claim)
     claim.add_argument(
         "--cpus", type=_positive, required=True, metavar="N", help="how many CPUs to claim"
@@ -120,6 +122,20 @@ def _add_claim_commands(commands: argparse._SubParsersAction[ArgumentParser]) ->
         "--memory-placement",
         choices=["local", "none"],
         help="the claim's opaque cpuConfig.memoryPlacement (default: unset, the driver's)",
+    )
+    claim.add_argument(
+        "--memory",
+        metavar="AMOUNT",
+        help="also claim this much memory (dra.cpu/memory, e.g. 256Mi) of the NUMA node of the "
+        "CPUs, from its memory device (publishMemoryDevices)",
+    )
+    claim.add_argument(
+        "--hugepages",
+        action="append",
+        default=[],
+        metavar="SIZE=AMOUNT",
+        help="also claim AMOUNT of SIZE hugepages of the NUMA node of the CPUs (e.g. 2Mi=32Mi, "
+        "16 pages); repeat for another page size",
     )
     claim.add_argument(
         "--pod-uid",
@@ -211,6 +227,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
             compose=args.compose,
             pod_uid=args.pod_uid,
             memory_placement=args.memory_placement,
+            memory=args.memory,
+            hugepages=args.hugepages,
         )
         print(outcome.describe())
         return 0

@@ -9,12 +9,13 @@ import contextlib
 import fcntl
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dracpu.allocator.domain.quantity import parse_quantity
 from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import (
@@ -23,7 +24,9 @@ from dracpu.core.driver import (
     CPU_CAPACITY,
     DRIVER_NAME,
     MACHINE_DEVICE,
+    MEMORY_CAPACITY,
     cpuset_env_name,
+    hugepages_capacity,
 )
 from dracpu.core.errors import (
     ConflictError,
@@ -32,21 +35,62 @@ from dracpu.core.errors import (
     NotFoundError,
     UnavailableError,
 )
+from dracpu.core.memory import binary_quantity
 from dracpu.core.names import check_uid
 from dracpu.dev.cdi_specs import resolve_env
 from dracpu.dev.cluster_folder import ClusterFolder, check_name
 from dracpu.dev.layout import RunLayout
 from dracpu.dev.scheduler import (
     Result,
-    allocate,
+    allocate_claim,
     devices_of,
     for_cpuset,
+    memory_devices_of,
     results_of,
 )
 from dracpu.dev.sim_clients import KubeletClient, RuntimeClient
 from dracpu.dev.up import run_status
 
 REQUEST = "cpus"
+MEMORY_REQUEST = "memory"
+# The DeviceClass the chart creates for the memory devices (publishMemoryDevices).
+MEMORY_CLASS = "dra.cpu-memory"
+
+
+def _amount(text: str, flag: str) -> int:
+    try:
+        value = parse_quantity(text)
+    except InvalidInputError:
+        raise InvalidInputError(f"{flag} {text!r}: not a quantity (for example 256Mi)") from None
+    if value <= 0 or value != value.to_integral_value():
+        raise InvalidInputError(f"{flag} {text!r}: must be a positive whole number of bytes")
+    return int(value)
+
+
+def memory_wants(memory: str | None, hugepages: Sequence[str] = ()) -> dict[str, int]:
+    """The capacities a claim asks of a memory device, in bytes: `memory` (`--memory 256Mi`)
+    as dra.cpu/memory, and each `SIZE=AMOUNT` of `hugepages` (`--hugepages 2Mi=32Mi`) as
+    dra.cpu/hugepages<SIZE>, AMOUNT a whole number of pages of SIZE. Bad input is refused in
+    one line."""
+    wants: dict[str, int] = {}
+    if memory is not None:
+        wants[MEMORY_CAPACITY] = _amount(memory, "--memory")
+    for item in hugepages:
+        size_text, equals, amount_text = item.partition("=")
+        if not equals or not size_text or not amount_text:
+            raise InvalidInputError(f"--hugepages {item!r}: expected SIZE=AMOUNT, like 2Mi=32Mi")
+        size = _amount(size_text, "--hugepages size")
+        amount = _amount(amount_text, "--hugepages amount")
+        if amount % size:
+            raise InvalidInputError(
+                f"--hugepages {item}: {amount_text} is not a whole number of "
+                f"{binary_quantity(size)} pages"
+            )
+        capacity = hugepages_capacity(binary_quantity(size))
+        if capacity in wants:
+            raise InvalidInputError(f"--hugepages: page size {binary_quantity(size)} given twice")
+        wants[capacity] = amount
+    return wants
 
 
 @dataclass(frozen=True)
@@ -142,9 +186,12 @@ def claim_document(
     cpuset: CPUSet | None,
     pod_uid: str = "",
     memory_placement: str | None = None,
+    memory: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """A ResourceClaim as the API server shows it once the scheduler allocated it (and
-    reserved it for the pod, when `pod_uid` is given)."""
+    reserved it for the pod, when `pod_uid` is given). With `memory` (bytes per capacity) it
+    has a second request, of the memory DeviceClass with those capacity requests, and a
+    constraint that its device and the CPUs share one NUMA node."""
     grouped = results[0].consumed is not None
     exactly: dict[str, Any] = {
         "deviceClassName": DRIVER_NAME,
@@ -158,6 +205,25 @@ def claim_document(
         expression = f'device.attributes["{domain}"].{attribute} == {numa}'
         exactly["selectors"] = [{"cel": {"expression": expression}}]
     spec: dict[str, Any] = {"devices": {"requests": [{"name": REQUEST, "exactly": exactly}]}}
+    if memory:
+        spec["devices"]["requests"].append(
+            {
+                "name": MEMORY_REQUEST,
+                "exactly": {
+                    "deviceClassName": MEMORY_CLASS,
+                    "allocationMode": "ExactCount",
+                    "count": 1,
+                    "capacity": {
+                        "requests": {
+                            name: binary_quantity(amount) for name, amount in sorted(memory.items())
+                        }
+                    },
+                },
+            }
+        )
+        spec["devices"]["constraints"] = [
+            {"requests": [REQUEST, MEMORY_REQUEST], "matchAttribute": ATTR_NUMA_NODE}
+        ]
     allocation: dict[str, Any] = {"devices": {"results": [r.to_document() for r in results]}}
     cpu_config: dict[str, Any] = {}
     if cpuset is not None:
@@ -206,7 +272,7 @@ def _reserved_pod(claim: dict[str, Any]) -> str:
     return str(uuid.uuid4())
 
 
-def _schedule(
+def schedule(
     folder: ClusterFolder,
     *,
     cpus: int,
@@ -216,14 +282,26 @@ def _schedule(
     cpuset: CPUSet | None,
     pod_uid: str | None = None,
     memory_placement: str | None = None,
+    memory: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, Any], list[Result]]:
+    """Allocate a claim as the scheduler would, from the folder's slices and the allocations of
+    its claims, and write it there allocated; answers the claim and its results."""
     if folder.claim_path(namespace, name).exists():
         raise ConflictError(f"claim {namespace}/{name} already exists")
     devices = devices_of(folder.slices())
     if cpuset is not None:
         # The external allocator's part: a device whose CPU list attribute holds the cpuset.
         devices = for_cpuset(devices, cpuset)
-    results = allocate(devices, results_of(folder.claims()), cpus, numa=numa, request=REQUEST)
+    results = allocate_claim(
+        devices,
+        memory_devices_of(folder.slices()) if memory else [],
+        results_of(folder.claims()),
+        cpus,
+        memory or {},
+        numa=numa,
+        request=REQUEST,
+        memory_request=MEMORY_REQUEST,
+    )
     chosen = next((d for d in devices if d.name == results[0].device), None)
     if cpuset is None and chosen is not None and chosen.cpu_ids is not None:
         raise InvalidInputError(
@@ -243,6 +321,7 @@ def _schedule(
         cpuset=cpuset,
         pod_uid=pod_uid or str(uuid.uuid4()),
         memory_placement=memory_placement,
+        memory=memory,
     )
     folder.write_claim(claim)
     return claim, results
@@ -271,7 +350,12 @@ async def claim(
     compose: bool = False,
     pod_uid: str | None = None,
     memory_placement: str | None = None,
+    memory: str | None = None,
+    hugepages: Sequence[str] = (),
 ) -> Workload:
+    """Allocate a claim of `cpus` CPUs (and `memory` and `hugepages` of their NUMA node, see
+    `memory_wants`), prepare it and run a container on it, as far as the running simulators
+    go."""
     check_name("namespace", namespace)
     if pod_uid is not None:
         check_uid(pod_uid, "pod uid")
@@ -280,13 +364,14 @@ async def claim(
     exact = CPUSet.parse(cpuset) if cpuset is not None else None
     if exact is not None and len(exact) != cpus:
         raise InvalidInputError(f"--cpuset {cpuset} has {len(exact)} CPUs, --cpus says {cpus}")
+    wants = memory_wants(memory, hugepages)
     processes = require_running(layout, compose=compose)
     folder = ClusterFolder(layout.cluster_dir)
     kubelet = KubeletClient(layout.kubelet_sim_socket)
     runtime = RuntimeClient(layout.runtime_sim_socket)
     with scheduling(layout, compose=compose):
         name = name or next_name(folder, namespace)
-        document, results = _schedule(
+        document, results = schedule(
             folder,
             cpus=cpus,
             numa=numa,
@@ -295,6 +380,7 @@ async def claim(
             cpuset=exact,
             pod_uid=pod_uid,
             memory_placement=memory_placement,
+            memory=wants,
         )
     uid = document["metadata"]["uid"]
     workload = Workload(
