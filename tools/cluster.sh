@@ -181,6 +181,8 @@ state = "$DIR/containerd/state"
     cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
     # Without CAP_SYS_RESOURCE a sandbox's negative oom_score_adj would be refused.
     restrict_oom_score_adj = true
+    # On by default, and then containerd drops every hugepage limit (the kubelet's and NRI's).
+    disable_hugetlb_controller = false
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = "runc"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
