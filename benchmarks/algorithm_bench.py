@@ -9,7 +9,7 @@ preemption does not inflate). Target: median under 1 ms for 64 CPUs out of 1024.
 Then the NUMA-distributed take on the same CPUs split into 16 (and 32) NUMA nodes, in
 fragmented states where most nodes are nearly exhausted (each node busy by its own random
 fraction, or all by one), for requests of 2-256 CPUs or any size, in groups of 1, 2 or 4
-(5 x --runs cases, each timed as the least of --repeats runs). Here upstream's walk is
+(5 x --runs cases, each taken once, or timed as the least of --repeats runs). Here upstream's walk is
 combinatorial (every k-subset of the nodes, every subset of each for the remainder). It prints
 median, p90, p99 and worst wall-clock time, and p99 and worst CPU time. Target: p99 <= 1 ms and
 worst <= 5 ms; the verdict uses CPU time, which another job preempting this one does not
@@ -137,7 +137,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
-        "--repeats", type=int, default=3, help="runs of each nearly-exhausted case (its least)"
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of each nearly-exhausted case, its least counted (1: each state seen once, "
+        "as the allocator sees it)",
     )
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -167,10 +171,8 @@ def main() -> int:
                     verdict += f"{median:.3f} ms, {'met' if ok else 'MISSED'}"
     print(verdict)
     print()
-    print(
-        f"distributed take, nearly exhausted NUMA nodes, {args.runs * 5} cases, each the "
-        f"least of {args.repeats} runs"
-    )
+    timing = "once" if args.repeats == 1 else f"the least of {args.repeats} runs"
+    print(f"distributed take, nearly exhausted NUMA nodes, {args.runs * 5} cases, each {timing}")
     print(
         f"{'NUMA nodes':<11} {'median ms':>10} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
         f"{'p99 cpu':>8} {'max cpu':>8}"
