@@ -11,9 +11,8 @@ fragmented states where most nodes are nearly exhausted (each node busy by its o
 fraction, or all by one), for requests of 2-256 CPUs or any size, in groups of 1, 2 or 4
 (5 x --runs cases, each taken once, or timed as the least of --repeats runs). Here upstream's
 walk is combinatorial (every k-subset of the nodes, every subset of each for the remainder). It
-prints
-median, p90, p99 and worst wall-clock time, and p99 and worst CPU time. Target: p99 <= 1 ms and
-worst <= 5 ms; the verdict uses CPU time, which another job preempting this one does not
+prints median, p90, p99 and worst wall-clock time, and p99 and worst CPU time. Target: p99 <= 1
+ms and worst <= 5 ms; the verdict uses CPU time, which another job preempting this one does not
 inflate (on an idle host the two agree).
 
 The first line names the variant that ran: the modules compiled by mypyc (`make venv`), or
