@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dracpu.allocator.domain.quantity import parse_quantity
+from dracpu.allocator.domain.quantity import byte_count
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import (
     ATTR_CPU_IDS,
@@ -153,13 +153,6 @@ def devices_of(slices: Iterable[Mapping[str, Any]]) -> list[Device]:
     return sorted(devices, key=lambda d: d.key)
 
 
-def _bytes(value: object, where: str) -> int:
-    amount = parse_quantity(str(value))
-    if amount < 0 or amount != amount.to_integral_value():
-        raise InvalidInputError(f"{where}: {value!r} is not a whole number of bytes")
-    return int(amount)
-
-
 def memory_devices_of(slices: Iterable[Mapping[str, Any]]) -> list[MemoryDevice]:
     """The memory devices of our driver (those with the `dra.cpu/memory` capacity, what the
     memory DeviceClass selects) in the newest generation of each pool, in scheduler order."""
@@ -177,7 +170,7 @@ def memory_devices_of(slices: Iterable[Mapping[str, Any]]) -> list[MemoryDevice]
                 numa=_numa(device.get("attributes") or {}),
                 capacity=tuple(
                     sorted(
-                        (str(name), _bytes((value or {}).get("value"), f"{where} {name}"))
+                        (str(name), byte_count(str((value or {}).get("value")), f"{where} {name}"))
                         for name, value in capacities.items()
                     )
                 ),
@@ -228,7 +221,7 @@ def results_of(claims: Iterable[Mapping[str, Any]]) -> list[Result]:
                     consumed=None if consumed is None else _quantity(consumed, "claim result"),
                     memory=tuple(
                         sorted(
-                            (str(name), _bytes(value, f"claim result {name}"))
+                            (str(name), byte_count(str(value), f"claim result {name}"))
                             for name, value in capacities.items()
                             if name != CPU_CAPACITY
                         )

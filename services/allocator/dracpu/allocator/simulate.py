@@ -150,33 +150,21 @@ def within_topology(flag: str, cpus: CPUSet, machine: Machine) -> CPUSet:
     return cpus
 
 
-def _bytes(flag: str, text: str) -> int:
-    """A positive whole number of bytes, as a Kubernetes quantity."""
-    from dracpu.allocator.domain.quantity import parse_quantity
-
-    try:
-        value = parse_quantity(text)
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"{flag}: {exc}") from None
-    if value <= 0 or value != value.to_integral_value():
-        raise InvalidInputError(f"{flag}: must be a positive whole number of bytes, got {text}")
-    return int(value)
-
-
 def memory_request(memory: str | None, hugepages: Sequence[str]) -> dict[str, int]:
     """The memory flags as kind -> bytes (`memory`, `hugepages-2Mi`), in the flags' order."""
+    from dracpu.allocator.domain.quantity import byte_count
     from dracpu.core.driver import MEMORY_KIND
     from dracpu.core.memory import binary_quantity
 
     wanted: dict[str, int] = {}
     if memory is not None:
-        wanted[MEMORY_KIND] = _bytes("--memory", memory)
+        wanted[MEMORY_KIND] = byte_count(memory, "--memory", positive=True)
     for entry in hugepages:
         flag = f"--hugepages {entry}"
         size, sep, amount = entry.partition("=")
         if not sep or not size or not amount:
             raise InvalidInputError(f"{flag}: expected SIZE=QUANTITY, e.g. 2Mi=64Mi")
-        page = _bytes(flag, size)
+        page = byte_count(size, flag, positive=True)
         if page & (page - 1) or page < 4096 or binary_quantity(page) != size:
             raise InvalidInputError(
                 f"{flag}: page size {size} is not a power of two of at least 4Ki written as "
@@ -185,7 +173,7 @@ def memory_request(memory: str | None, hugepages: Sequence[str]) -> dict[str, in
         kind = f"hugepages-{size}"
         if kind in wanted:
             raise InvalidInputError(f"--hugepages: page size {size} is given twice")
-        wanted[kind] = _bytes(flag, amount)
+        wanted[kind] = byte_count(amount, flag, positive=True)
         if wanted[kind] % page:
             raise InvalidInputError(f"{flag}: {amount} is not a whole number of {size} pages")
     return wanted

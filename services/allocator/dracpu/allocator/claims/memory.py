@@ -8,20 +8,13 @@ from collections.abc import Iterable
 
 from dracpu.allocator.claims.model import ClaimRecord, MemoryAmount, PrepareInput, ResultInput
 from dracpu.allocator.claims.state import NodeState
-from dracpu.allocator.domain.quantity import parse_quantity
+from dracpu.allocator.domain.quantity import byte_count, parse_quantity
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import ATTR_NUMA_NODE, MEMORY_DEVICE_PREFIX
 from dracpu.core.driver import memory_capacity as capacity_of
 from dracpu.core.driver import memory_kind as kind_of
 from dracpu.core.errors import InsufficientMemoryError, InvalidInputError, NotFoundError
 from dracpu.core.memory import binary_quantity
-
-
-def _bytes(text: str, where: str) -> int:
-    value = parse_quantity(text)
-    if value < 0 or value != value.to_integral_value():
-        raise InvalidInputError(f"{where}: must be a whole number of bytes, got {text}")
-    return int(value)
 
 
 def _node_of(state: NodeState, uid: str, result: ResultInput) -> int:
@@ -51,7 +44,7 @@ def wanted(state: NodeState, request: PrepareInput) -> tuple[MemoryAmount, ...]:
             kind = kind_of(capacity)
             if kind is None:
                 raise InvalidInputError(f"{where}: not a capacity of a memory device")
-            totals[(node, kind)] = totals.get((node, kind), 0) + _bytes(text, where)
+            totals[(node, kind)] = totals.get((node, kind), 0) + byte_count(text, where)
     return tuple(
         MemoryAmount(node, kind, amount) for (node, kind), amount in sorted(totals.items())
     )

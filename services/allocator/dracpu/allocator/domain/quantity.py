@@ -52,6 +52,19 @@ def parse_quantity(text: str) -> Decimal:
         raise InvalidInputError(f"{echo(text)} is not a quantity") from None
 
 
+def byte_count(text: str, where: str, *, positive: bool = False) -> int:
+    """A whole number of bytes written as a quantity (0 allowed unless `positive`); an error
+    names `where`."""
+    try:
+        value = parse_quantity(text)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{where}: {exc}") from None
+    if value < (1 if positive else 0) or value != value.to_integral_value():
+        adjective = "a positive whole" if positive else "a whole"
+        raise InvalidInputError(f"{where}: must be {adjective} number of bytes, got {text}")
+    return int(value)
+
+
 def cpu_count(text: str, where: str) -> int:
     """A consumed CPU capacity: a positive whole number of CPUs."""
     value = parse_quantity(text)
