@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from dracpu.core.cpuset import CPUSet
 from dracpu.core.machine import Machine
 
 
@@ -141,20 +142,11 @@ def build_index(machine: Machine) -> TopologyIndex:
             for numa, members in sorted(numa_cores.items())
         },
         numa_first=len(sockets) >= len(numas),
-        core_cpus=tuple(_ids(mask) for mask in core_masks),
+        core_cpus=tuple(tuple(CPUSet.from_mask(mask).sorted()) for mask in core_masks),
         cores_partitioned=sum(map(len, socket_cores.values())) == len(cores)
         and sum(map(len, numa_cores.values())) == len(cores),
         mask_bytes=max(_union(cores.values()).bit_length() // 8 + 1, 1),
     )
-
-
-def _ids(mask: int) -> tuple[int, ...]:
-    ids = []
-    while mask:
-        lowest = mask & -mask
-        ids.append(lowest.bit_length() - 1)
-        mask ^= lowest
-    return tuple(ids)
 
 
 def _union(masks: Iterable[int]) -> int:
