@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +25,10 @@ from typing import Any
 
 import yaml
 from harness.cluster import PROGRESS, ROOT, Cluster, say, step
-from harness.guest import CACHE, KUBELET_ADDRESS, SERVICE_ADDRESS, Guest, die_with_parent
+from harness.guest import CACHE, KUBELET_ADDRESS, SERVICE_ADDRESS, Guest
 from harness.waits import wait_for
 
+from dracpu.core import children
 from dracpu.core.cpuset import CPUSet
 
 PROGRESS["tier"] = "bignode"
@@ -108,18 +110,20 @@ def start_egress_proxy(guest: Guest, socket_path: Path) -> subprocess.Popen[byte
     the host's loopback; dies with this process. Returned once it listens."""
     log = (guest.state / "egress-proxy.log").open("ab")
     proxy = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "tools/tcp-forward.py"),
-            "connect",
-            str(socket_path),
-            f"{KUBELET_ADDRESS}=127.0.0.1:{guest.kubelet_port}",
-        ],
+        children.tied_to_parent(
+            [
+                sys.executable,
+                str(ROOT / "tools/tcp-forward.py"),
+                "connect",
+                str(socket_path),
+                f"{KUBELET_ADDRESS}=127.0.0.1:{guest.kubelet_port}",
+            ],
+            signal.SIGKILL,
+        ),
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=die_with_parent,
     )
     log.close()
 

@@ -24,7 +24,6 @@ Run as a script: `guest.py up|down|shell|status` (what tools/tier-bignode.sh cal
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -36,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dracpu.core import children
 from harness.crio_node import missing_crio_tools
 from harness.paths import CACHE
 from harness.realnode_stack import runtime
@@ -92,12 +92,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def die_with_parent() -> None:
-    """In a child before exec: SIGKILL when the process that started it ends."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _recorded_qemu(pidfile: Path) -> int | None:
@@ -194,13 +188,13 @@ class Guest:
         (self.state / "port").write_text(f"{self.port}\n")
         began = time.monotonic()
         with (self.state / "qemu.log").open("ab") as log:
+            argv = self.qemu_argv()
             self.process = subprocess.Popen(
-                self.qemu_argv(),
+                children.tied_to_parent(argv, signal.SIGKILL) if self.bound else argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=die_with_parent if self.bound else None,
             )
         self.pidfile.write_text(f"{self.process.pid}\n")
         try:

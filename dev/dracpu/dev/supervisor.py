@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from dracpu.core import children
 from dracpu.dev.readiness import Readiness, is_ready
 
 INITIAL_BACKOFF = 0.5
@@ -24,15 +24,6 @@ MAX_BACKOFF = 10.0
 STABLE_AFTER = 30.0
 POLL_INTERVAL = 0.1
 LOG_TAIL_LINES = 5
-
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: if the supervisor is killed outright, the
-    # kernel stops its children too, so no service outlives a `dev up`.
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass(frozen=True)
@@ -114,6 +105,11 @@ class Supervisor:
     async def start(self) -> bool:
         """Start every process in order. False when a stop was requested meanwhile; raises
         StartError (after stopping what started) when one exits or is not ready in time."""
+        if not children.available():
+            self._report(
+                "setpriv (util-linux) not found: the processes outlive this one if it is "
+                "killed outright"
+            )
         for running in self._running:
             name = running.spec.name
             if self._stopping.is_set():
@@ -149,7 +145,9 @@ class Supervisor:
         log.flush()
         try:
             running.process = await asyncio.create_subprocess_exec(
-                *spec.argv,
+                # If the supervisor is killed outright, the kernel stops its children too, so
+                # no service outlives a `dev up` (dracpu.core.children: no Python in the child).
+                *children.tied_to_parent(spec.argv),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -157,7 +155,6 @@ class Supervisor:
                 # Own session: a Ctrl-C on the terminal reaches only the supervisor, which
                 # then stops the services in order.
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise StartError(f"cannot run {spec.argv[0]}: {exc.strerror or exc}") from None
