@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from dracpu.allocator.algorithm.accumulator import Accumulator
-from dracpu.allocator.algorithm.topology_index import TopologyIndex
+from dracpu.allocator.algorithm.topology_index import TopologyIndex, global_mask, local_mask
 
 Strategy = Literal["packed", "spread"]
 _Step = Callable[[Accumulator], None]
@@ -59,11 +59,22 @@ def take_packed_in_numa(
         return take_packed(index, free, count, strategy, align_uncore=False)
     if strategy == "spread":
         return _lowest(free, count)
+    runs = index.numa_runs.get(numa)
+    if runs is None:
+        return _packed_in_cores(free, count, index.numa_core_masks[numa])
+    # The same walk on the node's local numbering, which keeps the order of the CPU ids.
+    local = _packed_in_cores(local_mask(free, runs), count, index.numa_local_cores[numa])
+    return global_mask(local, runs)
+
+
+def _packed_in_cores(free: int, count: int, cores: tuple[tuple[int, int], ...]) -> int:
+    """The packed take of `count` CPUs of `free` (fewer than it holds) over `cores`, (mask,
+    CPUs) of each core by id: whole cores, then single CPUs, the cores by free CPUs, then id."""
     # (free CPUs, position, free mask, CPUs) of each core with free CPUs: sorted, the cores
     # by free CPUs, then id.
     order = [
         (n, i, mine, size)
-        for i, (mask, size) in enumerate(index.numa_core_masks[numa])
+        for i, (mask, size) in enumerate(cores)
         if (n := (mine := free & mask).bit_count())
     ]
     order.sort()
