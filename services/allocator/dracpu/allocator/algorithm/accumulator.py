@@ -8,9 +8,14 @@ reachable through two parents is visited once, at its first position.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from dracpu.allocator.algorithm.topology_index import TopologyIndex
+
+# Room for the position of any group in a sort key of `_by_free` (far more groups than any
+# machine has).
+_POSITION_BITS = 32
+_POSITION_MASK = (1 << _POSITION_BITS) - 1
 
 
 class Accumulator:
@@ -47,9 +52,14 @@ class Accumulator:
 
     # ---- orderings (sortAvailable*) ------------------------------------------------------
 
-    def _by_free(self, ids: Iterable[int], masks: dict[int, int]) -> list[int]:
+    def _by_free(self, ids: Sequence[int], masks: dict[int, int]) -> list[int]:
+        """`ids` (ascending) by free CPUs, then id."""
         free = self.free
-        return sorted(ids, key=lambda i: ((free & masks[i]).bit_count(), i))
+        # With the ids ascending, (free CPUs, position) orders them as (free CPUs, id) does,
+        # and packs into one int: a sort of plain ints, without a key function or tuples.
+        keys = [(free & masks[i]).bit_count() << _POSITION_BITS | p for p, i in enumerate(ids)]
+        keys.sort()
+        return [ids[key & _POSITION_MASK] for key in keys]
 
     def sorted_numa_nodes(self) -> list[int]:
         ix = self.index

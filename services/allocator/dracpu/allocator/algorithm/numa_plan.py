@@ -199,7 +199,8 @@ class _Pruned:
         self.seeded: tuple[tuple[int, ...], tuple[float, float, tuple[int, ...]]] | None = None
         self.memo = _Memo()
         self.share = problem.share
-        self.pools: dict[int, list[int]] = {}
+        # `_pool` of each start, made when first needed (a list: looked up at every branch).
+        self.pools: list[list[int] | None] = [None] * (len(self.order) + 1)
         # The bound of each multiset of free counts (sorted) a branch can at best take.
         self.bounds: dict[tuple[int, ...], float] = {}
         self.frees: list[int] = []  # of the nodes chosen so far, in `_visit`
@@ -261,7 +262,7 @@ class _Pruned:
 
     def _pool(self, start: int) -> list[int]:
         """Free counts of the nodes from `start` on that can give the share, largest first."""
-        pool = self.pools.get(start)
+        pool = self.pools[start]
         if pool is None:
             free, share = self.problem.free, self.share
             pool = sorted((free[n] for n in self.order[start:] if free[n] >= share), reverse=True)
