@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from dracpu.allocator.algorithm.topology_index import TopologyIndex
 
-# Room for the position of any group in a sort key of `_by_free` (far more groups than any
-# machine has).
+# Room for the position of any group, or any core id, in a sort key (far more than any machine
+# has).
 _POSITION_BITS = 32
 _POSITION_MASK = (1 << _POSITION_BITS) - 1
 
@@ -103,9 +103,10 @@ class Accumulator:
             parents, members = self.sorted_numa_nodes(), ix.numa_cores
         result: list[int] = []
         for parent in parents:
-            inside = [(counts[c], c) for c in members[parent] if counts[c]]
+            # (free CPUs, id) packed into one int (core ids are positions, never negative).
+            inside = [counts[c] << _POSITION_BITS | c for c in members[parent] if counts[c]]
             inside.sort()
-            result.extend(c for _, c in inside)
+            result.extend([key & _POSITION_MASK for key in inside])
         return result if ix.cores_partitioned else _unique(result)
 
     def sorted_uncore_caches(self) -> list[int]:

@@ -219,7 +219,8 @@ class _Pruned:
             (n for n in self.order if problem.free[n] >= self.share),
             key=lambda n: -problem.free[n],
         )
-        combo = tuple(n for n in self.order if n in set(ranked[: problem.k]))
+        fullest = set(ranked[: problem.k])
+        combo = tuple(n for n in self.order if n in fullest)
         if len(combo) < problem.k or not problem.acceptable(combo):
             return
         left = problem.left_after_share(combo)
