@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dracpu.allocator.algorithm import Policy, distributed, take_cpus
+from dracpu.allocator.algorithm import Policy, distributed, numa_plan, take_cpus
 from dracpu.allocator.algorithm.balance import mean, standard_deviation
 from dracpu.allocator.algorithm.numa_plan import Plan, Problem, best_plan
 from dracpu.allocator.algorithm.packed import take_packed, take_packed_in_numa
@@ -397,6 +397,19 @@ def test_a_numa_nodes_local_numbering_keeps_its_cpus_in_order(
     ):
         assert global_mask(mine, runs) == mask & node
         assert local_size == size
+
+
+@settings(max_examples=200, deadline=None)
+@given(frees=st.lists(st.integers(0, 40), max_size=33), share=st.integers(0, 40))
+def test_the_walks_pools_are_the_fullest_nodes_from_each_start(
+    frees: list[int], share: int
+) -> None:
+    """From each start position on, the free counts that can give the share, largest first."""
+    expected = [
+        sorted((f for f in frees[start:] if f >= share), reverse=True)
+        for start in range(len(frees) + 1)
+    ]
+    assert numa_plan._pools(frees, share) == expected
 
 
 def test_an_interleaved_numa_node_takes_with_machine_wide_masks() -> None:

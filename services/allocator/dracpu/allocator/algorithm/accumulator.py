@@ -61,14 +61,26 @@ class Accumulator:
         keys.sort()
         return [ids[key & _POSITION_MASK] for key in keys]
 
+    def _present_by_free(self, masks: dict[int, int]) -> list[int]:
+        """The groups of `masks` (by ascending id) with free CPUs, by free CPUs, then id: each
+        group's free CPUs counted once, for the test and the sort."""
+        free = self.free
+        ids = list(masks)
+        keys = []
+        for position, mask in enumerate(masks.values()):
+            n = (free & mask).bit_count()
+            if n:
+                keys.append(n << _POSITION_BITS | position)
+        keys.sort()
+        return [ids[key & _POSITION_MASK] for key in keys]
+
     def sorted_numa_nodes(self) -> list[int]:
         ix = self.index
         only = _only_group(self.free, ix.cpu_numa, ix.numa_masks)
         if only is not None:
             return [only]
         if ix.numa_first:
-            present = [n for n, m in ix.numa_masks.items() if self.free & m]
-            return self._by_free(present, ix.numa_masks)
+            return self._present_by_free(ix.numa_masks)
         result: list[int] = []
         for socket in self.sorted_sockets():
             inside = [
@@ -83,8 +95,7 @@ class Accumulator:
         if only is not None:
             return [only]
         if not ix.numa_first:
-            present = [s for s, m in ix.socket_masks.items() if self.free & m]
-            return self._by_free(present, ix.socket_masks)
+            return self._present_by_free(ix.socket_masks)
         result: list[int] = []
         for numa in self.sorted_numa_nodes():
             inside = [s for s in ix.numa_sockets[numa] if self.free & ix.socket_numa_masks[s, numa]]
