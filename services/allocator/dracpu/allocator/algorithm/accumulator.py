@@ -54,6 +54,8 @@ class Accumulator:
 
     def _by_free(self, ids: Sequence[int], masks: dict[int, int]) -> list[int]:
         """`ids` (ascending) by free CPUs, then id."""
+        if len(ids) == 1:
+            return [ids[0]]  # the socket of a NUMA node, or the other way round: nothing to count
         free = self.free
         # With the ids ascending, (free CPUs, position) orders them as (free CPUs, id) does,
         # and packs into one int: a sort of plain ints, without a key function or tuples.
