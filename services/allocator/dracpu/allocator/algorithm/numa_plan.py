@@ -248,10 +248,13 @@ class _Pruned:
             self.twin,
         )
         limit = min(self.best_squares, self.hopeless)
+        pools = self.pools
         for position in range(start, len(order) - missing + 1):
             numa = order[position]
             if free[numa] < share:
                 continue  # every combination holding it fails the even-share check
+            if len(pools[position + 1]) < missing - 1:
+                break  # too few nodes after it can give the share, and fewer after later ones
             if position > start and twin[position]:
                 continue  # ties the combination that takes the node before it instead
             chosen.append(numa)
