@@ -23,13 +23,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dracpu.allocator.algorithm import Policy, distributed, take_cpus
+from dracpu.allocator.algorithm import Policy, distributed, numa_plan, take_cpus
 from dracpu.allocator.algorithm.balance import mean, standard_deviation
 from dracpu.allocator.algorithm.numa_plan import Plan, Problem, best_plan
 from dracpu.allocator.algorithm.packed import take_packed, take_packed_in_numa
 from dracpu.allocator.algorithm.remainder import deal
 from dracpu.allocator.algorithm.remainder_floor import most_relief, relief_bound
-from dracpu.allocator.algorithm.topology_index import index_for
+from dracpu.allocator.algorithm.topology_index import (
+    MAX_LOCAL_RUNS,
+    global_mask,
+    index_for,
+    local_mask,
+)
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InsufficientCPUsError
 from dracpu.core.machine import CPUInfo, Machine
@@ -367,6 +372,59 @@ def test_take_inside_one_numa_node_is_the_packed_take(
     strategy = data.draw(st.sampled_from(["packed", "spread"]))
     expected = take_packed(index, inside, count, strategy, align_uncore=False)
     assert take_packed_in_numa(index, inside, numa, count, strategy) == expected
+
+
+@SETTINGS
+@given(request=nearly_exhausted_machines(), data=st.data())
+def test_a_numa_nodes_local_numbering_keeps_its_cpus_in_order(
+    request: tuple[Machine, CPUSet], data: st.DataObject
+) -> None:
+    """A NUMA node's local numbering numbers its CPUs 0, 1, ... in ascending id order: any set
+    of its CPUs maps back to itself, the k-th lowest CPU to bit k, and each core's local mask
+    is its CPUs' local numbers."""
+    machine, free = request
+    index = index_for(machine)
+    numa = data.draw(st.sampled_from(sorted(index.numa_masks)))
+    runs = index.numa_runs[numa]  # these machines number each node in at most two runs
+    node = index.numa_masks[numa]
+    inside = free.mask & node
+    local = local_mask(inside, runs)
+    assert global_mask(local, runs) == inside
+    ids = CPUSet.from_mask(node).sorted()
+    assert CPUSet.from_mask(local).sorted() == [ids.index(c) for c in CPUSet.from_mask(inside)]
+    for (mask, size), (mine, local_size) in zip(
+        index.numa_core_masks[numa], index.numa_local_cores[numa], strict=True
+    ):
+        assert global_mask(mine, runs) == mask & node
+        assert local_size == size
+
+
+@settings(max_examples=200, deadline=None)
+@given(frees=st.lists(st.integers(0, 40), max_size=33), share=st.integers(0, 40))
+def test_the_walks_pools_are_the_fullest_nodes_from_each_start(
+    frees: list[int], share: int
+) -> None:
+    """From each start position on, the free counts that can give the share, largest first."""
+    expected = [
+        sorted((f for f in frees[start:] if f >= share), reverse=True)
+        for start in range(len(frees) + 1)
+    ]
+    assert numa_plan._pools(frees, share) == expected
+
+
+def test_an_interleaved_numa_node_takes_with_machine_wide_masks() -> None:
+    """A node whose CPU ids alternate with another's forms too many runs for a local numbering;
+    its take is still the packed take."""
+    cpus = [
+        CPUInfo(cpu_id=cpu, core_id=cpu // 2, socket_id=0, numa_node_id=cpu % 2, uncore_cache_id=0)
+        for cpu in range(4 * MAX_LOCAL_RUNS)
+    ]
+    index = index_for(Machine.build(cpus))
+    assert index.numa_runs == {}
+    free = index.numa_masks[1] & ~0b10
+    for count in range(1, free.bit_count() + 1):
+        expected = take_packed(index, free, count, "packed", align_uncore=False)
+        assert take_packed_in_numa(index, free, 1, count) == expected
 
 
 @settings(max_examples=300, deadline=None)

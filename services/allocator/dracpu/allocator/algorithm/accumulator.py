@@ -8,9 +8,14 @@ reachable through two parents is visited once, at its first position.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from dracpu.allocator.algorithm.topology_index import TopologyIndex
+
+# Room for the position of any group, or any core id, in a sort key (far more than any machine
+# has).
+_POSITION_BITS = 32
+_POSITION_MASK = (1 << _POSITION_BITS) - 1
 
 
 class Accumulator:
@@ -47,9 +52,29 @@ class Accumulator:
 
     # ---- orderings (sortAvailable*) ------------------------------------------------------
 
-    def _by_free(self, ids: Iterable[int], masks: dict[int, int]) -> list[int]:
+    def _by_free(self, ids: Sequence[int], masks: dict[int, int]) -> list[int]:
+        """`ids` (ascending) by free CPUs, then id."""
+        if len(ids) == 1:
+            return [ids[0]]  # the socket of a NUMA node, or the other way round: nothing to count
         free = self.free
-        return sorted(ids, key=lambda i: ((free & masks[i]).bit_count(), i))
+        # With the ids ascending, (free CPUs, position) orders them as (free CPUs, id) does,
+        # and packs into one int: a sort of plain ints, without a key function or tuples.
+        keys = [(free & masks[i]).bit_count() << _POSITION_BITS | p for p, i in enumerate(ids)]
+        keys.sort()
+        return [ids[key & _POSITION_MASK] for key in keys]
+
+    def _present_by_free(self, masks: dict[int, int]) -> list[int]:
+        """The groups of `masks` (by ascending id) with free CPUs, by free CPUs, then id: each
+        group's free CPUs counted once, for the test and the sort."""
+        free = self.free
+        ids = list(masks)
+        keys = []
+        for position, mask in enumerate(masks.values()):
+            n = (free & mask).bit_count()
+            if n:
+                keys.append(n << _POSITION_BITS | position)
+        keys.sort()
+        return [ids[key & _POSITION_MASK] for key in keys]
 
     def sorted_numa_nodes(self) -> list[int]:
         ix = self.index
@@ -57,8 +82,7 @@ class Accumulator:
         if only is not None:
             return [only]
         if ix.numa_first:
-            present = [n for n, m in ix.numa_masks.items() if self.free & m]
-            return self._by_free(present, ix.numa_masks)
+            return self._present_by_free(ix.numa_masks)
         result: list[int] = []
         for socket in self.sorted_sockets():
             inside = [
@@ -73,8 +97,7 @@ class Accumulator:
         if only is not None:
             return [only]
         if not ix.numa_first:
-            present = [s for s, m in ix.socket_masks.items() if self.free & m]
-            return self._by_free(present, ix.socket_masks)
+            return self._present_by_free(ix.socket_masks)
         result: list[int] = []
         for numa in self.sorted_numa_nodes():
             inside = [s for s in ix.numa_sockets[numa] if self.free & ix.socket_numa_masks[s, numa]]
@@ -93,9 +116,10 @@ class Accumulator:
             parents, members = self.sorted_numa_nodes(), ix.numa_cores
         result: list[int] = []
         for parent in parents:
-            inside = [(counts[c], c) for c in members[parent] if counts[c]]
+            # (free CPUs, id) packed into one int (core ids are positions, never negative).
+            inside = [counts[c] << _POSITION_BITS | c for c in members[parent] if counts[c]]
             inside.sort()
-            result.extend(c for _, c in inside)
+            result.extend([key & _POSITION_MASK for key in inside])
         return result if ix.cores_partitioned else _unique(result)
 
     def sorted_uncore_caches(self) -> list[int]:

@@ -199,7 +199,9 @@ class _Pruned:
         self.seeded: tuple[tuple[int, ...], tuple[float, float, tuple[int, ...]]] | None = None
         self.memo = _Memo()
         self.share = problem.share
-        self.pools: dict[int, list[int]] = {}
+        # Per start position, the free counts of the nodes from there on that can give the
+        # share, largest first: the walk bounds every branch with them.
+        self.pools = _pools([problem.free[n] for n in self.order], self.share)
         # The bound of each multiset of free counts (sorted) a branch can at best take.
         self.bounds: dict[tuple[int, ...], float] = {}
         self.frees: list[int] = []  # of the nodes chosen so far, in `_visit`
@@ -218,7 +220,8 @@ class _Pruned:
             (n for n in self.order if problem.free[n] >= self.share),
             key=lambda n: -problem.free[n],
         )
-        combo = tuple(n for n in self.order if n in set(ranked[: problem.k]))
+        fullest = set(ranked[: problem.k])
+        combo = tuple(n for n in self.order if n in fullest)
         if len(combo) < problem.k or not problem.acceptable(combo):
             return
         left = problem.left_after_share(combo)
@@ -245,10 +248,13 @@ class _Pruned:
             self.twin,
         )
         limit = min(self.best_squares, self.hopeless)
+        pools = self.pools
         for position in range(start, len(order) - missing + 1):
             numa = order[position]
             if free[numa] < share:
                 continue  # every combination holding it fails the even-share check
+            if len(pools[position + 1]) < missing - 1:
+                break  # too few nodes after it can give the share, and fewer after later ones
             if position > start and twin[position]:
                 continue  # ties the combination that takes the node before it instead
             chosen.append(numa)
@@ -259,20 +265,11 @@ class _Pruned:
             chosen.pop()
             frees.pop()
 
-    def _pool(self, start: int) -> list[int]:
-        """Free counts of the nodes from `start` on that can give the share, largest first."""
-        pool = self.pools.get(start)
-        if pool is None:
-            free, share = self.problem.free, self.share
-            pool = sorted((free[n] for n in self.order[start:] if free[n] >= share), reverse=True)
-            self.pools[start] = pool
-        return pool
-
     def _bound(self, missing: int, start: int) -> float:
         """A lower bound of the sum of squares of any combination that extends the chosen
         nodes (their free counts are `frees`) with `missing` NUMA nodes from `start` on
         (infinite when none is acceptable)."""
-        pool = self._pool(start)
+        pool = self.pools[start]
         if len(pool) < missing:
             return math.inf
         # Taking from the largest free counts is never worse (swapping a member for a
@@ -311,6 +308,22 @@ class _Pruned:
         if self.best is None or balance < self.best.balance:
             self.best = Plan(combo, subset, problem.share, balance)
             self.best_squares = squares
+
+
+def _pools(frees: list[int], share: int) -> list[list[int]]:
+    """For each start position (and the end), the values of `frees` from there on that are at
+    least `share`, largest first: each from the next by inserting one value."""
+    pools: list[list[int]] = [[]]
+    for value in reversed(frees):
+        pool = list(pools[-1])
+        if value >= share:
+            at = 0
+            while at < len(pool) and pool[at] >= value:
+                at += 1
+            pool.insert(at, value)
+        pools.append(pool)
+    pools.reverse()
+    return pools
 
 
 def _dealt(problem: Problem, left: dict[int, int], subset: tuple[int, ...]) -> dict[int, int]:

@@ -12,9 +12,12 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from dracpu.allocator.algorithm.accumulator import Accumulator
-from dracpu.allocator.algorithm.topology_index import TopologyIndex
+from dracpu.allocator.algorithm.topology_index import TopologyIndex, global_mask, local_mask
 
 Strategy = Literal["packed", "spread"]
+# Sort keys of cores pack (free CPUs, id) into one int: room for any core id.
+_ID_BITS = 32
+_ID_MASK = (1 << _ID_BITS) - 1
 _Step = Callable[[Accumulator], None]
 
 
@@ -59,24 +62,33 @@ def take_packed_in_numa(
         return take_packed(index, free, count, strategy, align_uncore=False)
     if strategy == "spread":
         return _lowest(free, count)
-    # (free CPUs, position, free mask, CPUs) of each core with free CPUs: sorted, the cores
-    # by free CPUs, then id.
-    order = [
-        (n, i, mine, size)
-        for i, (mask, size) in enumerate(index.numa_core_masks[numa])
-        if (n := (mine := free & mask).bit_count())
-    ]
+    runs = index.numa_runs.get(numa)
+    if runs is None:
+        return _packed_in_cores(free, count, index.numa_core_masks[numa])
+    # The same walk on the node's local numbering, which keeps the order of the CPU ids.
+    local = _packed_in_cores(local_mask(free, runs), count, index.numa_local_cores[numa])
+    return global_mask(local, runs)
+
+
+def _packed_in_cores(free: int, count: int, cores: tuple[tuple[int, int], ...]) -> int:
+    """The packed take of `count` CPUs of `free` (fewer than it holds) over `cores`, (mask,
+    CPUs) of each core by id: whole cores, then single CPUs, the cores by free CPUs, then id."""
+    mines = [free & mask for mask, _ in cores]
+    # The cores with free CPUs by free CPUs, then id, as sort keys of plain ints.
+    order = [mine.bit_count() << _ID_BITS | i for i, mine in enumerate(mines) if mine]
     order.sort()
     taken, needed = 0, count
-    for n, _, mine, size in order:  # whole cores, as `take_full_cores`
-        if n == size and needed >= n:
-            taken |= mine
+    for key in order:  # whole cores, as `take_full_cores`
+        n, i = key >> _ID_BITS, key & _ID_MASK
+        if n == cores[i][1] and needed >= n:
+            taken |= mines[i]
             needed -= n
     # Then single CPUs core by core in the same order (taking whole cores changed no other
     # core's count), as `take_remaining_cpus`.
-    for _, _, mine, _ in order:
+    for key in order:
         if needed == 0:
             break
+        mine = mines[key & _ID_MASK]
         if not mine & taken:
             cpus = _lowest(mine, needed)
             taken |= cpus

@@ -288,7 +288,14 @@ class _Search:
         if len(rounds) <= 2:
 
             def bound(start: int, missing: int) -> float:
-                return min(relaxation.in_rounds(chosen, r, start, missing) for r in rounds)
+                # Only compared with the limit: the first number of rounds that goes below it
+                # answers as well as the least of them.
+                value = math.inf
+                for r in rounds:
+                    value = relaxation.in_rounds(chosen, r, start, missing)
+                    if value < self.limit:
+                        break
+                return value
         else:
 
             def bound(start: int, missing: int) -> float:

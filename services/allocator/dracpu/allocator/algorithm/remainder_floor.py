@@ -86,10 +86,11 @@ def most_relief(values: list[int], groups: int, size: int) -> Relief:
 
 
 def _raise(best: list[float], offset: int, row: list[float], gain: float) -> None:
-    end = offset + len(row)
-    best[offset:end] = [
-        b if b >= r + gain else r + gain for b, r in zip(best[offset:end], row, strict=True)
-    ]
+    # In place, element by element: no slices or lists made for the few entries that change.
+    for i in range(len(row)):
+        value = row[i] + gain
+        if value > best[offset + i]:
+            best[offset + i] = value
 
 
 def _add_cap(table: _Table, cap: int, reliefs: list[int], groups: int) -> None:
@@ -112,10 +113,7 @@ def _add_cap(table: _Table, cap: int, reliefs: list[int], groups: int) -> None:
             end = taken + len(row)
             if len(target) < end:
                 target.extend([_NONE] * (end - len(target)))
-            target[taken:end] = [
-                t if t >= r + gain else r + gain
-                for t, r in zip(target[taken:end], row, strict=True)
-            ]
+            _raise(target, taken, row, gain)
 
 
 def _stretches(active: list[int], rounds: int, size: int) -> list[_Stretch]:

@@ -16,6 +16,46 @@ from dataclasses import dataclass
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.machine import Machine
 
+# A run of consecutive CPU ids of one NUMA node: (first id, how many, their mask shifted to
+# bit 0).
+Run = tuple[int, int, int]
+# A node whose ids form more runs than this (an interleaved numbering) keeps machine-wide masks:
+# converting to and from its local numbering would cost more than it saves.
+MAX_LOCAL_RUNS = 4
+
+
+def local_mask(cpus: int, runs: tuple[Run, ...]) -> int:
+    """The CPUs of `cpus` inside the runs, renumbered 0, 1, ... in ascending id order (so the
+    local numbering keeps the order of the ids)."""
+    local, offset = 0, 0
+    for first, length, low in runs:
+        local |= ((cpus >> first) & low) << offset
+        offset += length
+    return local
+
+
+def global_mask(local: int, runs: tuple[Run, ...]) -> int:
+    """The inverse of `local_mask`: the machine's CPU ids of a local mask."""
+    cpus, offset = 0, 0
+    for first, length, low in runs:
+        cpus |= ((local >> offset) & low) << first
+        offset += length
+    return cpus
+
+
+def _runs(mask: int) -> tuple[Run, ...]:
+    runs: list[Run] = []
+    offset = 0
+    while mask:
+        zeros = (mask & -mask).bit_length() - 1
+        mask >>= zeros
+        offset += zeros
+        ones = (~mask & (mask + 1)).bit_length() - 1
+        runs.append((offset, ones, (1 << ones) - 1))
+        mask >>= ones
+        offset += ones
+    return tuple(runs)
+
 
 @dataclass(frozen=True, slots=True)
 class TopologyIndex:
@@ -51,6 +91,11 @@ class TopologyIndex:
     cpu_numa: dict[int, int]
     # Per NUMA node, (mask, CPUs) of each of its cores by id, for takes inside one node.
     numa_core_masks: dict[int, tuple[tuple[int, int], ...]]
+    # Per NUMA node whose CPU ids form few runs: the runs, and (mask, CPUs) of each of its cores
+    # by id in the node's local numbering (see `local_mask`). A take inside the node then works
+    # on masks of a few dozen bits instead of masks as wide as the machine.
+    numa_runs: dict[int, tuple[Run, ...]]
+    numa_local_cores: dict[int, tuple[tuple[int, int], ...]]
     # The kubelet walks NUMA nodes before sockets unless a socket holds several NUMA nodes.
     numa_first: bool
     # The CPU ids of each core by id, and the bytes of a mask of every CPU: counting a core's
@@ -117,6 +162,13 @@ def build_index(machine: Machine) -> TopologyIndex:
         numa_uncore[pair] = numa_uncore.get(pair, 0) | bit
         uncore_cores.setdefault(uncore, set()).add(core)
     core_masks = tuple(cores[i] for i in range(len(cores)))
+    numa_core_masks = {
+        numa: tuple((core_masks[c], core_masks[c].bit_count()) for c in sorted(members))
+        for numa, members in sorted(numa_cores.items())
+    }
+    numa_runs = {
+        numa: runs for numa, mask in numas.items() if len(runs := _runs(mask)) <= MAX_LOCAL_RUNS
+    }
     return TopologyIndex(
         all_cpus=_union(cores.values()),
         core_masks=core_masks,
@@ -137,9 +189,11 @@ def build_index(machine: Machine) -> TopologyIndex:
         smallest_uncore=_smallest(uncores.values()),
         cpu_socket={cpu.cpu_id: cpu.socket_id for cpu in machine.cpus},
         cpu_numa={cpu.cpu_id: cpu.numa_node_id for cpu in machine.cpus},
-        numa_core_masks={
-            numa: tuple((core_masks[c], core_masks[c].bit_count()) for c in sorted(members))
-            for numa, members in sorted(numa_cores.items())
+        numa_core_masks=numa_core_masks,
+        numa_runs=numa_runs,
+        numa_local_cores={
+            numa: tuple((local_mask(mask, runs), size) for mask, size in numa_core_masks[numa])
+            for numa, runs in numa_runs.items()
         },
         numa_first=len(sockets) >= len(numas),
         core_cpus=tuple(tuple(CPUSet.from_mask(mask).sorted()) for mask in core_masks),
