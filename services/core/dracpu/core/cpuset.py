@@ -150,20 +150,10 @@ class CPUSet:
 
     def format(self) -> str:
         """Canonical Linux list form: ascending, ranges of 2+ CPUs collapsed (`0-3,8`)."""
-        parts: list[str] = []
-        mask = self._mask
-        offset = 0
-        while mask:
-            # Skip the run of zeros, then measure the run of ones.
-            zeros = (mask & -mask).bit_length() - 1
-            mask >>= zeros
-            offset += zeros
-            ones = (~mask & (mask + 1)).bit_length() - 1
-            last = offset + ones - 1
-            parts.append(str(offset) if ones == 1 else f"{offset}-{last}")
-            mask >>= ones
-            offset += ones
-        return ",".join(parts)
+        return ",".join(
+            str(first) if ones == 1 else f"{first}-{first + ones - 1}"
+            for first, ones in runs_of(self._mask)
+        )
 
     def __str__(self) -> str:
         return self.format()
@@ -173,3 +163,17 @@ class CPUSet:
 
 
 EMPTY: Final = CPUSet()
+
+
+def runs_of(mask: int) -> Iterator[tuple[int, int]]:
+    """The runs of set bits of `mask`, lowest first: (first bit, number of bits)."""
+    offset = 0
+    while mask:
+        # Skip the run of zeros, then measure the run of ones.
+        zeros = (mask & -mask).bit_length() - 1
+        mask >>= zeros
+        offset += zeros
+        ones = (~mask & (mask + 1)).bit_length() - 1
+        yield offset, ones
+        mask >>= ones
+        offset += ones

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from dracpu.core.cpuset import CPUSet
+from dracpu.core.cpuset import CPUSet, runs_of
 from dracpu.core.machine import Machine
 
 # A run of consecutive CPU ids of one NUMA node: (first id, how many, their mask shifted to
@@ -44,17 +44,7 @@ def global_mask(local: int, runs: tuple[Run, ...]) -> int:
 
 
 def _runs(mask: int) -> tuple[Run, ...]:
-    runs: list[Run] = []
-    offset = 0
-    while mask:
-        zeros = (mask & -mask).bit_length() - 1
-        mask >>= zeros
-        offset += zeros
-        ones = (~mask & (mask + 1)).bit_length() - 1
-        runs.append((offset, ones, (1 << ones) - 1))
-        mask >>= ones
-        offset += ones
-    return tuple(runs)
+    return tuple((first, ones, (1 << ones) - 1) for first, ones in runs_of(mask))
 
 
 @dataclass(frozen=True, slots=True)
