@@ -63,17 +63,17 @@ def invoke(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, st
         ),
         pytest.param(
             ["claim", "--cpus", "1", "--memory", "lots", "--run-dir", RUN_DIR],
-            "--memory 'lots': not a quantity (for example 256Mi)",
+            "--memory: 'lots' is not a quantity",
             id="memory-not-a-quantity",
         ),
         pytest.param(
             ["claim", "--cpus", "1", "--memory", "0", "--run-dir", RUN_DIR],
-            "--memory '0': must be a positive whole number of bytes",
+            "--memory: must be a positive whole number of bytes, got 0",
             id="memory-zero",
         ),
         pytest.param(
             ["claim", "--cpus", "1", "--hugepages", "32Mi", "--run-dir", RUN_DIR],
-            "--hugepages '32Mi': expected SIZE=AMOUNT, like 2Mi=32Mi",
+            "--hugepages 32Mi: expected SIZE=QUANTITY, e.g. 2Mi=64Mi",
             id="hugepages-without-size",
         ),
         pytest.param(
@@ -93,12 +93,12 @@ def invoke(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, st
                 "--run-dir",
                 RUN_DIR,
             ],
-            "--hugepages: page size 2Mi given twice",
+            "--hugepages: page size 2Mi is given twice",
             id="hugepages-size-twice",
         ),
         pytest.param(
             ["claim", "--cpus", "1", "--hugepages", "big=2Mi", "--run-dir", RUN_DIR],
-            "--hugepages size 'big': not a quantity",
+            "--hugepages big=2Mi: 'big' is not a quantity",
             id="hugepages-bad-size",
         ),
         pytest.param(

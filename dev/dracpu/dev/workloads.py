@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dracpu.allocator.domain.quantity import parse_quantity
+from dracpu.allocator.domain.memory_flags import PLAIN_MEMORY, memory_flags
 from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import (
@@ -57,40 +57,16 @@ MEMORY_REQUEST = "memory"
 MEMORY_CLASS = "dra.cpu-memory"
 
 
-def _amount(text: str, flag: str) -> int:
-    try:
-        value = parse_quantity(text)
-    except InvalidInputError:
-        raise InvalidInputError(f"{flag} {text!r}: not a quantity (for example 256Mi)") from None
-    if value <= 0 or value != value.to_integral_value():
-        raise InvalidInputError(f"{flag} {text!r}: must be a positive whole number of bytes")
-    return int(value)
-
-
 def memory_wants(memory: str | None, hugepages: Sequence[str] = ()) -> dict[str, int]:
     """The capacities a claim asks of a memory device, in bytes: `memory` (`--memory 256Mi`)
     as dra.cpu/memory, and each `SIZE=AMOUNT` of `hugepages` (`--hugepages 2Mi=32Mi`) as
-    dra.cpu/hugepages<SIZE>, AMOUNT a whole number of pages of SIZE. Bad input is refused in
-    one line."""
-    wants: dict[str, int] = {}
-    if memory is not None:
-        wants[MEMORY_CAPACITY] = _amount(memory, "--memory")
-    for item in hugepages:
-        size_text, equals, amount_text = item.partition("=")
-        if not equals or not size_text or not amount_text:
-            raise InvalidInputError(f"--hugepages {item!r}: expected SIZE=AMOUNT, like 2Mi=32Mi")
-        size = _amount(size_text, "--hugepages size")
-        amount = _amount(amount_text, "--hugepages amount")
-        if amount % size:
-            raise InvalidInputError(
-                f"--hugepages {item}: {amount_text} is not a whole number of "
-                f"{binary_quantity(size)} pages"
-            )
-        capacity = hugepages_capacity(binary_quantity(size))
-        if capacity in wants:
-            raise InvalidInputError(f"--hugepages: page size {binary_quantity(size)} given twice")
-        wants[capacity] = amount
-    return wants
+    dra.cpu/hugepages<SIZE> (read as `dracpu simulate` reads them: `memory_flags`)."""
+    return {
+        MEMORY_CAPACITY
+        if page == PLAIN_MEMORY
+        else hugepages_capacity(binary_quantity(page)): amount
+        for page, amount in memory_flags(memory, hugepages).items()
+    }
 
 
 @dataclass(frozen=True)

@@ -152,31 +152,14 @@ def within_topology(flag: str, cpus: CPUSet, machine: Machine) -> CPUSet:
 
 def memory_request(memory: str | None, hugepages: Sequence[str]) -> dict[str, int]:
     """The memory flags as kind -> bytes (`memory`, `hugepages-2Mi`), in the flags' order."""
-    from dracpu.allocator.domain.quantity import byte_count
+    from dracpu.allocator.domain.memory_flags import PLAIN_MEMORY, memory_flags
     from dracpu.core.driver import MEMORY_KIND
     from dracpu.core.memory import binary_quantity
 
-    wanted: dict[str, int] = {}
-    if memory is not None:
-        wanted[MEMORY_KIND] = byte_count(memory, "--memory", positive=True)
-    for entry in hugepages:
-        flag = f"--hugepages {entry}"
-        size, sep, amount = entry.partition("=")
-        if not sep or not size or not amount:
-            raise InvalidInputError(f"{flag}: expected SIZE=QUANTITY, e.g. 2Mi=64Mi")
-        page = byte_count(size, flag, positive=True)
-        if page & (page - 1) or page < 4096 or binary_quantity(page) != size:
-            raise InvalidInputError(
-                f"{flag}: page size {size} is not a power of two of at least 4Ki written as "
-                "the kubelet names it (2Mi, 1Gi)"
-            )
-        kind = f"hugepages-{size}"
-        if kind in wanted:
-            raise InvalidInputError(f"--hugepages: page size {size} is given twice")
-        wanted[kind] = byte_count(amount, flag, positive=True)
-        if wanted[kind] % page:
-            raise InvalidInputError(f"{flag}: {amount} is not a whole number of {size} pages")
-    return wanted
+    return {
+        MEMORY_KIND if page == PLAIN_MEMORY else f"hugepages-{binary_quantity(page)}": amount
+        for page, amount in memory_flags(memory, hugepages).items()
+    }
 
 
 class MemoryPlacement(NamedTuple):
