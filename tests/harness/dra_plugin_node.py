@@ -110,18 +110,18 @@ class Node:
 
     def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
         proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+            _reap(proc)
 
     def close(self) -> None:
-        for name in list(self.procs):
-            self.stop(name)
+        """Every service told to stop at once (their shutdowns overlap), then each waited for."""
+        running = [proc for proc in self.procs.values() if proc.poll() is None]
+        self.procs.clear()
+        for proc in running:
+            proc.send_signal(signal.SIGTERM)
+        for proc in running:
+            _reap(proc)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def write_claim(self, claim: dict[str, Any]) -> None:
@@ -182,3 +182,12 @@ def result(
         entry["consumedCapacity"] = {"dra.cpu/cpu": str(cpus)}
     entry.update(kw)
     return entry
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for a process told to stop; killed when it has not within 10 s."""
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
