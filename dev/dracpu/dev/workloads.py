@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dracpu.allocator.domain.memory_flags import PLAIN_MEMORY, memory_flags
+from dracpu.allocator.domain.memory_flags import memory_flags
 from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import (
@@ -24,9 +24,7 @@ from dracpu.core.driver import (
     CPU_CAPACITY,
     DRIVER_NAME,
     MACHINE_DEVICE,
-    MEMORY_CAPACITY,
     cpuset_env_name,
-    hugepages_capacity,
 )
 from dracpu.core.errors import (
     ConflictError,
@@ -61,12 +59,7 @@ def memory_wants(memory: str | None, hugepages: Sequence[str] = ()) -> dict[str,
     """The capacities a claim asks of a memory device, in bytes: `memory` (`--memory 256Mi`)
     as dra.cpu/memory, and each `SIZE=AMOUNT` of `hugepages` (`--hugepages 2Mi=32Mi`) as
     dra.cpu/hugepages<SIZE> (read as `dracpu simulate` reads them: `memory_flags`)."""
-    return {
-        MEMORY_CAPACITY
-        if page == PLAIN_MEMORY
-        else hugepages_capacity(binary_quantity(page)): amount
-        for page, amount in memory_flags(memory, hugepages).items()
-    }
+    return memory_flags(memory, hugepages)
 
 
 @dataclass(frozen=True)

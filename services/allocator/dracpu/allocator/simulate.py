@@ -152,14 +152,12 @@ def within_topology(flag: str, cpus: CPUSet, machine: Machine) -> CPUSet:
 
 def memory_request(memory: str | None, hugepages: Sequence[str]) -> dict[str, int]:
     """The memory flags as kind -> bytes (`memory`, `hugepages-2Mi`), in the flags' order."""
-    from dracpu.allocator.domain.memory_flags import PLAIN_MEMORY, memory_flags
-    from dracpu.core.driver import MEMORY_KIND
-    from dracpu.core.memory import binary_quantity
+    from dracpu.allocator.domain.memory_flags import memory_flags
+    from dracpu.core.driver import memory_kind
 
-    return {
-        MEMORY_KIND if page == PLAIN_MEMORY else f"hugepages-{binary_quantity(page)}": amount
-        for page, amount in memory_flags(memory, hugepages).items()
-    }
+    wanted = memory_flags(memory, hugepages).items()
+    # Every capacity memory_flags names is a memory device's, so each has its kind.
+    return {kind: amount for capacity, amount in wanted if (kind := memory_kind(capacity))}
 
 
 class MemoryPlacement(NamedTuple):

@@ -6,21 +6,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dracpu.allocator.domain.quantity import byte_count
+from dracpu.core.driver import MEMORY_CAPACITY, hugepages_capacity
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.memory import binary_quantity
 
-# The key of plain memory in `memory_flags`' answer; hugepages are keyed by their page size.
-PLAIN_MEMORY = 0
 SMALLEST_PAGE = 4096
 
 
-def memory_flags(memory: str | None, hugepages: Sequence[str]) -> dict[int, int]:
-    """Bytes wanted per page size (PLAIN_MEMORY for `--memory`), in the flags' order. A page
-    size is any power of two of at least 4Ki however it is written (2048Ki is 2Mi); the amount
-    is a whole number of its pages. Bad input raises InvalidInputError naming the flag."""
-    wanted: dict[int, int] = {}
+def memory_flags(memory: str | None, hugepages: Sequence[str]) -> dict[str, int]:
+    """Bytes wanted per capacity of a memory device (dra.cpu/memory for `--memory`,
+    dra.cpu/hugepages<size> for each page size), in the flags' order. A page size is any power
+    of two of at least 4Ki however it is written (2048Ki is 2Mi); the amount is a whole number
+    of its pages. Bad input raises InvalidInputError naming the flag."""
+    wanted: dict[str, int] = {}
     if memory is not None:
-        wanted[PLAIN_MEMORY] = byte_count(memory, "--memory", positive=True)
+        wanted[MEMORY_CAPACITY] = byte_count(memory, "--memory", positive=True)
     for entry in hugepages:
         flag = f"--hugepages {entry}"
         size, sep, amount = entry.partition("=")
@@ -31,12 +31,13 @@ def memory_flags(memory: str | None, hugepages: Sequence[str]) -> dict[int, int]
             raise InvalidInputError(
                 f"{flag}: page size {size} is not a power of two of at least 4Ki"
             )
-        if page in wanted:
+        capacity = hugepages_capacity(binary_quantity(page))
+        if capacity in wanted:
             raise InvalidInputError(
                 f"--hugepages: page size {binary_quantity(page)} is given twice"
             )
-        wanted[page] = byte_count(amount, flag, positive=True)
-        if wanted[page] % page:
+        wanted[capacity] = byte_count(amount, flag, positive=True)
+        if wanted[capacity] % page:
             raise InvalidInputError(
                 f"{flag}: {amount} is not a whole number of {binary_quantity(page)} pages"
             )
