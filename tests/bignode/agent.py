@@ -3,7 +3,7 @@ host drives over qemu's forwarded TCP port (process starts cost 25-50x under emu
 guest keeps this one and the processes it starts).
 
 A request is one JSON line, the answer one JSON line on the same connection:
-  {"op": "ping"}                                   -> {"ok": {"uptime": s, "cpus": n}}
+  {"op": "ping"}                                   -> {"ok": {"uptime": s, "cpus": n, ...}}
   {"op": "sh", "argv": [...], "timeout": s}        -> {"ok": {"rc": n, "stdout": "", "stderr": ""}}
   {"op": "call", "fn": "name", "kwargs": {...}}    -> {"ok": <what inguest.<name> returned>}
   {"op": "poweroff"}                               -> {"ok": true}, then the guest powers off
@@ -34,11 +34,21 @@ def _sh(argv: list[str], timeout: float) -> dict[str, Any]:
     return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
 
 
+def ping() -> dict[str, Any]:
+    """How the guest is: read from /proc in the event loop itself, so a ping is answered while
+    every worker thread waits on a step."""
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    return {
+        "uptime": uptime,
+        "cpus": os.cpu_count(),
+        "load": Path("/proc/loadavg").read_text().split()[:3],
+        "mem_available_mib": int(meminfo["MemAvailable"].split()[0]) // 1024,
+    }
+
+
 def handle(request: dict[str, Any], state: Path) -> Any:
     op = request.get("op")
-    if op == "ping":
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return {"uptime": uptime, "cpus": os.cpu_count()}
     if op == "sh":
         return _sh([str(a) for a in request["argv"]], float(request.get("timeout", 120)))
     if op == "call":
@@ -59,7 +69,10 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stat
                 inguest.shutdown(state=state)
                 os._exit(0)  # stage 2 powers the guest off when this process is gone
             try:
-                answer = {"ok": await asyncio.to_thread(handle, request, state)}
+                if request.get("op") == "ping":
+                    answer = {"ok": ping()}
+                else:
+                    answer = {"ok": await asyncio.to_thread(handle, request, state)}
             except Exception as exc:  # the host gets every failure as one line
                 print(traceback.format_exc(), file=sys.stderr, flush=True)
                 answer = {"error": f"{type(exc).__name__}: {exc}"}

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 from harness.cluster import PROGRESS, ROOT, Cluster, say, step
 from harness.guest import CACHE, KUBELET_ADDRESS, SERVICE_ADDRESS, Guest
+from harness.speed import budget
 from harness.waits import wait_for
 
 from dracpu.core import children
@@ -268,6 +269,7 @@ def clear(cluster: GuestCluster, idle: dict[str, int]) -> None:
     """No pods or claims left in the default namespace, and the node publishing `idle` again
     (the driver released their claims: under emulation that comes a while after the API
     objects are gone)."""
+    cluster.guest.check()  # a hung node answers no delete: fail now, not after the timeouts
     for kind in ("pods", "resourceclaims"):
         cluster.kubectl("delete", kind, "--all", "-n", "default", "--wait=true", "--timeout=300s")
     wait_for(
@@ -341,23 +343,34 @@ def _bring_up_node(
 def bring_down(cluster: GuestCluster) -> None:
     """The node's and the containers' logs kept in the state folder, the guest powered off
     (the cluster is the last thing it runs), then the control plane stopped: with the guest's
-    connections still open the API server takes its whole grace period to stop."""
+    connections still open the API server takes its whole grace period to stop. Each step runs
+    whatever the one before it raised (an interrupt included): nothing is left running."""
     if cluster.down:
         return
     cluster.down = True
-    with contextlib.suppress(Exception):
-        cluster.guest.call("cluster_logs")
-    with step("cluster: guest powered off"):
-        cluster.guest.stop()
-    cp_dir = Path(cluster.kubeconfig).parent
-    with step("cluster: control plane down"):
-        stopped = _controlplane("down", str(cp_dir), check=False)
-    for line in stopped.stderr.strip().splitlines():
-        say(f"  {line}")
-    if cluster.egress_proxy is not None:
-        cluster.egress_proxy.terminate()
+    try:
+        with contextlib.suppress(Exception):  # a hung guest fails this at once
+            cluster.guest.call("cluster_logs", timeout=budget(300))
+    finally:
         try:
-            cluster.egress_proxy.wait(10)
-        except subprocess.TimeoutExpired:
-            cluster.egress_proxy.kill()
-            cluster.egress_proxy.wait(10)
+            with step("cluster: guest powered off"):
+                cluster.guest.stop()
+        finally:
+            _control_plane_down(cluster)
+
+
+def _control_plane_down(cluster: GuestCluster) -> None:
+    try:
+        cp_dir = Path(cluster.kubeconfig).parent
+        with step("cluster: control plane down"):
+            stopped = _controlplane("down", str(cp_dir), check=False)
+        for line in stopped.stderr.strip().splitlines():
+            say(f"  {line}")
+    finally:
+        if cluster.egress_proxy is not None:
+            cluster.egress_proxy.terminate()
+            try:
+                cluster.egress_proxy.wait(10)
+            except subprocess.TimeoutExpired:
+                cluster.egress_proxy.kill()
+                cluster.egress_proxy.wait(10)

@@ -4,15 +4,20 @@ the host's loopback, and a recorded PID is killed only when it is that guest's q
 
 from __future__ import annotations
 
+import contextlib
+import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from bignode import cluster as cluster_module
 from harness import guest as guest_module
-from harness.guest import MARKER, Guest, GuestError, _recorded_qemu
+from harness.guest import MARKER, Guest, GuestError, _recorded_qemu, free_port
 
 
 @pytest.fixture
@@ -128,19 +133,74 @@ def test_a_missing_tool_is_named_with_the_command_that_gets_it(
     assert reason.endswith("(run tools/tier-bignode.sh bootstrap)") and "\n" not in reason
 
 
+def pinged_only() -> socket.socket:
+    """A listening agent that answers pings and nothing else (a guest busy with a long step)."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer(conn: socket.socket) -> None:
+        with conn, conn.makefile("rwb") as stream:
+            for line in stream:
+                if json.loads(line)["op"] == "ping":
+                    stream.write(b'{"ok": {"uptime": 12.5, "cpus": 8}}\n')
+                    stream.flush()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                threading.Thread(target=answer, args=(server.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
 def test_a_hung_guest_is_told_apart_and_later_calls_fail_at_once(tmp_path: Path) -> None:
-    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
-    with silent:
-        guest = Guest(tmp_path, silent.getsockname()[1])
-        guest.console.write_text(
-            "[  392.97] watchdog: BUG: soft lockup - CPU#6 stuck for 286s! [containerd:369]\n"
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers, not even a ping
+    guest = Guest(tmp_path, silent.getsockname()[1])
+    guest.ping_timeout = 0.2
+    guest.console.write_text(
+        "bignode-heartbeat: [361.20s] MemAvailable 1210 MiB, load 9.10 8.02 6.50, 0 tasks in D\n"
+        "[  392.97] watchdog: BUG: soft lockup - CPU#6 stuck for 286s! [containerd:369]\n"
+        "bignode-heartbeat: [391.70s] MemAvailable 1190 MiB, load 9.80 8.30 6.70, 2 tasks in D\n"
+    )
+    with silent, pytest.raises(GuestError) as failed:
+        guest.call("kernel", timeout=0.2)
+    assert str(failed.value) == (
+        "no answer to kernel in 0.2 s; the guest is hung: its agent does not answer a ping in "
+        "0.2 s; 1 kernel reports on its console, the last: [  392.97] watchdog: BUG: soft "
+        "lockup - CPU#6 stuck for 286s! [containerd:369]; its last heartbeat: bignode-heartbeat:"
+        " [391.70s] MemAvailable 1190 MiB, load 9.80 8.30 6.70, 2 tasks in D"
+    )
+    # The agent's port is closed now: a call that tried to connect would be refused.
+    with pytest.raises(GuestError, match=r"^the guest is hung: .*CPU#6 stuck for 286s"):
+        guest.call("kernel")
+    with pytest.raises(GuestError, match=r"^the guest is hung: "):
+        guest.check()
+
+
+def test_a_slow_guest_is_not_taken_for_a_hung_one(tmp_path: Path) -> None:
+    with pinged_only() as busy:
+        guest = Guest(tmp_path, busy.getsockname()[1])
+        with pytest.raises(GuestError) as failed:
+            guest.call("kernel", timeout=0.2)
+        assert str(failed.value) == (
+            "no answer to kernel in 0.2 s; the guest itself answers ({'uptime': 12.5, 'cpus': 8})"
         )
-        with pytest.raises(GuestError, match="the guest is hung: 1 soft lockups"):
-            guest.call_op({"op": "ping"}, timeout=0.2)
-        began = time.monotonic()
-        with pytest.raises(GuestError, match=r"CPU#6 stuck for 286s"):
-            guest.call("kernel")
-        assert time.monotonic() - began < 0.1
+        assert guest.hung == ""
+        guest.check()  # no error: it answers
+        assert guest.call_op({"op": "ping"}) == {"uptime": 12.5, "cpus": 8}
+
+
+def test_a_guest_without_heartbeat_or_qemu_says_so(tmp_path: Path) -> None:
+    guest = Guest(tmp_path, free_port())  # nothing listens
+    guest.ping_timeout = 0.2
+    guest.process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    guest.process.wait()
+    with pytest.raises(GuestError) as failed:
+        guest.check()
+    assert str(failed.value) == (
+        "the guest is hung: qemu exited with 3; its agent does not answer a ping in 0.2 s; "
+        "no heartbeat on its console"
+    )
 
 
 def test_the_kernel_command_line_names_the_state_stage_two_and_the_hosts_tool_cache(
@@ -153,3 +213,26 @@ def test_the_kernel_command_line_names_the_state_stage_two_and_the_hosts_tool_ca
         "dracpu.stage2": str(guest_module.REPO / "tools/bignode/stage2.sh"),
         "dracpu.cache": str(guest_module.CACHE),  # the guest runs the host's cached tools
     }
+
+
+def test_an_interrupt_while_the_logs_are_saved_still_stops_the_guest_and_the_control_plane(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    stopped = []
+
+    class Interrupted(Guest):
+        def call(self, fn: str, timeout: float = 600.0, **kwargs: Any) -> Any:
+            raise KeyboardInterrupt  # Ctrl-C while the node's logs are copied
+
+        def stop(self, timeout: float = 30.0) -> None:
+            stopped.append("guest")
+
+    def controlplane(*args: str, **_: Any) -> subprocess.CompletedProcess[str]:
+        stopped.append(f"control plane {args[0]}")
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(cluster_module, "_controlplane", controlplane)
+    node = cluster_module.GuestCluster(Interrupted(tmp_path), tmp_path / "controlplane")
+    with pytest.raises(KeyboardInterrupt):
+        cluster_module.bring_down(node)
+    assert stopped == ["guest", "control plane down"]

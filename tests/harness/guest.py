@@ -39,6 +39,7 @@ from dracpu.core import children
 from harness.crio_node import missing_crio_tools
 from harness.paths import CACHE
 from harness.realnode_stack import runtime
+from harness.speed import budget
 from harness.waits import WaitTimeout, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,6 +55,19 @@ NODE_IP = "10.96.0.15"
 KUBELET_PORT = 17250
 KUBELET_ADDRESS = f"{NODE_IP}:{KUBELET_PORT}"
 POD_CIDR = "10.244.0.0/24"
+# What the guest's kernel prints when the guest is stuck rather than slow (loglevel=4: errors
+# and worse reach the console), and the heartbeat tools/bignode/stage2.sh writes there.
+STUCK = (
+    "soft lockup",
+    "blocked for more than",
+    "self-detected stall",
+    "detected stalls",
+    "Out of memory",
+    "Kernel panic",
+)
+HEARTBEAT = "bignode-heartbeat:"
+# The agent answers a ping in its event loop; a minute without one is no longer slowness.
+PING_TIMEOUT = 60.0
 
 
 class GuestError(RuntimeError):
@@ -125,6 +139,8 @@ class Guest:
         self.disk = disk
         self.images = ""  # the driver images' archive on `disk`
         self.hung = ""  # why the guest is known to be hung, once it is
+        self.ping_timeout = budget(PING_TIMEOUT)
+        self.pinged: Any = None  # the agent's last answer to a ping
         self.not_cluster = ""  # why the guest cannot be a cluster's node, if it cannot
         self.shared = self.state / "guest"
         self.pidfile = self.state / "qemu.pid"
@@ -138,7 +154,7 @@ class Guest:
         if kernel is None:
             raise GuestError("no guest kernel in the cache (run tools/tier-bignode.sh bootstrap)")
         append = (
-            "console=ttyS0 quiet loglevel=3 panic=-1 "
+            "console=ttyS0 quiet loglevel=4 panic=-1 "
             f"dracpu.state={self.shared} dracpu.stage2={REPO}/tools/bignode/stage2.sh "
             f"dracpu.cache={CACHE}"
         )
@@ -210,7 +226,7 @@ class Guest:
             if self.process is not None and self.process.poll() is not None:
                 raise GuestError(f"qemu exited with {self.process.returncode}: {self.tail()}")
             try:
-                self.call_op({"op": "ping"}, timeout=5)
+                self.pinged = self._exchange({"op": "ping"}, timeout=5)
             except (OSError, GuestError, ValueError):
                 return False
             return True
@@ -224,8 +240,9 @@ class Guest:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Ask the agent to power the guest off; kill qemu by its recorded PID after `timeout`."""
-        with contextlib.suppress(OSError, GuestError, ValueError):
-            self.call_op({"op": "poweroff"}, timeout=timeout)
+        if not self.hung:  # no diagnosis here: it is killed when it does not answer
+            with contextlib.suppress(OSError, GuestError, ValueError):
+                self._exchange({"op": "poweroff"}, timeout)
         deadline = time.monotonic() + (0 if self.hung else timeout)
         while _recorded_qemu(self.pidfile) and time.monotonic() < deadline:
             if self.process is not None:
@@ -258,32 +275,67 @@ class Guest:
 
     # -- the agent --------------------------------------------------------------------------
 
-    def lockups(self) -> list[str]:
-        """The guest kernel's soft-lockup reports on its console (a hung emulated machine)."""
+    def kernel_reports(self) -> list[str]:
+        """The guest kernel's reports of being stuck (soft lockups, tasks blocked for minutes,
+        RCU stalls, the OOM killer, a panic) on its console, oldest first."""
+        return [line.strip() for line in self._console() if any(r in line for r in STUCK)]
+
+    def _console(self) -> list[str]:
         with contextlib.suppress(OSError):
-            lines = self.console.read_text(errors="replace").splitlines()
-            return [line.strip() for line in lines if "soft lockup" in line]
+            return self.console.read_text(errors="replace").splitlines()
         return []
 
+    def diagnose(self) -> str:
+        """'' when the agent answers a ping within `ping_timeout` (its event loop answers it,
+        however busy its workers are); else why the guest is taken for hung, from what the host
+        still sees: qemu, the kernel's reports and the last heartbeat on the console."""
+        try:
+            self.pinged = self._exchange({"op": "ping"}, self.ping_timeout)
+            return ""
+        except (OSError, GuestError, ValueError):
+            pass
+        parts = [f"its agent does not answer a ping in {self.ping_timeout:g} s"]
+        if self.process is not None and self.process.poll() is not None:
+            parts.insert(0, f"qemu exited with {self.process.returncode}")
+        reports = self.kernel_reports()
+        if reports:
+            parts.append(f"{len(reports)} kernel reports on its console, the last: {reports[-1]}")
+        beats = [line.strip() for line in self._console() if HEARTBEAT in line]
+        parts.append(f"its last heartbeat: {beats[-1]}" if beats else "no heartbeat on its console")
+        return "; ".join(parts)
+
+    def check(self) -> None:
+        """GuestError at once when the guest is hung (known, or found now by `diagnose`)."""
+        if not self.hung:
+            self.hung = self.diagnose()
+        if self.hung:
+            raise GuestError(f"the guest is hung: {self.hung}")
+
     def call_op(self, request: dict[str, Any], timeout: float = 600.0) -> Any:
+        """One request to the agent, its answer. A request not answered in `timeout` is told
+        apart: a guest that still answers a ping is slow, one that does not is hung, and every
+        later call then fails at once with the reason."""
         if self.hung:
             raise GuestError(f"the guest is hung: {self.hung}")
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as conn:
-                conn.sendall(json.dumps(request).encode() + b"\n")
-                reply = b""
-                while not reply.endswith(b"\n"):
-                    chunk = conn.recv(1 << 20)
-                    if not chunk:
-                        raise GuestError(f"the agent closed the connection during {request['op']}")
-                    reply += chunk
+            return self._exchange(request, timeout)
         except TimeoutError:
-            lockups = self.lockups()
-            if lockups:  # every later call would wait as long: fail them at once
-                self.hung = f"{len(lockups)} soft lockups on its console, the last: {lockups[-1]}"
-                raise GuestError(f"no answer to {request['op']} in {timeout:.0f} s; "
-                                 f"the guest is hung: {self.hung}") from None  # fmt: skip
-            raise GuestError(f"no answer to {request['op']} in {timeout:.0f} s") from None
+            pass
+        unanswered = f"no answer to {request.get('fn', request['op'])} in {timeout:g} s"
+        self.hung = self.diagnose()
+        if self.hung:
+            raise GuestError(f"{unanswered}; the guest is hung: {self.hung}")
+        raise GuestError(f"{unanswered}; the guest itself answers ({self.pinged})")
+
+    def _exchange(self, request: dict[str, Any], timeout: float) -> Any:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as conn:
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    raise GuestError(f"the agent closed the connection during {request['op']}")
+                reply += chunk
         answer = json.loads(reply)
         if "error" in answer:
             raise GuestError(f"in the guest, {request.get('fn', request['op'])}: {answer['error']}")

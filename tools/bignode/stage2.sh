@@ -23,6 +23,30 @@ ip link set lo up
 # host's API server, nothing else leaves (restrict=on).
 ip link set eth0 up && ip addr add 10.96.0.15/24 dev eth0 && ip route add default via 10.96.0.2
 say "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+# A heartbeat on the console every 30 s, bash builtins only once started (no process to start,
+# no file but /proc's): while it goes on the guest runs, whatever its network does; when it
+# stops, the last one says what the guest looked like (tests/harness/guest.py reads it).
+heartbeat() {
+    local up l1 l5 l15 mem key value line stuck clock
+    exec {clock}<> <(:)  # a pipe nobody writes: `read -t` on it is a sleep without a process
+    while :; do
+        read -r up _ < /proc/uptime
+        read -r l1 l5 l15 _ < /proc/loadavg
+        while read -r key value _; do
+            [[ $key == MemAvailable: ]] && mem=$((value / 1024)) && break
+        done < /proc/meminfo
+        stuck=0
+        for line in /proc/[0-9]*/stat; do
+            read -r line 2>/dev/null < "$line" || continue
+            line=${line##*) }
+            [[ ${line%% *} == D ]] && stuck=$((stuck + 1))
+        done
+        echo "bignode-heartbeat: [${up}s] MemAvailable ${mem} MiB, load ${l1} ${l5} ${l15}," \
+            "${stuck} tasks in D state" > /dev/ttyS0
+        read -rt 30 -u "$clock" _
+    done
+}
+heartbeat &
 # A shell for people: `tools/tier-bignode.sh shell` attaches to this port.
 (while :; do setsid --ctty bash -i </dev/ttyS1 >/dev/ttyS1 2>&1; sleep 1; done) &
 say "agent starting (checkout $ROOT)"
