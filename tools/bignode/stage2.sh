@@ -10,6 +10,8 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/r
 DRACPU_CACHE="$(sed -n 's/.*\bdracpu\.cache=\([^ ]*\).*/\1/p' /proc/cmdline)"
 export DRACPU_CACHE="${DRACPU_CACHE:-/root/.cache/dracpu}"
 say() { echo "bignode-stage2: [$(cut -d' ' -f1 /proc/uptime)s] $*" > /dev/ttyS0; }
+# devtmpfs has no /dev/fd (process substitution needs it); udev is not here to add it.
+[ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
 mkdir -p /dev/pts && mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
 mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs -o mode=0755 tmpfs /run
@@ -28,7 +30,8 @@ say "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 # stops, the last one says what the guest looked like (tests/harness/guest.py reads it).
 heartbeat() {
     local up l1 l5 l15 mem key value line stuck clock
-    exec {clock}<> <(:)  # a pipe nobody writes: `read -t` on it is a sleep without a process
+    # A pipe nobody writes: `read -t` on it is a sleep without a process.
+    exec {clock}<> <(:) || clock=""
     while :; do
         read -r up _ < /proc/uptime
         read -r l1 l5 l15 _ < /proc/loadavg
@@ -43,7 +46,7 @@ heartbeat() {
         done
         echo "bignode-heartbeat: [${up}s] MemAvailable ${mem} MiB, load ${l1} ${l5} ${l15}," \
             "${stuck} tasks in D state" > /dev/ttyS0
-        read -rt 30 -u "$clock" _
+        if [[ -n $clock ]]; then read -rt 30 -u "$clock" _; else sleep 30; fi
     done
 }
 heartbeat &
