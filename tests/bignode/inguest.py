@@ -41,6 +41,7 @@ from shape import machine_shape
 from skew_builds import Build, head_build
 from skew_stack import Stack
 
+from dracpu.allocator.domain.memory_flags import memory_flags
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError
 from dracpu.dev import workloads
@@ -352,7 +353,7 @@ def stale_claim(
     again either way) and the claim's uid."""
     layout = _layout()
     folder = ClusterFolder(layout.cluster_dir)
-    wants = workloads.memory_wants(None, hugepages)
+    wants = memory_flags(None, hugepages)
     cpu_devices, memory_devices = devices_of(folder.slices()), memory_devices_of(folder.slices())
     try:
         allocate_claim(

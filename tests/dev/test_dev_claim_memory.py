@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from dracpu.allocator.domain.memory_flags import memory_flags
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InsufficientMemoryError
 from dracpu.dev.cluster_folder import ClusterFolder
 from dracpu.dev.scheduler import Result
-from dracpu.dev.workloads import claim_document, memory_wants, schedule
+from dracpu.dev.workloads import claim_document, schedule
 
 RESULT = Result(request="cpus", pool="node", device="cpudevnuma000", consumed=2)
 
@@ -53,14 +54,14 @@ def test_with_a_cpuset_both_share_one_config_and_without_either_there_is_none() 
 
 
 def test_memory_and_hugepages_are_read_as_bytes_per_capacity() -> None:
-    assert memory_wants("256Mi", ["2Mi=32Mi", "1Gi=2Gi"]) == {
+    assert memory_flags("256Mi", ["2Mi=32Mi", "1Gi=2Gi"]) == {
         "dra.cpu/memory": 256 << 20,
         "dra.cpu/hugepages2Mi": 32 << 20,
         "dra.cpu/hugepages1Gi": 2 << 30,
     }
     # Sizes are named as the kubelet names them, however they were written.
-    assert memory_wants(None, ["2048Ki=4194304"]) == {"dra.cpu/hugepages2Mi": 4 << 20}
-    assert memory_wants(None, []) == {}
+    assert memory_flags(None, ["2048Ki=4194304"]) == {"dra.cpu/hugepages2Mi": 4 << 20}
+    assert memory_flags(None, []) == {}
 
 
 def node_slice() -> dict[str, Any]:
@@ -105,7 +106,7 @@ def test_a_claim_with_memory_is_written_as_the_scheduler_allocates_it(tmp_path: 
     folder = ClusterFolder(tmp_path)
     folder.slices_dir.mkdir(parents=True)
     (folder.slices_dir / "node-a.json").write_text(json.dumps(node_slice()))
-    wants = memory_wants("256Mi", ["2Mi=32Mi"])
+    wants = memory_flags("256Mi", ["2Mi=32Mi"])
     document, results = schedule(
         folder, cpus=2, numa=1, name="c1", namespace="default", cpuset=None, memory=wants
     )
@@ -146,11 +147,11 @@ def test_a_claim_with_memory_is_written_as_the_scheduler_allocates_it(tmp_path: 
     # line, and nothing is written; without --numa it goes to node 0.
     with pytest.raises(InsufficientMemoryError) as refused:
         schedule(folder, cpus=1, numa=1, name="c2", namespace="default", cpuset=None,
-                 memory=memory_wants(None, ["2Mi=2Mi"]))  # fmt: skip
+                 memory=memory_flags(None, ["2Mi=2Mi"]))  # fmt: skip
     assert str(refused.value) == "memory-node-1 dra.cpu/hugepages2Mi: wants 2Mi, 0 free"
     assert not folder.claim_path("default", "c2").exists()
     _, elsewhere = schedule(
         folder, cpus=1, numa=None, name="c2", namespace="default", cpuset=None,
-        memory=memory_wants(None, ["2Mi=2Mi"]),
+        memory=memory_flags(None, ["2Mi=2Mi"]),
     )  # fmt: skip
     assert [r.device for r in elsewhere] == ["cpudevnuma000", "memory-node-0"]

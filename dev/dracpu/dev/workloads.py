@@ -55,13 +55,6 @@ MEMORY_REQUEST = "memory"
 MEMORY_CLASS = "dra.cpu-memory"
 
 
-def memory_wants(memory: str | None, hugepages: Sequence[str] = ()) -> dict[str, int]:
-    """The capacities a claim asks of a memory device, in bytes: `memory` (`--memory 256Mi`)
-    as dra.cpu/memory, and each `SIZE=AMOUNT` of `hugepages` (`--hugepages 2Mi=32Mi`) as
-    dra.cpu/hugepages<SIZE> (read as `dracpu simulate` reads them: `memory_flags`)."""
-    return memory_flags(memory, hugepages)
-
-
 @dataclass(frozen=True)
 class Workload:
     """What `dev claim` made: the claim, and the container that runs on it."""
@@ -322,9 +315,9 @@ async def claim(
     memory: str | None = None,
     hugepages: Sequence[str] = (),
 ) -> Workload:
-    """Allocate a claim of `cpus` CPUs (and `memory` and `hugepages` of their NUMA node, see
-    `memory_wants`), prepare it and run a container on it, as far as the running simulators
-    go."""
+    """Allocate a claim of `cpus` CPUs (and `memory` and `hugepages` of their NUMA node: the
+    capacities `memory_flags` reads from `--memory 256Mi` and `--hugepages 2Mi=32Mi`), prepare it
+    and run a container on it, as far as the running simulators go."""
     check_name("namespace", namespace)
     if pod_uid is not None:
         check_uid(pod_uid, "pod uid")
@@ -333,7 +326,7 @@ async def claim(
     exact = CPUSet.parse(cpuset) if cpuset is not None else None
     if exact is not None and len(exact) != cpus:
         raise InvalidInputError(f"--cpuset {cpuset} has {len(exact)} CPUs, --cpus says {cpus}")
-    wants = memory_wants(memory, hugepages)
+    wants = memory_flags(memory, hugepages)
     processes = require_running(layout, compose=compose)
     folder = ClusterFolder(layout.cluster_dir)
     kubelet = KubeletClient(layout.kubelet_sim_socket)
