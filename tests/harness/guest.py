@@ -275,11 +275,6 @@ class Guest:
 
     # -- the agent --------------------------------------------------------------------------
 
-    def kernel_reports(self) -> list[str]:
-        """The guest kernel's reports of being stuck (soft lockups, tasks blocked for minutes,
-        RCU stalls, the OOM killer, a panic) on its console, oldest first."""
-        return [line.strip() for line in self._console() if any(r in line for r in STUCK)]
-
     def _console(self) -> list[str]:
         with contextlib.suppress(OSError):
             return self.console.read_text(errors="replace").splitlines()
@@ -297,10 +292,13 @@ class Guest:
         parts = [f"its agent does not answer a ping in {self.ping_timeout:g} s"]
         if self.process is not None and self.process.poll() is not None:
             parts.insert(0, f"qemu exited with {self.process.returncode}")
-        reports = self.kernel_reports()
+        console = [line.strip() for line in self._console()]
+        # The kernel's reports of being stuck: soft lockups, tasks blocked for minutes, RCU
+        # stalls, the OOM killer, a panic.
+        reports = [line for line in console if any(r in line for r in STUCK)]
         if reports:
             parts.append(f"{len(reports)} kernel reports on its console, the last: {reports[-1]}")
-        beats = [line.strip() for line in self._console() if HEARTBEAT in line]
+        beats = [line for line in console if HEARTBEAT in line]
         parts.append(f"its last heartbeat: {beats[-1]}" if beats else "no heartbeat on its console")
         return "; ".join(parts)
 
