@@ -172,11 +172,13 @@ def new_plugin(
     plugin = CPUPlugin(client, unsolicited=mode, batch_size=64)
     stub = PluginStub(str(nri_socket), plugin, backoff=Backoff(initial=0.02, maximum=0.2))
     plugin.set_pusher(stub.update_containers)
+    plugin.set_resynchronizer(stub.resynchronize)
     tasks = [
         asyncio.create_task(stub.run()),
         asyncio.create_task(plugin.watch_pool(retry_delay=0.05)),
         asyncio.create_task(plugin.push_pool_changes()),
         asyncio.create_task(plugin.detaches.run(retry_delay=0.05)),
+        asyncio.create_task(plugin.move_adopted()),
     ]
     return plugin, stub, client, tasks
 

@@ -337,7 +337,7 @@ class QuietHandlers:
     async def remove_container(self, pod: object, ctr: object) -> None:
         return None
 
-    def disconnected(self, reason: str) -> None:
+    def disconnected(self, reason: str, *, requested: bool = False) -> None:
         self.disconnects.append(reason)
 
 

@@ -65,6 +65,16 @@ CONTAINERD_2_0 = RuntimeProfile(
     events_v0_10=False,
 )
 
+# CRI-O 1.34: NRI v0.9 (no version in Configure, no RemoveContainer, events up to 11), and no
+# hold on container creation while a plugin synchronizes (begin_create models that window).
+CRIO_1_34 = RuntimeProfile(
+    name="cri-o",
+    version="1.34.0",
+    nri_version="",
+    dedicated_remove=False,
+    events_v0_10=False,
+)
+
 
 @dataclass
 class PluginConn:
@@ -79,6 +89,14 @@ class PluginConn:
     @property
     def key(self) -> str:
         return f"{self.index}-{self.name}"
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A container whose creation began (CreateContainer answered) and has not ended."""
+
+    container: api_pb2.Container
+    updates: list[api_pb2.ContainerUpdate]  # the other containers' updates from the answers
 
 
 @dataclass
@@ -320,61 +338,111 @@ class RuntimeSim:
     ) -> str:
         """Create and start a container; CreateContainerError if a plugin refuses it.
         `cdi_devices`: the CDI devices the kubelet asked for, as NRI v0.10+ reports them."""
-        pod = self.pods[pod_id]
-        cid = container_id or f"ctr{next(self._ids):05d}"
-        ctr = api_pb2.Container(
-            id=cid,
+        ctr = self._new_container(pod_id, name, env, container_id, cdi_devices)
+        async with self._lock:
+            updates = await self._create_round(ctr)
+            ctr.state = api_pb2.CONTAINER_RUNNING
+            self.containers[ctr.id] = ctr
+            self._apply_updates(updates, creating=ctr.id)
+        return str(ctr.id)
+
+    async def begin_create(
+        self, pod_id: str, name: str, env: Sequence[str] = (), cdi_devices: Sequence[str] = ()
+    ) -> InFlight:
+        """The first half of a creation as CRI-O makes it: the CreateContainer round, to the
+        plugins registered now, and then the container out of the runtime's list (its OCI
+        create still running, so no Synchronize lists it) until `finish_create`."""
+        ctr = self._new_container(pod_id, name, env, "", cdi_devices)
+        async with self._lock:
+            updates = await self._create_round(ctr)
+        return InFlight(ctr, updates)
+
+    async def finish_create(self, pending: InFlight) -> str:
+        """The creation's end: the container listed, created (not started)."""
+        async with self._lock:
+            self.containers[pending.container.id] = pending.container
+            self._apply_updates(pending.updates, creating=pending.container.id)
+        await self._notify()
+        return str(pending.container.id)
+
+    async def start_container(self, container_id: str) -> None:
+        """Start a created container and tell the plugins (PostStartContainer)."""
+        ctr = self.containers[container_id]
+        async with self._lock:
+            ctr.state = api_pb2.CONTAINER_RUNNING
+            ctr.started_at = time.time_ns()
+            for plugin in list(self.plugins):
+                if not plugin.events & event_bit(api_pb2.POST_START_CONTAINER):
+                    continue
+                request = api_pb2.PodContainerRequest(
+                    pod=self.pods[ctr.pod_sandbox_id], container=ctr
+                )
+                with contextlib.suppress(TtrpcError):  # the runtime ignores post-start errors
+                    await self._call(plugin, "PostStartContainer", request)
+
+    def _new_container(
+        self,
+        pod_id: str,
+        name: str,
+        env: Sequence[str],
+        container_id: str,
+        cdi_devices: Sequence[str],
+    ) -> api_pb2.Container:
+        return api_pb2.Container(
+            id=container_id or f"ctr{next(self._ids):05d}",
             pod_sandbox_id=pod_id,
             name=name,
             env=list(env),
             state=api_pb2.CONTAINER_CREATED,
             CDI_devices=[api_pb2.CDIDevice(name=d) for d in cdi_devices],
+            created_at=time.time_ns(),
         )
-        async with self._lock:
-            owners: dict[str, str] = {}  # cpuset field -> the plugin that set it
-            adjusted: dict[str, str] = {}
-            hugepages: list[api_pb2.HugepageLimit] = []
-            updates: list[api_pb2.ContainerUpdate] = []
-            for plugin in list(self.plugins):
-                if not plugin.events & event_bit(api_pb2.CREATE_CONTAINER):
+
+    async def _create_round(self, ctr: api_pb2.Container) -> list[api_pb2.ContainerUpdate]:
+        """CreateContainer to every subscribed plugin, under the lock: the adjustments applied
+        to `ctr`, the other containers' updates returned."""
+        pod = self.pods[ctr.pod_sandbox_id]
+        owners: dict[str, str] = {}  # cpuset field -> the plugin that set it
+        adjusted: dict[str, str] = {}
+        hugepages: list[api_pb2.HugepageLimit] = []
+        updates: list[api_pb2.ContainerUpdate] = []
+        for plugin in list(self.plugins):
+            if not plugin.events & event_bit(api_pb2.CREATE_CONTAINER):
+                continue
+            request = api_pb2.CreateContainerRequest(pod=pod, container=ctr)
+            try:
+                raw = await self._call(plugin, "CreateContainer", request)
+            except TtrpcError as exc:
+                if not exc.remote:
+                    continue  # plugin dropped; creation goes on without it (as upstream)
+                raise CreateContainerError(
+                    f"plugin {plugin.key} refused container {ctr.name}: {exc.message}"
+                ) from None
+            reply = api_pb2.CreateContainerResponse()
+            reply.ParseFromString(raw)
+            cpu = reply.adjust.linux.resources.cpu
+            for field_name, value in (("cpus", cpu.cpus), ("mems", cpu.mems)):
+                if not value:
                     continue
-                request = api_pb2.CreateContainerRequest(pod=pod, container=ctr)
-                try:
-                    raw = await self._call(plugin, "CreateContainer", request)
-                except TtrpcError as exc:
-                    if not exc.remote:
-                        continue  # plugin dropped; creation goes on without it (as upstream)
+                if field_name in owners:
                     raise CreateContainerError(
-                        f"plugin {plugin.key} refused container {name}: {exc.message}"
-                    ) from None
-                reply = api_pb2.CreateContainerResponse()
-                reply.ParseFromString(raw)
-                cpu = reply.adjust.linux.resources.cpu
-                for field, value in (("cpus", cpu.cpus), ("mems", cpu.mems)):
-                    if not value:
-                        continue
-                    if field in owners:
-                        raise CreateContainerError(
-                            f'plugins "{owners[field]}" and "{plugin.key}" both tried to '
-                            f"set cpuset.{field}"
-                        )
-                    owners[field], adjusted[field] = plugin.key, value
-                hugepages.extend(reply.adjust.linux.resources.hugepage_limits)
-                for update in reply.update:
-                    if update.container_id == cid:
-                        raise CreateContainerError(
-                            f"plugin {plugin.key} asked update of {cid} during creation"
-                        )
-                updates.extend(reply.update)
-            if "cpus" in adjusted:
-                ctr.linux.resources.cpu.cpus = adjusted["cpus"]
-            if "mems" in adjusted:
-                ctr.linux.resources.cpu.mems = adjusted["mems"]
-            ctr.linux.resources.hugepage_limits.extend(hugepages)
-            ctr.state = api_pb2.CONTAINER_RUNNING
-            self.containers[cid] = ctr
-            self._apply_updates(updates, creating=cid)
-        return cid
+                        f'plugins "{owners[field_name]}" and "{plugin.key}" both tried to '
+                        f"set cpuset.{field_name}"
+                    )
+                owners[field_name], adjusted[field_name] = plugin.key, value
+            hugepages.extend(reply.adjust.linux.resources.hugepage_limits)
+            for update in reply.update:
+                if update.container_id == ctr.id:
+                    raise CreateContainerError(
+                        f"plugin {plugin.key} asked update of {ctr.id} during creation"
+                    )
+            updates.extend(reply.update)
+        if "cpus" in adjusted:
+            ctr.linux.resources.cpu.cpus = adjusted["cpus"]
+        if "mems" in adjusted:
+            ctr.linux.resources.cpu.mems = adjusted["mems"]
+        ctr.linux.resources.hugepage_limits.extend(hugepages)
+        return updates
 
     async def stop_container(self, container_id: str) -> None:
         ctr = self.containers[container_id]

@@ -196,6 +196,13 @@ SPECS: tuple[MetricSpec, ...] = (
         "nri-plugin",
     ),
     MetricSpec(
+        "dra_cpu_nri_adopted_containers_total",
+        "counter",
+        "Containers the plugin first heard of after their creation (at PostStartContainer: the "
+        "runtime created them while the plugin registered) and adopted then.",
+        "nri-plugin",
+    ),
+    MetricSpec(
         "dra_cpu_claim_allocated_cpus",
         "histogram",
         "CPUs allocated for each newly successful claim allocation.",

@@ -1,6 +1,7 @@
 """The runtime's container lifecycle requests: CreateContainer pins a claimed container to its
 claims' CPUs (the allocator attaches it) and puts any other on the shared pool; PostStart marks
-it running; Stop and Remove forget it, and tell the allocator a claimed one no longer runs."""
+it running, and adopts one the plugin never heard of (dracpu.nri_plugin.adoption); Stop and
+Remove forget it, and tell the allocator a claimed one no longer runs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import replace
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InsufficientCPUsError
 from dracpu.core.log import get_logger
+from dracpu.nri_plugin.adoption import LateAdoptions
 from dracpu.nri_plugin.allocator_client import CALL_TIMEOUT, AllocatorAPI
 from dracpu.nri_plugin.claim_env import parse_claim_env
 from dracpu.nri_plugin.conversions import (
@@ -37,11 +39,13 @@ class ContainerEvents:
         allocator: AllocatorAPI,
         pushes: PoolPushes,
         detaches: PendingDetaches,
+        adoptions: LateAdoptions,
     ) -> None:
         self._state = state
         self._allocator = allocator
         self._pushes = pushes
         self._detaches = detaches
+        self._adoptions = adoptions
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -146,6 +150,10 @@ class ContainerEvents:
         async with self._state.lock:
             if self._state.registry.set_state(ctr.id, "running"):
                 log.info(6, "container running", container=ctr.id)
+            else:
+                # Neither its CreateContainer nor a Synchronize listed it: it was created while
+                # the plugin registered, and runs on whatever its spec allowed.
+                await self._adoptions.adopt(pod, ctr, "PostStartContainer")
 
     async def stop_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -162,6 +170,7 @@ class ContainerEvents:
             if record is None:
                 log.info(4, "event for unknown container ignored", container=ctr.id, event=why)
                 return
+            self._adoptions.forget(ctr.id)
             log.info(2, f"container {why}", container=ctr.id, claims=",".join(record.claims))
             if record.exclusive or record.quarantined:
                 # The claim keeps its CPUs until unprepare; the allocator only learns that

@@ -81,6 +81,15 @@ def container_record(
     )
 
 
+def same_cpus(text: str, cpus: CPUSet) -> bool:
+    """Whether a cpuset the runtime reported (empty: none, so every CPU) is `cpus`; one it cannot
+    have meant is not."""
+    try:
+        return CPUSet.parse(text) == cpus if text else False
+    except DracpuError:
+        return False
+
+
 def memory_nodes(text: str, container_id: str) -> CPUSet:
     """The allocator's memory nodes for a container; one it cannot have meant (a garbled list)
     is logged and leaves the container's memory nodes alone rather than fail the container."""

@@ -4,6 +4,7 @@ Every decision about CPUs comes from the allocator; the plugin keeps the registr
 containers and turns allocator answers into NRI adjustments and updates. Its parts share one
 state (dracpu.nri_plugin.plugin_state, which says how its lock is held): the container events
 (dracpu.nri_plugin.container_events), the resync with the runtime (dracpu.nri_plugin.resync),
+the containers met only after their creation (dracpu.nri_plugin.adoption),
 the shared pool and its pushes (dracpu.nri_plugin.shared_pool, dracpu.nri_plugin.pool_pushes)
 and the detaches the allocator did not take (dracpu.nri_plugin.detaches).
 """
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.log import get_logger
+from dracpu.nri_plugin.adoption import LateAdoptions, Resynchronize
 from dracpu.nri_plugin.allocator_client import AllocatorAPI
 from dracpu.nri_plugin.compat import Decision, UnsolicitedMode, decide
 from dracpu.nri_plugin.container_events import ContainerEvents
@@ -62,8 +64,12 @@ class CPUPlugin:
         # Stopped containers whose detach the allocator did not take: sent again (its run()).
         self.detaches = PendingDetaches(allocator)
         self.pushes = PoolPushes(self.state)
-        self.events = ContainerEvents(self.state, allocator, self.pushes, self.detaches)
-        self.resync = Resync(self.state, allocator, self.detaches)
+        # Containers first met after their creation, moved onto their cpusets (its run()).
+        self.adoptions = LateAdoptions(self.state, allocator)
+        self.events = ContainerEvents(
+            self.state, allocator, self.pushes, self.detaches, self.adoptions
+        )
+        self.resync = Resync(self.state, allocator, self.detaches, self.adoptions)
 
     # -- what the view shows ------------------------------------------------------------------
 
@@ -106,8 +112,8 @@ class CPUPlugin:
         )
         return SUBSCRIBED_EVENTS
 
-    def disconnected(self, reason: str) -> None:
-        self.resync.disconnected(reason)
+    def disconnected(self, reason: str, *, requested: bool = False) -> None:
+        self.resync.disconnected(reason, requested=requested)
 
     async def synchronize(
         self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
@@ -134,6 +140,14 @@ class CPUPlugin:
 
     def set_pusher(self, push: PushUpdates | None) -> None:
         self.pushes.set_pusher(push)
+        self.adoptions.set_pusher(push)
+
+    def set_resynchronizer(self, resynchronize: Resynchronize | None) -> None:
+        """How the plugin closes its runtime connection to register again (the stub's)."""
+        self.adoptions.set_resynchronizer(resynchronize)
+
+    async def move_adopted(self) -> None:
+        await self.adoptions.run()
 
     async def wait_for_allocator(self, retry_delay: float = 0.1, max_delay: float = 2.0) -> None:
         await self.state.pool.wait_for_allocator(retry_delay, max_delay)

@@ -18,6 +18,7 @@ class NRIMetrics:
         self._window = collectors["dra_cpu_nri_unpinned_window_seconds"]
         self._repinned = collectors["dra_cpu_nri_repinned_containers_total"]
         self._late = collectors["dra_cpu_nri_late_pins_total"]
+        self._adopted = collectors["dra_cpu_nri_adopted_containers_total"]
 
     def pushed(self, applied: int, failed: int, unknown: int, pending: int, cost: float) -> None:
         assert isinstance(self._updates, Counter)
@@ -40,6 +41,10 @@ class NRIMetrics:
     def late_pinned(self, count: int) -> None:
         assert isinstance(self._late, Counter)
         self._late.inc(count)
+
+    def adopted(self) -> None:
+        assert isinstance(self._adopted, Counter)
+        self._adopted.inc()
 
     def text(self) -> str:
         return exposition(self.registry)

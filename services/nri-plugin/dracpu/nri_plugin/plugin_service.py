@@ -75,7 +75,9 @@ class PluginHandlers(Protocol):
         self, pod: api_pb2.PodSandbox, container: api_pb2.Container
     ) -> None: ...
 
-    def disconnected(self, reason: str) -> None: ...
+    def disconnected(self, reason: str, *, requested: bool = False) -> None:
+        """The connection ended; `requested`: the plugin closed it to register again."""
+        ...
 
 
 class PluginService:

@@ -12,19 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from dracpu.core.cpuset import EMPTY, CPUSet
-from dracpu.core.errors import DracpuError, InvalidInputError
+from dracpu.core.cpuset import EMPTY
+from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
+from dracpu.nri_plugin.adoption import LateAdoptions, recover
 from dracpu.nri_plugin.allocator_client import AllocatorAPI
-from dracpu.nri_plugin.claim_env import parse_claim_env
-from dracpu.nri_plugin.conversions import (
-    container_record,
-    container_ref,
-    cpuset_update,
-    memory_nodes,
-)
+from dracpu.nri_plugin.conversions import cpuset_update, same_cpus
 from dracpu.nri_plugin.detaches import PendingDetaches
 from dracpu.nri_plugin.plugin_state import PluginState
 from dracpu.nri_plugin.registry import ContainerRecord, Registry
@@ -49,18 +44,28 @@ class Resync:
     see the module docstring."""
 
     def __init__(
-        self, state: PluginState, allocator: AllocatorAPI, detaches: PendingDetaches
+        self,
+        state: PluginState,
+        allocator: AllocatorAPI,
+        detaches: PendingDetaches,
+        adoptions: LateAdoptions,
     ) -> None:
         self._state = state
         self._allocator = allocator
         self._detaches = detaches
+        self._adoptions = adoptions
         self._synchronized = False  # a connection got as far as Synchronize
         self._disconnected_at: float | None = None  # monotonic; None while connected
 
-    def disconnected(self, reason: str) -> None:
+    def disconnected(self, reason: str, *, requested: bool = False) -> None:
         # The registry stays as last known (the view keeps showing it); the next
         # Synchronize rebuilds it from what the runtime reports.
-        if self._synchronized:
+        if self._synchronized and requested:
+            # Not lost: the plugin closed it to register again (the window is measured too).
+            self._synchronized = False
+            self._disconnected_at = time.monotonic()
+            log.info(0, "resynchronizing with the runtime", reason=reason)
+        elif self._synchronized:
             # From now until the next Synchronize the runtime creates containers without
             # asking us: they start on whatever cpuset their spec has (unpinned).
             self._synchronized = False
@@ -86,7 +91,7 @@ class Resync:
                 if ctr.state == api_pb2.CONTAINER_STOPPED:
                     continue
                 pod = pods_by_id.get(ctr.pod_sandbox_id, api_pb2.PodSandbox())
-                record = await self._recover(pod, ctr)
+                record = await recover(state, self._allocator, pod, ctr)
                 if record is not None:
                     registry.put(record)
             await self._reconcile(
@@ -107,13 +112,14 @@ class Resync:
                 mems = record.mems if record.exclusive else EMPTY
                 updates.append(cpuset_update(record.container_id, target, mems))
                 ran_on = running_on.get(record.container_id, "")
-                if not _same_cpus(ran_on, target):
+                if not same_cpus(ran_on, target):
                     repinned.append(record)
                     if record.exclusive and record.state != "created":
                         late.append(LatePin(record, ran_on, self._late_cause(record)))
                 registry.set_cpus(record.container_id, target)
             state.registry = registry
             state.overdue.clear()
+            self._adoptions.synchronized({r.container_id: r for r in registry})
         log.info(
             0,
             "synchronized with the runtime",
@@ -146,6 +152,9 @@ class Resync:
 
     def _late_cause(self, record: ContainerRecord) -> str:
         """Why a claimed container was not pinned; asked before the registry is replaced."""
+        adopted = self._adoptions.cause(record.container_id)
+        if adopted is not None:
+            return adopted
         overdue = self._state.overdue.get(record.container_id)
         if overdue is not None:
             return overdue
@@ -187,65 +196,3 @@ class Resync:
             unpinned_window_s=round(window, 3),
             containers=shown,
         )
-
-    async def _recover(
-        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
-    ) -> ContainerRecord | None:
-        try:
-            claims = parse_claim_env(ctr.env)
-        except InvalidInputError as exc:
-            log.error(
-                "container with malformed DRA env left alone", container=ctr.id, error=str(exc)
-            )
-            return None
-        if self._state.prerequisites is not None:
-            where = f"{pod.namespace}/{pod.name}/{ctr.name}"
-            self._state.prerequisites.container_seen(where, claims, ctr)
-        record = container_record(pod, ctr, (), EMPTY)
-        if not claims:
-            return record
-        try:
-            reply = await self._allocator.adopt(container_ref(pod, ctr), claims)
-        except DracpuError as exc:
-            log.error("adopt failed; container left as it is", container=ctr.id, error=str(exc))
-            return None
-        accepted = tuple(sorted(o.claim_uid for o in reply.outcomes if o.accepted))
-        # Claims the allocator has no record of: it took no CPUs for them, so they stay in the
-        # shared pool and a prepare of another claim may take them. Pinning the container to
-        # the CPUs its env names would let it keep them next to that claim's container: it
-        # runs on the shared pool instead, and is tracked with them so its stop reaches the
-        # allocator. A prepare that confirms such a claim takes effect when the container
-        # starts again (CreateContainer attaches it).
-        held = tuple(sorted(o.claim_uid for o in reply.outcomes if o.quarantined))
-        for outcome in reply.outcomes:
-            if outcome.accepted:
-                log.info(2, "claim adopted", claim=outcome.claim_uid, recovered=outcome.recovered)
-            elif outcome.quarantined:
-                log.warning(
-                    "claim on running container quarantined",
-                    container=ctr.id,
-                    claim=outcome.claim_uid,
-                    reason=outcome.error,
-                )
-            else:
-                log.error(
-                    "claim on running container not accepted",
-                    container=ctr.id,
-                    claim=outcome.claim_uid,
-                    error=outcome.error,
-                )
-        self._state.pool.note(reply.shared_pool)
-        if not accepted:
-            return replace(record, quarantined=held)
-        return replace(
-            container_record(pod, ctr, accepted, CPUSet.parse(reply.cpus)),
-            quarantined=held,
-            mems=memory_nodes(reply.memory_nodes, ctr.id),
-        )
-
-
-def _same_cpus(text: str, cpus: CPUSet) -> bool:
-    try:
-        return CPUSet.parse(text) == cpus if text else False
-    except DracpuError:
-        return False

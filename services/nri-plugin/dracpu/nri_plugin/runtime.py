@@ -73,6 +73,7 @@ async def serve(args: argparse.Namespace) -> int:
     stub = PluginStub(args.nri_socket, plugin, name=DRIVER_NAME, index=args.nri_plugin_index,
                       prerequisites=checks)  # fmt: skip
     plugin.set_pusher(stub.update_containers)
+    plugin.set_resynchronizer(stub.resynchronize)
 
     def register(server: grpc.aio.Server) -> None:
         nri_plugin_pb2_grpc.add_NRIPluginViewServicer_to_server(NRIPluginView(plugin, stub), server)
@@ -102,6 +103,7 @@ async def serve(args: argparse.Namespace) -> int:
         asyncio.create_task(plugin.watch_pool(), name="shared-pool-watch"),
         asyncio.create_task(plugin.push_pool_changes(), name="shared-pool-push"),
         asyncio.create_task(plugin.detaches.run(), name="detach-retry"),
+        asyncio.create_task(plugin.move_adopted(), name="adopted-moves"),
         asyncio.create_task(follow_health(), name="health"),
     ]
 

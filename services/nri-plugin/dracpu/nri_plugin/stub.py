@@ -97,6 +97,8 @@ class PluginStub:
         self._ready_changed = asyncio.Condition()
         self._notifications: set[asyncio.Task[None]] = set()
         self._stopping = False
+        # The plugin closed the connection itself to register again (`resynchronize`).
+        self._resynchronizing = False
 
     # -- public -------------------------------------------------------------------------------
 
@@ -106,9 +108,12 @@ class PluginStub:
             reason = await self._serve_once()
             if not self.status.connected and self._prerequisites is not None:
                 self._prerequisites.connection_failed(reason)
-            self._mark_disconnected(reason)
+            requested, self._resynchronizing = self._resynchronizing, False
+            self._mark_disconnected(reason, requested=requested)
             if self._stopping:
                 return
+            if requested:
+                continue  # register again at once: the runtime is there
             delay = self._backoff.next_delay()
             log.info(2, "reconnecting to NRI", socket=self.socket_path, delay_s=delay)
             await asyncio.sleep(delay)
@@ -141,6 +146,17 @@ class PluginStub:
         self._stopping = True
         if self._mux is not None:
             self._mux.close(ConnectionAbortedError("plugin stopping"))
+
+    def resynchronize(self, reason: str) -> bool:
+        """Close the registered connection so that the plugin registers again at once and the
+        runtime sends a new Synchronize; False when there is no such connection (the next one
+        synchronizes anyway). Readiness holds meanwhile: the runtime is still there."""
+        mux = self._mux
+        if mux is None or not self.status.connected or self._stopping:
+            return False
+        self._resynchronizing = True
+        mux.close(ConnectionAbortedError(f"resynchronizing: {reason}"))
+        return True
 
     async def update_containers(
         self, updates: Sequence[api_pb2.ContainerUpdate], timeout: float | None = None
@@ -214,18 +230,21 @@ class PluginStub:
         finally:
             await mux.wait_closed()
 
-    def _mark_disconnected(self, reason: str) -> None:
+    def _mark_disconnected(self, reason: str, *, requested: bool = False) -> None:
         was_connected = self.status.connected
         self.status.connected = False
         self.status.last_error = reason
-        self._set_ready(False)
+        if not requested:
+            self._set_ready(False)
         self._runtime_channel = None
         self._mux = None
-        if was_connected:
+        if requested:
+            log.info(2, "NRI connection closed to register again", reason=reason)
+        elif was_connected:
             log.warning("NRI connection lost", socket=self.socket_path, reason=reason)
         else:
             log.info(2, "no NRI connection", socket=self.socket_path, reason=reason)
-        self._handlers.disconnected(reason)
+        self._handlers.disconnected(reason, requested=requested)
 
     # -- what the Plugin service tells of the connection ---------------------------------------
 

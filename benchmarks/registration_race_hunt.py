@@ -1,0 +1,199 @@
+"""The nri-plugin's registration races hunted on real runtimes, many rounds in a row, every verdict
+read from the kernel (/proc/<pid>/status Cpus_allowed_list of every running container).
+
+Scenarios (each a round repeated `--rounds` times):
+  driver-start      the one-node cluster (tools/cluster.sh): `helm install` of the chart and,
+                    at once, a claimed pod and a shared pod; once all run and the bound has
+                    passed, no container of the node (the driver pod's five included) may run
+                    on the claimed CPU, and the claimed one must run on exactly it; then the
+                    pods, the claim and the release removed (`helm uninstall --wait`).
+  plugin-restart    the real-node bed (tests/realnode): the nri-plugin killed, and at once a
+                    pod's claimed and shared containers created and started
+                    (harness/race_hunt.py).
+  pool-during-sync  the real-node bed: the nri-plugin killed, claims prepared and released in
+                    a loop while it comes back and synchronizes, then a claim kept and its
+                    container started (harness/race_hunt.py).
+
+The runtime is containerd unless --runtime crio. One line per round and one summary line per
+scenario: `race-hunt: scenario=<s> runtime=<r> rounds=<n> clean=<k> violations=<v>`.
+Needs root and the tiers' bootstrap (tools/real-peers.sh); otherwise prints why and exits 0.
+
+.venv/bin/python benchmarks/registration_race_hunt.py [--runtime crio] [--rounds 20]
+    [--scenarios driver-start,plugin-restart,pool-during-sync]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness import speed
+from harness.cluster import (
+    NAMESPACE,
+    RELEASE,
+    ROOT,
+    Cluster,
+    claim_cpus,
+    claim_manifest,
+    cpus_request,
+    pod_manifest,
+)
+from harness.race_hunt import BOUND, claimed_pod_during_plugin_restart, pool_change_during_sync
+from harness.realnode_stack import finish_stack, require_realnode, start_stack
+from harness.waits import WaitTimeout, wait_for
+
+from dracpu.core.cpuset import CPUSet
+
+SCENARIOS = ("driver-start", "plugin-restart", "pool-during-sync")
+
+
+def cluster_violations(node: Cluster, claimed_pid: int, claimed: CPUSet) -> list[str]:
+    """Every running container of the node, read from the kernel: the claimed one (by its
+    process) on exactly `claimed`, every other on none of it."""
+    found = []
+    for container_id in node.crictl("ps", "-q", "--state", "running").split():
+        try:
+            info = json.loads(node.crictl("inspect", container_id))
+            pid = int(info["info"]["pid"])
+            status = Path(f"/proc/{pid}/status").read_text()
+        except (OSError, ValueError, KeyError, RuntimeError):
+            continue  # gone meanwhile
+        line = next(x for x in status.splitlines() if x.startswith("Cpus_allowed_list:"))
+        cpus = CPUSet.parse(line.split(":", 1)[1].strip())
+        name = info.get("status", {}).get("metadata", {}).get("name", container_id[:13])
+        if pid == claimed_pid and cpus != claimed:
+            found.append(f"claimed container {name} on {cpus}, not {claimed}")
+        elif pid != claimed_pid and cpus & claimed:
+            found.append(f"container {name} on {cpus}, claimed CPUs {cpus & claimed}")
+    return found
+
+
+def driver_start_round(node: Cluster, index: int) -> list[str]:
+    claim, claimed_pod, shared_pod = (
+        f"hunt-{index}",
+        f"hunt-claimed-{index}",
+        f"hunt-shared-{index}",
+    )
+    try:
+        node.install()
+        node.apply(claim_manifest(claim, [cpus_request(1)]))
+        node.apply(pod_manifest(claimed_pod, [("work", ["c"])], [("c", claim)]))
+        node.apply(pod_manifest(shared_pod, [("work", [])]))
+        wait_for(node.driver_ready, "the driver pod Ready", timeout=180, interval=0.3)
+        wait_for(
+            lambda: node.running(claimed_pod) and node.running(shared_pod),
+            "both pods Running",
+            timeout=180,
+            interval=0.3,
+        )
+        claimed = claim_cpus(node.env_of(claimed_pod, "work"))
+        pid = node.container_pid(claimed_pod, "work")
+        with contextlib.suppress(WaitTimeout):
+            wait_for(
+                lambda: not cluster_violations(node, pid, claimed), "the kernel view", timeout=BOUND
+            )
+        return cluster_violations(node, pid, claimed)
+    finally:
+        node.delete("pod", claimed_pod, shared_pod)
+        node.delete("resourceclaim", claim)
+        node.helm("uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", "--wait")
+        wait_for(lambda: node.driver_pod() is None, "the driver pod gone", timeout=180)
+
+
+def hunt(name: str, runtime: str, rounds: int, one: Callable[[int], list[str]]) -> int:
+    clean = violations = 0
+    for index in range(1, rounds + 1):
+        started = time.monotonic()
+        found = one(index)
+        clean += not found
+        violations += len(found)
+        print(
+            f"race-hunt: scenario={name} runtime={runtime} round={index} "
+            f"violations={len(found)} took_s={time.monotonic() - started:.1f}"
+            + "".join(f"\n    {line}" for line in found),
+            flush=True,
+        )
+    print(
+        f"race-hunt: scenario={name} runtime={runtime} rounds={rounds} clean={clean} "
+        f"violations={violations}",
+        flush=True,
+    )
+    return violations
+
+
+def run_cluster(runtime: str, rounds: int) -> int:
+    cluster_sh = ["bash", str(ROOT / "tools/cluster.sh")]
+    missing = subprocess.run([*cluster_sh, "missing"], capture_output=True, text=True).stdout
+    if missing.strip():
+        print(f"race-hunt: scenario=driver-start skipped: {missing.strip()}")
+        return 0
+    up = subprocess.run([*cluster_sh, "up"], capture_output=True, text=True)
+    try:
+        if up.returncode != 0:
+            raise SystemExit(f"race-hunt: tools/cluster.sh up failed: {up.stderr.strip()}")
+        node = Cluster()
+        return hunt("driver-start", runtime, rounds, lambda i: driver_start_round(node, i))
+    finally:
+        subprocess.run([*cluster_sh, "down"], capture_output=True, check=False)
+
+
+def run_realnode(scenarios: list[str], runtime: str, rounds: int) -> int:
+    os.environ.setdefault("DRACPU_REALNODE_PREFIX", "dracpu-hunt-")
+    stack = start_stack(verbosity=2)
+    total = 0
+    try:
+        if "plugin-restart" in scenarios:
+            total += hunt(
+                "plugin-restart",
+                runtime,
+                rounds,
+                lambda i: claimed_pod_during_plugin_restart(stack, f"restart-{i}"),
+            )
+        if "pool-during-sync" in scenarios:
+            total += hunt(
+                "pool-during-sync",
+                runtime,
+                rounds,
+                lambda i: pool_change_during_sync(stack, f"sync-{i}"),
+            )
+    finally:
+        finish_stack(stack)
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runtime", choices=("containerd", "crio"), default="containerd")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    args = parser.parse_args()
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = sorted(set(scenarios) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
+    if os.geteuid() != 0:
+        print("race-hunt: skipped: not root")
+        return 0
+    os.environ["DRACPU_RUNTIME"] = args.runtime
+    speed.factor()  # measured once, before any timed wait
+    total = 0
+    if {"plugin-restart", "pool-during-sync"} & set(scenarios):
+        try:
+            require_realnode()
+        except BaseException as exc:  # pytest's skip: the bed cannot run here
+            print(f"race-hunt: real-node scenarios skipped: {exc}")
+        else:
+            total += run_realnode(scenarios, args.runtime, args.rounds)
+    if "driver-start" in scenarios:
+        total += run_cluster(args.runtime, args.rounds)
+    return 1 if total else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

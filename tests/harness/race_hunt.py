@@ -1,0 +1,124 @@
+"""Rounds that provoke the nri-plugin's registration races on the real-node bed, judged by the
+kernel: a claimed pod started while the nri-plugin restarts, and the shared pool changing while
+it synchronizes. The real-node tier runs one round of each; benchmarks/registration_race_hunt.py
+runs many in a row on either runtime and counts what each round found.
+
+A round's verdict is what the kernel shows once the plugin is back and the bound has passed:
+every claimed container on exactly its claim's CPUs, and no other container on any CPU a
+running claimed container holds. Each violation is one line naming the container and its CPUs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from dracpu.core.cpuset import EMPTY, CPUSet
+from harness.containerd_node import ContainerdNode, NodeError
+from harness.dev_up import DevUp
+from harness.realnode_stack import Stack
+from harness.waits import WaitTimeout, wait_for
+
+SYNCHRONIZED = "synchronized with the runtime"
+# From the plugin's Synchronize to every container on its cpuset, on a nominal machine
+# (scaled to this one by harness.speed): a move by update or one more registration.
+BOUND = 10.0
+
+
+def violations(node: ContainerdNode, claimed: Mapping[str, CPUSet]) -> list[str]:
+    """What the kernel shows against the rule: each container of `claimed` (id -> its claim's
+    CPUs) on exactly those, every other running container on none of them."""
+    held = EMPTY
+    for cpus in claimed.values():
+        held |= cpus
+    found = []
+    for container_id in node.containers():
+        try:
+            cpus = CPUSet.parse(node.allowed_cpus(container_id))
+        except NodeError:
+            continue  # gone meanwhile
+        want = claimed.get(container_id)
+        if want is not None and cpus != want:
+            found.append(f"claimed container {container_id[:13]} on {cpus}, not {want}")
+        elif want is None and cpus & held:
+            found.append(f"container {container_id[:13]} on {cpus}, claimed CPUs {cpus & held}")
+    return found
+
+
+def settle(node: ContainerdNode, claimed: Mapping[str, CPUSet]) -> list[str]:
+    """The violations left once the bound has passed (none: it ends as soon as there are)."""
+    with contextlib.suppress(WaitTimeout):
+        wait_for(lambda: not violations(node, claimed), "the kernel view", timeout=BOUND)
+    return violations(node, claimed)
+
+
+def plugin_synchronized(dev: DevUp, before: int) -> None:
+    wait_for(
+        lambda: dev.service_log("nri-plugin").count(SYNCHRONIZED) > before,
+        "the restarted nri-plugin synchronized",
+        timeout=60,
+        interval=0.1,
+    )
+
+
+def claimed_pod_during_plugin_restart(stack: Stack, name: str) -> list[str]:
+    """The nri-plugin killed, and at once a pod's claimed and shared containers created and
+    started while it is away or registering; the verdict once it is back."""
+    node, dev = stack.node, stack.dev
+    pod = node.run_pod(name)
+    claim = dev.claim(name, pod_uid=node.pod_uid(pod))
+    syncs = dev.service_log("nri-plugin").count(SYNCHRONIZED)
+    try:
+        os.kill(dev.service_pid("nri-plugin"), signal.SIGKILL)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            claimed_run = pool.submit(
+                node.run_container, pod, "claimed", cdi_devices=claim.cdi_devices
+            )
+            shared_run = pool.submit(node.run_container, pod, "shared")
+            claimed = claimed_run.result()
+            shared_run.result()
+        plugin_synchronized(dev, syncs)
+        return settle(node, {claimed.id: CPUSet.parse(claim.cpuset)})
+    finally:
+        node.remove_pod(pod)
+        dev.release(claim.name)
+
+
+def pool_change_during_sync(stack: Stack, name: str, shared_count: int = 3) -> list[str]:
+    """Shared containers running; the nri-plugin killed, and while it comes back and
+    synchronizes, claims prepared and released in a loop (the shared pool shrinking and
+    growing under its Synchronize); then a claim kept and its container started; the verdict."""
+    node, dev = stack.node, stack.dev
+    pod = node.run_pod(name)
+    node.run_containers(pod, [f"shared-{i}" for i in range(shared_count)])
+    syncs = dev.service_log("nri-plugin").count(SYNCHRONIZED)
+    stop = threading.Event()
+    churned: list[int] = []
+
+    def churn() -> None:
+        while not stop.is_set():
+            dev.claim(f"{name}-churn")
+            dev.release(f"{name}-churn")
+            churned.append(1)
+
+    claim = None
+    try:
+        os.kill(dev.service_pid("nri-plugin"), signal.SIGKILL)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            churning = pool.submit(churn)
+            try:
+                plugin_synchronized(dev, syncs)
+            finally:
+                stop.set()
+                churning.result()
+        claim = dev.claim(name, pod_uid=node.pod_uid(pod))
+        claimed = node.run_container(pod, "claimed", cdi_devices=claim.cdi_devices)
+        return settle(node, {claimed.id: CPUSet.parse(claim.cpuset)})
+    finally:
+        node.remove_pod(pod)
+        if claim is not None:
+            dev.release(claim.name)
