@@ -146,25 +146,16 @@ def run_cluster(runtime: str, rounds: int) -> int:
 def run_realnode(scenarios: list[str], runtime: str, rounds: int) -> int:
     os.environ.setdefault("DRACPU_REALNODE_PREFIX", "dracpu-hunt-")
     stack = start_stack(verbosity=2)
-    total = 0
+    rounds_of: dict[str, Callable[[int], list[str]]] = {
+        "plugin-restart": lambda i: claimed_pod_during_plugin_restart(stack, f"restart-{i}"),
+        "pool-during-sync": lambda i: pool_change_during_sync(stack, f"sync-{i}"),
+    }
     try:
-        if "plugin-restart" in scenarios:
-            total += hunt(
-                "plugin-restart",
-                runtime,
-                rounds,
-                lambda i: claimed_pod_during_plugin_restart(stack, f"restart-{i}"),
-            )
-        if "pool-during-sync" in scenarios:
-            total += hunt(
-                "pool-during-sync",
-                runtime,
-                rounds,
-                lambda i: pool_change_during_sync(stack, f"sync-{i}"),
-            )
+        return sum(
+            hunt(name, runtime, rounds, one) for name, one in rounds_of.items() if name in scenarios
+        )
     finally:
         finish_stack(stack)
-    return total
 
 
 def main() -> int:

@@ -3,11 +3,12 @@ temporary NRI socket, and the plugin (in-process) connected to both (tests/harne
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from harness import nri_bed
+from harness.log_lines import LogLines, captured
 from harness.nri_bed import (
     Allocator,
     Bed,
@@ -51,3 +52,10 @@ async def bed(
         await stop_tasks(stub, tasks)
         await runtime.stop()
         await client.close()
+
+
+@pytest.fixture
+def lines() -> Iterator[LogLines]:
+    """The driver's log lines written during the test."""
+    with captured() as handler:
+        yield handler

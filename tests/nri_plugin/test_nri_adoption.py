@@ -9,12 +9,10 @@ Driven through the runtime stand-in over the real transport, with the real alloc
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
+from harness.log_lines import LogLines
 from harness.nri_bed import ONLINE, Bed, claim_env, prepare_seen
 from harness.waits import eventually
 
@@ -35,32 +33,6 @@ BOTH = pytest.mark.parametrize(
         pytest.param(RuntimeProfile(), id="containerd-2.4-updates"),
     ],
 )
-
-
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def said(self, message: str) -> list[dict[str, Any]]:
-        return [dict(r.fields) for r in self.records if r.getMessage() == message]  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def lines() -> Iterator[Lines]:
-    handler = Lines()
-    logger = logging.getLogger("dracpu")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)  # the informational lines too
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def metric(bed: Bed, name: str) -> float:
@@ -92,7 +64,7 @@ async def created_while_registering(
 
 @BOTH
 async def test_containers_created_while_the_plugin_registers_end_on_their_cpusets(
-    bed: Bed, lines: Lines, profile: RuntimeProfile
+    bed: Bed, lines: LogLines, profile: RuntimeProfile
 ) -> None:
     uid, cpus = await prepare_seen(bed, 2)
     pool = ONLINE - cpus
@@ -122,7 +94,7 @@ async def test_containers_created_while_the_plugin_registers_end_on_their_cpuset
 
 @pytest.mark.parametrize("profile", [pytest.param(CRIO_1_34, id="cri-o-1.34")])
 async def test_registering_again_keeps_the_plugin_ready_and_is_not_a_lost_connection(
-    bed: Bed, lines: Lines
+    bed: Bed, lines: LogLines
 ) -> None:
     uid, cpus = await prepare_seen(bed, 1)
     pod = bed.runtime.add_pod("again")
@@ -157,7 +129,7 @@ async def test_registering_again_keeps_the_plugin_ready_and_is_not_a_lost_connec
 
 @BOTH
 async def test_an_adopted_container_that_stops_before_its_move_is_forgotten(
-    bed: Bed, lines: Lines, profile: RuntimeProfile
+    bed: Bed, lines: LogLines, profile: RuntimeProfile
 ) -> None:
     uid, cpus = await prepare_seen(bed, 1)
     pod = bed.runtime.add_pod("brief")
@@ -174,7 +146,7 @@ async def test_an_adopted_container_that_stops_before_its_move_is_forgotten(
 
 @pytest.mark.parametrize("profile", [pytest.param(CRIO_1_34, id="cri-o-1.34")])
 async def test_a_container_with_a_malformed_claim_env_is_left_alone_at_its_start(
-    bed: Bed, lines: Lines
+    bed: Bed, lines: LogLines
 ) -> None:
     pod = bed.runtime.add_pod("garbled")
     (garbled,) = await created_while_registering(

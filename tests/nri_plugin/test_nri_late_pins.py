@@ -7,12 +7,11 @@ Driven through the runtime stand-in over the real transport, with the real alloc
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from harness.log_lines import LogLines
 from harness.nri_bed import ONLINE, Bed, claim_env, prepare_seen
 from harness.waits import eventually
 
@@ -21,29 +20,6 @@ from dracpu.dev.runtime_sim import RuntimeProfile
 from dracpu.pb.nri import api_pb2
 
 LATE = "claimed container pinned late: it ran on other CPUs until now"
-
-
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def late(self) -> list[dict[str, Any]]:
-        return [dict(r.fields) for r in self.records if r.getMessage() == LATE]  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def lines() -> Iterator[Lines]:
-    handler = Lines()
-    logger = logging.getLogger("dracpu")
-    logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
 
 
 def late_pins(bed: Bed) -> float:
@@ -79,7 +55,7 @@ async def pinned_late(
 
 
 async def test_a_claimed_container_created_without_the_plugin_is_pinned_late_and_named(
-    bed: Bed, lines: Lines
+    bed: Bed, lines: LogLines
 ) -> None:
     uid, cpus = await prepare_seen(bed, 2)
     assert late_pins(bed) == 0
@@ -97,7 +73,7 @@ async def test_a_claimed_container_created_without_the_plugin_is_pinned_late_and
     assert CPUSet.parse(bed.runtime.cpus(shared)) == ONLINE - cpus
     # Only the claimed container is a late pin; the shared one is a re-pin like any other.
     assert late_pins(bed) == 1
-    [warned] = lines.late()
+    [warned] = lines.said(LATE)
     assert warned["container"] == "default/db/postgres"
     assert warned["container_id"] == claimed
     assert warned["claims"] == uid
@@ -110,7 +86,7 @@ async def test_a_claimed_container_created_without_the_plugin_is_pinned_late_and
     "profile", [pytest.param(RuntimeProfile(request_timeout=0.3), id="request-timeout-0.3s")]
 )
 async def test_an_answer_after_the_runtime_request_timeout_is_a_late_pin(
-    bed: Bed, lines: Lines, monkeypatch: pytest.MonkeyPatch
+    bed: Bed, lines: LogLines, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     uid, cpus = await prepare_seen(bed, 2)
 
@@ -123,7 +99,7 @@ async def test_an_answer_after_the_runtime_request_timeout_is_a_late_pin(
 
     await pinned_late(bed, monkeypatch, uid, cpus, slow)
     assert late_pins(bed) == 1
-    [warned] = lines.late()
+    [warned] = lines.said(LATE)
     assert (warned["container"], warned["claims"]) == ("default/db/postgres", uid)
     assert "plugin_request_timeout (0.3s)" in warned["why"]
     # Already when the answer was late, the plugin said the container starts without it.
@@ -135,7 +111,7 @@ async def test_an_answer_after_the_runtime_request_timeout_is_a_late_pin(
     "profile", [pytest.param(RuntimeProfile(request_timeout=0.3), id="request-timeout-0.3s")]
 )
 async def test_a_call_the_runtime_cuts_off_before_our_clock_runs_out_is_still_its_timeout(
-    bed: Bed, lines: Lines, monkeypatch: pytest.MonkeyPatch
+    bed: Bed, lines: LogLines, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The runtime's timeout starts when it sends CreateContainer, ours when the request
     arrives: on a loaded node it drops the connection while our own clock says there is time
@@ -154,7 +130,7 @@ async def test_a_call_the_runtime_cuts_off_before_our_clock_runs_out_is_still_it
     monkeypatch.setattr(bed.plugin.pacer, "request_timeout", 5.0)
     await pinned_late(bed, monkeypatch, uid, cpus, stuck)
     assert late_pins(bed) == 1
-    [warned] = lines.late()
+    [warned] = lines.said(LATE)
     assert warned["why"].startswith("the runtime dropped the connection"), warned["why"]
     assert "plugin_request_timeout" in warned["why"]
     [overdue] = [r for r in lines.records if r.getMessage().startswith("CreateContainer took")]
@@ -162,7 +138,7 @@ async def test_a_call_the_runtime_cuts_off_before_our_clock_runs_out_is_still_it
 
 
 async def test_containers_pinned_in_time_or_not_started_are_no_late_pins(
-    bed: Bed, lines: Lines
+    bed: Bed, lines: LogLines
 ) -> None:
     first = await prepare_seen(bed, 1)
     second = await prepare_seen(bed, 1)
@@ -179,4 +155,4 @@ async def test_containers_pinned_in_time_or_not_started_are_no_late_pins(
 
     assert CPUSet.parse(bed.runtime.cpus(waiting)) == second[1]
     assert late_pins(bed) == 0
-    assert lines.late() == []
+    assert lines.said(LATE) == []
