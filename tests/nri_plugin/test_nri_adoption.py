@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from harness.log_lines import LogLines
@@ -17,6 +19,8 @@ from harness.nri_bed import ONLINE, Bed, claim_env, prepare_seen
 from harness.waits import eventually
 
 from dracpu.dev.runtime_sim import CRIO_1_34, RuntimeProfile
+from dracpu.nri_plugin.ttrpc import TtrpcError
+from dracpu.pb.nri import api_pb2
 
 ADOPTED = (
     "container unknown to the plugin adopted at PostStartContainer: the runtime created it while "
@@ -160,3 +164,28 @@ async def test_a_container_with_a_malformed_claim_env_is_left_alone_at_its_start
     )
     assert bed.plugin.registry.get(garbled) is None
     assert not lines.said(ADOPTED)
+
+
+@pytest.mark.parametrize("profile", [pytest.param(RuntimeProfile(), id="containerd-2.4")])
+async def test_an_update_the_runtime_does_not_take_falls_back_to_registering_again(
+    bed: Bed, lines: LogLines
+) -> None:
+    async def refused(updates: Sequence[api_pb2.ContainerUpdate], timeout: float) -> list[Any]:
+        raise TtrpcError(14, "connection reset")
+
+    bed.plugin.adoptions.set_pusher(refused)
+    uid, cpus = await prepare_seen(bed, 1)
+    pod = bed.runtime.add_pod("fallback")
+    (claimed,) = await created_while_registering(bed, pod, {"claimed": claim_env((uid, cpus))})
+    await bed.runtime.wait_for(lambda: bed.runtime.cpus(claimed) == cpus.format())
+    await eventually(lambda: lines.said(SETTLED), "the move reported")
+    [settled] = lines.said(SETTLED)
+    assert settled["by"] == "resynchronization" and settled["container_id"] == claimed
+
+
+async def test_without_a_registered_connection_there_is_nothing_to_register_again(
+    bed: Bed,
+) -> None:
+    bed.stub.stop()
+    await eventually(lambda: not bed.stub.status.connected, "the connection closed")
+    assert bed.stub.resynchronize("nothing to close") is False
