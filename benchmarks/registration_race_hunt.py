@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import speed
@@ -51,6 +53,14 @@ from harness.waits import WaitTimeout, wait_for
 from dracpu.core.cpuset import CPUSet
 
 SCENARIOS = ("driver-start", "plugin-restart", "pool-during-sync")
+# The nri-plugin's line for a container it first heard of at its start: the race happened.
+ADOPTED = "adopted at PostStartContainer"
+
+
+@dataclass(frozen=True)
+class Round:
+    violations: list[str]
+    adopted: int  # containers the nri-plugin adopted at their start during the round
 
 
 def cluster_violations(node: Cluster, claimed_pid: int, claimed: CPUSet) -> list[str]:
@@ -74,7 +84,16 @@ def cluster_violations(node: Cluster, claimed_pid: int, claimed: CPUSet) -> list
     return found
 
 
-def driver_start_round(node: Cluster, index: int) -> list[str]:
+def adoptions_in_driver_log(node: Cluster) -> int:
+    pod = node.driver_pod()
+    if pod is None:
+        return 0
+    name = pod["metadata"]["name"]
+    log = node.kubectl("logs", "-n", NAMESPACE, name, "-c", "nri-plugin", check=False)
+    return int(log.count(ADOPTED))
+
+
+def driver_start_round(node: Cluster, index: int) -> Round:
     claim, claimed_pod, shared_pod = (
         f"hunt-{index}",
         f"hunt-claimed-{index}",
@@ -98,7 +117,7 @@ def driver_start_round(node: Cluster, index: int) -> list[str]:
             wait_for(
                 lambda: not cluster_violations(node, pid, claimed), "the kernel view", timeout=BOUND
             )
-        return cluster_violations(node, pid, claimed)
+        return Round(cluster_violations(node, pid, claimed), adoptions_in_driver_log(node))
     finally:
         node.delete("pod", claimed_pod, shared_pod)
         node.delete("resourceclaim", claim)
@@ -106,22 +125,24 @@ def driver_start_round(node: Cluster, index: int) -> list[str]:
         wait_for(lambda: node.driver_pod() is None, "the driver pod gone", timeout=180)
 
 
-def hunt(name: str, runtime: str, rounds: int, one: Callable[[int], list[str]]) -> int:
-    clean = violations = 0
+def hunt(name: str, runtime: str, rounds: int, one: Callable[[int], Round]) -> int:
+    clean = violations = adopted = 0
     for index in range(1, rounds + 1):
         started = time.monotonic()
         found = one(index)
-        clean += not found
-        violations += len(found)
+        clean += not found.violations
+        violations += len(found.violations)
+        adopted += found.adopted
         print(
             f"race-hunt: scenario={name} runtime={runtime} round={index} "
-            f"violations={len(found)} took_s={time.monotonic() - started:.1f}"
-            + "".join(f"\n    {line}" for line in found),
+            f"violations={len(found.violations)} adopted={found.adopted} "
+            f"took_s={time.monotonic() - started:.1f}"
+            + "".join(f"\n    {line}" for line in found.violations),
             flush=True,
         )
     print(
         f"race-hunt: scenario={name} runtime={runtime} rounds={rounds} clean={clean} "
-        f"violations={violations}",
+        f"violations={violations} adopted={adopted}",
         flush=True,
     )
     return violations
@@ -146,13 +167,21 @@ def run_cluster(runtime: str, rounds: int) -> int:
 def run_realnode(scenarios: list[str], runtime: str, rounds: int) -> int:
     os.environ.setdefault("DRACPU_REALNODE_PREFIX", "dracpu-hunt-")
     stack = start_stack(verbosity=2)
-    rounds_of: dict[str, Callable[[int], list[str]]] = {
-        "plugin-restart": lambda i: claimed_pod_during_plugin_restart(stack, f"restart-{i}"),
-        "pool-during-sync": lambda i: pool_change_during_sync(stack, f"sync-{i}"),
+    rounds_of: dict[str, Callable[[str], list[str]]] = {
+        "plugin-restart": lambda name: claimed_pod_during_plugin_restart(stack, name),
+        "pool-during-sync": lambda name: pool_change_during_sync(stack, name),
     }
+
+    def counted(scenario: str, index: int) -> Round:
+        before = stack.dev.service_log("nri-plugin").count(ADOPTED)
+        found = rounds_of[scenario](f"{scenario}-{index}")
+        return Round(found, stack.dev.service_log("nri-plugin").count(ADOPTED) - before)
+
     try:
         return sum(
-            hunt(name, runtime, rounds, one) for name, one in rounds_of.items() if name in scenarios
+            hunt(name, runtime, rounds, functools.partial(counted, name))
+            for name in rounds_of
+            if name in scenarios
         )
     finally:
         finish_stack(stack)
