@@ -6,7 +6,10 @@ Scenarios (each a round repeated `--rounds` times):
                     at once, a claimed pod and a shared pod; once all run and the bound has
                     passed, no container of the node (the driver pod's five included) may run
                     on the claimed CPU, and the claimed one must run on exactly it; then the
-                    pods, the claim and the release removed (`helm uninstall --wait`).
+                    pods, the claim and the release removed (`helm uninstall --wait`). With
+                    --churn, shared pods of three containers are created and deleted in a
+                    loop meanwhile, so that creations are in flight while the nri-plugin
+                    registers (reported as scenario driver-start-churn).
   plugin-restart    the real-node bed (tests/realnode): the nri-plugin killed, and at once a
                     pod's claimed and shared containers created and started
                     (harness/race_hunt.py).
@@ -15,11 +18,12 @@ Scenarios (each a round repeated `--rounds` times):
                     container started (harness/race_hunt.py).
 
 The runtime is containerd unless --runtime crio. One line per round and one summary line per
-scenario: `race-hunt: scenario=<s> runtime=<r> rounds=<n> clean=<k> violations=<v>`.
+scenario: `race-hunt: scenario=<s> runtime=<r> rounds=<n> clean=<k> violations=<v> adopted=<a>`
+(adopted: containers the nri-plugin first heard of at their start, i.e. the race happened).
 Needs root and the tiers' bootstrap (tools/real-peers.sh); otherwise prints why and exits 0.
 
 .venv/bin/python benchmarks/registration_race_hunt.py [--runtime crio] [--rounds 20]
-    [--scenarios driver-start,plugin-restart,pool-during-sync]
+    [--scenarios driver-start,plugin-restart,pool-during-sync] [--churn]
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ import functools
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,36 +99,60 @@ def adoptions_in_driver_log(node: Cluster) -> int:
     return int(log.count(ADOPTED))
 
 
-def driver_start_round(node: Cluster, index: int) -> Round:
+def churn_pods(node: Cluster, prefix: str, stop: threading.Event) -> list[str]:
+    """Until `stop`: a shared pod of three containers created every half second, each deleted
+    (without waiting) three pods later, so that container creations are in flight while the
+    driver starts. The names of every pod it created."""
+    made: list[str] = []
+    while not stop.is_set():
+        name = f"{prefix}-{len(made)}"
+        node.apply(pod_manifest(name, [("a", []), ("b", []), ("c", [])]))
+        made.append(name)
+        if len(made) > 3:
+            node.kubectl("delete", "pod", made[-4], "--wait=false", "--ignore-not-found")
+        stop.wait(0.5)
+    return made
+
+
+def driver_start_round(node: Cluster, index: int, churn: bool) -> Round:
     claim, claimed_pod, shared_pod = (
         f"hunt-{index}",
         f"hunt-claimed-{index}",
         f"hunt-shared-{index}",
     )
-    try:
-        node.install()
-        node.apply(claim_manifest(claim, [cpus_request(1)]))
-        node.apply(pod_manifest(claimed_pod, [("work", ["c"])], [("c", claim)]))
-        node.apply(pod_manifest(shared_pod, [("work", [])]))
-        wait_for(node.driver_ready, "the driver pod Ready", timeout=180, interval=0.3)
-        wait_for(
-            lambda: node.running(claimed_pod) and node.running(shared_pod),
-            "both pods Running",
-            timeout=180,
-            interval=0.3,
-        )
-        claimed = claim_cpus(node.env_of(claimed_pod, "work"))
-        pid = node.container_pid(claimed_pod, "work")
-        with contextlib.suppress(WaitTimeout):
+    stop = threading.Event()
+    churned: list[str] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        try:
+            node.install()
+            churning = pool.submit(churn_pods, node, f"hunt-churn-{index}", stop) if churn else None
+            node.apply(claim_manifest(claim, [cpus_request(1)]))
+            node.apply(pod_manifest(claimed_pod, [("work", ["c"])], [("c", claim)]))
+            node.apply(pod_manifest(shared_pod, [("work", [])]))
+            wait_for(node.driver_ready, "the driver pod Ready", timeout=180, interval=0.3)
             wait_for(
-                lambda: not cluster_violations(node, pid, claimed), "the kernel view", timeout=BOUND
+                lambda: node.running(claimed_pod) and node.running(shared_pod),
+                "both pods Running",
+                timeout=180,
+                interval=0.3,
             )
-        return Round(cluster_violations(node, pid, claimed), adoptions_in_driver_log(node))
-    finally:
-        node.delete("pod", claimed_pod, shared_pod)
-        node.delete("resourceclaim", claim)
-        node.helm("uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", "--wait")
-        wait_for(lambda: node.driver_pod() is None, "the driver pod gone", timeout=180)
+            stop.set()
+            churned = churning.result() if churning is not None else []
+            claimed = claim_cpus(node.env_of(claimed_pod, "work"))
+            pid = node.container_pid(claimed_pod, "work")
+            with contextlib.suppress(WaitTimeout):
+                wait_for(
+                    lambda: not cluster_violations(node, pid, claimed),
+                    "the kernel view",
+                    timeout=BOUND,
+                )
+            return Round(cluster_violations(node, pid, claimed), adoptions_in_driver_log(node))
+        finally:
+            stop.set()
+            node.delete("pod", claimed_pod, shared_pod, *churned)
+            node.delete("resourceclaim", claim)
+            node.helm("uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", "--wait")
+            wait_for(lambda: node.driver_pod() is None, "the driver pod gone", timeout=180)
 
 
 def hunt(name: str, runtime: str, rounds: int, one: Callable[[int], Round]) -> int:
@@ -148,7 +178,7 @@ def hunt(name: str, runtime: str, rounds: int, one: Callable[[int], Round]) -> i
     return violations
 
 
-def run_cluster(runtime: str, rounds: int) -> int:
+def run_cluster(runtime: str, rounds: int, churn: bool) -> int:
     cluster_sh = ["bash", str(ROOT / "tools/cluster.sh")]
     missing = subprocess.run([*cluster_sh, "missing"], capture_output=True, text=True).stdout
     if missing.strip():
@@ -159,7 +189,8 @@ def run_cluster(runtime: str, rounds: int) -> int:
         if up.returncode != 0:
             raise SystemExit(f"race-hunt: tools/cluster.sh up failed: {up.stderr.strip()}")
         node = Cluster()
-        return hunt("driver-start", runtime, rounds, lambda i: driver_start_round(node, i))
+        name = "driver-start-churn" if churn else "driver-start"
+        return hunt(name, runtime, rounds, lambda i: driver_start_round(node, i, churn))
     finally:
         subprocess.run([*cluster_sh, "down"], capture_output=True, check=False)
 
@@ -192,6 +223,11 @@ def main() -> int:
     parser.add_argument("--runtime", choices=("containerd", "crio"), default="containerd")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument(
+        "--churn",
+        action="store_true",
+        help="driver-start: shared pods created and deleted in a loop while the driver starts",
+    )
     args = parser.parse_args()
     scenarios = [s for s in args.scenarios.split(",") if s]
     unknown = sorted(set(scenarios) - set(SCENARIOS))
@@ -211,7 +247,7 @@ def main() -> int:
         else:
             total += run_realnode(scenarios, args.runtime, args.rounds)
     if "driver-start" in scenarios:
-        total += run_cluster(args.runtime, args.rounds)
+        total += run_cluster(args.runtime, args.rounds, args.churn)
     return 1 if total else 0
 
 
