@@ -33,6 +33,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -63,10 +64,25 @@ SCENARIOS = ("driver-start", "plugin-restart", "pool-during-sync")
 ADOPTED = "adopted at PostStartContainer"
 
 
+# Its line once such a container is on its cpuset: how long it ran off it, and how it was moved.
+SETTLED = "adopted container now on its cpuset"
+_FIELDS = re.compile(r'(container|window_s|by)=("[^"]*"|\S+)')
+
+
 @dataclass(frozen=True)
 class Round:
     violations: list[str]
     adopted: int  # containers the nri-plugin adopted at their start during the round
+    moves: tuple[str, ...] = ()  # each adopted container's move, from the plugin's log
+
+
+def moves_in(log: str) -> tuple[str, ...]:
+    """`container window_s by` of each adopted container's move the log reports."""
+    return tuple(
+        " ".join(f"{k}={v}" for k, v in _FIELDS.findall(line))
+        for line in log.splitlines()
+        if SETTLED in line
+    )
 
 
 def cluster_violations(node: Cluster, claimed_pid: int, claimed: CPUSet) -> list[str]:
@@ -90,13 +106,12 @@ def cluster_violations(node: Cluster, claimed_pid: int, claimed: CPUSet) -> list
     return found
 
 
-def adoptions_in_driver_log(node: Cluster) -> int:
+def driver_nri_log(node: Cluster) -> str:
     pod = node.driver_pod()
     if pod is None:
-        return 0
+        return ""
     name = pod["metadata"]["name"]
-    log = node.kubectl("logs", "-n", NAMESPACE, name, "-c", "nri-plugin", check=False)
-    return int(log.count(ADOPTED))
+    return str(node.kubectl("logs", "-n", NAMESPACE, name, "-c", "nri-plugin", check=False))
 
 
 def churn_pods(node: Cluster, prefix: str, stop: threading.Event) -> list[str]:
@@ -146,7 +161,8 @@ def driver_start_round(node: Cluster, index: int, churn: bool) -> Round:
                     "the kernel view",
                     timeout=BOUND,
                 )
-            return Round(cluster_violations(node, pid, claimed), adoptions_in_driver_log(node))
+            log = driver_nri_log(node)
+            return Round(cluster_violations(node, pid, claimed), log.count(ADOPTED), moves_in(log))
         finally:
             stop.set()
             node.delete("pod", claimed_pod, shared_pod, *churned)
@@ -167,7 +183,8 @@ def hunt(name: str, runtime: str, rounds: int, one: Callable[[int], Round]) -> i
             f"race-hunt: scenario={name} runtime={runtime} round={index} "
             f"violations={len(found.violations)} adopted={found.adopted} "
             f"took_s={time.monotonic() - started:.1f}"
-            + "".join(f"\n    {line}" for line in found.violations),
+            + "".join(f"\n    {line}" for line in found.violations)
+            + "".join(f"\n    moved: {line}" for line in found.moves),
             flush=True,
         )
     print(
@@ -204,9 +221,10 @@ def run_realnode(scenarios: list[str], runtime: str, rounds: int) -> int:
     }
 
     def counted(scenario: str, index: int) -> Round:
-        before = stack.dev.service_log("nri-plugin").count(ADOPTED)
+        before = stack.dev.service_log("nri-plugin")
         found = rounds_of[scenario](f"{scenario}-{index}")
-        return Round(found, stack.dev.service_log("nri-plugin").count(ADOPTED) - before)
+        added = stack.dev.service_log("nri-plugin")[len(before) :]
+        return Round(found, added.count(ADOPTED), moves_in(added))
 
     try:
         return sum(
