@@ -10,9 +10,10 @@ Scenarios (each a round repeated `--rounds` times):
                     --churn, shared pods of three containers are created and deleted in a
                     loop meanwhile, so that creations are in flight while the nri-plugin
                     registers (reported as scenario driver-start-churn).
-  plugin-restart    the real-node bed (tests/realnode): the nri-plugin killed, and at once a
-                    pod's claimed and shared containers created and started
-                    (harness/race_hunt.py).
+  plugin-restart    the real-node bed (tests/realnode): the nri-plugin killed and, once its
+                    next process runs, a pod's claimed container created and started while
+                    shared containers are created one after another until the plugin has
+                    registered and synchronized (harness/race_hunt.py).
   pool-during-sync  the real-node bed: the nri-plugin killed, claims prepared and released in
                     a loop while it comes back and synchronizes, then a claim kept and its
                     container started (harness/race_hunt.py).

@@ -1,6 +1,6 @@
 """Rounds that provoke the nri-plugin's registration races on the real-node bed, judged by the
-kernel: a claimed pod started while the nri-plugin restarts, and the shared pool changing while
-it synchronizes. The real-node tier runs one round of each; benchmarks/registration_race_hunt.py
+kernel: a claimed pod started while the nri-plugin restarts (shared containers being created
+one after another meanwhile), and the shared pool changing while it synchronizes. The real-node tier runs one round of each; benchmarks/registration_race_hunt.py
 runs many in a row on either runtime and counts what each round found.
 
 A round's verdict is what the kernel shows once the plugin is back and the bound has passed:
@@ -65,23 +65,38 @@ def plugin_synchronized(dev: DevUp, before: int) -> None:
     )
 
 
+def shared_until(node: ContainerdNode, pod: str, stop: threading.Event) -> int:
+    """Shared containers of `pod` created and started one after another until `stop`: a
+    creation is nearly always in flight meanwhile. How many."""
+    made = 0
+    while not stop.is_set():
+        node.run_container(pod, f"shared-{made}")
+        made += 1
+    return made
+
+
 def claimed_pod_during_plugin_restart(stack: Stack, name: str) -> list[str]:
-    """The nri-plugin killed, and at once a pod's claimed and shared containers created and
-    started while it is away or registering; the verdict once it is back."""
+    """The nri-plugin killed; as soon as its next process runs, a pod's claimed container
+    created and started while shared containers of the pod are created one after another
+    until the plugin has registered and synchronized: creations straddle its registration.
+    The verdict once it is back."""
     node, dev = stack.node, stack.dev
     pod = node.run_pod(name)
     claim = dev.claim(name, pod_uid=node.pod_uid(pod))
     syncs = dev.service_log("nri-plugin").count(SYNCHRONIZED)
+    stop = threading.Event()
     try:
-        os.kill(dev.service_pid("nri-plugin"), signal.SIGKILL)
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            claimed_run = pool.submit(
-                node.run_container, pod, "claimed", cdi_devices=claim.cdi_devices
-            )
-            shared_run = pool.submit(node.run_container, pod, "shared")
-            claimed = claimed_run.result()
-            shared_run.result()
-        plugin_synchronized(dev, syncs)
+        old = dev.service_pid("nri-plugin")
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: dev.service_pid("nri-plugin") != old, "a new nri-plugin", timeout=60)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            churning = pool.submit(shared_until, node, pod, stop)
+            try:
+                claimed = node.run_container(pod, "claimed", cdi_devices=claim.cdi_devices)
+                plugin_synchronized(dev, syncs)
+            finally:
+                stop.set()
+                churning.result()
         return settle(node, {claimed.id: CPUSet.parse(claim.cpuset)})
     finally:
         node.remove_pod(pod)
