@@ -1,7 +1,8 @@
 """Rounds that provoke the nri-plugin's registration races on the real-node bed, judged by the
 kernel: a claimed pod started while the nri-plugin restarts (shared containers being created
-one after another meanwhile), and the shared pool changing while it synchronizes. The real-node tier runs one round of each; benchmarks/registration_race_hunt.py
-runs many in a row on either runtime and counts what each round found.
+one after another meanwhile), and the shared pool changing while it synchronizes. The
+real-node tier runs one round of each; benchmarks/registration_race_hunt.py runs many in a row
+on either runtime and counts what each round found.
 
 A round's verdict is what the kernel shows once the plugin is back and the bound has passed:
 every claimed container on exactly its claim's CPUs, and no other container on any CPU a
