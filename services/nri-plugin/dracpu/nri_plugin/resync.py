@@ -1,4 +1,5 @@
-"""Resynchronizing with the runtime after a (re)connect, a plugin restart or a runtime restart.
+"""Resynchronizing with the runtime after a (re)connect, a plugin restart or a runtime restart,
+or a registration the plugin asked for itself (dracpu.nri_plugin.adoption).
 
 The runtime's Synchronize lists every container it runs: the registry is rebuilt from it, each
 container's claims are reported to the allocator (Adopt, which recovers state it lost), the
