@@ -113,13 +113,11 @@ def pool_change_during_sync(stack: Stack, name: str, shared_count: int = 3) -> l
     node.run_containers(pod, [f"shared-{i}" for i in range(shared_count)])
     syncs = dev.service_log("nri-plugin").count(SYNCHRONIZED)
     stop = threading.Event()
-    churned: list[int] = []
 
     def churn() -> None:
         while not stop.is_set():
             dev.claim(f"{name}-churn")
             dev.release(f"{name}-churn")
-            churned.append(1)
 
     claim = None
     try:

@@ -24,7 +24,13 @@ import pytest
 from harness.containerd_node import Container, ContainerdNode
 from harness.creation_gate import CreationGate
 from harness.dev_up import DevUp
-from harness.race_hunt import claimed_pod_during_plugin_restart, pool_change_during_sync
+from harness.race_hunt import (
+    BOUND,
+    SYNCHRONIZED,
+    claimed_pod_during_plugin_restart,
+    plugin_synchronized,
+    pool_change_during_sync,
+)
 from harness.realnode_stack import Stack, runtime
 from harness.waits import wait_for
 
@@ -32,11 +38,7 @@ from dracpu.core.cpuset import CPUSet
 
 pytestmark = pytest.mark.realnode
 
-SYNCHRONIZED = "synchronized with the runtime"
 ADOPTED = "adopted at PostStartContainer"
-# From the containers' start to their cpusets, on a nominal machine (scaled by harness.speed):
-# the plugin's settle time, one registration and one Synchronize, with room to spare.
-BOUND = 10.0
 
 
 @contextmanager
@@ -101,12 +103,7 @@ def test_containers_created_while_the_plugin_registers_end_on_their_cpusets(
                     timeout=60,
                     interval=0.2,
                 )
-            wait_for(
-                lambda: dev.service_log("nri-plugin").count(SYNCHRONIZED) > syncs,
-                "the nri-plugin registered and synchronized",
-                timeout=60,
-                interval=0.2,
-            )
+            plugin_synchronized(dev, syncs)
             gate.open()
             claimed, shared = (f.result(timeout=120) for f in creations)
         node.start_container(claimed)
