@@ -7,6 +7,7 @@ Dockerfile builds each from a copy of the tree holding the shared core and one s
 from __future__ import annotations
 
 import configparser
+import fcntl
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,14 @@ CORE_COMMANDS = ("health", "introspect")
 
 
 def build_wheel(tree: Path, dist: Path) -> Path:
+    # setuptools builds in the tree's own build/ and egg-info folders: two test workers building
+    # the same tree at once would tear each other's files, so they take turns.
+    with (tree / ".wheel-build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_wheel(tree, dist)
+
+
+def _build_wheel(tree: Path, dist: Path) -> Path:
     subprocess.run(
         [
             sys.executable,
