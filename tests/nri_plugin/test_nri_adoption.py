@@ -189,3 +189,27 @@ async def test_without_a_registered_connection_there_is_nothing_to_register_agai
     bed.stub.stop()
     await eventually(lambda: not bed.stub.status.connected, "the connection closed")
     assert bed.stub.resynchronize("nothing to close") is False
+
+
+@BOTH
+async def test_a_container_stopping_during_a_synchronize_does_not_cost_the_registration(
+    bed: Bed, profile: RuntimeProfile
+) -> None:
+    """Registering again synchronizes often: an update the runtime cannot apply to a container
+    it is stopping must not make it drop the plugin."""
+    uid, cpus = await prepare_seen(bed, 1)
+    pod = bed.runtime.add_pod("leaving")
+    leaving = await bed.runtime.create_container(pod, "leaving")
+    claimed = await bed.runtime.create_container(pod, "claimed", claim_env((uid, cpus)))
+    bed.runtime.stopping.add(leaving)
+    rejected = len(bed.runtime.rejections)
+    connects = bed.stub.status.connects
+    await bed.runtime.restart()
+    await eventually(
+        lambda: bed.stub.status.connects > connects and bed.stub.ready,
+        "the plugin registered and synchronized again",
+    )
+    await bed.runtime.wait_plugin()
+    assert bed.runtime.rejections[rejected:] == []
+    assert bed.stub.status.connects == connects + 1
+    assert bed.runtime.cpus(claimed) == cpus.format()

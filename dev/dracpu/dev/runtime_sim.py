@@ -118,6 +118,9 @@ class RuntimeSim:
         self.plugins: list[PluginConn] = []
         self.rejections: list[str] = []
         self.sync_seconds: list[float] = []  # duration of each plugin's whole Synchronize
+        # Containers being stopped: still listed, but an update of theirs fails (runc: "container
+        # not running"), as one the kubelet is stopping while a plugin synchronizes.
+        self.stopping: set[str] = set()
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Condition()
@@ -268,7 +271,8 @@ class RuntimeSim:
         failed = self._apply_updates(reply.update, creating="")
         self.sync_seconds.append(time.perf_counter() - started)
         if failed:
-            log.warning("synchronize updates failed", containers=",".join(failed))
+            # As the runtimes do: a Synchronize whose updates fail drops the plugin.
+            raise DracpuError(f"NRI update of containers failed: {','.join(failed)}")
 
     async def _call(self, plugin: PluginConn, method: str, request: object) -> bytes:
         payload = request.SerializeToString()  # type: ignore[attr-defined]
@@ -492,7 +496,7 @@ class RuntimeSim:
         failed: list[str] = []
         for update in updates:
             ctr = self.containers.get(update.container_id)
-            if ctr is None or ctr.state == api_pb2.CONTAINER_STOPPED:
+            if ctr is None or ctr.state == api_pb2.CONTAINER_STOPPED or ctr.id in self.stopping:
                 if not update.ignore_failure:
                     failed.append(update.container_id)
                 continue

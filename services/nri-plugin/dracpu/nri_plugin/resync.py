@@ -111,7 +111,13 @@ class Resync:
                     )
                     continue
                 mems = record.mems if record.exclusive else EMPTY
-                updates.append(cpuset_update(record.container_id, target, mems))
+                update = cpuset_update(record.container_id, target, mems)
+                # A container stopping while the runtime answers ("container not running")
+                # must not fail the Synchronize: containerd and CRI-O drop a plugin whose
+                # Synchronize updates fail, and every container created until it registers
+                # again runs unpinned.
+                update.ignore_failure = True
+                updates.append(update)
                 ran_on = running_on.get(record.container_id, "")
                 if not same_cpus(ran_on, target):
                     repinned.append(record)
