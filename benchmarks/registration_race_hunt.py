@@ -54,15 +54,18 @@ from harness.cluster import (
     cpus_request,
     pod_manifest,
 )
-from harness.race_hunt import BOUND, claimed_pod_during_plugin_restart, pool_change_during_sync
+from harness.race_hunt import (
+    ADOPTED,
+    BOUND,
+    claimed_pod_during_plugin_restart,
+    pool_change_during_sync,
+)
 from harness.realnode_stack import finish_stack, require_realnode, start_stack
 from harness.waits import WaitTimeout, wait_for
 
 from dracpu.core.cpuset import CPUSet
 
 SCENARIOS = ("driver-start", "plugin-restart", "pool-during-sync")
-# The nri-plugin's line for a container it first heard of at its start: the race happened.
-ADOPTED = "adopted at PostStartContainer"
 
 
 # Its line once such a container is on its cpuset: how long it ran off it, and how it was moved.

@@ -25,6 +25,8 @@ from harness.realnode_stack import Stack
 from harness.waits import WaitTimeout, wait_for
 
 SYNCHRONIZED = "synchronized with the runtime"
+# The nri-plugin's line for a container it first heard of at its start: the race happened.
+ADOPTED = "adopted at PostStartContainer"
 # From the plugin's Synchronize to every container on its cpuset, on a nominal machine
 # (scaled to this one by harness.speed): a move by update or one more registration.
 BOUND = 10.0

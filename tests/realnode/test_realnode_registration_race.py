@@ -25,6 +25,7 @@ from harness.containerd_node import Container, ContainerdNode
 from harness.creation_gate import CreationGate
 from harness.dev_up import DevUp
 from harness.race_hunt import (
+    ADOPTED,
     BOUND,
     SYNCHRONIZED,
     claimed_pod_during_plugin_restart,
@@ -37,8 +38,6 @@ from harness.waits import wait_for
 from dracpu.core.cpuset import CPUSet
 
 pytestmark = pytest.mark.realnode
-
-ADOPTED = "adopted at PostStartContainer"
 
 
 @contextmanager

@@ -148,7 +148,6 @@ class LateAdoptions:
         self._push: PushUpdates | None = None
         self._resynchronize: Resynchronize | None = None
         self._last_resync = float("-inf")
-        self.adopted = 0  # containers adopted after their creation, since start
 
     def set_pusher(self, push: PushUpdates | None) -> None:
         self._push = push
@@ -175,7 +174,6 @@ class LateAdoptions:
         c = record.container
         name = f"{c.pod_namespace}/{c.pod_name}/{c.container_name}"
         on_target = bool(cpus) and same_cpus(ran_on, cpus) and not mems
-        self.adopted += 1
         state.metrics.adopted()
         log.warning(
             f"container unknown to the plugin adopted at {event}: the runtime created it while "
@@ -277,7 +275,7 @@ class LateAdoptions:
         every one of them (a resynchronization then settles them)."""
         state = self._state
         async with state.lock:
-            planned: dict[str, ContainerRecord] = {}
+            planned: dict[str, tuple[ContainerRecord, CPUSet]] = {}
             updates: list[api_pb2.ContainerUpdate] = []
             for cid in self._pending:
                 record = state.registry.get(cid)
@@ -285,7 +283,7 @@ class LateAdoptions:
                     continue
                 cpus, mems = target_of(record, state.pool.cpus)
                 if cpus:
-                    planned[cid] = record
+                    planned[cid] = (record, cpus)
                     updates.append(cpuset_update(cid, cpus, mems))
         if not updates:
             return False
@@ -301,9 +299,8 @@ class LateAdoptions:
                 adoption = self._pending.get(cid)
                 if cid in failed_ids or adoption is None:
                     continue
-                record = planned[cid]
+                record, cpus = planned[cid]
                 if not record.exclusive:
-                    cpus = CPUSet.parse(update.linux.resources.cpu.cpus)
                     state.registry.set_cpus(cid, cpus, expected=record)
                 else:
                     state.metrics.late_pinned(1)
