@@ -16,11 +16,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dracpu.core.errors import NotFoundError, ProtocolError
+from dracpu.core.retry import Backoff
 from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.nri_plugin import mux as muxmod
 from dracpu.nri_plugin.mux import FrameDecoder, Mux, frame_message
 from dracpu.nri_plugin.plugin_service import RuntimeInfo
-from dracpu.nri_plugin.stub import Backoff, PluginStub
+from dracpu.nri_plugin.stub import PluginStub
 from dracpu.nri_plugin.ttrpc import (
     DEADLINE_EXCEEDED,
     INVALID_ARGUMENT,
@@ -385,10 +386,3 @@ async def test_no_runtime_yet_means_retrying_with_backoff(nri_path: Path) -> Non
         stub.stop()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-
-
-def test_backoff_doubles_up_to_its_cap() -> None:
-    backoff = Backoff(initial=0.1, maximum=0.5)
-    assert [backoff.next_delay() for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
-    backoff.reset()
-    assert backoff.next_delay() == 0.1

@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.log import get_logger
+from dracpu.core.retry import Backoff
 from dracpu.nri_plugin.identity import DEFAULT_NRI_SOCKET as DEFAULT_NRI_SOCKET
 from dracpu.nri_plugin.identity import valid_plugin_index, valid_plugin_name
 from dracpu.nri_plugin.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
@@ -49,22 +50,6 @@ class StubStatus:
     runtime: RuntimeInfo | None = None
     last_error: str = ""
     connects: int = 0
-
-
-@dataclass
-class Backoff:
-    """Exponential reconnect delay; reset once a connection is synchronized."""
-
-    initial: float = 0.2
-    maximum: float = 5.0
-    _next: float = field(default=0.0, init=False)
-
-    def reset(self) -> None:
-        self._next = 0.0
-
-    def next_delay(self) -> float:
-        self._next = self.initial if self._next == 0.0 else min(self._next * 2, self.maximum)
-        return self._next
 
 
 class PluginStub:
