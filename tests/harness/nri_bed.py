@@ -25,10 +25,10 @@ from dracpu.core.memory import HugepagePool, NodeMemory
 from dracpu.core.retry import Backoff
 from dracpu.core.rpc import call, channel
 from dracpu.dev.runtime_sim import RuntimeSim
-from dracpu.nri_plugin.allocator_client import AllocatorClient
-from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
-from dracpu.nri_plugin.stub import PluginStub
+from dracpu.nri_plugin.transport.allocator_client import AllocatorClient
+from dracpu.nri_plugin.transport.compat import UnsolicitedMode
+from dracpu.nri_plugin.transport.stub import PluginStub
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.topology.discovery import discover
 from dracpu.topology.fixtures import write_fixture

@@ -17,7 +17,7 @@ from harness.nri_bed import (
 )
 
 from dracpu.dev.runtime_sim import RuntimeProfile, RuntimeSim
-from dracpu.nri_plugin.compat import UnsolicitedMode
+from dracpu.nri_plugin.transport.compat import UnsolicitedMode
 
 # The bed's fixtures, shared with the other conftest that drives it.
 short_tmp = nri_bed.short_tmp

@@ -19,7 +19,7 @@ from harness.nri_bed import ONLINE, Bed, claim_env, prepare_seen
 from harness.waits import eventually
 
 from dracpu.dev.runtime_sim import CRIO_1_34, RuntimeProfile
-from dracpu.nri_plugin.ttrpc import TtrpcError
+from dracpu.nri_plugin.transport.ttrpc import TtrpcError
 from dracpu.pb.nri import api_pb2
 
 ADOPTED = (

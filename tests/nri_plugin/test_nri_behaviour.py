@@ -14,8 +14,8 @@ from harness.waits import eventually
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.dev.runtime_sim import CONTAINERD_2_0, CreateContainerError, RuntimeProfile
-from dracpu.nri_plugin.compat import UnsolicitedMode
-from dracpu.nri_plugin.stub import PLUGIN_SERVICE
+from dracpu.nri_plugin.transport.compat import UnsolicitedMode
+from dracpu.nri_plugin.transport.stub import PLUGIN_SERVICE
 from dracpu.pb.nri import api_pb2
 
 

@@ -9,7 +9,7 @@ import asyncio
 from harness.waits import eventually
 
 from dracpu.core.errors import UnavailableError
-from dracpu.nri_plugin.detaches import PendingDetaches
+from dracpu.nri_plugin.events.detaches import PendingDetaches
 
 
 class Allocator:

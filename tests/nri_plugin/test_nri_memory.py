@@ -16,7 +16,7 @@ from harness.waits import eventually
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConflictError, InsufficientCPUsError
 from dracpu.core.rpc import call, channel
-from dracpu.nri_plugin.compat import UnsolicitedMode
+from dracpu.nri_plugin.transport.compat import UnsolicitedMode
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 
 

@@ -19,11 +19,11 @@ from nri_peer import PEERS, GoRuntime, PeerVersion, missing_reason
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.retry import Backoff
 from dracpu.core.rpc import call, channel
-from dracpu.nri_plugin import mux
-from dracpu.nri_plugin.allocator_client import AllocatorClient
-from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
-from dracpu.nri_plugin.stub import PluginStub
+from dracpu.nri_plugin.transport import mux
+from dracpu.nri_plugin.transport.allocator_client import AllocatorClient
+from dracpu.nri_plugin.transport.compat import UnsolicitedMode
+from dracpu.nri_plugin.transport.stub import PluginStub
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2, nri_plugin_pb2_grpc
 
 pytestmark = pytest.mark.peer

@@ -16,13 +16,13 @@ from harness.waits import eventually
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.prerequisites import CDI, NRI, Prerequisites
 from dracpu.core.retry import Backoff
-from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
-from dracpu.nri_plugin.cri_version import RuntimeIdentity, decode_version_response
 from dracpu.nri_plugin.runtime import runtime_identity
-from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites, nri_off_line
 from dracpu.nri_plugin.servicer import NRIPluginView
-from dracpu.nri_plugin.stub import PluginStub
+from dracpu.nri_plugin.transport.compat import UnsolicitedMode
+from dracpu.nri_plugin.transport.cri_version import RuntimeIdentity, decode_version_response
+from dracpu.nri_plugin.transport.runtime_prerequisites import RuntimePrerequisites, nri_off_line
+from dracpu.nri_plugin.transport.stub import PluginStub
 from dracpu.pb.allocator.v1 import allocator_pb2
 from dracpu.pb.nri import api_pb2
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2

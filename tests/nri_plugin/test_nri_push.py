@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from dracpu.core.cpuset import CPUSet
-from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
-from dracpu.nri_plugin.pacing import UpdatePacer
-from dracpu.nri_plugin.plugin_service import RuntimeInfo
-from dracpu.nri_plugin.ttrpc import DEADLINE_EXCEEDED, UNKNOWN, TtrpcError
+from dracpu.nri_plugin.state.pacing import UpdatePacer
+from dracpu.nri_plugin.transport.compat import UnsolicitedMode
+from dracpu.nri_plugin.transport.plugin_service import RuntimeInfo
+from dracpu.nri_plugin.transport.ttrpc import DEADLINE_EXCEEDED, UNKNOWN, TtrpcError
 from dracpu.pb.allocator.v1 import allocator_pb2
 from dracpu.pb.nri import api_pb2
 

@@ -10,15 +10,15 @@ from hypothesis import strategies as st
 from dracpu.core.containers import Container
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, InvalidInputError
-from dracpu.nri_plugin.claim_env import parse_claim_env
-from dracpu.nri_plugin.compat import UnsolicitedMode, decide, parse_version
-from dracpu.nri_plugin.events import (
+from dracpu.nri_plugin.state.claim_env import parse_claim_env
+from dracpu.nri_plugin.state.registry import ContainerRecord, Registry
+from dracpu.nri_plugin.transport.compat import UnsolicitedMode, decide, parse_version
+from dracpu.nri_plugin.transport.event_masks import (
     SUBSCRIBED_EVENTS,
     VALID_MASK_BEFORE_V0_10,
     valid_plugin_index,
     valid_plugin_name,
 )
-from dracpu.nri_plugin.registry import ContainerRecord, Registry
 
 UID_A = "2f0b1c1e-1111-4000-8000-00000000000a"
 UID_B = "2f0b1c1e-1111-4000-8000-00000000000b"
@@ -178,7 +178,7 @@ def test_registry_an_unconfirmed_update_is_stale_for_every_pool() -> None:
 
 
 def test_an_update_carries_mems_only_when_there_are_memory_nodes() -> None:
-    from dracpu.nri_plugin.conversions import cpuset_update
+    from dracpu.nri_plugin.state.conversions import cpuset_update
 
     placed = cpuset_update("c1", CPUSet.parse("2-3"), CPUSet.parse("0-1"))
     assert (placed.linux.resources.cpu.cpus, placed.linux.resources.cpu.mems) == ("2-3", "0-1")
@@ -187,7 +187,7 @@ def test_an_update_carries_mems_only_when_there_are_memory_nodes() -> None:
 
 
 def test_hugepage_limits_are_spelled_as_runc_takes_them() -> None:
-    from dracpu.nri_plugin.conversions import hugepage_limits
+    from dracpu.nri_plugin.state.conversions import hugepage_limits
 
     limits = hugepage_limits({"2Mi": 64 << 20, "1Gi": 1 << 30, "64Ki": 1 << 20, "2Xi": 1})
     # In size-name order; a size the plugin cannot spell is left out (logged), never guessed.
@@ -200,7 +200,7 @@ def test_hugepage_limits_are_spelled_as_runc_takes_them() -> None:
 
 
 def test_garbled_memory_nodes_from_the_allocator_leave_mems_unset() -> None:
-    from dracpu.nri_plugin.conversions import memory_nodes
+    from dracpu.nri_plugin.state.conversions import memory_nodes
 
     assert memory_nodes("0-1", "c1") == CPUSet.parse("0-1")
     assert memory_nodes("", "c1") == CPUSet()
@@ -223,7 +223,7 @@ def test_garbled_memory_nodes_from_the_allocator_leave_mems_unset() -> None:
 def test_a_container_is_named_by_nri_else_the_kubelet_label_else_crio_metadata(
     name: str, labels: dict[str, str], annotations: dict[str, str], expected: str
 ) -> None:
-    from dracpu.nri_plugin.conversions import container_name
+    from dracpu.nri_plugin.state.conversions import container_name
     from dracpu.pb.nri import api_pb2
 
     ctr = api_pb2.Container(id="c1", name=name, labels=labels, annotations=annotations)

@@ -7,8 +7,8 @@ import asyncio
 from dataclasses import dataclass
 
 from dracpu.core.errors import UnavailableError
-from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
+from dracpu.nri_plugin.transport.compat import UnsolicitedMode
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 

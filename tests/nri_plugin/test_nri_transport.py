@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from dracpu.core.errors import NotFoundError, ProtocolError
 from dracpu.core.retry import Backoff
 from dracpu.dev.runtime_sim import RuntimeSim
-from dracpu.nri_plugin import mux as muxmod
-from dracpu.nri_plugin.mux import FrameDecoder, Mux, frame_message
-from dracpu.nri_plugin.plugin_service import RuntimeInfo
-from dracpu.nri_plugin.stub import PluginStub
-from dracpu.nri_plugin.ttrpc import (
+from dracpu.nri_plugin.transport import mux as muxmod
+from dracpu.nri_plugin.transport.mux import FrameDecoder, Mux, frame_message
+from dracpu.nri_plugin.transport.plugin_service import RuntimeInfo
+from dracpu.nri_plugin.transport.stub import PluginStub
+from dracpu.nri_plugin.transport.ttrpc import (
     DEADLINE_EXCEEDED,
     INVALID_ARGUMENT,
     MAX_MESSAGE,

@@ -31,18 +31,20 @@ GRPC_SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin")
 LAYERS = {
     "allocator": ("rpc", "live", "store", "claims", "domain", "algorithm"),
     "dra_plugin": ("publishing", "kubelet", "cluster", "common"),
+    "nri_plugin": ("events", "state", "transport"),
 }
 MAX_TOP_MODULES = 10
 
 
-def sources() -> Iterator[Path]:
-    for path in sorted(SERVICES.rglob("*.py")):
+def sources(services: Path = SERVICES) -> Iterator[Path]:
+    for path in sorted(services.rglob("*.py")):
         if "/dracpu/pb/" not in path.as_posix():
             yield path
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(SERVICES).with_suffix("").parts[1:]  # drop the service folder
+def module_name(path: Path, services: Path = SERVICES) -> str:
+    """`services/allocator/dracpu/allocator/store/cdi.py` -> `dracpu.allocator.store.cdi`."""
+    parts = path.relative_to(services).with_suffix("").parts[1:]  # drop the service folder
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
@@ -120,47 +122,41 @@ def _module_imports(path: Path, known: set[str]) -> set[str]:
     return {name for name in found if name in known}
 
 
-def _import_graph() -> dict[str, set[str]]:
-    paths = {module_name(p): p for p in sources()}
+def import_graph(services: Path = SERVICES) -> dict[str, set[str]]:
+    paths = {module_name(p, services): p for p in sources(services)}
     known = set(paths)
     return {name: _module_imports(path, known) - {name} for name, path in paths.items()}
 
 
-@pytest.mark.parametrize("package", sorted(LAYERS))
-def test_the_larger_services_keep_few_modules_at_their_top(package: str) -> None:
-    service = next(s for s, p in PACKAGES.items() if p == package)
-    top = SERVICES / service / "dracpu" / package
-    assert len(list(top.glob("*.py"))) <= MAX_TOP_MODULES
-    assert {p.name for p in top.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(
-        LAYERS[package]
-    )
+def upward_imports(graph: dict[str, set[str]], package: str, folders: tuple[str, ...]) -> list[str]:
+    """Imports of `dracpu.<package>` that break its layers: a module in a folder importing a
+    folder above its own, or the package's top-level modules (which stand above every folder)."""
+    prefix = f"dracpu.{package}."
 
-
-@pytest.mark.parametrize("package", sorted(LAYERS))
-def test_a_layer_imports_only_its_own_folder_and_those_below(package: str) -> None:
-    folders = LAYERS[package]
-    prefix = f"{package}."
-
-    def layer(module: str) -> int | None:
-        """The folder's rank (0 = top folder), None for a top-level module."""
+    def rank(module: str) -> int | None:
+        """The folder's rank (0 = top folder; a folder's own `__init__` too), None for a
+        top-level module."""
         parts = module.removeprefix(prefix).split(".")
-        return folders.index(parts[0]) if len(parts) > 1 else None
+        if parts[0] in folders:
+            return folders.index(parts[0])
+        if len(parts) == 1:
+            return None
+        raise AssertionError(f"{module}: folder {parts[0]!r} is not in the layer rules")
 
     upward: list[str] = []
-    for module, deps in _import_graph().items():
-        if not module.startswith(prefix) or (rank := layer(module)) is None:
+    for module, deps in sorted(graph.items()):
+        if not module.startswith(prefix) or (own := rank(module)) is None:
             continue
         for dep in sorted(deps):
-            if not dep.startswith(prefix) or dep == package:
+            if not dep.startswith(prefix):
                 continue
-            dep_rank = layer(dep)
-            if dep_rank is None or dep_rank < rank:
+            dep_rank = rank(dep)
+            if dep_rank is None or dep_rank < own:
                 upward.append(f"{module} -> {dep}")
-    assert upward == []
+    return upward
 
 
-def test_module_imports_have_no_cycle() -> None:
-    graph = _import_graph()
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
 
@@ -176,7 +172,92 @@ def test_module_imports_have_no_cycle() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
-    assert cycles == []
+    return cycles
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_the_larger_services_keep_few_modules_at_their_top(package: str) -> None:
+    service = next(s for s, p in PACKAGES.items() if p == package)
+    top = SERVICES / service / "dracpu" / package
+    assert len(list(top.glob("*.py"))) <= MAX_TOP_MODULES
+    assert {p.name for p in top.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(
+        LAYERS[package]
+    )
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_a_layer_imports_only_its_own_folder_and_those_below(package: str) -> None:
+    graph = import_graph()
+    assert any(m.startswith(f"dracpu.{package}.") for m in graph), "the rules see no module"
+    assert upward_imports(graph, package, LAYERS[package]) == []
+
+
+def test_module_imports_have_no_cycle() -> None:
+    assert import_cycles(import_graph()) == []
+
+
+def _plant(services: Path, module: str, source: str) -> None:
+    """A module of a throwaway `allocator` service tree, e.g. `store.records`."""
+    path = services / "allocator" / "dracpu" / "allocator" / (module.replace(".", "/") + ".py")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Path:
+    """A small tree laid out as the services are, obeying the allocator's layer rules."""
+    _plant(tmp_path, "runtime", "from dracpu.allocator.rpc import wire\n")
+    _plant(tmp_path, "rpc.wire", "from dracpu.allocator.store import records\n")
+    _plant(tmp_path, "store.records", "import dracpu.allocator.claims.model\n")
+    _plant(tmp_path, "store.durable", "")
+    _plant(tmp_path, "claims.model", "from dracpu.allocator.domain.quantity import parse\n")
+    _plant(tmp_path, "domain.quantity", "def parse() -> None: ...\n")
+    return tmp_path
+
+
+def test_the_layer_rules_pass_a_tree_that_obeys_them(planted: Path) -> None:
+    graph = import_graph(planted)
+    assert graph["dracpu.allocator.store.records"] == {"dracpu.allocator.claims.model"}
+    assert upward_imports(graph, "allocator", LAYERS["allocator"]) == []
+    assert import_cycles(graph) == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("store.durable", "from dracpu.allocator.rpc import wire\n"),
+        ("domain.quantity", "import dracpu.allocator.live.state\n"),
+        ("claims.model", "from dracpu.allocator import runtime\n"),
+        ("store.durable", "def f() -> None:\n    from dracpu.allocator.rpc import wire\n"),
+    ],
+    ids=["folder-above", "plain-import", "top-level-module", "inside-a-function"],
+)
+def test_the_layer_rules_catch_a_planted_upward_import(
+    planted: Path, module: str, source: str
+) -> None:
+    _plant(planted, "live.state", "")
+    _plant(planted, module, source)
+    upward = upward_imports(import_graph(planted), "allocator", LAYERS["allocator"])
+    assert len(upward) == 1
+    assert upward[0].startswith(f"dracpu.allocator.{module} -> ")
+
+
+def test_the_layer_rules_refuse_a_folder_they_do_not_name(planted: Path) -> None:
+    _plant(planted, "helpers.misc", "from dracpu.allocator.store import records\n")
+    with pytest.raises(AssertionError, match="folder 'helpers' is not in the layer rules"):
+        upward_imports(import_graph(planted), "allocator", LAYERS["allocator"])
+
+
+def test_the_cycle_check_catches_a_planted_cycle(planted: Path) -> None:
+    _plant(planted, "domain.quantity", "from dracpu.allocator.domain import devices\n")
+    _plant(planted, "domain.devices", "import dracpu.allocator.domain.quantity\n")
+    assert import_cycles(import_graph(planted)) == [
+        [
+            "dracpu.allocator.domain.quantity",
+            "dracpu.allocator.domain.devices",
+            "dracpu.allocator.domain.quantity",
+        ]
+    ]
 
 
 def test_loggers_are_named_for_their_module_and_the_log_module_is_never_aliased() -> None:

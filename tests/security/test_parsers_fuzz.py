@@ -16,7 +16,7 @@ from dracpu.core import names
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import load_json, load_yaml
 from dracpu.core.errors import DracpuError
-from dracpu.nri_plugin.claim_env import parse_claim_env
+from dracpu.nri_plugin.state.claim_env import parse_claim_env
 
 pytestmark = pytest.mark.security
 

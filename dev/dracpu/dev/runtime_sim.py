@@ -24,16 +24,16 @@ from dataclasses import dataclass, field
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.events import (
+from dracpu.nri_plugin.transport.event_masks import (
     VALID_MASK_BEFORE_V0_10,
     VALID_MASK_FROM_V0_10,
     event_bit,
     valid_plugin_index,
     valid_plugin_name,
 )
-from dracpu.nri_plugin.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
-from dracpu.nri_plugin.stub import PLUGIN_SERVICE, RUNTIME_SERVICE
-from dracpu.nri_plugin.ttrpc import UNIMPLEMENTED, Channel, TtrpcError
+from dracpu.nri_plugin.transport.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from dracpu.nri_plugin.transport.stub import PLUGIN_SERVICE, RUNTIME_SERVICE
+from dracpu.nri_plugin.transport.ttrpc import UNIMPLEMENTED, Channel, TtrpcError
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)

@@ -2,11 +2,11 @@
 
 Every decision about CPUs comes from the allocator; the plugin keeps the registry of running
 containers and turns allocator answers into NRI adjustments and updates. Its parts share one
-state (dracpu.nri_plugin.plugin_state, which says how its lock is held): the container events
-(dracpu.nri_plugin.container_events), the resync with the runtime (dracpu.nri_plugin.resync),
-the containers met only after their creation (dracpu.nri_plugin.adoption),
-the shared pool and its pushes (dracpu.nri_plugin.shared_pool, dracpu.nri_plugin.pool_pushes)
-and the detaches the allocator did not take (dracpu.nri_plugin.detaches).
+state (`state.plugin_state`, which says how its lock is held): the container events
+(`events.container_events`), the resync with the runtime (`events.resync`), the containers met
+only after their creation (`events.adoption`), the shared pool and its pushes
+(`state.shared_pool`, `events.pool_pushes`) and the detaches the allocator did not take
+(`events.detaches`). The wire to the runtime is `transport`.
 """
 
 from __future__ import annotations
@@ -17,28 +17,28 @@ from collections.abc import Sequence
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.adoption import LateAdoptions, Resynchronize
-from dracpu.nri_plugin.allocator_client import AllocatorAPI
-from dracpu.nri_plugin.compat import Decision, UnsolicitedMode, decide
-from dracpu.nri_plugin.container_events import ContainerEvents
-from dracpu.nri_plugin.detaches import PendingDetaches
-from dracpu.nri_plugin.events import SUBSCRIBED_EVENTS
-from dracpu.nri_plugin.pacing import UpdatePacer
-from dracpu.nri_plugin.plugin_metrics import NRIMetrics
-from dracpu.nri_plugin.plugin_service import RuntimeInfo
-from dracpu.nri_plugin.plugin_state import PluginState
-from dracpu.nri_plugin.pool_pushes import PoolPushes, PushResult, PushUpdates
-from dracpu.nri_plugin.registry import Registry
-from dracpu.nri_plugin.resync import Resync
-from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites
-from dracpu.nri_plugin.shared_pool import SharedPool
+from dracpu.nri_plugin.events.adoption import LateAdoptions, Resynchronize
+from dracpu.nri_plugin.events.container_events import ContainerEvents
+from dracpu.nri_plugin.events.detaches import PendingDetaches
+from dracpu.nri_plugin.events.pool_pushes import PoolPushes, PushResult, PushUpdates
+from dracpu.nri_plugin.events.resync import Resync
+from dracpu.nri_plugin.state.pacing import UpdatePacer
+from dracpu.nri_plugin.state.plugin_metrics import NRIMetrics
+from dracpu.nri_plugin.state.plugin_state import PluginState
+from dracpu.nri_plugin.state.registry import Registry
+from dracpu.nri_plugin.state.shared_pool import SharedPool
+from dracpu.nri_plugin.transport.allocator_client import AllocatorAPI
+from dracpu.nri_plugin.transport.compat import Decision, UnsolicitedMode, decide
+from dracpu.nri_plugin.transport.event_masks import SUBSCRIBED_EVENTS
+from dracpu.nri_plugin.transport.plugin_service import RuntimeInfo
+from dracpu.nri_plugin.transport.runtime_prerequisites import RuntimePrerequisites
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)
 
 
 class CPUPlugin:
-    """PluginHandlers for exclusive CPUs (see dracpu.nri_plugin.plugin_service.PluginHandlers),
+    """PluginHandlers for exclusive CPUs (see `transport.plugin_service.PluginHandlers`),
     and the loops that keep it current: the pool watch, the pool pushes, the detach retry."""
 
     def __init__(

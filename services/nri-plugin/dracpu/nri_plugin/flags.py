@@ -11,7 +11,7 @@ import argparse
 from dracpu.core.cli import ArgumentParser
 from dracpu.core.flags import add_config_flags, add_probe_flag
 from dracpu.core.sockets import DEFAULT_SOCKETS
-from dracpu.nri_plugin.identity import DEFAULT_NRI_SOCKET, valid_plugin_index
+from dracpu.nri_plugin.transport.identity import DEFAULT_NRI_SOCKET, valid_plugin_index
 
 PROG = "dracpu-nri-plugin"
 

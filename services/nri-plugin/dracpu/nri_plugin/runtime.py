@@ -17,14 +17,14 @@ from dracpu.core.log import get_logger
 from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
-from dracpu.nri_plugin.allocator_client import AllocatorClient
-from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
-from dracpu.nri_plugin.cri_version import RuntimeIdentity, query
-from dracpu.nri_plugin.plugin_metrics import NRIMetrics
-from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites, nri_off_line
 from dracpu.nri_plugin.servicer import NRIPluginView
-from dracpu.nri_plugin.stub import PluginStub
+from dracpu.nri_plugin.state.plugin_metrics import NRIMetrics
+from dracpu.nri_plugin.transport.allocator_client import AllocatorClient
+from dracpu.nri_plugin.transport.compat import UnsolicitedMode
+from dracpu.nri_plugin.transport.cri_version import RuntimeIdentity, query
+from dracpu.nri_plugin.transport.runtime_prerequisites import RuntimePrerequisites, nri_off_line
+from dracpu.nri_plugin.transport.stub import PluginStub
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2_grpc
 
 SERVICE_NAME = "dracpu.nri_plugin.v1.NRIPluginView"

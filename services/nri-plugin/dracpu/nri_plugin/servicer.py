@@ -7,7 +7,7 @@ import grpc
 
 from dracpu.core.rpc import rpc_errors
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
-from dracpu.nri_plugin.stub import PluginStub
+from dracpu.nri_plugin.transport.stub import PluginStub
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2, nri_plugin_pb2_grpc
 
 

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from dracpu.core.errors import DracpuError, ProtocolError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.mux import Mux
+from dracpu.nri_plugin.transport.mux import Mux
 from dracpu.pb.ttrpc import ttrpc_pb2
 
 log = get_logger(__name__)

@@ -4,14 +4,14 @@ container update, the allocator's memory nodes as a cpuset."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 from dracpu.core.containers import Container
 from dracpu.core.cpuset import EMPTY, CPUSet
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.registry import ContainerRecord
+from dracpu.nri_plugin.state.registry import ContainerRecord
+from dracpu.nri_plugin.transport.container_names import container_name
 from dracpu.pb.allocator.v1 import allocator_pb2
 from dracpu.pb.nri import api_pb2
 
@@ -33,31 +33,6 @@ def cpuset_update(container_id: str, cpus: CPUSet, mems: CPUSet = EMPTY) -> api_
     if mems:
         update.linux.resources.cpu.mems = mems.format()
     return update
-
-
-# Where a runtime that leaves Container.name empty still says the container's name: the
-# kubelet's label, and CRI-O's record of the CRI metadata (a JSON object with "name"). CRI-O
-# 1.34 fills Container.name only from an `io.kubernetes.container.name` annotation.
-NAME_LABEL = "io.kubernetes.container.name"
-CRIO_METADATA = "io.kubernetes.cri-o.Metadata"
-
-
-def container_name(ctr: api_pb2.Container) -> str:
-    """The container's name in its pod: NRI's name, else the kubelet's label, else the CRI
-    metadata name CRI-O keeps in the container's annotations."""
-    if ctr.name:
-        return str(ctr.name)
-    if ctr.labels.get(NAME_LABEL):
-        return str(ctr.labels[NAME_LABEL])
-    metadata = ctr.annotations.get(CRIO_METADATA, "")
-    if metadata:
-        try:
-            name = json.loads(metadata).get("name", "")
-        except (ValueError, AttributeError):
-            name = ""
-        if isinstance(name, str):
-            return name
-    return ""
 
 
 def runtime_container(pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Container:

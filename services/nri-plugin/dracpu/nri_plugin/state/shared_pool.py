@@ -9,7 +9,7 @@ import asyncio
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.allocator_client import AllocatorAPI
+from dracpu.nri_plugin.transport.allocator_client import AllocatorAPI
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 log = get_logger(__name__)

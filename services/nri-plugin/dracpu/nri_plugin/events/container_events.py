@@ -1,6 +1,6 @@
 """The runtime's container lifecycle requests: CreateContainer pins a claimed container to its
 claims' CPUs (the allocator attaches it) and puts any other on the shared pool; PostStart marks
-it running, and adopts one the plugin never heard of (dracpu.nri_plugin.adoption); Stop and
+it running, and adopts one the plugin never heard of (dracpu.nri_plugin.events.adoption); Stop and
 Remove forget it, and tell the allocator a claimed one no longer runs."""
 
 from __future__ import annotations
@@ -12,26 +12,26 @@ from dataclasses import replace
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InsufficientCPUsError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.adoption import LateAdoptions
-from dracpu.nri_plugin.allocator_client import CALL_TIMEOUT, AllocatorAPI
-from dracpu.nri_plugin.claim_env import parse_claim_env
-from dracpu.nri_plugin.conversions import (
-    container_name,
+from dracpu.nri_plugin.events.adoption import LateAdoptions
+from dracpu.nri_plugin.events.detaches import PendingDetaches
+from dracpu.nri_plugin.events.pool_pushes import PoolPushes
+from dracpu.nri_plugin.state.claim_env import parse_claim_env
+from dracpu.nri_plugin.state.conversions import (
     container_record,
     container_ref,
     hugepage_limits,
     memory_nodes,
 )
-from dracpu.nri_plugin.detaches import PendingDetaches
-from dracpu.nri_plugin.plugin_state import PluginState
-from dracpu.nri_plugin.pool_pushes import PoolPushes
+from dracpu.nri_plugin.state.plugin_state import PluginState
+from dracpu.nri_plugin.transport.allocator_client import CALL_TIMEOUT, AllocatorAPI
+from dracpu.nri_plugin.transport.container_names import container_name
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)
 
 
 class ContainerEvents:
-    """The container events of dracpu.nri_plugin.plugin_service.PluginHandlers."""
+    """The container events of dracpu.nri_plugin.transport.plugin_service.PluginHandlers."""
 
     def __init__(
         self,

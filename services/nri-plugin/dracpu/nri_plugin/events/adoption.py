@@ -25,18 +25,18 @@ from dataclasses import dataclass, replace
 from dracpu.core.cpuset import EMPTY, CPUSet
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.allocator_client import AllocatorAPI
-from dracpu.nri_plugin.claim_env import parse_claim_env
-from dracpu.nri_plugin.conversions import (
+from dracpu.nri_plugin.events.pool_pushes import PushUpdates
+from dracpu.nri_plugin.state.claim_env import parse_claim_env
+from dracpu.nri_plugin.state.conversions import (
     container_record,
     container_ref,
     cpuset_update,
     memory_nodes,
     same_cpus,
 )
-from dracpu.nri_plugin.plugin_state import PluginState
-from dracpu.nri_plugin.pool_pushes import PushUpdates
-from dracpu.nri_plugin.registry import ContainerRecord
+from dracpu.nri_plugin.state.plugin_state import PluginState
+from dracpu.nri_plugin.state.registry import ContainerRecord
+from dracpu.nri_plugin.transport.allocator_client import AllocatorAPI
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)

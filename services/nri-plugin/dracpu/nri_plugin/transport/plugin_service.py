@@ -1,7 +1,7 @@
 """The NRI Plugin service, the runtime's side of a plugin: every request the runtime sends on a
 connection (Configure, Synchronize whole or chunked, CreateContainer and the other lifecycle
 events, Shutdown) decoded, handed to the plugin's handlers (`PluginHandlers`), and answered.
-Nothing here knows about CPUs, nor about the connection it serves (dracpu.nri_plugin.stub)."""
+Nothing here knows about CPUs, nor about the connection it serves (`transport.stub`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from google.protobuf.message import DecodeError, Message
 
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.conversions import container_name
-from dracpu.nri_plugin.ttrpc import Handler
+from dracpu.nri_plugin.transport.container_names import container_name
+from dracpu.nri_plugin.transport.ttrpc import Handler
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from dracpu.nri_plugin.identity import valid_plugin_index as valid_plugin_index
-from dracpu.nri_plugin.identity import valid_plugin_name as valid_plugin_name
+from dracpu.nri_plugin.transport.identity import valid_plugin_index as valid_plugin_index
+from dracpu.nri_plugin.transport.identity import valid_plugin_name as valid_plugin_name
 from dracpu.pb.nri import api_pb2
 
 

@@ -1,5 +1,5 @@
 """Resynchronizing with the runtime after a (re)connect, a plugin restart or a runtime restart,
-or a registration the plugin asked for itself (dracpu.nri_plugin.adoption).
+or a registration the plugin asked for itself (dracpu.nri_plugin.events.adoption).
 
 The runtime's Synchronize lists every container it runs: the registry is rebuilt from it, each
 container's claims are reported to the allocator (Adopt, which recovers state it lost), the
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from dracpu.core.cpuset import EMPTY
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.adoption import LateAdoptions, recover
-from dracpu.nri_plugin.allocator_client import AllocatorAPI
-from dracpu.nri_plugin.conversions import cpuset_update, same_cpus
-from dracpu.nri_plugin.detaches import PendingDetaches
-from dracpu.nri_plugin.plugin_state import PluginState
-from dracpu.nri_plugin.registry import ContainerRecord, Registry
+from dracpu.nri_plugin.events.adoption import LateAdoptions, recover
+from dracpu.nri_plugin.events.detaches import PendingDetaches
+from dracpu.nri_plugin.state.conversions import cpuset_update, same_cpus
+from dracpu.nri_plugin.state.plugin_state import PluginState
+from dracpu.nri_plugin.state.registry import ContainerRecord, Registry
+from dracpu.nri_plugin.transport.allocator_client import AllocatorAPI
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)
@@ -41,8 +41,8 @@ class LatePin:
 
 
 class Resync:
-    """Synchronize and the connection's loss, of dracpu.nri_plugin.plugin_service.PluginHandlers;
-    see the module docstring."""
+    """Synchronize and the connection's loss, of `transport.plugin_service.PluginHandlers`; see
+    the module docstring."""
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 Mirrors what containerd/nri pkg/stub does for a Go plugin, without knowing anything about CPUs:
 the event handlers are an object passed in (`PluginHandlers`), served on each connection by
-dracpu.nri_plugin.plugin_service. Order on connect matters: the Plugin service (conn 1) is
+dracpu.nri_plugin.transport.plugin_service. Order on connect matters: the Plugin service (conn 1) is
 served before RegisterPlugin goes out on conn 2, because the runtime sends Configure as soon as
 it has accepted the registration, possibly before we read its reply.
 """
@@ -20,18 +20,18 @@ from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.core.retry import Backoff
-from dracpu.nri_plugin.identity import DEFAULT_NRI_SOCKET as DEFAULT_NRI_SOCKET
-from dracpu.nri_plugin.identity import valid_plugin_index, valid_plugin_name
-from dracpu.nri_plugin.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
-from dracpu.nri_plugin.plugin_service import (
+from dracpu.nri_plugin.transport.identity import DEFAULT_NRI_SOCKET as DEFAULT_NRI_SOCKET
+from dracpu.nri_plugin.transport.identity import valid_plugin_index, valid_plugin_name
+from dracpu.nri_plugin.transport.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from dracpu.nri_plugin.transport.plugin_service import (
     DEFAULT_REGISTRATION_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
     PluginHandlers,
     PluginService,
     RuntimeInfo,
 )
-from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites
-from dracpu.nri_plugin.ttrpc import Channel, TtrpcError
+from dracpu.nri_plugin.transport.runtime_prerequisites import RuntimePrerequisites
+from dracpu.nri_plugin.transport.ttrpc import Channel, TtrpcError
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)

@@ -1,8 +1,8 @@
 """Pool pushes: when the shared pool shrinks or grows, every shared container is moved onto it.
 
 The moves ride on the answer to the runtime's next CreateContainer (solicited), and, where the
-runtime is safe for it (dracpu.nri_plugin.compat), go out at once as the plugin's own
-UpdateContainers calls, in batches paced to the runtime's cost (dracpu.nri_plugin.pacing).
+runtime is safe for it (dracpu.nri_plugin.transport.compat), go out at once as the plugin's own
+UpdateContainers calls, in batches paced to the runtime's cost (dracpu.nri_plugin.state.pacing).
 Until every shared container is confirmed on the pool, the pushes are sent again with backoff.
 """
 
@@ -17,9 +17,9 @@ from enum import Enum
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.conversions import cpuset_update
-from dracpu.nri_plugin.plugin_state import PluginState
-from dracpu.nri_plugin.ttrpc import DEADLINE_EXCEEDED, TtrpcError
+from dracpu.nri_plugin.state.conversions import cpuset_update
+from dracpu.nri_plugin.state.plugin_state import PluginState
+from dracpu.nri_plugin.transport.ttrpc import DEADLINE_EXCEEDED, TtrpcError
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)

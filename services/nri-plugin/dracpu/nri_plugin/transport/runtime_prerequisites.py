@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from dracpu.core.driver import CDI_KIND, CPUSET_ENV, cpuset_env_name
 from dracpu.core.prerequisites import CDI, NRI, Prerequisites
-from dracpu.nri_plugin.cri_version import RuntimeIdentity
+from dracpu.nri_plugin.transport.cri_version import RuntimeIdentity
 from dracpu.pb.nri import api_pb2
 
 NRI_GRACE = 30.0  # seconds: a runtime restarting takes its socket away for about this long

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from dracpu.nri_plugin.compat import Decision
-from dracpu.nri_plugin.pacing import UpdatePacer
-from dracpu.nri_plugin.plugin_metrics import NRIMetrics
-from dracpu.nri_plugin.registry import Registry
-from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites
-from dracpu.nri_plugin.shared_pool import SharedPool
+from dracpu.nri_plugin.state.pacing import UpdatePacer
+from dracpu.nri_plugin.state.plugin_metrics import NRIMetrics
+from dracpu.nri_plugin.state.registry import Registry
+from dracpu.nri_plugin.state.shared_pool import SharedPool
+from dracpu.nri_plugin.transport.compat import Decision
+from dracpu.nri_plugin.transport.runtime_prerequisites import RuntimePrerequisites
 
 
 def _not_configured() -> Decision:
