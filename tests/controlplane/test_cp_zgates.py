@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from controlplane.checks import devices, published, stays_unchanged
-from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
+from harness.driver_stack import DriverStack
 
 from dracpu.topology.fixtures import write_fixture
 

@@ -12,8 +12,8 @@ import time
 
 import pytest
 from controlplane.checks import published, slices
-from controlplane.stack import DriverStack
 from harness.control_plane import CommandError, ControlPlane
+from harness.driver_stack import DriverStack
 from harness.waits import wait_for
 
 from dracpu.core.prerequisites import CONSUMABLE_CAPACITY, RESOURCE_API
