@@ -56,12 +56,13 @@ async def test_grouped_devices_are_not_published_and_the_gate_is_named(
     # No nri-plugin here: its socket names nothing, whatever else runs on this machine.
     await stack.start(plugin_flags=("--nri-plugin-socket", str(stack.root / "none.sock")))
 
-    deadline = time.monotonic() + 60
-    status = await stack.status()
-    while all(p.ok for p in status.prerequisites):
-        assert time.monotonic() < deadline, stack.plugin_log()
-        await asyncio.sleep(0.2)
+
+    async def lacking() -> dra_plugin_pb2.PluginStatus:
         status = await stack.status()
+        assert not all(p.ok for p in status.prerequisites), stack.plugin_log()[-3000:]
+        return status
+
+    status = await eventually(lacking, "a prerequisite reported lacking", timeout=60, interval=0.2)
     verdicts = {p.name: p for p in status.prerequisites}
     assert verdicts[RESOURCE_API].ok
     assert not verdicts[CONSUMABLE_CAPACITY].ok
