@@ -3,14 +3,13 @@ feature gates; what the plugin does when the server lacks an optional field."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 import pytest
 from controlplane.checks import devices, published, slices, stays_unchanged
 from harness.control_plane import ControlPlane
 from harness.driver_stack import DriverStack
+from harness.waits import eventually
 
 from dracpu.topology.fixtures import write_fixture
 

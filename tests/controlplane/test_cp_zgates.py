@@ -6,14 +6,13 @@ Runs last (file order): it restarts the control plane with other apiserver flags
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 import pytest
 from controlplane.checks import devices, published, stays_unchanged
 from harness.control_plane import ControlPlane
 from harness.driver_stack import DriverStack
+from harness.waits import eventually
 
 from dracpu.topology.fixtures import write_fixture
 
