@@ -1,6 +1,7 @@
 """Shared pytest configuration: per-test timeouts scaled to the machine's speed like every wait
 (harness.speed), property tests without a per-example deadline, and the time each test area
-took, printed at the end of a run."""
+took, printed at the end of a run. The real-node bed (`realnode_stack`) is defined here, once, for
+every folder whose tests run on it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from harness import speed
+from harness.realnode_stack import realnode_stack as realnode_stack
 from hypothesis import settings
 
 # The tests hold the placement algorithm's Python source to the kubelet (some patch its

@@ -13,14 +13,13 @@ from harness.api_stack import (
     ApiProcess,
     PodServices,
     ServiceSet,
-    Stack,
     app_client,
     running_pod,
     running_services,
-    running_stack,
     start_api,
     stop_api,
 )
+from harness.api_stack import stack as stack  # the whole pod, for the session
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +50,3 @@ def api_process(services: ServiceSet) -> Iterator[ApiProcess]:
         yield api
     finally:
         stop_api(api)
-
-
-@pytest.fixture(scope="session")
-def stack() -> Iterator[Stack]:
-    """`dracpu dev up` on xeon-2s-ht with three claims: two on NUMA node 1, one on node 0."""
-    with running_stack() as started:
-        started.claim("db", "team-a", 4)
-        started.claim("batch", "team-b", 2, numa=1)
-        started.claim("cache", "team-a", 1, numa=1)
-        yield started

@@ -286,14 +286,16 @@ def _api() -> DevUp:
 def shared_pool(state: Path) -> str:
     """What the api serves as the shared pool. Under emulation its call to the allocator can
     miss its deadline while the guest is busy (503); asked again until it answers."""
-    deadline = time.monotonic() + 60
-    while True:
+
+    def answer() -> str | None:
         try:
             return CPUSet.parse(_api().shared_pool()).format()
         except urllib.error.HTTPError as exc:
-            if exc.code != 503 or time.monotonic() > deadline:
-                raise
-            time.sleep(1)
+            if exc.code == 503:
+                return None
+            raise RuntimeError(f"the api answered {exc.code} {exc.reason}") from exc
+
+    return wait_for(answer, "the api's shared pool", timeout=60, interval=1)
 
 
 def pod(state: Path, name: str) -> dict[str, str]:

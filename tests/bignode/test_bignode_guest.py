@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from bignode import cluster as cluster_module
 from harness import guest as guest_module
 from harness.guest import MARKER, Guest, GuestError, _recorded_qemu, free_port
+from harness.waits import wait_for
 
 
 @pytest.fixture
@@ -87,9 +87,12 @@ def test_the_host_root_is_shared_read_only_and_only_the_state_folder_writable(
 def started(argv: list[str]) -> subprocess.Popen[bytes]:
     """A process, returned once its command line is readable (the exec has happened)."""
     process = subprocess.Popen(argv)
-    deadline = time.monotonic() + 10
-    while not Path(f"/proc/{process.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(
+        lambda: Path(f"/proc/{process.pid}/cmdline").read_bytes(),
+        f"the command line of {argv[0]}",
+        timeout=10,
+        interval=0.01,
+    )
     return process
 
 

@@ -3,6 +3,8 @@
 `control_plane` is module-scoped and started with the apiserver flags a module asks for through
 `CONTROL_PLANE_FLAGS` (a module-level tuple); modules asking for the same flags share the running
 processes (tools/controlplane.sh up is a no-op then), a module with other flags restarts them.
+A module's driver is harness/driver_stack.py's: `stack` (one a test starts, closed after it) or
+`running_stack` (one started for the module), on `driver_kubeconfig`.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane, missing_binaries
+from harness.driver_stack import DriverStack
+from harness.driver_stack import driver_kubeconfig as driver_kubeconfig
+from harness.driver_stack import running_stack as running_stack
+from harness.driver_stack import stack as stack
 from harness.tier_end import TierEnd
 
 ROOT = Path(os.environ.get("DRACPU_CP_ROOT", "/tmp/dracpu-controlplane"))
@@ -52,5 +57,5 @@ def stacks() -> Iterator[list[DriverStack]]:
     """Driver stacks a test starts, closed after it."""
     made: list[DriverStack] = []
     yield made
-    for stack in made:
-        stack.close()
+    for driver in made:
+        driver.close()

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 from controlplane.checks import complete, published, slices
-from controlplane.stack import DriverStack
 from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane
+from harness.driver_stack import DriverStack
 from harness.waits import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]

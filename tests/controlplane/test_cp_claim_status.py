@@ -27,12 +27,10 @@ from controlplane.checks import (
     DEVICE_CLASS,
     NAMESPACE,
     allocation,
-    complete,
     driver_pod,
-    slices,
 )
-from controlplane.stack import DriverStack
 from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane
+from harness.driver_stack import DriverStack
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
@@ -142,14 +140,9 @@ def driver_token(
 
 
 @pytest.fixture(scope="module")
-def stack(control_plane: ControlPlane, driver_token: Path) -> Iterator[DriverStack]:
-    import asyncio
-
-    made = DriverStack(NODE, driver_token)
-    asyncio.run(made.start())
-    wait_for(lambda: complete(slices(control_plane, NODE), 2), "slices", timeout=60, interval=0.2)
-    yield made
-    made.close()
+def driver_kubeconfig(driver_token: Path) -> Path:
+    """The module's driver runs on the chart's ServiceAccount, its token bound to a pod."""
+    return driver_token
 
 
 def ours(cp: ControlPlane, name: str, driver: str = "dra.cpu") -> dict[str, Any] | None:
@@ -202,13 +195,13 @@ def our_status_writes(cp: Any, name: str) -> list[tuple[str, str]]:
 
 
 async def test_status_written_kept_across_a_restart_and_removed_on_unprepare(
-    control_plane: ControlPlane, stack: DriverStack
+    control_plane: ControlPlane, running_stack: DriverStack
 ) -> None:
     cp = control_plane
     cp.create(two_driver_claim("st-main"), pod_for("st-main", "st-main", NODE))
     results = allocated(cp, "st-main")
     uid = cp.get("resourceclaim", "st-main", NAMESPACE)["metadata"]["uid"]
-    kubelet = await stack.kubelet()
+    kubelet = await running_stack.kubelet()
     try:
         assert (await kubelet.prepare([Claim(NAMESPACE, "st-main", uid)]))[uid].error == ""
     finally:
@@ -218,7 +211,7 @@ async def test_status_written_kept_across_a_restart_and_removed_on_unprepare(
     assert (entry["pool"], entry["device"], entry["shareID"]) == (
         cpu["pool"], cpu["device"], cpu["shareID"])  # fmt: skip
     data = entry["data"]
-    assert data["cpuset"] == cdi_cpus(stack, uid) and len(CPUSet.parse(data["cpuset"])) == 2
+    assert data["cpuset"] == cdi_cpus(running_stack, uid) and len(CPUSet.parse(data["cpuset"])) == 2
     assert data["numaNodes"] == [int(cpu["device"][-3:])] and data["wholeCores"] is True
     (ready,) = entry["conditions"]
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Prepared")
@@ -238,11 +231,11 @@ async def test_status_written_kept_across_a_restart_and_removed_on_unprepare(
 
     # Other controllers may update the claim; what must not change is our manager's write.
     written = our_status_writes(cp, "st-main")
-    await stack.restart_plugin()
+    await running_stack.restart_plugin()
     assert ours(cp, "st-main") == entry
     assert our_status_writes(cp, "st-main") == written, "a restart rewrote our status"
 
-    kubelet = await stack.kubelet()
+    kubelet = await running_stack.kubelet()
     try:
         assert await kubelet.unprepare([Claim(NAMESPACE, "st-main", uid)]) == {uid: ""}
     finally:
@@ -252,7 +245,7 @@ async def test_status_written_kept_across_a_restart_and_removed_on_unprepare(
 
 
 async def test_concurrent_and_conflicting_writers(
-    control_plane: ControlPlane, stack: DriverStack
+    control_plane: ControlPlane, running_stack: DriverStack
 ) -> None:
     cp = control_plane
     cp.create(two_driver_claim("st-race"), pod_for("st-race", "st-race", NODE))
@@ -273,13 +266,13 @@ async def test_concurrent_and_conflicting_writers(
 
     writer = threading.Thread(target=other_writer)
     writer.start()
-    kubelet = await stack.kubelet()
+    kubelet = await running_stack.kubelet()
     try:
         assert (await kubelet.prepare([Claim(NAMESPACE, "st-race", uid)]))[uid].error == ""
         writer.join()
         assert errors == []
         entry = wait_for(lambda: ours(cp, "st-race"), "our entry", timeout=30, interval=0.2)
-        assert entry["data"]["cpuset"] == cdi_cpus(stack, uid)
+        assert entry["data"]["cpuset"] == cdi_cpus(running_stack, uid)
         assert ours(cp, "st-race", OTHER_DRIVER)["data"] == {"round": 14}  # type: ignore[index]
 
         # Taking our entry without force is a conflict that names our manager.
@@ -298,11 +291,12 @@ async def test_concurrent_and_conflicting_writers(
         await kubelet.close()
     wait_for(lambda: ours(cp, "st-race") is None, "our entry removed", timeout=30, interval=0.2)
     assert ours(cp, "st-race", OTHER_DRIVER) is not None
-    assert ": 403 " not in stack.plugin_log() and "refused" not in stack.plugin_log()
+    log = running_stack.plugin_log()
+    assert ": 403 " not in log and "refused" not in log
 
 
 def test_the_driver_token_writes_only_its_own_entries_on_its_own_node(
-    control_plane: ControlPlane, stack: DriverStack, driver_token: Path
+    control_plane: ControlPlane, running_stack: DriverStack, driver_token: Path
 ) -> None:
     cp = control_plane
     cp.create(two_driver_claim("st-own"), pod_for("st-own", "st-own", NODE),

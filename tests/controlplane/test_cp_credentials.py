@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from controlplane.checks import complete, slices
-from controlplane.stack import DriverStack
 from harness.control_plane import CommandError, ControlPlane
+from harness.driver_stack import DriverStack
 from harness.waits import wait_for
 
 from dracpu.dra_plugin.cluster.api_access import in_cluster

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from controlplane.checks import complete, devices, slices
-from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
+from harness.driver_stack import DriverStack
 from harness.published import decode_smt_layout
 from harness.waits import wait_for
 

@@ -3,23 +3,15 @@ old Node owned, the plugin publishes them again owned by the new one, and then l
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from controlplane.checks import complete, slices, stays_unchanged
-from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
+from harness.driver_stack import DriverStack
 from harness.waits import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 NODE = "recreated-node"
-
-
-@pytest.fixture
-def stack(control_plane: ControlPlane) -> Iterator[DriverStack]:
-    made = DriverStack(NODE, control_plane.kubeconfig, config={"cpuDeviceMode": "individual"})
-    yield made
-    made.close()
+STACK_CONFIG = {"cpuDeviceMode": "individual"}
 
 
 def owners(cp: ControlPlane) -> set[str]:

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 from controlplane.checks import DEVICE_CLASS, NAMESPACE, allocation, complete, slices
-from controlplane.stack import DriverStack
 from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane
+from harness.driver_stack import DriverStack
 from harness.opaque_cases import CASES, INVALID, OpaqueCase, config, named_field
 from harness.waits import wait_for
 

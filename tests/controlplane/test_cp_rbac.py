@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from controlplane.checks import allocation, claim, complete, driver_pod, pod, published, slices
-from controlplane.stack import DriverStack
 from harness.control_plane import KUBE_VERSION, REPO, CommandError, ControlPlane
+from harness.driver_stack import DriverStack
 from harness.waits import wait_for
 
 from dracpu.dev.kubelet_sim import Claim
@@ -26,6 +25,7 @@ RELEASE, CHART_NAMESPACE = "dra-driver-cpu", "kube-system"
 NAMESPACE = "default"
 NODE = "rbac-node"
 DRIVER_POD = "rbac-driver"
+STACK_CONFIG = {"cpuDeviceMode": "individual"}
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DeviceClass"}
 
 
@@ -60,11 +60,10 @@ def service_account(
     return cp.token_kubeconfig(CHART_NAMESPACE, name, path, bound_pod=DRIVER_POD)
 
 
-@pytest.fixture
-def stack(service_account: Path) -> Iterator[DriverStack]:
-    made = DriverStack(NODE, service_account, config={"cpuDeviceMode": "individual"})
-    yield made
-    made.close()
+@pytest.fixture(scope="module")
+def driver_kubeconfig(service_account: Path) -> Path:
+    """The module's driver runs on the chart's ServiceAccount."""
+    return service_account
 
 
 async def test_the_plugin_runs_on_the_charts_service_account(

@@ -18,8 +18,8 @@ from controlplane.checks import (
     pod,
     slices,
 )
-from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
+from harness.driver_stack import DriverStack
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet

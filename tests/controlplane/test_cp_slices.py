@@ -3,14 +3,13 @@ feature gates; what the plugin does when the server lacks an optional field."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 import pytest
 from controlplane.checks import devices, published, slices, stays_unchanged
-from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
+from harness.driver_stack import DriverStack
+from harness.waits import eventually
 
 from dracpu.topology.fixtures import write_fixture
 
@@ -101,14 +100,13 @@ async def test_a_mapping_dropped_without_the_gate_is_noticed_once_and_not_rewrit
     await stack.start()
     published(control_plane, node, 2, "slices")
 
-    async def reported() -> str:
+    async def reported() -> bool:
         status = await stack.status()
-        return ",".join(m.name for m in status.missing_api_features)
+        missing = ",".join(m.name for m in status.missing_api_features)
+        assert missing == "nodeAllocatableResources", f"{missing!r}; {stack.plugin_log()[-3000:]}"
+        return True
 
-    deadline = time.monotonic() + 30
-    while await reported() != "nodeAllocatableResources":
-        assert time.monotonic() < deadline, stack.plugin_log()[-3000:]
-        await asyncio.sleep(0.2)
+    await eventually(reported, "the mapping reported missing", timeout=30, interval=0.2)
     (missing,) = (await stack.status()).missing_api_features
     assert missing.feature_gate == "DRANodeAllocatableResources"
     assert "dropped spec.devices[].nodeAllocatableResources" in missing.reason

@@ -6,14 +6,13 @@ Runs last (file order): it restarts the control plane with other apiserver flags
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 import pytest
 from controlplane.checks import devices, published, stays_unchanged
-from controlplane.stack import DriverStack
 from harness.control_plane import ControlPlane
+from harness.driver_stack import DriverStack
+from harness.waits import eventually
 
 from dracpu.topology.fixtures import write_fixture
 
@@ -97,10 +96,11 @@ async def test_a_mapping_refused_for_an_undeclared_node_is_left_out_and_reported
     await stack.start()
     found = published(control_plane, node, 2, "slices without the mapping")
     assert all("nodeAllocatableResources" not in d for d in devices(found))
-    deadline = time.monotonic() + 30
-    while not (await stack.status()).missing_api_features:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.2)
+
+    async def reported() -> bool:
+        return bool((await stack.status()).missing_api_features)
+
+    await eventually(reported, "the mapping reported missing", timeout=30, interval=0.2)
     (missing,) = (await stack.status()).missing_api_features
     assert missing.name == "nodeAllocatableResources"
     assert missing.reason.startswith("create resourceslice: 403 Forbidden: ")

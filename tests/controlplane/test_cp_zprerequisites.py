@@ -7,16 +7,14 @@ Runs after the other modules (file order): it restarts the control plane with th
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 from controlplane.checks import published, slices
-from controlplane.stack import DriverStack
 from harness.control_plane import CommandError, ControlPlane
-from harness.waits import wait_for
+from harness.driver_stack import DriverStack
+from harness.waits import eventually, never, wait_for
 
 from dracpu.core.prerequisites import CONSUMABLE_CAPACITY, RESOURCE_API
+from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
 CONTROL_PLANE_FLAGS = ("--feature-gates=DRAConsumableCapacity=false",)
@@ -56,12 +54,12 @@ async def test_grouped_devices_are_not_published_and_the_gate_is_named(
     # No nri-plugin here: its socket names nothing, whatever else runs on this machine.
     await stack.start(plugin_flags=("--nri-plugin-socket", str(stack.root / "none.sock")))
 
-    deadline = time.monotonic() + 60
-    status = await stack.status()
-    while all(p.ok for p in status.prerequisites):
-        assert time.monotonic() < deadline, stack.plugin_log()
-        await asyncio.sleep(0.2)
+    async def lacking() -> dra_plugin_pb2.PluginStatus:
         status = await stack.status()
+        assert not all(p.ok for p in status.prerequisites), stack.plugin_log()[-3000:]
+        return status
+
+    status = await eventually(lacking, "a prerequisite reported lacking", timeout=60, interval=0.2)
     verdicts = {p.name: p for p in status.prerequisites}
     assert verdicts[RESOURCE_API].ok
     assert not verdicts[CONSUMABLE_CAPACITY].ok
@@ -83,8 +81,10 @@ async def test_grouped_devices_are_not_published_and_the_gate_is_named(
     assert (event["type"], event["reason"]) == ("Warning", "PrerequisiteMissing")
     assert event["involvedObject"]["uid"] == uid  # so kubectl describe pod shows it
 
-    await asyncio.sleep(3)  # several publish rounds (--poll-interval 0.5): still nothing
-    assert slices(control_plane, node) == []
+    # Several more publish rounds (--poll-interval 0.5): still no slice.
+    await never(
+        lambda: slices(control_plane, node), "a ResourceSlice written", within=3, interval=0.5
+    )
     lines = [x for x in stack.plugin_log().splitlines() if "prerequisite missing" in x]
     assert len(lines) == 1 and GATE_FLAG in lines[0]
     assert "Traceback" not in stack.plugin_log()

@@ -1,5 +1,6 @@
 """Fixtures of the docker tier: a private Docker engine started for the session and stopped by
-its PID at the end, and every image built on it (offline) once."""
+its PID at the end, every image built on it (offline) once, and the compose project brought up
+on them (`stack`, harness/compose_stack.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from docker_engine import BUILD, ROOT, TIER, Engine, engine_env, tier, tier_env
+from harness.compose_stack import stack as stack  # the compose project, for a module
+from harness.docker_engine import BUILD, ROOT, TIER, Engine, engine_env, tier, tier_env
 from harness.tier_end import TierEnd
 from tiers import require_root
 

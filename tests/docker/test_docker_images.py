@@ -6,7 +6,7 @@ folder a service says so in one line."""
 from __future__ import annotations
 
 import pytest
-from docker_engine import SERVICES, Engine
+from harness.docker_engine import SERVICES, Engine
 
 # The first test builds every image (minutes, cold); the stack takes a minute to start.
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]

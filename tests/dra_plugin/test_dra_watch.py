@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from harness.dra_plugin_node import NODE, NODE_UID
 from harness.fake_apiserver import Store, fake_apiserver
-from harness.waits import eventually
+from harness.waits import eventually, never
 
 from dracpu.core.errors import InvalidInputError, NotFoundError
 from dracpu.dra_plugin.cluster.api_features import FeatureSupport
@@ -32,6 +32,7 @@ class Devices:
 
     def __init__(self, count: int, **extra: Any) -> None:
         self.current = pb.DeviceList(generation=1, driver="dra.cpu")
+        self.asked = 0  # list_devices calls: one per publish round
         for i in range(count):
             device = self.current.devices.add(name=f"cpudev{i:03d}")
             device.attributes["dra.cpu/numaNode"].int = i % 2
@@ -42,6 +43,7 @@ class Devices:
                 device.node_allocatable_resources["cpu"].device_multiplier = "1"
 
     async def list_devices(self) -> pb.DeviceList:
+        self.asked += 1
         return self.current
 
 
@@ -104,7 +106,8 @@ async def stop(task: asyncio.Task[None]) -> None:
 async def test_a_slice_deleted_or_edited_by_someone_else_is_repaired_without_a_resync(
     tmp_path: Path,
 ) -> None:
-    async with publishing(tmp_path, Devices(130)) as (store, _, watch):
+    devices = Devices(130)
+    async with publishing(tmp_path, devices) as (store, _, watch):
         await soon(lambda: _count(store, 130), what="130 devices in two slices")
         listed = watch.stats.lists
         (first, second) = sorted(ours(store), key=lambda s: s["metadata"]["name"])
@@ -115,9 +118,13 @@ async def test_a_slice_deleted_or_edited_by_someone_else_is_repaired_without_a_r
         await soon(lambda: _count(store, 130), what="the edited slice repaired")
         # The watch told; nothing was listed again and the resync (an hour) never ran.
         assert watch.stats.lists == listed == 1
-        before = writes(store)
-        await asyncio.sleep(0.5)  # several poll rounds: a converged pool is left alone
-        assert writes(store) == before
+        # A converged pool is left alone: no write over several more publish rounds.
+        before, rounds = writes(store), devices.asked
+        await never(
+            lambda: writes(store) - before,
+            "a write to the converged pool",
+            until=lambda: devices.asked >= rounds + 5,
+        )
 
 
 async def test_a_compacted_resource_version_relists(tmp_path: Path) -> None:

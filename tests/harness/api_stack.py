@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import pytest
 
 from dracpu.api.app import create_app
 from dracpu.api.backends import Backends
@@ -332,3 +333,14 @@ def running_stack() -> Iterator[Stack]:
         _stop(process, timeout=30)
         shutil.rmtree(run_dir, ignore_errors=True)
         log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    """`dracpu dev up` on xeon-2s-ht with three claims: two on NUMA node 1, one on node 0.
+    Shared by the session's api tests; they only read."""
+    with running_stack() as started:
+        started.claim("db", "team-a", 4)
+        started.claim("batch", "team-b", 2, numa=1)
+        started.claim("cache", "team-a", 1, numa=1)
+        yield started

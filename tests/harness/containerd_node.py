@@ -27,7 +27,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -644,9 +643,11 @@ def cleanup_leftovers(base: Path) -> None:
         victims.update(_pids_in_cgroup(parent))
     for victim in victims:
         _kill(victim)
-    deadline = time.monotonic() + 10
-    while any(_alive(v) for v in victims) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    with contextlib.suppress(WaitTimeout):  # what still runs holds no mount we need gone
+        wait_for(
+            lambda: not any(_alive(v) for v in victims), "the node's processes to end",
+            timeout=10, interval=0.05,
+        )  # fmt: skip
     _unmount_under(Path(base).absolute())
     if parent:
         _remove_cgroups(parent)

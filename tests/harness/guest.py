@@ -214,14 +214,14 @@ class Guest:
             )
         self.pidfile.write_text(f"{self.process.pid}\n")
         try:
-            self._wait_agent(began + BOOT_TIMEOUT)
+            self._wait_agent(BOOT_TIMEOUT)
         except BaseException:
             self.kill_recorded()
             raise
         self.booted_in = time.monotonic() - began
         return self.booted_in
 
-    def _wait_agent(self, deadline: float) -> None:
+    def _wait_agent(self, timeout: float) -> None:
         def answers() -> bool:
             if self.process is not None and self.process.poll() is not None:
                 raise GuestError(f"qemu exited with {self.process.returncode}: {self.tail()}")
@@ -232,9 +232,7 @@ class Guest:
             return True
 
         try:
-            wait_for(
-                answers, "the guest's agent", timeout=deadline - time.monotonic(), interval=0.5
-            )
+            wait_for(answers, "the guest's agent", timeout=timeout, interval=0.5)
         except WaitTimeout:
             raise GuestError(f"the guest's agent did not answer in time: {self.tail()}") from None
 
@@ -243,27 +241,32 @@ class Guest:
         if not self.hung:  # no diagnosis here: it is killed when it does not answer
             with contextlib.suppress(OSError, GuestError, ValueError):
                 self._exchange({"op": "poweroff"}, timeout)
-        deadline = time.monotonic() + (0 if self.hung else timeout)
-        while _recorded_qemu(self.pidfile) and time.monotonic() < deadline:
-            if self.process is not None:
-                self.process.poll()
-            time.sleep(0.2)
+        if not self.hung:
+            with contextlib.suppress(WaitTimeout):  # killed below
+                wait_for(self._powered_off, "the guest to power off", timeout=timeout, interval=0.2)
         self.kill_recorded()
         if self.process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(5)  # reaped: no zombie left either
+
+    def _powered_off(self) -> bool:
+        if self.process is not None:
+            self.process.poll()  # reaped when it is ours, so its PID no longer counts
+        return _recorded_qemu(self.pidfile) is None
 
     def kill_recorded(self) -> None:
         """SIGKILL the qemu recorded in this state folder (only if it is that qemu)."""
         pid = _recorded_qemu(self.pidfile)
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
-            for _ in range(100):
+
+            def gone() -> bool:
                 if self.process is not None and self.process.pid == pid:
                     self.process.poll()
-                if not Path(f"/proc/{pid}").exists() or _recorded_qemu(self.pidfile) is None:
-                    break
-                time.sleep(0.05)
+                return not Path(f"/proc/{pid}").exists() or _recorded_qemu(self.pidfile) is None
+
+            with contextlib.suppress(WaitTimeout):
+                wait_for(gone, f"qemu {pid} to go", timeout=5, interval=0.05)
         self.pidfile.unlink(missing_ok=True)
 
     def tail(self, lines: int = 12) -> str:

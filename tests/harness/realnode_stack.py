@@ -2,10 +2,10 @@
 
 The runtime is containerd unless DRACPU_RUNTIME=crio selects CRI-O (harness/crio_node.py).
 Reusable from other tiers and the benchmarks (`from harness.realnode_stack import
-start_stack`). DRACPU_REALNODE_PORTS=LOW-HIGH
-restricts the API port range (default: any free port); DRACPU_REALNODE_KEEP=1 keeps the
-directories of passing tests; DRACPU_REALNODE_PREFIX names the /tmp directories (default
-dracpu-rn-), so several runs on one machine can tell theirs apart.
+start_stack`); the tests share one bed, the session fixture `realnode_stack`.
+DRACPU_REALNODE_PORTS=LOW-HIGH restricts the API port range (default: any free port);
+DRACPU_REALNODE_KEEP=1 keeps the directories of passing tests; DRACPU_REALNODE_PREFIX names
+the /tmp directories (default dracpu-rn-), so several runs on one machine can tell theirs apart.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,3 +116,15 @@ def finish_stack(stack: Stack, failed: bool = False) -> None:
     stack.teardown()
     if not failed and not os.environ.get("DRACPU_REALNODE_KEEP"):
         shutil.rmtree(stack.base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def realnode_stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    """One node of the selected runtime (newest version) with the services attached, shared by
+    every test of the session that runs on a real node (tests/realnode's as `stack`,
+    tests/security's): a run of both folders starts one node, not two. Each test leaves it as
+    it found it: its pods removed, its claims released, the shared pool whole again. A run with
+    a failure keeps the directories (the runtime's and the services' logs) for a look."""
+    started = start_stack()
+    yield started
+    finish_stack(started, request.session.testsfailed > 0)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from harness.nri_bed import ONLINE, Allocator, claim_env, start_process, stop_process
 from harness.services import wait_serving
+from harness.waits import eventually
 from logformats import klog_lines
 from nri_peer import PEERS, GoRuntime, PeerVersion, missing_reason
 
@@ -40,14 +41,6 @@ def require(peer: PeerVersion) -> None:
     reason = missing_reason(peer)
     if reason:
         pytest.skip(reason)
-
-
-async def poll(predicate: object, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():  # type: ignore[operator]
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def seed(go: GoRuntime, claim: tuple[str, CPUSet]) -> None:
@@ -147,7 +140,9 @@ async def test_real_runtime_drives_the_plugin(
                 now = await go.cpus()
                 return all(now[i] == expected.format() for i in shared_ids)
 
-            await poll(lambda: shared_on(smaller), what="shared containers on the smaller pool")
+            await eventually(
+                lambda: shared_on(smaller), "shared containers on the smaller pool", interval=0.02
+            )
 
             # Refusals come back to the runtime as errors (CreateContainerError upstream).
             bad = await go.call(
@@ -167,12 +162,16 @@ async def test_real_runtime_drives_the_plugin(
             # Unprepare grows the pool: pushed where safe, else at the next create.
             await allocator.unprepare(uid)
             if peer.unsolicited_by_default:
-                await poll(lambda: shared_on(pool), what="unsolicited push of the larger pool")
+                await eventually(
+                    lambda: shared_on(pool), "unsolicited push of the larger pool", interval=0.02
+                )
                 pushed = (await go.ok("unsolicited")).get("unsolicited") or []
                 assert sum(len(batch) for batch in pushed) >= len(shared_ids)
             else:
-                await poll(
-                    lambda: _plugin_pool_is(view, pool), what="plugin to see the larger pool"
+                await eventually(
+                    lambda: _plugin_pool_is(view, pool),
+                    "plugin to see the larger pool",
+                    interval=0.02,
                 )
                 await go.ok("create", pod="p-web", id="web2", name="late", env=["A=1"])
                 assert await shared_on(pool)
@@ -196,7 +195,9 @@ async def test_runtime_restart_resynchronizes(
         async with plugin_process(short_tmp, allocator, nri_socket) as view:
             await go.ok("wait_plugin", timeout_ms=30000)
             await go.close()
-            await poll(lambda: _disconnected(view), what="plugin to notice the runtime left")
+            await eventually(
+                lambda: _disconnected(view), "plugin to notice the runtime left", interval=0.02
+            )
             # The new runtime knows its containers before it opens the socket.
             go = await GoRuntime.start(peer, nri_socket, short_tmp / "go2.log", listen=False)
             await seed(go, (uid, cpus))
@@ -279,7 +280,7 @@ async def test_one_big_frame_is_what_the_go_reader_cannot_take(
         async def refused() -> bool:
             return "failed to synchronize plugin" in go.log_text()
 
-        await poll(refused, what="the runtime to drop the plugin")
+        await eventually(refused, "the runtime to drop the plugin", interval=0.02)
         answer = await go.call("wait_plugin", timeout_ms=1)
         assert not answer["ok"]
     finally:

@@ -11,10 +11,10 @@ from pathlib import Path
 import grpc
 import pytest
 from harness.nri_bed import Bed, claim_env, prepare_seen
-from harness.waits import eventually
+from harness.waits import eventually, never
 
 from dracpu.core.errors import InvalidInputError
-from dracpu.core.prerequisites import CDI, NRI, Prerequisites
+from dracpu.core.prerequisites import CDI, NRI, Prerequisite, Prerequisites
 from dracpu.core.retry import Backoff
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
 from dracpu.nri_plugin.runtime import runtime_identity
@@ -72,7 +72,17 @@ async def test_the_stub_reports_an_absent_socket_once_in_the_status(tmp_path: Pa
         async def shared_pool(self) -> allocator_pb2.SharedPool:
             return allocator_pb2.SharedPool(cpus="0-3", generation=1)
 
-    checks, verdicts = _checks()
+    changes: list[Prerequisite] = []
+    verdicts = Prerequisites(on_change=changes.append)
+    checks = RuntimePrerequisites(verdicts, "/var/run/nri/nri.sock")
+    attempts: list[str] = []  # every failed connection the stub reports
+    report = checks.connection_failed
+
+    def counted(reason: str) -> None:
+        attempts.append(reason)
+        report(reason)
+
+    checks.connection_failed = counted  # type: ignore[method-assign]
     plugin = CPUPlugin(Allocator(), unsolicited=UnsolicitedMode.OFF,  # type: ignore[arg-type]
                        prerequisites=checks)  # fmt: skip
     stub = PluginStub(str(tmp_path / "nri.sock"), plugin, prerequisites=checks,
@@ -80,7 +90,9 @@ async def test_the_stub_reports_an_absent_socket_once_in_the_status(tmp_path: Pa
     task = asyncio.create_task(stub.run())
     try:
         await eventually(lambda: stub.status.connects == 0 and verdicts.get(NRI), "a verdict")
-        await asyncio.sleep(0.05)  # several more attempts: the same words, no new verdict
+        # Several more attempts fail the same way: the same words, no new verdict.
+        seen = len(attempts)
+        await never(lambda: changes[1:], "a new verdict", until=lambda: len(attempts) >= seen + 3)
     finally:
         stub.stop()
         task.cancel()

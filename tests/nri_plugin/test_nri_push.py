@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytest
+from harness.waits import eventually
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
@@ -90,16 +91,16 @@ async def change_pool(plugin: CPUPlugin, allocator: PoolOnly, cpus: str, generat
 
 
 async def converged(plugin: CPUPlugin, runtime: SlowRuntime, pool: str, timeout: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+    def on_pool() -> bool:
         wrong = {cid: cpus for cid, cpus in runtime.truth.items() if cpus != pool}
         unconfirmed = [r.container_id for r in plugin.registry if not r.confirmed]
         stale = plugin.registry.stale_shared(CPUSet.parse(pool))
-        if not wrong and not unconfirmed and not stale:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"not converged on {pool}: {len(wrong)} wrong, {len(stale)} stale")
-        await asyncio.sleep(0.02)
+        assert not wrong and not unconfirmed and not stale, (
+            f"{len(wrong)} wrong, {len(unconfirmed)} unconfirmed, {len(stale)} stale"
+        )
+        return True
+
+    await eventually(on_pool, f"every container on {pool}", timeout=timeout, interval=0.02)
 
 
 def recorded(plugin: CPUPlugin) -> Mapping[str, str]:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from harness.nri_bed import Allocator, start_process, stop_process
+from harness.waits import eventually
 
-from dracpu.core.errors import DracpuError
 from dracpu.core.rpc import call, channel, check_health
 from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
@@ -45,17 +44,12 @@ def test_bad_flags_give_one_line_and_exit_2(args: list[str], message: str) -> No
 
 
 async def health_becomes(socket: Path, expected: str, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    seen = ""
-    while seen != expected:
-        try:
-            seen = await check_health(socket, timeout=1.0)
-        except DracpuError as exc:
-            seen = f"unreachable: {exc}"
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"health of {socket} is {seen}, not {expected}")
-        if seen != expected:
-            await asyncio.sleep(0.05)
+    async def health_is() -> bool:
+        seen = await check_health(socket, timeout=1.0)  # an unreachable one: not yet
+        assert seen == expected, f"health {seen}"
+        return True
+
+    await eventually(health_is, f"health of {socket} to be {expected}", timeout=timeout)
 
 
 async def test_health_follows_the_runtime_connection(allocator: Allocator, short_tmp: Path) -> None:

@@ -1,11 +1,11 @@
-"""Fixtures of the real-node tier (the bed itself: harness/realnode_stack.py)."""
+"""Fixtures of the real-node tier (the bed itself: harness/realnode_stack.py, one per session)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from harness.realnode_stack import Stack, finish_stack, start_stack
+from harness.realnode_stack import Stack
 
 
 @pytest.hookimpl(wrapper=True)
@@ -19,9 +19,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture(scope="session")
-def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
-    """One containerd (newest version) + services shared by the tier's tests; each test
-    removes its pods and releases its claims, leaving it as it found it."""
-    started = start_stack()
-    yield started
-    finish_stack(started, getattr(request.node, "rep_call_failed", False))
+def stack(realnode_stack: Stack) -> Stack:
+    """The session's real-node bed (tests/conftest.py), which the tier's tests call `stack`."""
+    return realnode_stack

@@ -10,11 +10,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 from harness.realnode_stack import make_node, require_realnode, runtime
+from harness.waits import wait_for
 
 pytestmark = pytest.mark.realnode
 
@@ -51,12 +51,16 @@ def test_a_runtime_with_nri_off_is_named_with_its_version_and_setting_at_the_sta
         )  # fmt: skip
         assert plugin.stdout is not None
         lines: list[str] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any("no NRI socket" in x for x in lines):
+
+        def read_until_said() -> bool:
+            """One more line of the plugin's; done at the one that names the socket, or at the
+            end of its output (the assertions below then say what it said instead)."""
+            assert plugin is not None and plugin.stdout is not None
             line = plugin.stdout.readline()
-            if not line:
-                break
             lines.append(line)
+            return not line or "no NRI socket" in line
+
+        wait_for(read_until_said, "the plugin to find no NRI socket", timeout=60, interval=0)
         plugin.terminate()
         rest, _ = plugin.communicate(timeout=30)
         lines += rest.splitlines()

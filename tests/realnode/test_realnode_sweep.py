@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from harness.containerd_node import LOCK, RECORD, sweep_abandoned
+from harness.waits import wait_for
 
 HOLD = """
 import fcntl, sys, time
@@ -48,10 +48,12 @@ def test_a_node_whose_process_lives_is_left_alone_until_it_dies(tmp_path: Path) 
     finally:
         holder.kill()
         holder.wait()
-    deadline = time.monotonic() + 5
-    while record.exists() and time.monotonic() < deadline:
+
+    def swept() -> bool:
         sweep_abandoned(tmp_path)
-    assert not record.exists()
+        return not record.exists()
+
+    wait_for(swept, "the record swept once its holder is gone", timeout=5, interval=0.05)
 
 
 def test_directories_of_other_names_are_not_looked_at(tmp_path: Path) -> None:

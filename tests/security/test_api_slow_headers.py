@@ -5,25 +5,25 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from harness.nri_bed import BIN
+from harness.waits import wait_for
 
 pytestmark = pytest.mark.security
 
 PORT = 21080
 
 
-def connect(deadline: float) -> socket.socket:
-    while True:
-        try:
-            return socket.create_connection(("127.0.0.1", PORT), timeout=5)
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+def connect() -> socket.socket:
+    """A connection to the api, once it listens."""
+    return wait_for(
+        lambda: socket.create_connection(("127.0.0.1", PORT), timeout=5),
+        f"the api listening on {PORT}",
+        timeout=30,
+        interval=0.05,
+    )
 
 
 def test_slow_headers_are_cut_off(short_tmp: Path) -> None:
@@ -44,8 +44,7 @@ def test_slow_headers_are_cut_off(short_tmp: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        slow = [connect(deadline) for _ in range(5)]
+        slow = [connect() for _ in range(5)]
         for index, client in enumerate(slow):
             if index % 2:
                 client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
@@ -53,7 +52,7 @@ def test_slow_headers_are_cut_off(short_tmp: Path) -> None:
         for client in slow:
             assert client.recv(1024) == b"", "the server closes the connection"
             client.close()
-        with connect(deadline) as client:
+        with connect() as client:
             client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             client.settimeout(30)
             assert client.recv(1024).startswith(b"HTTP/1.1 ")

@@ -9,7 +9,8 @@ leaves the shared pool, no CDI spec or record is written, a warning names it, an
 prepared afterwards gets its CPUs to itself.
 
 The machine's CPUs are few (the tier runs on 2); the allocator keeps the lowest CPU shared, so
-one 1-CPU claim fits at a time. Uses the real-node bed of tests/realnode.
+one 1-CPU claim fits at a time. Runs on the session's real-node bed (`realnode_stack`), the one
+tests/realnode runs on.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 from harness.containerd_node import ContainerdNode, NodeError
 from harness.dev_up import DevUp
-from harness.realnode_stack import Stack, finish_stack, start_stack
+from harness.realnode_stack import Stack
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
@@ -33,26 +34,18 @@ pytestmark = [pytest.mark.realnode, pytest.mark.security, pytest.mark.timeout(60
 ONLINE = Path("/sys/devices/system/cpu/online").read_text().strip()
 
 
-@pytest.fixture(scope="module")
-def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
-    started = start_stack()
-    yield started
-    # A failed run keeps its directories (containerd's and the services' logs) for a look.
-    finish_stack(started, request.session.testsfailed > 0)
-
-
 @pytest.fixture
-def node_and_dev(stack: Stack) -> Iterator[tuple[ContainerdNode, DevUp]]:
+def node_and_dev(realnode_stack: Stack) -> Iterator[tuple[ContainerdNode, DevUp]]:
     if len(CPUSet.parse(ONLINE)) < 2:
         pytest.skip(f"needs 2 online CPUs for a claim next to the shared pool, has {ONLINE}")
-    yield stack.node, stack.dev
+    yield realnode_stack.node, realnode_stack.dev
     # Whatever a test left: its pods and claims go, the pool is whole again for the next one.
-    for pod_id in stack.node.pods():
-        stack.node.remove_pod(pod_id)
-    for left in stack.dev.get("/v1/claims")["claims"]:
-        stack.dev.release(left["name"])
+    for pod_id in realnode_stack.node.pods():
+        realnode_stack.node.remove_pod(pod_id)
+    for left in realnode_stack.dev.get("/v1/claims")["claims"]:
+        realnode_stack.dev.release(left["name"])
     wait_for(
-        lambda: stack.dev.shared_pool() == ONLINE,
+        lambda: realnode_stack.dev.shared_pool() == ONLINE,
         "the pool to be whole again",
         timeout=30,
         interval=0.5,

@@ -6,17 +6,16 @@ placement dropped; records without the field read as not placed."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness.services import wait_serving
 from skew_builds import Build
 
 from dracpu.allocator.claims import PrepareInput, ResultInput
@@ -25,7 +24,6 @@ from dracpu.allocator.domain.opaque import OpaqueConfig
 from dracpu.allocator.live.node import NodeAllocator
 from dracpu.allocator.store import records
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import DracpuError
 from dracpu.core.rpc import call, channel, check_health
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.topology.discovery import discover
@@ -68,17 +66,11 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 async def serving(socket: Path, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"the release's allocator exited: {log.read_text()[-2000:]}")
-        try:
-            if socket.exists() and await check_health(socket, timeout=1.0) == "SERVING":
-                return
-        except DracpuError:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the release's allocator is not serving: {log.read_text()[-2000:]}")
+    async def healthy() -> bool:
+        return socket.exists() and await check_health(socket, timeout=1.0) == "SERVING"
+
+    await wait_serving(socket, process, what="the release's allocator", log=log, timeout=30,
+                       probe=healthy, interval=0.1)  # fmt: skip
 
 
 async def test_the_release_allocator_keeps_placed_claims_cpus_and_drops_their_placement(

@@ -11,13 +11,13 @@ import json
 import subprocess
 import sys
 import tarfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 from harness.oci_registry import MANIFEST, ArchiveRegistry
+from harness.waits import wait_for
 
 HERE = Path(__file__).resolve().parents[1] / "harness" / "oci_registry.py"
 
@@ -136,6 +136,17 @@ def test_a_manifest_that_does_not_match_its_digest_is_refused(tmp_path: Path) ->
         ArchiveRegistry(tmp_path / "bad.tar")
 
 
+def announced(out: Path, process: subprocess.Popen[bytes]) -> list[str]:
+    """The lines the program writes to `out` once it serves (its address, then its names)."""
+    wait_for(
+        lambda: out.exists() or process.poll() is not None,
+        f"the registry's address in {out}",
+        timeout=30,
+        interval=0.05,
+    )
+    return out.read_text().splitlines()
+
+
 def test_the_program_writes_its_address_and_names_then_serves_until_terminated(
     tmp_path: Path,
 ) -> None:
@@ -143,10 +154,7 @@ def test_the_program_writes_its_address_and_names_then_serves_until_terminated(
     out = tmp_path / "address"
     process = subprocess.Popen([sys.executable, str(HERE), str(out), str(tmp_path / "a.tar")])
     try:
-        deadline = time.monotonic() + 30
-        while not out.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.05)
-        address, *names = out.read_text().splitlines()
+        address, *names = announced(out, process)
         assert names == ["localhost/dracpu-api:0.2.0"]
         assert _get(f"http://{address}/v2/dracpu-api/manifests/0.2.0")[0] == 200
     finally:
@@ -164,10 +172,7 @@ def test_an_alias_serves_an_image_under_a_new_name_on_the_port_asked(tmp_path: P
          str(tmp_path / "a.tar")]
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while not out.exists() and time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.05)
-        address, *names = out.read_text().splitlines()
+        address, *names = announced(out, process)
         assert names[-1] == "docker.io/library/busybox:1.36"
         status, _, digest = _get(f"http://{address}/v2/library/busybox/manifests/1.36")
         assert (status, digest) == (200, manifest)

@@ -1,6 +1,12 @@
 """One simulated node's driver against the real API server: topology, allocator and dra-plugin
 as processes on a sysfs fixture, the plugin with a kubeconfig, and the kubelet stand-in for
-NodePrepareResources."""
+NodePrepareResources.
+
+The control-plane tier's fixtures of it (tests/controlplane/conftest.py exposes them): `stack`,
+a driver a test starts itself, and `running_stack`, one started for a module's tests. Both run
+the module's NODE with its STACK_CONFIG (when it has one) on the credentials of
+`driver_kubeconfig`: the control plane's admin kubeconfig unless the module overrides that
+fixture (with a ServiceAccount's token, say)."""
 
 from __future__ import annotations
 
@@ -10,29 +16,24 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from dracpu.core import rpc
-from dracpu.core.errors import DracpuError
-from dracpu.core.rpc import check_health
 from dracpu.dev.kubelet_sim import KubeletSim, RegisteredPlugin
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
 from dracpu.topology.fixtures import write_fixture
+from harness.control_plane import ControlPlane
+from harness.services import wait_serving
+from harness.waits import eventually
 
 BIN = Path(sys.executable).parent
 DRIVER = "dra.cpu"
-
-
-async def _health(sock: Path) -> str:
-    try:
-        return await check_health(sock)
-    except DracpuError as exc:
-        return f"not answering: {exc}"
 
 
 class DriverStack:
@@ -76,22 +77,11 @@ class DriverStack:
             )
 
     async def _ready(self, name: str) -> None:
-        deadline = time.monotonic() + 60
-        while True:
-            proc = self.procs[name]
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"{name} exited {proc.returncode}:\n{self.log(name).read_text()}"
-                )
-            sock = self.sock(name)
-            # The socket file exists from bind; until the server listens a connect is refused.
-            if sock.is_socket() and await _health(sock) == "SERVING":
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{name} not SERVING within 60 s:\n{self.log(name).read_text()}"
-                )
-            await asyncio.sleep(0.1)
+        # The socket file exists from bind; until the server listens a connect is refused.
+        await wait_serving(
+            self.sock(name), self.procs[name], what=name, log=self.log(name), timeout=60,
+            interval=0.1,
+        )  # fmt: skip
 
     async def start(self, *allocator_flags: str, plugin_flags: tuple[str, ...] = ()) -> None:
         common = ["--config", str(self.root / "config.yaml")]
@@ -162,3 +152,46 @@ class DriverStack:
         for name in ("dra-plugin", "allocator", "topology"):
             self.stop(name)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def driver_kubeconfig(control_plane: ControlPlane) -> Path:
+    """The credentials of the module's driver: the control plane's admin kubeconfig; a module
+    overrides this fixture to run its driver as someone else."""
+    return control_plane.kubeconfig
+
+
+def _module_driver(request: pytest.FixtureRequest, kubeconfig: Path) -> DriverStack:
+    module = request.module
+    return DriverStack(module.NODE, kubeconfig, config=getattr(module, "STACK_CONFIG", None))
+
+
+@pytest.fixture
+def stack(request: pytest.FixtureRequest, driver_kubeconfig: Path) -> Iterator[DriverStack]:
+    """The driver of the module's NODE, not started (the test starts it, with the flags it
+    needs); closed after the test, so every test has a driver of its own."""
+    made = _module_driver(request, driver_kubeconfig)
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module")
+def running_stack(request: pytest.FixtureRequest, driver_kubeconfig: Path) -> Iterator[DriverStack]:
+    """The driver of the module's NODE, started once and its slices published, for a module
+    whose tests each leave it as they found it (they may restart the plugin)."""
+    made = _module_driver(request, driver_kubeconfig)
+
+    async def start() -> None:
+        await made.start()
+
+        async def published() -> bool:
+            status = await made.status()
+            return status.slice_count > 0 and status.last_publish_error == ""
+
+        await eventually(published, "the driver's slices published", timeout=60, interval=0.2)
+
+    try:
+        asyncio.run(start())
+        yield made
+    finally:
+        made.close()
