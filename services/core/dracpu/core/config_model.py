@@ -1,8 +1,9 @@
 """The driver configuration, each field declared once: `DriverConfig` names it, types it (the
 allowed values of a choice are its Literal) and gives its default; the field's metadata gives its
 config-file spelling, one-line help, flag and chart value. `FIELDS` reads them back for what is
-derived from them: the file's parsing (dracpu.core.config), the flags (dracpu.core.flags), the
-JSON Schema of the api's answer and of the chart's values (dracpu.core.config_schema).
+derived from them: the check of a document's fields (`parse_document`, here), the flags
+(dracpu.core.flags), the JSON Schemas of the api's answer and of the chart's values
+(dracpu.core.config_schema).
 
 Light imports only: every service's `--help` builds its flags from this module.
 """
@@ -14,11 +15,12 @@ import os
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from dracpu.core.cpuset import MAX_CPUS, CPUSet
+from dracpu.core.errors import ConfigError, CPUSetError
 
 CONFIG_API_VERSION = "v1alpha1"
 
@@ -112,10 +114,10 @@ def _about(
 class DriverConfig:
     """The effective driver configuration every service shares."""
 
-    api_version: Literal["v1alpha1"] | None = field(
+    api_version: Literal["v1alpha1"] | None = dataclasses.field(
         default=None, metadata=_about("apiVersion", "the version of the configuration's format")
     )
-    cpu_device_mode: Literal["grouped", "individual"] = field(
+    cpu_device_mode: Literal["grouped", "individual"] = dataclasses.field(
         default="grouped",
         metadata=_about(
             "cpuDeviceMode",
@@ -125,7 +127,7 @@ class DriverConfig:
             chart_deprecated=True,
         ),
     )
-    group_by: Literal["numanode", "socket", "machine"] = field(
+    group_by: Literal["numanode", "socket", "machine"] = dataclasses.field(
         default="numanode",
         metadata=_about(
             "groupBy",
@@ -134,7 +136,7 @@ class DriverConfig:
             chart_deprecated=True,
         ),
     )
-    allocator: Literal["cpumanager", "external"] = field(
+    allocator: Literal["cpumanager", "external"] = dataclasses.field(
         default="cpumanager",
         metadata=_about(
             "allocator",
@@ -143,7 +145,7 @@ class DriverConfig:
             flag=Flag(),
         ),
     )
-    reserved_cpus: str = field(
+    reserved_cpus: str = dataclasses.field(
         default="",
         metadata=_about(
             "reservedCPUs",
@@ -153,7 +155,7 @@ class DriverConfig:
             cpu_list=True,
         ),
     )
-    hostname_override: str = field(
+    hostname_override: str = dataclasses.field(
         default="",
         metadata=_about(
             "hostnameOverride",
@@ -162,7 +164,7 @@ class DriverConfig:
             chart_deprecated=True,
         ),
     )
-    kubeconfig: str = field(
+    kubeconfig: str = dataclasses.field(
         default="",
         metadata=_about(
             "kubeconfig",
@@ -171,7 +173,7 @@ class DriverConfig:
             chart_note="A path inside the pod: mount it with extraVolumes.",
         ),
     )
-    publish_node_allocatable_resource_mapping: bool = field(
+    publish_node_allocatable_resource_mapping: bool = dataclasses.field(
         default=False,
         metadata=_about(
             "publishNodeAllocatableResourceMapping",
@@ -179,7 +181,7 @@ class DriverConfig:
             "resources; needs the DRANodeAllocatableResources feature gate",
         ),
     )
-    sysfs_root: str = field(
+    sysfs_root: str = dataclasses.field(
         default="",
         metadata=_about(
             "sysfsRoot",
@@ -189,7 +191,7 @@ class DriverConfig:
         ),
     )
     # Read by dracpu.topology.overlay.
-    sysfs_overlay: str = field(
+    sysfs_overlay: str = dataclasses.field(
         default="",
         metadata=_about(
             "sysfsOverlay",
@@ -199,7 +201,7 @@ class DriverConfig:
         ),
     )
     # So that shared containers always have somewhere to run.
-    min_shared_cpus: int = field(
+    min_shared_cpus: int = dataclasses.field(
         default=1,
         metadata=_about(
             "minSharedCPUs",
@@ -208,7 +210,7 @@ class DriverConfig:
             maximum=MAX_CPUS,
         ),
     )
-    memory_placement: MemoryPlacement = field(
+    memory_placement: MemoryPlacement = dataclasses.field(
         default="none",
         metadata=_about(
             "memoryPlacement",
@@ -218,7 +220,7 @@ class DriverConfig:
             flag=Flag(),
         ),
     )
-    publish_memory_devices: bool = field(
+    publish_memory_devices: bool = dataclasses.field(
         default=False,
         metadata=_about(
             "publishMemoryDevices",
@@ -233,8 +235,6 @@ class DriverConfig:
     def model_validate(cls, data: Mapping[str, Any]) -> DriverConfig:
         """A configuration from its file spelling (field names are accepted too); raises
         ConfigError naming the first bad field."""
-        from dracpu.core.config import parse_document  # the parser is built on this module
-
         return parse_document(data, "configuration")
 
     @property
@@ -304,3 +304,62 @@ def _fields() -> tuple[ConfigField, ...]:
 FIELDS: tuple[ConfigField, ...] = _fields()
 BY_NAME: dict[str, ConfigField] = {f.name: f for f in FIELDS}
 BY_SPELLING: dict[str, ConfigField] = {f.spelling: f for f in FIELDS}
+
+
+class _FieldError(ValueError):
+    """One field's value is unusable; the message says why."""
+
+
+# Read by hand from the model rather than with a schema library: every service and command
+# reads the file at start, and the check is small.
+def _check(field: ConfigField, value: object) -> object:
+    if field.choices:
+        if value not in field.choices or not isinstance(value, str):
+            choices = [repr(choice) for choice in field.choices]
+            spelled = choices[0] if len(choices) == 1 else ", ".join(choices[:-1])
+            if len(choices) > 1:
+                spelled += f" or {choices[-1]}"
+            raise _FieldError(f"Input should be {spelled}")
+        return value
+    if field.kind is bool:
+        # Strict: only a YAML/JSON boolean; "yes", "1" or "on" as strings are refused.
+        if isinstance(value, bool):
+            return value
+        raise _FieldError("Input should be a valid boolean")
+    if field.kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _FieldError("Input should be a valid integer")
+        if field.minimum is not None and value < field.minimum:
+            raise _FieldError(f"Input should be greater than or equal to {field.minimum}")
+        if field.maximum is not None and value > field.maximum:
+            raise _FieldError(f"Input should be less than or equal to {field.maximum}")
+        return value
+    if not isinstance(value, str):
+        raise _FieldError("Input should be a valid string")
+    if field.cpu_list:
+        try:
+            return CPUSet.parse(value).format()
+        except CPUSetError as exc:
+            raise _FieldError(str(exc)) from None
+    return value
+
+
+def parse_document(data: object, source: str) -> DriverConfig:
+    """A configuration from its file spelling (field names are accepted too); raises
+    ConfigError naming the source and the first bad field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a YAML mapping, got {type(data).__name__}")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        field = BY_SPELLING.get(key) or BY_NAME.get(key)
+        if field is None:
+            raise ConfigError(f"{source}: unknown field {str(key)!r}")
+        if value is None and field.nullable:
+            continue
+        try:
+            values[field.name] = _check(field, value)
+        except _FieldError as exc:
+            raise ConfigError(f"{source}: field {field.spelling!r}: {exc}") from None
+    return DriverConfig(**values)
