@@ -53,7 +53,8 @@ def flag_help(field: ConfigField) -> str:
     if isinstance(default, bool):
         default = "on" if default else "off"
     shown = f", default {default}" if default not in ("", None) else ""
-    return f"{field.help} (config field {field.spelling}{shown})"
+    # argparse formats help with %: a literal one is doubled.
+    return f"{field.help} (config field {field.spelling}{shown})".replace("%", "%%")
 
 
 def add_probe_flag(parser: argparse.ArgumentParser) -> None:
