@@ -1,7 +1,7 @@
 """Memory devices (publishMemoryDevices): one per NUMA node with memory, after the CPU devices,
 with the node's memory and hugepage pools as consumable capacity; the CPU devices are those
-published without them; and a prepare naming one is refused in one line, memory not yet being
-allocatable.
+published without them; a claim's memory is accounted per node and kind at prepare, refused past
+what is free, kept in its record, and attached only to an nri-plugin that enforces it.
 
 Machine: numa4-hugepages (4 NUMA nodes of 4 two-thread cores; node memory and pools:
 0: 16 GiB, 512 x 2 MiB and 2 x 1 GiB; 1: 8 GiB, 256 x 2 MiB; 2: 16 GiB less 4 MiB, an empty

@@ -3,6 +3,8 @@ accepts and precise about what it refuses."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import io
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from dracpu.core.config import (
     log_effective,
     warn_deprecated,
 )
+from dracpu.core.config_model import FIELDS, ConfigField
 from dracpu.core.errors import ConfigError, InvalidInputError
 
 
@@ -343,3 +346,88 @@ def test_effective_configuration_is_logged_at_level_0(log_lines: io.StringIO) ->
     assert line.values["groupBy"] == "socket"
     assert line.values["reservedCPUs"] == "0-1"
     assert line.values["apiVersion"] == "v1alpha1"
+
+
+# ---- the one model every reader, flag and schema is derived from -----------------------------
+
+# The flags of the configuration: their spellings, what they take and whether they are
+# deprecated, as every service has accepted them.
+FLAGS = {
+    "--kubeconfig": ("FILE", False),
+    "--sysfs-root": ("DIR", False),
+    "--sysfs-overlay": ("FILE", False),
+    "--cpu-device-mode": ("{grouped,individual}", True),
+    "--group-by": ("{numanode,socket,machine}", True),
+    "--allocator": ("{cpumanager,external}", False),
+    "--memory-placement": ("{local,none}", False),
+    "--publish-memory-devices": (None, False),
+    "--reserved-cpus": ("CPUSET", True),
+    "--hostname-override": ("NAME", True),
+}
+
+
+def config_actions() -> dict[str, argparse.Action]:
+    parser = ArgumentParser(prog="test")
+    add_config_flags(parser)
+    (group,) = [g for g in parser._action_groups if g.title == "driver configuration"]
+    return {a.option_strings[0]: a for a in group._group_actions if a.dest != "config"}
+
+
+def test_the_model_describes_every_field_of_the_configuration() -> None:
+    assert [f.name for f in FIELDS] == [f.name for f in dataclasses.fields(DriverConfig)]
+    assert {f.spelling for f in FIELDS} == set(DriverConfig().to_document())
+    assert all(f.help and "\n" not in f.help for f in FIELDS)
+
+
+def test_the_flags_derived_from_the_model_are_those_every_service_took() -> None:
+    actions = config_actions()
+    assert set(actions) == set(FLAGS)
+    for flag, (takes, deprecated) in FLAGS.items():
+        action = actions[flag]
+        assert action.default is None, flag  # so an explicit flag is detectable
+        if action.choices:
+            assert "{" + ",".join(action.choices) + "}" == takes, flag
+        else:
+            assert action.metavar == takes, flag
+        assert action.help is not None
+        assert action.help.startswith("DEPRECATED") == deprecated, flag
+    assert actions["--publish-memory-devices"].option_strings == [
+        "--publish-memory-devices",
+        "--no-publish-memory-devices",
+    ]
+
+
+@pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.spelling)
+def test_a_field_with_a_flag_names_it_in_its_help(field: ConfigField) -> None:
+    if field.flag is None:
+        assert field.flag_name not in config_actions()
+        return
+    assert field.spelling in (config_actions()[field.flag_name].help or "")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            "minSharedCPUs: 65537\n",
+            "field 'minSharedCPUs': Input should be less than or equal to 65536",
+        ),
+        ("minSharedCPUs: 65536\n", None),
+        ("minSharedCPUs: 0\n", None),
+        ("minSharedCPUs: true\n", "field 'minSharedCPUs': Input should be a valid integer"),
+        ("minSharedCPUs: '2'\n", "field 'minSharedCPUs': Input should be a valid integer"),
+        ("hostnameOverride: 3\n", "field 'hostnameOverride': Input should be a valid string"),
+        ("apiVersion: null\n", None),
+        ("group_by: socket\n", None),
+    ],
+)
+def test_every_kind_of_field_is_checked_by_its_model(
+    content: str, message: str | None, tmp_path: Path
+) -> None:
+    path = config_file(tmp_path, content)
+    if message is None:
+        parse("--config", path)
+        return
+    with pytest.raises(ConfigError) as error:
+        parse("--config", path)
+    assert str(error.value) == f"config file {path}: {message}"

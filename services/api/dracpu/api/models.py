@@ -6,12 +6,12 @@ A part of an answer that comes from a service that is down is an `Unavailable` o
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from dracpu.core import config_schema
 from dracpu.core.config import DriverConfig
 
 SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin")
@@ -171,32 +171,14 @@ class TopologySummary(Model):
     core_types: dict[str, int] = Field(description="core type -> number of CPUs")
 
 
-class DriverConfigView(BaseModel):
-    """The effective driver configuration, spelled as the configuration file spells it."""
+# The effective driver configuration, every field of the model (dracpu.core.config_model) spelled
+# as the file spells it. Its value and its schema are both derived from the model, so a field
+# added there is answered and documented here without a change.
+DriverConfigView = Annotated[dict[str, Any], WithJsonSchema(config_schema.api_schema())]
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    api_version: Literal["v1alpha1"] | None = Field(default=None, alias="apiVersion")
-    cpu_device_mode: Literal["grouped", "individual"] = Field(
-        default="grouped", alias="cpuDeviceMode"
-    )
-    group_by: Literal["numanode", "socket", "machine"] = Field(default="numanode", alias="groupBy")
-    allocator: Literal["cpumanager", "external"] = Field(default="cpumanager", alias="allocator")
-    reserved_cpus: str = Field(default="", alias="reservedCPUs")
-    hostname_override: str = Field(default="", alias="hostnameOverride")
-    kubeconfig: str = Field(default="", alias="kubeconfig")
-    publish_node_allocatable_resource_mapping: bool = Field(
-        default=False, alias="publishNodeAllocatableResourceMapping"
-    )
-    sysfs_root: str = Field(default="", alias="sysfsRoot")
-    sysfs_overlay: str = Field(default="", alias="sysfsOverlay")
-    min_shared_cpus: int = Field(default=1, alias="minSharedCPUs")
-    memory_placement: Literal["local", "none"] = Field(default="none", alias="memoryPlacement")
-    publish_memory_devices: bool = Field(default=False, alias="publishMemoryDevices")
-
-    @classmethod
-    def of(cls, config: DriverConfig) -> DriverConfigView:
-        return cls.model_validate(asdict(config))
+def driver_config_view(config: DriverConfig) -> dict[str, Any]:
+    return config.as_given()
 
 
 class NodeView(Model):

@@ -1,65 +1,32 @@
-"""The flags every service accepts: the driver configuration, -v and --version. argparse only,
-so a service answers --help and bad flags before it loads anything it needs to run."""
+"""The flags every service accepts: the driver configuration (derived from its model,
+dracpu.core.config_model), -v and --version. argparse only, so a service answers --help and bad
+flags before it loads anything it needs to run."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from dracpu.core import __version__
+from dracpu.core.config_model import FIELDS, ConfigField
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags every service accepts. Defaults are None so an explicit flag is detectable."""
+    """The flags every service accepts: `--config` and one flag per field of the model that has
+    one. Defaults are None so an explicit flag is detectable."""
     group = parser.add_argument_group("driver configuration")
     group.add_argument("--config", metavar="FILE", help="YAML driver configuration file")
-    group.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for out-of-cluster use")
-    group.add_argument(
-        "--sysfs-root", metavar="DIR", help="sysfs root (default $HOST_ROOT/sys or /sys)"
-    )
-    group.add_argument(
-        "--sysfs-overlay",
-        metavar="FILE",
-        help="YAML file of sysfs overrides applied over the sysfs root",
-    )
-    group.add_argument(
-        "--cpu-device-mode",
-        choices=["grouped", "individual"],
-        help="DEPRECATED: use cpuDeviceMode in the config file",
-    )
-    group.add_argument(
-        "--group-by",
-        choices=["numanode", "socket", "machine"],
-        help="DEPRECATED: use groupBy in the config file",
-    )
-    group.add_argument(
-        "--allocator",
-        choices=["cpumanager", "external"],
-        help="who picks a grouped claim's CPUs: the driver (cpumanager, default) or an external "
-        "allocator writing them in the claim's opaque cpuConfig.cpuset (config field allocator)",
-    )
-    group.add_argument(
-        "--memory-placement",
-        choices=["local", "none"],
-        help="memory of claimed containers: local (the NUMA nodes of the claim's CPUs) or none "
-        "(every node, default); a claim's opaque cpuConfig.memoryPlacement overrides it "
-        "(config field memoryPlacement)",
-    )
-    group.add_argument(
-        "--publish-memory-devices",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="publish one memory device per NUMA node with memory, with its memory and hugepage "
-        "pools as capacity; claiming them is not yet enforced (config field "
-        "publishMemoryDevices, default off)",
-    )
-    group.add_argument(
-        "--reserved-cpus", metavar="CPUSET", help="DEPRECATED: use reservedCPUs in the config file"
-    )
-    group.add_argument(
-        "--hostname-override",
-        metavar="NAME",
-        help="DEPRECATED: use hostnameOverride in the config file",
-    )
+    for field in FIELDS:
+        if field.flag is None:
+            continue
+        options: dict[str, Any] = {"help": flag_help(field), "default": None}
+        if field.kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        elif field.choices:
+            options["choices"] = list(field.choices)
+        else:
+            options["metavar"] = field.flag.metavar
+        group.add_argument(field.flag_name, **options)
     parser.add_argument(
         "-v",
         "--v",
@@ -76,6 +43,18 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         help="log format: text (klog), json (component-base JSON) or logfmt (for people)",
     )
     parser.add_argument("--version", action="version", version=__version__)
+
+
+def flag_help(field: ConfigField) -> str:
+    """A field's flag help: the deprecation, or the field's help, name and default."""
+    if field.flag is not None and field.flag.deprecated:
+        return f"DEPRECATED: use {field.spelling} in the config file"
+    default = field.default
+    if isinstance(default, bool):
+        default = "on" if default else "off"
+    shown = f", default {default}" if default not in ("", None) else ""
+    # argparse formats help with %: a literal one is doubled.
+    return f"{field.help} (config field {field.spelling}{shown})".replace("%", "%%")
 
 
 def add_probe_flag(parser: argparse.ArgumentParser) -> None:

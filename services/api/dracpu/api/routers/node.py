@@ -31,7 +31,7 @@ async def get_node(state: StateDep) -> Response:
         models.NodeView(
             node_name=state.node_name,
             topology=topology,
-            config=models.DriverConfigView.of(state.config),
+            config=models.driver_config_view(state.config),
             versions=[state.own_version(), *versions],
         )
     )
