@@ -7,7 +7,7 @@ import os
 
 import grpc
 
-from dracpu.core.interceptors import OperationClientInterceptor
+from dracpu.core.interceptors import client_interceptors
 
 
 def channel(socket_path: str | os.PathLike[str]) -> grpc.aio.Channel:
@@ -19,5 +19,5 @@ def channel(socket_path: str | os.PathLike[str]) -> grpc.aio.Channel:
             ("grpc.max_reconnect_backoff_ms", 2000),
             ("grpc.enable_retries", 1),
         ],
-        interceptors=[OperationClientInterceptor()],
+        interceptors=client_interceptors(),
     )

@@ -33,33 +33,39 @@ def _with_operation(details: Any) -> Any:
     return details._replace(metadata=metadata)
 
 
-class OperationClientInterceptor(
-    grpc.aio.UnaryUnaryClientInterceptor,  # type: ignore[misc]
-    grpc.aio.UnaryStreamClientInterceptor,  # type: ignore[misc]
-    grpc.aio.StreamUnaryClientInterceptor,  # type: ignore[misc]
-    grpc.aio.StreamStreamClientInterceptor,  # type: ignore[misc]
-):
-    """Sends the caller's operation ID with every call of the channel."""
-
+# A channel files an interceptor under the first kind it is (grpc.aio's Channel): one class
+# per kind of call, so that streamed calls carry the operation too.
+class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_unary(
         self, continuation: Callable[[Any, Any], Awaitable[Any]], details: Any, request: Any
     ) -> Any:
         return await continuation(_with_operation(details), request)
 
+
+class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_unary_stream(
         self, continuation: Callable[[Any, Any], Awaitable[Any]], details: Any, request: Any
     ) -> Any:
         return await continuation(_with_operation(details), request)
 
+
+class _StreamUnary(grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]
     async def intercept_stream_unary(
         self, continuation: Callable[[Any, Any], Awaitable[Any]], details: Any, requests: Any
     ) -> Any:
         return await continuation(_with_operation(details), requests)
 
+
+class _StreamStream(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
     async def intercept_stream_stream(
         self, continuation: Callable[[Any, Any], Awaitable[Any]], details: Any, requests: Any
     ) -> Any:
         return await continuation(_with_operation(details), requests)
+
+
+def client_interceptors() -> list[Any]:
+    """A channel's interceptors that send the caller's operation ID with every call."""
+    return [_UnaryUnary(), _UnaryStream(), _StreamUnary(), _StreamStream()]
 
 
 def received_operation(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
