@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from logformats import json_lines, klog_lines, parse_klog
 
-from dracpu.core import log
+from dracpu.core import log, operation
 
 
 @pytest.fixture
@@ -186,3 +186,64 @@ def test_enabled_reflects_verbosity(stream: io.StringIO) -> None:
 def test_out_of_range_verbosity_is_refused(verbosity: int) -> None:
     with pytest.raises(ValueError, match="verbosity must be 0-10"):
         log.setup(verbosity)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "logfmt"])
+def test_lines_during_an_operation_carry_its_id_first_after_the_logger(
+    fmt: log.LogFormat, stream: io.StringIO
+) -> None:
+    log.setup(2, "allocator", stream=stream, fmt=fmt)
+    logger = log.get_logger("claims")
+    with operation.bound("5e1f0c2a9b7d"):
+        logger.info(2, "claim prepared", claim="ns/a")
+        logger.error("claim failed", claim="ns/b")
+    logger.info(2, "after", claim="ns/c")
+    raw = stream.getvalue()
+    if fmt == "text":
+        values = [line.values for line in klog_lines(raw)]
+        assert [list(v)[:3] for v in values] == [
+            ["logger", "opID", "claim"],
+            ["logger", "opID", "claim"],
+            ["logger", "claim"],
+        ]
+        assert [v.get("opID") for v in values] == ["5e1f0c2a9b7d", "5e1f0c2a9b7d", None]
+    elif fmt == "json":
+        entries = json_lines(raw)
+        assert [e.get("opID") for e in entries] == ["5e1f0c2a9b7d", "5e1f0c2a9b7d", None]
+        assert list(entries[0])[-3:] == ["logger", "opID", "claim"]
+    else:
+        first, second, third = raw.splitlines()
+        assert 'msg="claim prepared" opID=5e1f0c2a9b7d claim=ns/a' in first
+        assert "opID=5e1f0c2a9b7d" in second and "opID" not in third
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_librarys_line_during_an_operation_carries_its_id(
+    fmt: log.LogFormat, stream: io.StringIO
+) -> None:
+    log.setup(0, "api", stream=stream, fmt=fmt)
+    with operation.bound("0a1b2c3d4e5f"):
+        logging.getLogger("grpc.aio").warning("something odd")
+    if fmt == "text":
+        (line,) = klog_lines(stream.getvalue())
+        assert line.values == {"logger": "grpc.aio", "opID": "0a1b2c3d4e5f"}
+    else:
+        (entry,) = json_lines(stream.getvalue())
+        assert entry["opID"] == "0a1b2c3d4e5f"
+
+
+def test_an_operation_set_in_a_nested_block_ends_with_it(stream: io.StringIO) -> None:
+    log.setup(0, "svc", stream=stream)
+    logger = log.get_logger("nest")
+    with operation.scope() as outer:
+        with operation.scope() as inner:
+            logger.warning("inner")
+        with operation.bound(None):
+            logger.warning("none")
+        logger.warning("outer")
+    assert inner == outer  # a scope inside an operation keeps it
+    assert [line.values.get("opID") for line in klog_lines(stream.getvalue())] == [
+        outer,
+        None,
+        outer,
+    ]

@@ -18,6 +18,7 @@ from dracpu.allocator.servicer import (
     ReadOnlyAllocatorServicer,
 )
 from dracpu.core import config as driver_config
+from dracpu.core import operation
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, DracpuError
 from dracpu.core.log import get_logger
@@ -34,16 +35,22 @@ log = get_logger(__name__)
 async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
-        try:
-            machine = await topology_client.fetch(socket, rediscover=True)
-        except DracpuError as exc:
-            log.info(2, "topology refresh failed; keeping the current inventory", error=str(exc))
-            await node.topology_unreadable(str(exc))
-            continue
-        try:
-            await node.update_topology(machine)
-        except DracpuError as exc:
-            log.error("cannot apply the refreshed topology", error=str(exc))
+        # Each refresh is one operation: the topology service's lines for it carry its opID.
+        with operation.bound(operation.new_id()):
+            await _refresh(node, socket)
+
+
+async def _refresh(node: NodeAllocator, socket: str) -> None:
+    try:
+        machine = await topology_client.fetch(socket, rediscover=True)
+    except DracpuError as exc:
+        log.info(2, "topology refresh failed; keeping the current inventory", error=str(exc))
+        await node.topology_unreadable(str(exc))
+        return
+    try:
+        await node.update_topology(machine)
+    except DracpuError as exc:
+        log.error("cannot apply the refreshed topology", error=str(exc))
 
 
 # The mutating socket is for the dra-plugin and nri-plugin only: in the chart they run as

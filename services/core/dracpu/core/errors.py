@@ -1,6 +1,7 @@
 """The one error hierarchy of dracpu.
 
-Each boundary maps these once: to a gRPC status (`dracpu.core.rpc`), to an NRI/ttrpc status,
+Each boundary maps these once: to a gRPC status (`dracpu.core.rpc`, which also names the class,
+so a client raises the class the server raised), to an NRI/ttrpc status,
 to an HTTP problem response, or to one stderr line and exit code 2 for a CLI.
 """
 
@@ -114,7 +115,30 @@ _BY_CODE: dict[str, type[DracpuError]] = {
     "INTERNAL": StateError,
 }
 
+# The classes a status can name across a gRPC hop: this module's, by name.
+_BY_NAME: dict[str, type[DracpuError]] = {
+    cls.__name__: cls
+    for cls in list(globals().values())
+    if isinstance(cls, type) and issubclass(cls, DracpuError)
+}
 
-def from_grpc_code(code: grpc.StatusCode, message: str) -> DracpuError:
-    """The error a client raises for a status a dracpu server returned."""
+
+def wire_class(exc: DracpuError) -> type[DracpuError]:
+    """The class a status names for `exc`: its own, or for a class a service defines for
+    itself (AllocatorUnavailableError, CorruptRecordError), the nearest one of this module,
+    which every peer knows."""
+    for cls in type(exc).__mro__:
+        if _BY_NAME.get(cls.__name__) is cls:
+            return cls
+    return DracpuError
+
+
+def from_grpc_code(code: grpc.StatusCode, message: str, error_class: str = "") -> DracpuError:
+    """The error a client raises for a status a peer returned: the class the server named
+    (`error_class`) when it is one of this module's and has that code, else the class of the
+    code (a peer that names none: another program, or a dracpu release before the class
+    travelled)."""
+    named = _BY_NAME.get(error_class)
+    if named is not None and named.grpc_status == code.name:
+        return named(message)
     return _BY_CODE.get(code.name, DracpuError)(message)

@@ -14,6 +14,10 @@ Formats (`--logging-format`):
   `err` when the event has one), then the key/values.
 - `logfmt`: `ts=... level=... v=... service=... logger=... msg=...`, for people reading a
   local run (the dev runner uses it).
+
+A line written while an operation is under way (`dracpu.core.operation`: one kubelet call, one
+NRI event, and the gRPC calls made for it) carries its ID as the key `opID`, first after
+`logger`, in every format.
 """
 
 from __future__ import annotations
@@ -25,8 +29,12 @@ import sys
 import time
 from typing import Any, Literal
 
+from dracpu.core import operation
+
 LogFormat = Literal["text", "json", "logfmt"]
 FORMATS: tuple[LogFormat, ...] = ("text", "json", "logfmt")
+# The key of the operation ID on every line logged during one.
+OPERATION_KEY = "opID"
 _SEVERITY = {logging.INFO: "I", logging.WARNING: "W", logging.ERROR: "E", logging.CRITICAL: "F"}
 
 
@@ -97,7 +105,12 @@ def _json_value(value: Any) -> Any:
 
 class _Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        fields: dict[str, Any] = dict(getattr(record, "fields", {}))
+        if hasattr(record, "fields"):
+            fields: dict[str, Any] = dict(record.fields)
+        else:
+            # A library's line: formatted where it was logged, so the operation is the caller's.
+            op_id = operation.current()
+            fields = {OPERATION_KEY: op_id} if op_id else {}
         if record.exc_info and _state.verbosity >= 6:
             fields["stacktrace"] = self.formatException(record.exc_info)
         if _state.format == "json":
@@ -189,6 +202,9 @@ class Logger:
     def _emit(self, pylevel: int, v: int, msg: str, fields: dict[str, Any], exc: bool) -> None:
         if v > verbosity():
             return
+        op_id = operation.current()
+        if op_id is not None:
+            fields = {OPERATION_KEY: op_id, **fields}
         # stacklevel 3: the caller of info/warning/error, not this module, is the line's file.
         self._logger.log(
             pylevel, msg, extra={"verbosity": v, "fields": fields}, exc_info=exc, stacklevel=3

@@ -1,5 +1,11 @@
 """gRPC plumbing shared by the services: unix-socket servers with health and Info, clients,
-and the one mapping between DracpuError and gRPC status codes."""
+and the one mapping between DracpuError and gRPC statuses, each way (`status_of` on the
+server, `error_of` on the client).
+
+A status carries the error's code and message, and in its trailing metadata the name of its
+class (`dracpu-error-class`, `dracpu.core.errors.wire_class`): the client raises the same class
+(a TopologyError stays a TopologyError, though a ConflictError has its code too). A status
+without the name (another program, an older release) is mapped by its code alone."""
 
 from __future__ import annotations
 
@@ -19,7 +25,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from dracpu.core import __version__, probes
 from dracpu.core.channels import channel as channel
-from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError, from_grpc_code
+from dracpu.core.errors import (
+    DracpuError,
+    InvalidInputError,
+    UnavailableError,
+    from_grpc_code,
+    wire_class,
+)
+from dracpu.core.interceptors import OperationServerInterceptor
 from dracpu.core.log import get_logger
 from dracpu.core.probes import ProbeListener
 from dracpu.core.sockets import DEFAULT_RUN_DIR as DEFAULT_RUN_DIR
@@ -60,14 +73,35 @@ def remove_stale_socket(path: Path) -> None:
 MAX_STATUS_MESSAGE = 4096
 
 
-def _status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+# The trailing metadata key naming a DracpuError's class.
+ERROR_CLASS_KEY = "dracpu-error-class"
+
+Trailers = tuple[tuple[str, str], ...]
+
+
+def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str, Trailers]:
+    """The status a handler's error leaves as: code, message and the trailing metadata naming
+    its class (none for an unexpected error: the client sees INTERNAL)."""
+    trailers: Trailers = ()
     if isinstance(exc, DracpuError):
         code, message = exc.grpc_code, str(exc)
+        trailers = ((ERROR_CLASS_KEY, wire_class(exc).__name__),)
     else:
         code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
     if len(message) > MAX_STATUS_MESSAGE:
         message = message[: MAX_STATUS_MESSAGE - 40] + f"... ({len(message)} characters)"
-    return code, message
+    return code, message, trailers
+
+
+def error_of(exc: grpc.aio.AioRpcError, what: str) -> DracpuError:
+    """The DracpuError a client raises for a failed call: the class the server named, else the
+    one of the status code; the message is `what: the status's message`."""
+    detail = exc.details() or exc.code().name
+    named = ""
+    for key, value in exc.trailing_metadata() or ():
+        if key == ERROR_CLASS_KEY and isinstance(value, str):
+            named = value
+    return from_grpc_code(exc.code(), f"{what}: {detail}", named)
 
 
 def rpc_errors(method: F) -> F:
@@ -77,13 +111,13 @@ def rpc_errors(method: F) -> F:
     """
     name = method.__qualname__
 
-    def _report(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-        code, message = _status_of(exc)
+    def _report(exc: BaseException) -> tuple[grpc.StatusCode, str, Trailers]:
+        code, message, trailers = status_of(exc)
         if not isinstance(exc, DracpuError):
             log.error("unexpected error in handler", method=name, error=repr(exc), exc_info=True)
         else:
             log.info(4, "handler refused", method=name, code=code.name, error=message)
-        return code, message
+        return code, message, trailers
 
     if inspect.isasyncgenfunction(method):
 
@@ -95,8 +129,8 @@ def rpc_errors(method: F) -> F:
             except (grpc.aio.AbortError, GeneratorExit):
                 raise
             except Exception as exc:
-                code, message = _report(exc)
-                await context.abort(code, message)
+                code, message, trailers = _report(exc)
+                await context.abort(code, message, trailing_metadata=trailers)
 
         return stream  # type: ignore[return-value]
 
@@ -107,8 +141,8 @@ def rpc_errors(method: F) -> F:
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            code, message = _report(exc)
-            await context.abort(code, message)
+            code, message, trailers = _report(exc)
+            await context.abort(code, message, trailing_metadata=trailers)
 
     return unary  # type: ignore[return-value]
 
@@ -182,7 +216,11 @@ async def start_server(
             f"cannot listen on {path}: {path.parent} is not writable (mount a writable "
             "volume there or pass --socket)"
         )
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(
+        options=[("grpc.so_reuseport", 0)],
+        # Each call's handler runs as the caller's operation, or a new one.
+        interceptors=[OperationServerInterceptor()],
+    )
     register(server)
     health_state = Health(health_names)
     health_pb2_grpc.add_HealthServicer_to_server(health_state.servicer, server)
@@ -230,8 +268,7 @@ async def call(awaitable: Awaitable[T], what: str) -> T:
     try:
         return await awaitable
     except grpc.aio.AioRpcError as exc:
-        detail = exc.details() or exc.code().name
-        raise from_grpc_code(exc.code(), f"{what}: {detail}") from None
+        raise error_of(exc, what) from None
 
 
 async def stream(iterator: AsyncIterator[T], what: str) -> AsyncIterator[T]:
@@ -239,8 +276,7 @@ async def stream(iterator: AsyncIterator[T], what: str) -> AsyncIterator[T]:
         async for item in iterator:
             yield item
     except grpc.aio.AioRpcError as exc:
-        detail = exc.details() or exc.code().name
-        raise from_grpc_code(exc.code(), f"{what}: {detail}") from None
+        raise error_of(exc, what) from None
 
 
 async def check_health(socket_path: str | os.PathLike[str], timeout: float = 1.0) -> str:

@@ -15,31 +15,46 @@ never puts a CPU in two claims:
   files are durable.
 - unprepare: remove the CDI spec → remove the claim's record → publish. The CPUs stay
   exclusive until both are durable.
+
+A batch runs as no operation of its own (`dracpu.core.operation`): what it logs about one
+request carries that request's `opID`, whichever request started the batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import replace
+from typing import TypeVar
 
 from dracpu.allocator import claims
 from dracpu.allocator.live.state import LiveState
 from dracpu.allocator.store import cdi, durable, records
+from dracpu.core import operation
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConflictError, InsufficientCPUsError, StateError
 from dracpu.core.log import get_logger
 from dracpu.core.tasks import io, retrieve
 
 log = get_logger(__name__)
+T = TypeVar("T")
 
 Prepared = asyncio.Future[claims.PrepareOutcome]
 Unprepared = asyncio.Future[claims.ClaimRecord | None]
+# A request waiting for its batch: what it asks, its answer, the operation it belongs to.
+WaitingPrepare = tuple[claims.PrepareInput, Prepared, str | None]
+WaitingUnprepare = tuple[str, Unprepared, str | None]
+
+
+async def _as_operation(op_id: str | None, work: Awaitable[T]) -> T:
+    with operation.bound(op_id):
+        return await work
 
 
 class PrepareBatches:
     def __init__(self, live: LiveState) -> None:
         self._live = live
-        self._waiting: list[tuple[claims.PrepareInput, Prepared]] = []
+        self._waiting: list[WaitingPrepare] = []
         self._batches: asyncio.Task[None] | None = None
 
     async def prepare(self, request: claims.PrepareInput) -> claims.PrepareOutcome:
@@ -50,7 +65,7 @@ class PrepareBatches:
         cdi.check_uid(request.uid)
         answer: Prepared = asyncio.get_running_loop().create_future()
         answer.add_done_callback(retrieve)
-        self._waiting.append((request, answer))
+        self._waiting.append((request, answer, operation.current()))
         if self._batches is None or self._batches.done():
             # Runs to its end even when every caller goes away (a client timeout cancels the
             # handler): files written must be published, and the lock held until then.
@@ -59,41 +74,49 @@ class PrepareBatches:
         return await asyncio.shield(answer)
 
     async def _prepare_batches(self) -> None:
-        while self._waiting:
-            async with self._live.lock:
-                batch, self._waiting = self._waiting, []
-                try:
-                    await self._prepare_batch(batch)
-                except BaseException as exc:
-                    for _, answer in batch:
-                        if not answer.done():
-                            answer.set_exception(exc)
-                    raise
+        with operation.bound(None):  # not the operation of the request that started it
+            while self._waiting:
+                async with self._live.lock:
+                    batch, self._waiting = self._waiting, []
+                    try:
+                        await self._prepare_batch(batch)
+                    except BaseException as exc:
+                        for _, answer, _ in batch:
+                            if not answer.done():
+                                answer.set_exception(exc)
+                        raise
 
-    async def _prepare_batch(self, batch: list[tuple[claims.PrepareInput, Prepared]]) -> None:
+    async def _prepare_batch(self, batch: list[WaitingPrepare]) -> None:
         published = self._live.current or self._live.state  # the latter raises: starting
         state = published
-        accepted: list[tuple[claims.PrepareOutcome, Prepared]] = []
-        for request, answer in batch:
+        accepted: list[tuple[claims.PrepareOutcome, Prepared, str | None]] = []
+        for request, answer, op_id in batch:
             try:
                 outcome = claims.prepare(state, request, self._live.clock())
             except Exception as exc:
                 if isinstance(exc, ConflictError | InsufficientCPUsError):
                     # The scheduler allocated what this node cannot give: worth a warning.
-                    log.warning(
-                        "claim refused",
-                        claim=request.uid,
-                        namespace=request.namespace,
-                        name=request.name,
-                        error=str(exc),
-                    )
+                    with operation.bound(op_id):
+                        log.warning(
+                            "claim refused",
+                            claim=request.uid,
+                            namespace=request.namespace,
+                            name=request.name,
+                            error=str(exc),
+                        )
                 answer.set_exception(exc)
                 continue
             state = outcome.state
-            accepted.append((outcome, answer))
-        uids = sorted({outcome.record.uid for outcome, _ in accepted})
+            accepted.append((outcome, answer, op_id))
+        ops = {outcome.record.uid: op_id for outcome, _, op_id in accepted}
+        uids = sorted(ops)
         results = await asyncio.gather(
-            *(self._write_prepared(state.records[uid], published.records.get(uid)) for uid in uids),
+            *(
+                _as_operation(
+                    ops[uid], self._write_prepared(state.records[uid], published.records.get(uid))
+                )
+                for uid in uids
+            ),
             return_exceptions=True,
         )
         failed: dict[str, BaseException] = {}
@@ -111,11 +134,12 @@ class PrepareBatches:
             state = published  # nothing of this batch is on disk: nothing changes
         if state is not published:
             self._live.publish(state)
-        for outcome, answer in accepted:
+        for outcome, answer, op_id in accepted:
             if outcome.record.uid in failed:
                 answer.set_exception(failed[outcome.record.uid])
                 continue
-            self._log_prepared(outcome)
+            with operation.bound(op_id):
+                self._log_prepared(outcome)
             answer.set_result(outcome)
 
     def _log_prepared(self, outcome: claims.PrepareOutcome) -> None:
@@ -179,7 +203,7 @@ class PrepareBatches:
 class UnprepareBatches:
     def __init__(self, live: LiveState) -> None:
         self._live = live
-        self._leaving: list[tuple[str, Unprepared]] = []
+        self._leaving: list[WaitingUnprepare] = []
         self._unprepares: asyncio.Task[None] | None = None
 
     async def unprepare(self, uid: str) -> claims.ClaimRecord | None:
@@ -189,7 +213,7 @@ class UnprepareBatches:
         without touching the others."""
         answer: Unprepared = asyncio.get_running_loop().create_future()
         answer.add_done_callback(retrieve)
-        self._leaving.append((uid, answer))
+        self._leaving.append((uid, answer, operation.current()))
         if self._unprepares is None or self._unprepares.done():
             # Runs to its end even when every caller goes away (a client timeout cancels the
             # handler): files removed must be published, and the lock held until then.
@@ -198,22 +222,29 @@ class UnprepareBatches:
         return await asyncio.shield(answer)
 
     async def _unprepare_batches(self) -> None:
-        while self._leaving:
-            async with self._live.lock:
-                batch, self._leaving = self._leaving, []
-                try:
-                    await self._unprepare_batch(batch)
-                except BaseException as exc:
-                    for _, answer in batch:
-                        if not answer.done():
-                            answer.set_exception(exc)
-                    raise
+        with operation.bound(None):  # not the operation of the request that started it
+            while self._leaving:
+                async with self._live.lock:
+                    batch, self._leaving = self._leaving, []
+                    try:
+                        await self._unprepare_batch(batch)
+                    except BaseException as exc:
+                        for _, answer, _ in batch:
+                            if not answer.done():
+                                answer.set_exception(exc)
+                        raise
 
-    async def _unprepare_batch(self, batch: list[tuple[str, Unprepared]]) -> None:
+    async def _unprepare_batch(self, batch: list[WaitingUnprepare]) -> None:
         published = self._live.current or self._live.state  # the latter raises: starting
-        uids = sorted({uid for uid, _ in batch})
+        ops: dict[str, str | None] = {}
+        for uid, _, op_id in batch:
+            ops.setdefault(uid, op_id)  # a claim asked twice: the first asker's
+        uids = sorted(ops)
         removed = await asyncio.gather(
-            *(self._remove_claim_files(uid, published.records.get(uid)) for uid in uids),
+            *(
+                _as_operation(ops[uid], self._remove_claim_files(uid, published.records.get(uid)))
+                for uid in uids
+            ),
             return_exceptions=True,
         )
         state = published
@@ -230,18 +261,19 @@ class UnprepareBatches:
             gone = answers[uid]
             if gone is None or isinstance(gone, BaseException):
                 continue
-            if uid in state.draining:
-                log.warning(
-                    "claim unprepared while its container runs; its CPUs stay out of the "
-                    "shared pool until the container stops",
-                    claim=uid,
-                    container=gone.container_id,
-                    cpus=gone.cpus.format(),
-                )
-                answers[uid] = replace(gone, cpus=CPUSet())
-            else:
-                log.info(2, "claim unprepared", claim=uid, released=gone.cpus.format())
-        for uid, answer in batch:
+            with operation.bound(ops[uid]):
+                if uid in state.draining:
+                    log.warning(
+                        "claim unprepared while its container runs; its CPUs stay out of the "
+                        "shared pool until the container stops",
+                        claim=uid,
+                        container=gone.container_id,
+                        cpus=gone.cpus.format(),
+                    )
+                    answers[uid] = replace(gone, cpus=CPUSet())
+                else:
+                    log.info(2, "claim unprepared", claim=uid, released=gone.cpus.format())
+        for uid, answer, _ in batch:
             outcome = answers[uid]
             if isinstance(outcome, BaseException):
                 answer.set_exception(outcome)

@@ -18,7 +18,7 @@ from typing import TypeVar
 import grpc
 
 from dracpu.core import rpc
-from dracpu.core.errors import UnavailableError, from_grpc_code
+from dracpu.core.errors import UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 
@@ -58,7 +58,7 @@ class AllocatorClient:
             except grpc.aio.AioRpcError as exc:
                 detail = exc.details() or exc.code().name
                 if exc.code() not in _RETRIED:
-                    raise from_grpc_code(exc.code(), f"{what}: {detail}") from None
+                    raise rpc.error_of(exc, what) from None
                 if time.monotonic() + delay >= end:
                     raise AllocatorUnavailableError(
                         f"{what} at {self.socket_path} did not answer in "

@@ -12,6 +12,10 @@ The allocator is waited for as long as the kubelet's deadline for the call allow
 CallBudget). When it does not answer in that time the whole call fails UNAVAILABLE, as one line
 naming the allocator and how long it waited: the kubelet tries the pod again, and every claim's
 prepare and unprepare is idempotent.
+
+Each kubelet call is one operation (`dracpu.core.operation`): the one its gRPC server gave it,
+or a new one when called otherwise. Its log lines, and the allocator's for the calls it makes,
+carry the same `opID`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dracpu.core import operation
 from dracpu.core.driver import ATTR_ALLOCATED_NUM_CPUS
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
@@ -117,13 +122,14 @@ class NodeService:
     ) -> dict[str, PrepareOutcome]:
         """Each claim's outcome; raises AllocatorUnavailableError when the allocator did not
         answer one of them within `budget` (the allocator client's default when None)."""
-        log.info(4, "preparing claims", count=len(claims))
-        objects = await asyncio.gather(
-            *(self._get_claim(c) for c in claims), return_exceptions=True
-        )
-        outcomes = await asyncio.gather(
-            *(self._prepare_one(c, o, budget) for c, o in zip(claims, objects, strict=True))
-        )
+        with operation.scope():
+            log.info(4, "preparing claims", count=len(claims))
+            objects = await asyncio.gather(
+                *(self._get_claim(c) for c in claims), return_exceptions=True
+            )
+            outcomes = await asyncio.gather(
+                *(self._prepare_one(c, o, budget) for c, o in zip(claims, objects, strict=True))
+            )
         _raise_unavailable([o.unavailable for o in outcomes])
         return {c.uid: o for c, o in zip(claims, outcomes, strict=True)}
 
@@ -254,6 +260,11 @@ class NodeService:
         Returns how many claims were written again."""
         if self.status is None or not self.status.enabled:
             return 0
+        with operation.scope():  # one operation: the catch-up at start
+            return await self._catch_up(node)
+
+    async def _catch_up(self, node: str) -> int:
+        assert self.status is not None
         records = await self.allocator.list_claims()
         written = 0
         for record in records.claims:
@@ -282,8 +293,9 @@ class NodeService:
     ) -> dict[str, str]:
         """Claim UID -> error ("" when released); raises AllocatorUnavailableError as prepare
         does."""
-        log.info(4, "unpreparing claims", count=len(claims))
-        outcomes = await asyncio.gather(*(self._unprepare_one(c, budget) for c in claims))
+        with operation.scope():
+            log.info(4, "unpreparing claims", count=len(claims))
+            outcomes = await asyncio.gather(*(self._unprepare_one(c, budget) for c in claims))
         _raise_unavailable([missed for _, missed in outcomes])
         return {c.uid: error for c, (error, _) in zip(claims, outcomes, strict=True)}
 

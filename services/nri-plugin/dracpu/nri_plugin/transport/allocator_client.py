@@ -9,7 +9,6 @@ import grpc
 
 from dracpu.core import rpc
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import from_grpc_code
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 
 # An allocator call's timeout when no runtime request bounds it (and the least one gets).
@@ -90,7 +89,7 @@ class AllocatorClient:
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 return []
-            raise from_grpc_code(exc.code(), f"reconcile containers: {exc.details()}") from None
+            raise rpc.error_of(exc, "reconcile containers") from None
         return list(reply.detached_container_ids)
 
     async def adopt(

@@ -1,7 +1,10 @@
 """The NRI Plugin service, the runtime's side of a plugin: every request the runtime sends on a
 connection (Configure, Synchronize whole or chunked, CreateContainer and the other lifecycle
 events, Shutdown) decoded, handed to the plugin's handlers (`PluginHandlers`), and answered.
-Nothing here knows about CPUs, nor about the connection it serves (`transport.stub`)."""
+Nothing here knows about CPUs, nor about the connection it serves (`transport.stub`).
+
+Each request is one operation (`dracpu.core.operation`): its log lines, and those of the
+allocator for the calls it makes, carry the same `opID`."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Final, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
+from dracpu.core import operation
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.transport.container_names import container_name
@@ -103,7 +107,7 @@ class PluginService:
         self._sync_chunks = 0
 
     def methods(self) -> dict[str, Handler]:
-        return {
+        handlers: dict[str, Handler] = {
             "Configure": self._configure,
             "Synchronize": self._synchronize,
             "Shutdown": self._shutdown,
@@ -113,6 +117,7 @@ class PluginService:
             "RemoveContainer": self._remove_container,
             "StateChange": self._state_change,
         }
+        return {name: _one_operation(handler) for name, handler in handlers.items()}
 
     async def _configure(self, payload: bytes) -> bytes:
         request = _parse(api_pb2.ConfigureRequest, payload)
@@ -205,6 +210,16 @@ class PluginService:
         else:
             log.info(6, "state change ignored", event=api_pb2.Event.Name(event.event))
         return api_pb2.Empty().SerializeToString()
+
+
+def _one_operation(handler: Handler) -> Handler:
+    """`handler`, each request it serves a new operation."""
+
+    async def serve(payload: bytes) -> bytes:
+        with operation.bound(operation.new_id()):
+            return await handler(payload)
+
+    return serve
 
 
 def _parse(kind: type[M], payload: bytes) -> M:
