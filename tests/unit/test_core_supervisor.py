@@ -14,8 +14,8 @@ from harness.log_lines import LogLines, captured
 from harness.waits import eventually
 from prometheus_client import CollectorRegistry
 
-from dracpu.core.rpc import Health
 from dracpu.core.retry import Backoff
+from dracpu.core.rpc import Health
 from dracpu.core.supervisor import LoopState, Supervisor
 
 
