@@ -200,7 +200,11 @@ async def test_health_reports_every_service_and_the_kubelet_link(
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"ready": True, "services": dict.fromkeys(SERVICES, "SERVING")}
+    assert ready.json() == {
+        "ready": True,
+        "services": dict.fromkeys(SERVICES, "SERVING"),
+        "loops": [],
+    }
     body = (await client.get("/v1/health")).json()
     assert [(s["service"], s["status"], s["socket"]) for s in body["services"]] == [
         (name, "SERVING", services.sockets[name]) for name in SERVICES

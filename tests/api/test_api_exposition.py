@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dracpu.api.exposition import merge
 from dracpu.api.metrics import ApiMetrics
-from dracpu.core.metrics import SPECS, build, exposition, service_registry
+from dracpu.core.metrics import SPECS, build, exposition, loop_restarts, service_registry
 
 SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
 
@@ -99,6 +99,8 @@ def _registry_text(owner: str) -> str:
             collector.labels(result="success").inc()
         elif isinstance(collector, Counter):
             collector.inc()
+    # Every gRPC service's supervisor counts its loops' restarts in the same registry.
+    loop_restarts(registry).labels(service=owner, loop="watch").inc()
     return exposition(registry)
 
 
@@ -130,6 +132,11 @@ def test_the_pods_exposition_has_each_family_once_and_every_process_by_service()
         assert sorted(services) == sorted(SERVICES), name
     rss = {s.labels["service"]: s.value for s in by_name["process_resident_memory_bytes"].samples}
     assert all(value > 0 for value in rss.values())
+    # The loop restarts carry their service already: kept as they are, once per service.
+    restarts = by_name["dra_cpu_loop_restarts"].samples
+    assert sorted((s.labels["service"], s.labels["loop"]) for s in restarts) == sorted(
+        (service, "watch") for service in SERVICES[:-1]
+    )
     # The driver's own families stay unlabelled: each has one owner.
     (allocated,) = by_name["dra_cpu_allocated_cpus"].samples
     assert allocated.labels == {}

@@ -559,9 +559,11 @@ def test_introspect_metrics_describes_every_metric() -> None:
         "dra_cpu_nri_adopted_containers_total",
         "dra_cpu_devices",
         "dra_cpu_device_unhealthy",
+        "dra_cpu_loop_restarts_total",
     }
     by_name = {m["name"]: m for m in described}
     assert by_name["dra_cpu_prepare_claims_total"]["labels"] == ["result"]
+    assert by_name["dra_cpu_loop_restarts_total"]["labels"] == ["service", "loop"]
     assert by_name["dra_cpu_prepare_claim_duration_seconds"]["type"] == "histogram"
     bad = subprocess.run(
         [sys.executable, "-m", "dracpu.core.cli", "introspect", "nothing"],

@@ -27,9 +27,13 @@ from dracpu.core.metrics import exposition, service_registry
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
 from dracpu.core.sockets import ALLOCATOR_READ_ONLY_SOCKET
+from dracpu.core.supervisor import Supervisor
 from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 
 log = get_logger(__name__)
+
+# The allocator's long-running loop (with a topology socket and --topology-refresh > 0).
+LOOPS = ("topology-refresh",)
 
 
 async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> None:
@@ -128,6 +132,7 @@ async def serve(args: argparse.Namespace) -> int:
         registry=registry,
     )
     servicer = AllocatorServicer(node)
+    loops = Supervisor("allocator", registry=registry)
     server, health = await start_server(
         args.socket,
         lambda s: allocator_pb2_grpc.add_AllocatorServicer_to_server(servicer, s),
@@ -137,6 +142,7 @@ async def serve(args: argparse.Namespace) -> int:
         metrics=lambda: exposition(registry),
         mode=MUTATING_MODE,
         probe_address=args.probe_address,
+        supervisor=loops,
     )
     reader = ReadOnlyAllocatorServicer(node)
     try:
@@ -148,12 +154,12 @@ async def serve(args: argparse.Namespace) -> int:
             health_names=[SERVICE_NAME],
             metrics=lambda: exposition(registry),
             mode=READ_ONLY_MODE,
+            supervisor=loops,
         )
     except BaseException:
         await stop_server(server, health, args.socket)
         raise
     stop = stop_event()
-    tasks: list[asyncio.Task[None]] = []
     try:
         if machine_from_file is not None:
             machine = machine_from_file
@@ -174,15 +180,13 @@ async def serve(args: argparse.Namespace) -> int:
             algorithm=algorithm.VARIANT,
         )
         if machine_from_file is None and args.topology_refresh > 0:
-            tasks.append(
-                asyncio.create_task(
-                    _refresh_loop(node, args.topology_socket, args.topology_refresh)
-                )
+            loops.start(
+                "topology-refresh",
+                lambda: _refresh_loop(node, args.topology_socket, args.topology_refresh),
             )
         await stop.wait()
     finally:
-        for task in tasks:
-            task.cancel()
+        await loops.stop()
         await stop_server(ro_server, ro_health, ro_socket)
         await stop_server(server, health, args.socket)
         log.info(0, "allocator stopped")

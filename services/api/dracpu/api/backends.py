@@ -134,6 +134,15 @@ class Backend:
         )
         return str(reply.text)
 
+    async def loops(self) -> info_pb2.LoopList:
+        """The service's supervised loops (`Info.GetLoops`)."""
+        return await self.request(
+            "Info.GetLoops",
+            lambda chan, timeout: info_pb2_grpc.InfoStub(chan).GetLoops(
+                info_pb2.GetLoopsRequest(), timeout=timeout
+            ),
+        )
+
 
 class TopologyBackend(Backend):
     async def inventory(self) -> topology_pb2.Inventory:

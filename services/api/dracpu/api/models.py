@@ -151,9 +151,28 @@ class Liveness(Model):
     status: Literal["ok"] = "ok"
 
 
+class UnreadyLoop(Model):
+    """A service's supervised loop that keeps it NOT_SERVING (dracpu.core.supervisor)."""
+
+    service: str
+    loop: str = Field(description="the loop's name, as in dra_cpu_loop_restarts_total")
+    state: str = Field(
+        description="restarting (waiting out its backoff after it failed or ended) or running "
+        "(restarted, but failed too often in a row to count as ready yet)"
+    )
+    restarts: int
+    failures_in_row: int
+    last_error: str = Field(description="the exception's type and message")
+    last_error_at: datetime | None
+
+
 class Readiness(Model):
     ready: bool
     services: dict[str, str] = Field(description="service -> gRPC health status or UNAVAILABLE")
+    loops: list[UnreadyLoop] = Field(
+        default_factory=list,
+        description="the loops keeping a NOT_SERVING service unready, as it reports them",
+    )
 
 
 # ---- node and topology -----------------------------------------------------------------------

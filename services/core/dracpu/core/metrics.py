@@ -211,6 +211,18 @@ SPECS: tuple[MetricSpec, ...] = (
     ),
 )
 
+# Recorded by every gRPC service, through its supervisor (`dracpu.core.supervisor`), rather than
+# built with the metrics one service owns.
+EVERY_SERVICE = "every service"
+LOOP_RESTARTS = MetricSpec(
+    "dra_cpu_loop_restarts_total",
+    "counter",
+    "Restarts of a service's long-running loop after it failed or ended unexpectedly.",
+    EVERY_SERVICE,
+    ("service", "loop"),
+)
+SPECS = (*SPECS, LOOP_RESTARTS)
+
 RESULTS = ("success", "error", "unknown")
 # The families of prometheus_client's process, platform and GC collectors: every process of the
 # pod exports them, so the api labels their samples with the service they came from.
@@ -258,6 +270,15 @@ def build(owner: str, registry: CollectorRegistry) -> dict[str, Counter | Gauge 
             )
         collectors[spec.name] = collector
     return collectors
+
+
+def loop_restarts(registry: CollectorRegistry) -> Counter:
+    """The restart counter of a service's supervised loops, in `registry`."""
+    import prometheus_client
+
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+    spec = LOOP_RESTARTS
+    return prometheus_client.Counter(spec.name, spec.help, spec.labels, registry=registry)
 
 
 def exposition(registry: CollectorRegistry) -> str:

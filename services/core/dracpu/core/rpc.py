@@ -39,6 +39,7 @@ from dracpu.core.sockets import DEFAULT_RUN_DIR as DEFAULT_RUN_DIR
 from dracpu.core.sockets import DEFAULT_SOCKETS as DEFAULT_SOCKETS
 from dracpu.core.sockets import MAX_SOCKET_PATH as MAX_SOCKET_PATH
 from dracpu.core.sockets import check_socket_path as check_socket_path
+from dracpu.core.supervisor import Supervisor
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 
 log = get_logger(__name__)
@@ -150,7 +151,13 @@ def rpc_errors(method: F) -> F:
 class InfoServicer(info_pb2_grpc.InfoServicer):  # type: ignore[misc]
     """Version and metrics of the service this process runs."""
 
-    def __init__(self, service: str, api_version: str, metrics: Callable[[], str] | None) -> None:
+    def __init__(
+        self,
+        service: str,
+        api_version: str,
+        metrics: Callable[[], str] | None,
+        supervisor: Supervisor | None = None,
+    ) -> None:
         self._version = info_pb2.VersionInfo(
             service=service,
             version=__version__,
@@ -160,6 +167,7 @@ class InfoServicer(info_pb2_grpc.InfoServicer):  # type: ignore[misc]
             pid=os.getpid(),
         )
         self._metrics = metrics
+        self._supervisor = supervisor
 
     async def GetVersion(
         self, request: info_pb2.GetVersionRequest, context: grpc.aio.ServicerContext
@@ -171,20 +179,60 @@ class InfoServicer(info_pb2_grpc.InfoServicer):  # type: ignore[misc]
     ) -> info_pb2.MetricsText:
         return info_pb2.MetricsText(text=self._metrics() if self._metrics else "")
 
+    async def GetLoops(
+        self, request: info_pb2.GetLoopsRequest, context: grpc.aio.ServicerContext
+    ) -> info_pb2.LoopList:
+        statuses = self._supervisor.loops() if self._supervisor is not None else []
+        return info_pb2.LoopList(
+            loops=[
+                info_pb2.Loop(
+                    name=s.name,
+                    state=s.state.value,
+                    ready=s.ready,
+                    restarts=s.restarts,
+                    failures_in_row=s.failures_in_row,
+                    last_error=s.last_error,
+                    last_error_at_unix=int(s.last_error_at),
+                )
+                for s in statuses
+            ]
+        )
+
 
 class Health:
-    """The standard grpc.health.v1 service; '' is the whole server."""
+    """The standard grpc.health.v1 service; '' is the whole server.
+
+    SERVING when the service says so (`set`) and nothing blocks it (`block`: a supervised loop
+    restarting, `dracpu.core.supervisor`)."""
 
     def __init__(self, services: Sequence[str]) -> None:
         self.servicer = health.aio.HealthServicer()
         self._services = ["", *services]
+        self._serving = False
+        self._blocked: set[str] = set()
         # The HTTP listener answering the kubelet's probes about this server (--probe-address).
         self.probe: ProbeListener | None = None
 
+    @property
+    def serving(self) -> bool:
+        return self._serving and not self._blocked
+
     async def set(self, serving: bool) -> None:
+        self._serving = serving
+        await self._publish()
+
+    async def block(self, reason: str, blocked: bool) -> None:
+        """Report NOT_SERVING for `reason` while `blocked`, whatever `set` said."""
+        if blocked:
+            self._blocked.add(reason)
+        else:
+            self._blocked.discard(reason)
+        await self._publish()
+
+    async def _publish(self) -> None:
         status = (
             health_pb2.HealthCheckResponse.SERVING
-            if serving
+            if self.serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         for name in self._services:
@@ -201,12 +249,15 @@ async def start_server(
     metrics: Callable[[], str] | None = None,
     mode: int = 0o660,
     probe_address: str | None = None,
+    supervisor: Supervisor | None = None,
 ) -> tuple[grpc.aio.Server, Health]:
     """Listen on a unix socket (replacing a stale one) with health and Info registered, and
     with `probe_address`, an HTTP listener for the kubelet's probes of it
     (`dracpu.core.probes`).
 
-    Health starts NOT_SERVING; the caller flips it once the service is ready.
+    Health starts NOT_SERVING; the caller flips it once the service is ready. With
+    `supervisor`, a loop of it that is not ready keeps the health NOT_SERVING, and
+    `Info.GetLoops` says which.
     """
     path = Path(check_socket_path(socket_path))
     remove_stale_socket(path)
@@ -224,7 +275,9 @@ async def start_server(
     register(server)
     health_state = Health(health_names)
     health_pb2_grpc.add_HealthServicer_to_server(health_state.servicer, server)
-    info_pb2_grpc.add_InfoServicer_to_server(InfoServicer(service, api_version, metrics), server)
+    info_pb2_grpc.add_InfoServicer_to_server(
+        InfoServicer(service, api_version, metrics, supervisor), server
+    )
     try:
         bound = server.add_insecure_port(f"unix://{path}")
     except RuntimeError as exc:
@@ -238,6 +291,8 @@ async def start_server(
     await server.start()
     os.chmod(path, mode)
     await health_state.set(False)
+    if supervisor is not None:
+        await supervisor.attach(health_state)
     try:
         health_state.probe = await probes.start(probe_address, path)
     except BaseException:

@@ -4,8 +4,8 @@ status.devices, follow the kubelet's registration and put missing prerequisites 
 the nri-plugin's) on the driver's pod as Events.
 
 `serve` builds the plugin's parts from its flags and config (`_build`), starts the servers
-(`_start_servers`) and the background tasks (`_start_tasks`), and on SIGTERM or SIGINT takes
-them down in order (`_shutdown`).
+(`_start_servers`) and the long-running loops under its supervisor (`_start_loops`,
+`dracpu.core.supervisor`), and on SIGTERM or SIGINT takes them down in order (`_shutdown`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dracpu.core.log import get_logger
 from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import Health, start_server
 from dracpu.core.signals import stop_event
+from dracpu.core.supervisor import Supervisor
 from dracpu.dra_plugin.cluster.api_features import FeatureSupport
 from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.objects import Cluster
@@ -165,7 +166,7 @@ def _build(args: argparse.Namespace) -> Plugin:
     )
 
 
-async def _start_servers(args: argparse.Namespace, plugin: Plugin) -> Servers:
+async def _start_servers(args: argparse.Namespace, plugin: Plugin, loops: Supervisor) -> Servers:
     paths = plugin.paths
     try:
         paths.plugin_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
@@ -203,6 +204,7 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin) -> Servers:
         health_names=[VIEW_SERVICE],
         metrics=plugin.metrics.exposition,
         probe_address=args.probe_address,
+        supervisor=loops,
     )
     await view_health.set(True)
     log.info(
@@ -227,28 +229,45 @@ async def _track_registration(registration: PluginRegistration, view_health: Hea
         await changed.wait()
 
 
-def _start_tasks(
-    args: argparse.Namespace, plugin: Plugin, servers: Servers
-) -> list[asyncio.Task[None]]:
+# The dra-plugin's long-running loops, by the names the supervisor, its log and its metrics give
+# them; nri-prerequisites only runs where Events can be written (an API server and POD_NAME).
+LOOPS = (
+    "registration-watchdog",
+    "slice-publisher",
+    "claim-status",
+    "claim-status-catch-up",
+    "registration-health",
+    "device-health",
+    "pod-events",
+    "nri-prerequisites",
+)
+
+
+def _start_loops(
+    args: argparse.Namespace, plugin: Plugin, servers: Servers, loops: Supervisor
+) -> None:
     registration = plugin.registration
-    return [
-        asyncio.create_task(
-            registration.watchdog(plugin.paths.registrar_dir, args.registration_timeout)
-        ),
-        asyncio.create_task(plugin.publisher.run()),
-        asyncio.create_task(plugin.status.run()),
-        asyncio.create_task(_catch_up(plugin)),
-        asyncio.create_task(_track_registration(registration, servers.view_health)),
-        asyncio.create_task(
-            plugin.device_health.follow(plugin.allocator.list_devices, args.poll_interval)
-        ),
-        asyncio.create_task(plugin.events.run()),
-        *(
-            [asyncio.create_task(_relay_nri_prerequisites(args.nri_plugin_socket, plugin.events))]
-            if plugin.events.writable
-            else []
-        ),
-    ]
+    loops.start(
+        "registration-watchdog",
+        lambda: registration.watchdog(plugin.paths.registrar_dir, args.registration_timeout),
+        once=True,
+    )
+    loops.start("slice-publisher", plugin.publisher.run)
+    loops.start("claim-status", plugin.status.run)
+    loops.start("claim-status-catch-up", lambda: _catch_up(plugin), once=True)
+    loops.start(
+        "registration-health", lambda: _track_registration(registration, servers.view_health)
+    )
+    loops.start(
+        "device-health",
+        lambda: plugin.device_health.follow(plugin.allocator.list_devices, args.poll_interval),
+    )
+    loops.start("pod-events", plugin.events.run)
+    if plugin.events.writable:
+        loops.start(
+            "nri-prerequisites",
+            lambda: _relay_nri_prerequisites(args.nri_plugin_socket, plugin.events),
+        )
 
 
 async def _relay_nri_prerequisites(socket: str, events: PodEvents) -> None:
@@ -272,7 +291,7 @@ async def _shutdown(
     args: argparse.Namespace,
     plugin: Plugin,
     servers: Servers,
-    tasks: list[asyncio.Task[None]],
+    loops: Supervisor,
 ) -> None:
     log.info(2, "shutting down")
     # Claim status writes still pending get a moment to land; a restart does not redo them.
@@ -282,9 +301,7 @@ async def _shutdown(
         log.warning("claim device status left unwritten at shutdown",
                     claims=len(plugin.status.state.pending))  # fmt: skip
     plugin.device_health.stop()
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await loops.stop()
     # Registration socket first, so the kubelet stops using us before the endpoint goes.
     for server in (servers.registration, servers.dra, servers.view):
         await server.stop(grace=2)
@@ -299,9 +316,10 @@ async def _shutdown(
 
 async def serve(args: argparse.Namespace) -> int:
     plugin = _build(args)
-    servers = await _start_servers(args, plugin)
+    loops = Supervisor("dra-plugin", registry=plugin.metrics.registry)
+    servers = await _start_servers(args, plugin, loops)
     stop = stop_event()
-    tasks = _start_tasks(args, plugin, servers)
+    _start_loops(args, plugin, servers, loops)
     await stop.wait()
-    await _shutdown(args, plugin, servers, tasks)
+    await _shutdown(args, plugin, servers, loops)
     return 0

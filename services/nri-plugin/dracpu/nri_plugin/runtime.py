@@ -4,7 +4,6 @@ the read-only gRPC view with its health."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 
 import grpc
@@ -17,6 +16,7 @@ from dracpu.core.log import get_logger
 from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
+from dracpu.core.supervisor import Supervisor
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
 from dracpu.nri_plugin.servicer import NRIPluginView
 from dracpu.nri_plugin.state.plugin_metrics import NRIMetrics
@@ -29,6 +29,17 @@ from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2_grpc
 
 SERVICE_NAME = "dracpu.nri_plugin.v1.NRIPluginView"
 API_VERSION = "dracpu.nri_plugin.v1"
+
+# The nri-plugin's long-running loops, by the names the supervisor, its log and its metrics
+# give them.
+LOOPS = (
+    "nri-connection",
+    "shared-pool-watch",
+    "shared-pool-push",
+    "detach-retry",
+    "adopted-moves",
+    "health",
+)
 
 log = get_logger(__name__)
 
@@ -75,6 +86,8 @@ async def serve(args: argparse.Namespace) -> int:
     plugin.set_pusher(stub.update_containers)
     plugin.set_resynchronizer(stub.resynchronize)
 
+    loops = Supervisor("nri-plugin", registry=metrics.registry)
+
     def register(server: grpc.aio.Server) -> None:
         nri_plugin_pb2_grpc.add_NRIPluginViewServicer_to_server(NRIPluginView(plugin, stub), server)
 
@@ -86,6 +99,7 @@ async def serve(args: argparse.Namespace) -> int:
         health_names=[SERVICE_NAME],
         metrics=metrics.text,
         probe_address=args.probe_address,
+        supervisor=loops,
     )
 
     async def follow_health() -> None:
@@ -98,23 +112,19 @@ async def serve(args: argparse.Namespace) -> int:
         await plugin.wait_for_allocator()
         await stub.run()
 
-    tasks = [
-        asyncio.create_task(connect(), name="nri-connection"),
-        asyncio.create_task(plugin.watch_pool(), name="shared-pool-watch"),
-        asyncio.create_task(plugin.push_pool_changes(), name="shared-pool-push"),
-        asyncio.create_task(plugin.detaches.run(), name="detach-retry"),
-        asyncio.create_task(plugin.move_adopted(), name="adopted-moves"),
-        asyncio.create_task(follow_health(), name="health"),
-    ]
+    loops.start("nri-connection", connect)
+    loops.start("shared-pool-watch", plugin.watch_pool)
+    loops.start("shared-pool-push", plugin.push_pool_changes)
+    loops.start("detach-retry", plugin.detaches.run)
+    loops.start("adopted-moves", plugin.move_adopted)
+    loops.start("health", follow_health)
 
     stop = stop_event()
     await stop.wait()
 
     log.info(0, "stopping", socket=args.socket)
     stub.stop()
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await loops.stop()
     await stop_server(server, health, args.socket)
     await allocator.close()
     return 0

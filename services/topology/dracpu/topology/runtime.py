@@ -16,6 +16,7 @@ from dracpu.core.log import get_logger
 from dracpu.core.metrics import exposition, service_registry
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
+from dracpu.core.supervisor import Supervisor
 from dracpu.pb.topology.v1 import topology_pb2_grpc
 from dracpu.topology.discovery import check_root, discover
 from dracpu.topology.inventory import Inventory
@@ -24,6 +25,9 @@ from dracpu.topology.servicer import TopologyServicer
 
 SERVICE_NAME = "dracpu.topology.v1.Topology"
 API_VERSION = "dracpu.topology.v1"
+
+# The topology service's long-running loop (with --watch-interval).
+LOOPS = ("sysfs-watch",)
 
 log = get_logger(__name__)
 
@@ -46,6 +50,7 @@ async def serve(args: argparse.Namespace) -> int:
 
     # No dra_cpu_* metric of its own: the registry holds the process's standard collectors.
     registry = service_registry()
+    loops = Supervisor("topology", registry=registry)
     server, health = await start_server(
         args.socket,
         register,
@@ -54,6 +59,7 @@ async def serve(args: argparse.Namespace) -> int:
         health_names=[SERVICE_NAME],
         probe_address=args.probe_address,
         metrics=lambda: exposition(registry),
+        supervisor=loops,
     )
     await health.set(True)
     log.info(
@@ -65,12 +71,10 @@ async def serve(args: argparse.Namespace) -> int:
     )
 
     stop = stop_event()
-    watch = (
-        asyncio.create_task(inventory.watch(args.watch_interval)) if args.watch_interval else None
-    )
+    if args.watch_interval:
+        loops.start("sysfs-watch", lambda: inventory.watch(args.watch_interval))
     await stop.wait()
-    if watch is not None:
-        watch.cancel()
+    await loops.stop()
 
     log.info(0, "stopping", socket=args.socket)
     await stop_server(server, health, args.socket)

@@ -3,12 +3,11 @@ gatherinfo report / JSON `cpus` document for development and tests."""
 
 from __future__ import annotations
 
-import asyncio
-
 from dracpu.core.documents import read_yaml_file
 from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
+from dracpu.core.retry import Backoff
 from dracpu.core.rpc import call, channel
 from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
 
@@ -35,9 +34,9 @@ async def fetch(socket: str, timeout: float = 5.0, *, rediscover: bool = False) 
     return Machine.from_proto(inventory)
 
 
-async def wait_for_inventory(socket: str, max_backoff: float = 5.0) -> Machine:
+async def wait_for_inventory(socket: str, max_delay: float = 5.0) -> Machine:
     """Ask until the topology service answers; it may start after us."""
-    delay = 0.1
+    backoff = Backoff(initial=0.1, maximum=max_delay)
     attempt = 0
     while True:
         try:
@@ -57,5 +56,4 @@ async def wait_for_inventory(socket: str, max_backoff: float = 5.0) -> Machine:
                     attempt=attempt,
                     error=str(exc),
                 )
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, max_backoff)
+        await backoff.wait()

@@ -30,12 +30,17 @@ async def healthz() -> Response:
     responses={503: {"model": models.Readiness, "description": "some service is not ready"}},
 )
 async def readyz(state: StateDep) -> Response:
-    """Ready when every service answers SERVING on its gRPC health service."""
-    backends = state.backends
+    """Ready when every service answers SERVING on its gRPC health service; a service that
+    answers NOT_SERVING is asked which of its loops keep it so."""
+    backends = list(state.backends)
     statuses = await asyncio.gather(*(_health(b) for b in backends))
     services = {b.service: status for b, status in zip(backends, statuses, strict=True)}
     ready = all(status == "SERVING" for status in statuses)
-    body = models.Readiness(ready=ready, services=services)
+    unready = [b for b, status in zip(backends, statuses, strict=True) if status == "NOT_SERVING"]
+    loops = [
+        loop for found in await asyncio.gather(*map(_unready_loops, unready)) for loop in found
+    ]
+    body = models.Readiness(ready=ready, services=services, loops=loops)
     return json_reply(body, status_code=200 if ready else 503)
 
 
@@ -87,6 +92,26 @@ def _prerequisites(service: str, reply: object) -> list[models.Prerequisite]:
     if isinstance(reply, models.Unavailable):
         return []
     return translate.prerequisites(service, reply)
+
+
+async def _unready_loops(backend: Backend) -> list[models.UnreadyLoop]:
+    try:
+        reply = await backend.loops()
+    except (BackendUnavailable, NotFoundError):
+        return []  # a service of an older release has no GetLoops; its status says enough
+    return [
+        models.UnreadyLoop(
+            service=backend.service,
+            loop=loop.name,
+            state=loop.state,
+            restarts=loop.restarts,
+            failures_in_row=loop.failures_in_row,
+            last_error=loop.last_error,
+            last_error_at=translate.timestamp(loop.last_error_at_unix),
+        )
+        for loop in reply.loops
+        if not loop.ready
+    ]
 
 
 async def _health(backend: Backend) -> str:

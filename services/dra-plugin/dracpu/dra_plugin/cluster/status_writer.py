@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from dracpu.core.errors import ConflictError, DracpuError, InvalidInputError, NotFoundError
 from dracpu.core.log import get_logger
+from dracpu.core.retry import Backoff
 from dracpu.dra_plugin.cluster.api_features import CLAIM_DEVICE_STATUS, FeatureSupport
 from dracpu.dra_plugin.cluster.claim_status import (
     READY,
@@ -42,6 +43,7 @@ from dracpu.pb.allocator.v1 import allocator_pb2
 
 log = get_logger(__name__)
 
+FIRST_RETRY = 1.0  # seconds
 MAX_BACKOFF = 60.0
 CONCURRENCY = 8
 MAX_MANAGER = 128  # metav1.ManagedFieldsEntry manager names
@@ -63,7 +65,7 @@ class StatusTarget(Protocol):
 class _Wish:
     ref: ClaimRef
     entries: list[Entry]  # [] removes ours
-    attempts: int = 0
+    backoff: Backoff
     due: float = 0.0
     last_error: str = ""
 
@@ -146,7 +148,9 @@ class ClaimStatusWriter:
         return wanted <= ready
 
     def _want(self, ref: ClaimRef, entries: list[Entry]) -> None:
-        self.state.pending[ref.uid] = _Wish(ref, entries)
+        # A newer wish starts its retries over: it is another write.
+        backoff = Backoff(initial=min(FIRST_RETRY, self.max_backoff), maximum=self.max_backoff)
+        self.state.pending[ref.uid] = _Wish(ref, entries, backoff)
         self.metrics.claim_status_pending(len(self.state.pending))
         self._idle.clear()
         self._wake.set()
@@ -228,8 +232,7 @@ class ClaimStatusWriter:
             self._record_error(message)
             self._done(wish, "refused")
             return
-        delay = min(self.max_backoff, 2.0**wish.attempts)
-        wish.attempts += 1
+        delay = wish.backoff.next_delay()
         wish.due = time.monotonic() + delay
         if message != wish.last_error:
             log.warning("writing a claim's device status failed; retrying", claim=str(ref),

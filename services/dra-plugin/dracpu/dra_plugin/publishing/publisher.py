@@ -20,7 +20,6 @@ gone for 30 s (PROTOCOLS.md §1.5).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any
 
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
 from dracpu.core.log import get_logger
+from dracpu.core.retry import Backoff
 from dracpu.dra_plugin.cluster.api_features import FeatureSupport, MissingFeature
 from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.objects import Cluster, Object
@@ -97,17 +97,17 @@ class SlicePublisher:
         return "watch" if self.watch is not None else "resync"
 
     async def run(self) -> None:
-        watcher = asyncio.create_task(self.watch.run()) if self.watch is not None else None
-        try:
+        """Publish until cancelled, with the slice watch alongside: an unexpected error of
+        either ends both (the supervisor starts them again)."""
+        if self.watch is None:
             await self._publish_loop()
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+            return
+        async with asyncio.TaskGroup() as both:
+            both.create_task(self.watch.run(), name="slice-watch")
+            both.create_task(self._publish_loop(), name="slice-publish")
 
     async def _publish_loop(self) -> None:
-        backoff = 1.0
+        backoff = Backoff(initial=1.0, maximum=MAX_BACKOFF)
         while True:
             try:
                 devices = await self.allocator.list_devices()
@@ -128,16 +128,16 @@ class SlicePublisher:
                     self._fingerprint = fingerprint
                     if resync:
                         self._next_resync = time.monotonic() + self.resync_interval
-                backoff = 1.0
+                backoff.reset()
                 await self._pause(self.poll_interval)
             except DracpuError as exc:
                 self.state.last_error = str(exc)
                 self._again = True  # whatever woke us was consumed: try again regardless
+                delay = backoff.next_delay()
                 log.warning(
-                    "publishing ResourceSlices failed; retrying", error=str(exc), retry_in=backoff
+                    "publishing ResourceSlices failed; retrying", error=str(exc), retry_in=delay
                 )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+                await asyncio.sleep(delay)
 
     async def _prerequisites_met(self, devices: allocator_pb2.DeviceList) -> bool:
         """Whether the API server has what these devices need; until it has, nothing is

@@ -21,6 +21,7 @@ from typing import Any
 
 from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
+from dracpu.core.retry import Backoff
 from dracpu.dra_plugin.cluster.objects import Object, SliceWatcher, WatchEvent, WatchExpiredError
 
 log = get_logger(__name__)
@@ -97,13 +98,13 @@ class SliceWatch:
     # ---- list and watch ----------------------------------------------------------------
 
     async def run(self) -> None:
-        backoff = 1.0
+        backoff = Backoff(initial=1.0, maximum=MAX_BACKOFF)
         while True:
             try:
                 if not self.resource_version:
                     await self._list()
                 await self._watch()
-                backoff = 1.0
+                backoff.reset()
             except WatchExpiredError as exc:
                 self.stats.expired += 1
                 log.info(2, "slice watch expired; listing again", reason=str(exc))
@@ -111,9 +112,9 @@ class SliceWatch:
             except DracpuError as exc:
                 self.stats.errors += 1
                 self.stats.last_error = str(exc)
-                log.warning("slice watch failed; retrying", error=str(exc), retry_in=backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+                delay = backoff.next_delay()
+                log.warning("slice watch failed; retrying", error=str(exc), retry_in=delay)
+                await asyncio.sleep(delay)
 
     async def _list(self) -> None:
         items, version = await self.source.list_slices_at(self.driver, self.node)

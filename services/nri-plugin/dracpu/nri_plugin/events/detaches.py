@@ -16,6 +16,7 @@ from typing import Protocol
 
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
+from dracpu.core.retry import Backoff
 
 log = get_logger(__name__)
 
@@ -57,7 +58,8 @@ class PendingDetaches:
     async def run(self, retry_delay: float = 0.5, max_delay: float = 10.0) -> None:
         """Forever: send every pending detach again, oldest first; back off while the
         allocator refuses, up to `max_delay` between rounds."""
-        delay = retry_delay
+        backoff = Backoff(initial=retry_delay, maximum=max_delay)
+        delay = backoff.next_delay()
         while True:
             await self._wake.wait()
             await asyncio.sleep(delay)
@@ -65,13 +67,14 @@ class PendingDetaches:
                 try:
                     await self._allocator.detach(container_id)
                 except DracpuError as exc:
+                    delay = backoff.next_delay()
                     log.info(2, "detach failed again", container=container_id, error=str(exc),
                              retry_s=delay)  # fmt: skip
-                    delay = min(delay * 2, max_delay)
                     break
                 self._pending.pop(container_id, None)
                 log.info(2, "container detached on a later try", container=container_id)
             else:
-                delay = retry_delay
+                backoff.reset()
+                delay = backoff.next_delay()
                 if not self._pending:
                     self._wake.clear()

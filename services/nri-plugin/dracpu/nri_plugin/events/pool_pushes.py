@@ -17,6 +17,7 @@ from enum import Enum
 
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.log import get_logger
+from dracpu.core.retry import Backoff
 from dracpu.nri_plugin.state.conversions import cpuset_update
 from dracpu.nri_plugin.state.plugin_state import PluginState
 from dracpu.nri_plugin.transport.ttrpc import DEADLINE_EXCEEDED, TtrpcError
@@ -85,7 +86,7 @@ class PoolPushes:
         (only where the runtime is safe for it; otherwise the next solicited call does).
         Until every shared container is confirmed on the pool, push again with backoff."""
         changed = self._state.pool.changed
-        delay = retry_delay
+        backoff = Backoff(initial=retry_delay, maximum=max_delay)
         while True:
             await changed.wait()
             changed.clear()
@@ -94,11 +95,10 @@ class PoolPushes:
                 # Not converged (unknown or failed outcomes): try again unless a new pool
                 # change wakes us first.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), delay)
+                    await asyncio.wait_for(changed.wait(), backoff.next_delay())
                 changed.set()
-                delay = min(delay * 2, max_delay)
             else:
-                delay = retry_delay
+                backoff.reset()
 
     async def push_once(self) -> PushResult:
         """One fan-out of the current pool to the shared containers not confirmed on it.

@@ -9,6 +9,7 @@ import asyncio
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
+from dracpu.core.retry import Backoff
 from dracpu.nri_plugin.transport.allocator_client import AllocatorAPI
 from dracpu.pb.allocator.v1 import allocator_pb2
 
@@ -55,7 +56,7 @@ class SharedPool:
     async def wait_for_allocator(self, retry_delay: float = 0.1, max_delay: float = 2.0) -> None:
         """Until the allocator answers with the shared pool. Registering with the runtime
         before that would only fail its Synchronize (and log errors on the runtime side)."""
-        delay = retry_delay
+        backoff = Backoff(initial=retry_delay, maximum=max_delay)
         waited = False
         while True:
             try:
@@ -65,25 +66,25 @@ class SharedPool:
                 if not waited:
                     log.info(0, "waiting for the allocator before registering", error=str(exc))
                 waited = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, max_delay)
+                await backoff.wait()
                 continue
             log.info(2, "allocator answers", shared_pool=pool)
             return
 
-    async def watch(self, retry_delay: float = 0.5) -> None:
+    async def watch(self, retry_delay: float = 0.5, max_delay: float = 5.0) -> None:
         """Follow the allocator's shared pool forever; reconnects with backoff."""
-        delay = retry_delay
+        backoff = Backoff(initial=retry_delay, maximum=max_delay)
         while True:
+            delay = None
             try:
                 async for pool in self._allocator.watch_shared_pool():
-                    delay = retry_delay
+                    backoff.reset()
                     async with self._lock:
                         self.note(pool)
                         self.watching = True
             except DracpuError as exc:
+                delay = backoff.next_delay()
                 log.info(2, "shared pool watch ended; retrying", error=str(exc), delay_s=delay)
             finally:
                 self.watching = False
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            await asyncio.sleep(backoff.next_delay() if delay is None else delay)
