@@ -41,7 +41,7 @@ class Devices:
             if extra.get("mapping"):
                 device.node_allocatable_resources["cpu"].device_multiplier = "1"
 
-    async def list_devices(self) -> pb.DeviceList:
+    async def list_devices(self, deadline: float | None = None) -> pb.DeviceList:
         return self.current
 
 

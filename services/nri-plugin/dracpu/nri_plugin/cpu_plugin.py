@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.adoption import LateAdoptions, Resynchronize
-from dracpu.nri_plugin.allocator_client import AllocatorAPI
 from dracpu.nri_plugin.compat import Decision, UnsolicitedMode, decide
 from dracpu.nri_plugin.container_events import ContainerEvents
 from dracpu.nri_plugin.detaches import PendingDetaches
@@ -43,7 +43,7 @@ class CPUPlugin:
 
     def __init__(
         self,
-        allocator: AllocatorAPI,
+        allocator: ContainerAllocator,
         *,
         unsolicited: UnsolicitedMode = UnsolicitedMode.AUTO,
         batch_size: int = 500,

@@ -15,11 +15,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.cpuset import EMPTY
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.adoption import LateAdoptions, recover
-from dracpu.nri_plugin.allocator_client import AllocatorAPI
 from dracpu.nri_plugin.conversions import cpuset_update, same_cpus
 from dracpu.nri_plugin.detaches import PendingDetaches
 from dracpu.nri_plugin.plugin_state import PluginState
@@ -47,7 +47,7 @@ class Resync:
     def __init__(
         self,
         state: PluginState,
-        allocator: AllocatorAPI,
+        allocator: ContainerAllocator,
         detaches: PendingDetaches,
         adoptions: LateAdoptions,
     ) -> None:

@@ -10,6 +10,7 @@ import os
 import grpc
 
 from dracpu.core import __version__
+from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.config import load, log_effective
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError
@@ -17,10 +18,10 @@ from dracpu.core.log import get_logger
 from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
-from dracpu.nri_plugin.allocator_client import AllocatorClient
 from dracpu.nri_plugin.compat import UnsolicitedMode
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
 from dracpu.nri_plugin.cri_version import RuntimeIdentity, query
+from dracpu.nri_plugin.pacing import ALLOCATOR_CALL_TIMEOUT
 from dracpu.nri_plugin.plugin_metrics import NRIMetrics
 from dracpu.nri_plugin.runtime_prerequisites import RuntimePrerequisites, nri_off_line
 from dracpu.nri_plugin.servicer import NRIPluginView
@@ -63,7 +64,7 @@ async def serve(args: argparse.Namespace) -> int:
         unsolicited_updates=mode.value,
     )
 
-    allocator = AllocatorClient(args.allocator_socket)
+    allocator = AllocatorClient(args.allocator_socket, timeout=ALLOCATOR_CALL_TIMEOUT)
     metrics = NRIMetrics()
     checks = RuntimePrerequisites(Prerequisites(), args.nri_socket)
     if not os.path.exists(args.nri_socket):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ import yaml
 
 from dracpu.core.cluster_folder import ClusterFolderLayout
 from dracpu.core.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
+from dracpu.core.files import write_atomic
 from dracpu.dra_plugin.cluster.objects import Object
 
 # The API server's name generator (k8s.io/apiserver pkg/storage/names): the prefix is cut to
@@ -53,15 +53,9 @@ def _read_yaml(path: Path, what: str) -> Object:
 
 
 def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            yaml.dump(dict(data), handle, Dumper=_Dumper, sort_keys=False)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    # Whole, not durable: a development stand-in its readers re-read (`dracpu.core.files`).
+    text = yaml.dump(dict(data), Dumper=_Dumper, sort_keys=False)
+    write_atomic(path, text.encode("utf-8"), durable=False)
 
 
 def _status_key(entry: Mapping[str, Any]) -> str:
