@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TypeVar
 
 from dracpu.api.deadlines import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from dracpu.core.clients.allocator import AllocatorClient
@@ -31,7 +31,6 @@ from dracpu.pb.topology.v1 import topology_pb2
 log = get_logger(__name__)
 
 T = TypeVar("T")
-C = TypeVar("C", bound=ServiceClient)
 
 # Slack on top of the gRPC deadline before the api gives up on its own.
 _BACKSTOP = 0.5
@@ -46,18 +45,16 @@ class BackendUnavailable(UnavailableError):
         self.reason = reason
 
 
-class Backend(Generic[C]):
+class Backend:
     """One peer service: its client (`dracpu.core.clients`, on the socket, one short try per
     call: the api answers at once that a service is down rather than wait for it), and the
     last error seen."""
 
-    client_type: type[C]
-
-    def __init__(self, service: str, socket: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, service: str, client: ServiceClient, timeout: float) -> None:
         self.service = service
-        self.socket = socket
+        self.client = client
+        self.socket = client.socket_path
         self.timeout = timeout
-        self.client = self.client_type(socket, timeout=timeout, wait_for_ready=False)
         self.last_error: str | None = None
         self.last_error_at: float | None = None
 
@@ -68,11 +65,11 @@ class Backend(Generic[C]):
     async def close(self) -> None:
         await self.client.close()
 
-    async def request(self, what: str, call: Callable[[C], Awaitable[T]]) -> T:
+    async def request(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """One call with the deadline; every failure but NotFound becomes BackendUnavailable."""
         try:
             async with asyncio.timeout(self.timeout + _BACKSTOP):
-                return await call(self.client)
+                return await call()
         except NotFoundError:
             raise
         except DracpuError as exc:
@@ -94,62 +91,73 @@ class Backend(Generic[C]):
 
     async def health(self) -> str:
         """The gRPC health status name of the whole server ("" service)."""
-        return await self.request("Health.Check", lambda c: c.health())
+        return await self.request("Health.Check", self.client.health)
 
     async def version(self) -> info_pb2.VersionInfo:
-        return await self.request("Info.GetVersion", lambda c: c.version())
+        return await self.request("Info.GetVersion", self.client.version)
 
     async def metrics(self) -> str:
-        return await self.request("Info.GetMetrics", lambda c: c.metrics())
+        return await self.request("Info.GetMetrics", self.client.metrics)
 
 
-class TopologyBackend(Backend[TopologyClient]):
-    client_type = TopologyClient
+class TopologyBackend(Backend):
+    def __init__(self, service: str, socket: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.topology = TopologyClient(socket, timeout=timeout, wait_for_ready=False)
+        super().__init__(service, self.topology, timeout)
 
     async def inventory(self) -> topology_pb2.Inventory:
-        return await self.request("Topology.GetInventory", lambda c: c.inventory())
+        return await self.request("Topology.GetInventory", self.topology.inventory)
 
 
-class AllocatorBackend(Backend[AllocatorClient]):
-    client_type = AllocatorClient
+class AllocatorBackend(Backend):
+    def __init__(self, service: str, socket: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        # The api only reads: it is given the allocator's read-only socket.
+        self.allocator = AllocatorClient(socket, timeout=timeout, wait_for_ready=False)
+        super().__init__(service, self.allocator, timeout)
 
     async def devices(self) -> allocator_pb2.DeviceList:
-        return await self.request("Allocator.ListDevices", lambda c: c.list_devices())
+        return await self.request("Allocator.ListDevices", self.allocator.list_devices)
 
     async def claims(self, namespace: str = "") -> allocator_pb2.ClaimList:
-        return await self.request("Allocator.ListClaims", lambda c: c.list_claims(namespace))
+        return await self.request(
+            "Allocator.ListClaims", lambda: self.allocator.list_claims(namespace)
+        )
 
     async def claims_bytes(self, namespace: str = "") -> bytes:
         """ListClaims with the reply left serialised, so an unchanged reply can be recognised."""
         return await self.request(
-            "Allocator.ListClaims", lambda c: c.list_claims_serialized(namespace)
+            "Allocator.ListClaims", lambda: self.allocator.list_claims_serialized(namespace)
         )
 
     async def claim(self, uid: str) -> allocator_pb2.Claim:
-        return await self.request("Allocator.GetClaim", lambda c: c.claim(uid))
+        return await self.request("Allocator.GetClaim", lambda: self.allocator.claim(uid))
 
     async def shared_pool(self) -> allocator_pb2.SharedPool:
-        return await self.request("Allocator.GetSharedPool", lambda c: c.shared_pool())
+        return await self.request("Allocator.GetSharedPool", self.allocator.shared_pool)
 
     async def summary(self) -> allocator_pb2.Summary:
-        return await self.request("Allocator.GetSummary", lambda c: c.summary())
+        return await self.request("Allocator.GetSummary", self.allocator.summary)
 
 
-class DRAPluginBackend(Backend[DRAPluginClient]):
-    client_type = DRAPluginClient
+class DRAPluginBackend(Backend):
+    def __init__(self, service: str, socket: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.dra_plugin = DRAPluginClient(socket, timeout=timeout, wait_for_ready=False)
+        super().__init__(service, self.dra_plugin, timeout)
 
     async def status(self) -> dra_plugin_pb2.PluginStatus:
-        return await self.request("DRAPluginView.GetStatus", lambda c: c.status())
+        return await self.request("DRAPluginView.GetStatus", self.dra_plugin.status)
 
 
-class NRIPluginBackend(Backend[NRIPluginClient]):
-    client_type = NRIPluginClient
+class NRIPluginBackend(Backend):
+    def __init__(self, service: str, socket: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.nri_plugin = NRIPluginClient(socket, timeout=timeout, wait_for_ready=False)
+        super().__init__(service, self.nri_plugin, timeout)
 
     async def containers(self) -> nri_plugin_pb2.ContainerList:
-        return await self.request("NRIPluginView.ListContainers", lambda c: c.containers())
+        return await self.request("NRIPluginView.ListContainers", self.nri_plugin.containers)
 
     async def status(self) -> nri_plugin_pb2.PluginStatus:
-        return await self.request("NRIPluginView.GetStatus", lambda c: c.status())
+        return await self.request("NRIPluginView.GetStatus", self.nri_plugin.status)
 
 
 @dataclass(frozen=True)
@@ -172,7 +180,7 @@ class Backends:
             nri_plugin=NRIPluginBackend("nri-plugin", paths["nri-plugin"], timeout),
         )
 
-    def __iter__(self) -> Iterator[Backend[Any]]:
+    def __iter__(self) -> Iterator[Backend]:
         return iter((self.topology, self.allocator, self.dra_plugin, self.nri_plugin))
 
     async def close(self) -> None:

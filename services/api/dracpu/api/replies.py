@@ -4,7 +4,7 @@ that a service may leave `unavailable`, and the OpenAPI entries of a service's f
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -35,5 +35,5 @@ async def part(service: str, awaitable: Awaitable[T]) -> T | models.Unavailable:
         return models.Unavailable(service=service, reason=str(exc))
 
 
-async def version_of(backend: Backend[Any]) -> models.ServiceVersion:
+async def version_of(backend: Backend) -> models.ServiceVersion:
     return translate.version(await backend.version())

@@ -5,7 +5,6 @@ prerequisites the plugins judged."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -90,7 +89,7 @@ def _prerequisites(service: str, reply: object) -> list[models.Prerequisite]:
     return translate.prerequisites(service, reply)
 
 
-async def _health(backend: Backend[Any]) -> str:
+async def _health(backend: Backend) -> str:
     try:
         return await backend.health()
     except (BackendUnavailable, NotFoundError):
