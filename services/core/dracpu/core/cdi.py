@@ -28,7 +28,7 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dracpu.core.errors import InvalidInputError
@@ -43,7 +43,7 @@ _CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_-]*[A-Za-z0-9])?")
 _DEVICE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 _ENV = re.compile(r"[^=\x00]+=[^\x00]*")
 
-# Fields of containerEdits that 0.5.0 knows; each listed mount and device-node key likewise.
+# The containerEdits fields 0.5.0 knows, and a mount's.
 _EDITS = frozenset({"env", "deviceNodes", "hooks", "mounts"})
 _MOUNT = frozenset({"hostPath", "containerPath", "options", "type"})
 
@@ -70,7 +70,7 @@ class Device:
 
     name: str
     env: tuple[str, ...] = ()
-    mounts: tuple[Mount, ...] = field(default=())
+    mounts: tuple[Mount, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         edits: dict[str, Any] = {}
