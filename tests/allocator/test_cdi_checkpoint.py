@@ -10,6 +10,7 @@ import pytest
 
 from dracpu.allocator.claims import Allocation, ClaimRecord, Owner
 from dracpu.allocator.store import cdi, checkpoint, records
+from dracpu.core.cdi import CDI_VERSION
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import cdi_device_id
 from dracpu.core.errors import InvalidInputError, StateError
@@ -25,7 +26,7 @@ def test_cdi_spec_file_and_content(tmp_path: Path) -> None:
     path = cdi.write_spec(tmp_path, UID, CPUSet.parse("2-5,10"))
     assert path.name == f"dra.k8s.io-cpu_claim-{UID}.json"
     assert json.loads(path.read_text()) == {
-        "cdiVersion": "0.3.0",
+        "cdiVersion": CDI_VERSION,
         "kind": "dra.k8s.io/cpu",
         "devices": [
             {"name": f"claim-{UID}", "containerEdits": {"env": [f"DRA_CPUSET_{UID}=2-5,10"]}}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dracpu.core.cdi import CDI_VERSION
 from dracpu.core.errors import NotFoundError
 from dracpu.dev.cdi_specs import resolve_env
 
@@ -17,7 +18,7 @@ def write_spec(directory: Path, name: str, spec: object) -> None:
 
 def spec(kind: str, device: str, env: list[str], common: list[str] | None = None) -> object:
     document: dict[str, object] = {
-        "cdiVersion": "0.3.0",
+        "cdiVersion": CDI_VERSION,
         "kind": kind,
         "devices": [{"name": device, "containerEdits": {"env": env}}],
     }

@@ -42,7 +42,7 @@ class Devices:
             if extra.get("mapping"):
                 device.node_allocatable_resources["cpu"].device_multiplier = "1"
 
-    async def list_devices(self) -> pb.DeviceList:
+    async def list_devices(self, deadline: float | None = None) -> pb.DeviceList:
         self.asked += 1
         return self.current
 

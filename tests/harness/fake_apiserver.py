@@ -5,10 +5,10 @@ does for them that matters here: generateName, uid and resourceVersion, field se
 spec.driver / spec.nodeName, 409 Conflict on a stale resourceVersion or failed delete
 preconditions, 404 Status objects, and watches of slices from a resourceVersion (410 Gone for
 a version older than the last `compact()`). Server-side apply of a claim's status.devices on
-the status subresource as the real server does it for that list-map: entries keyed by (driver,
-pool, device, shareID), each owned by the field manager that applied it; an apply replaces
-the manager's entries and removes those it no longer names, leaves other managers' alone, and
-without `force` refuses to take an entry another manager owns (409); `metadata.uid` is a
+the status subresource as the real server does it for that list-map (`dracpu.core.status_apply`,
+the merge the cluster folder does too: entries keyed by (driver, pool, device, shareID), each
+owned by the field manager that applied it; without `force` an entry another manager owns is
+refused with 409); `metadata.uid` is a
 precondition; entries for devices the claim was not allocated, more than 8 conditions or more
 than 10 KiB of data are refused (422). Discovery of the resource.k8s.io group (its versions
 settable), server-side dry runs of slice creates (answered, never stored) and Events created
@@ -36,6 +36,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import yaml
+
+from dracpu.core.errors import ConflictError
+from dracpu.core.status_apply import DeviceKey, apply_devices, device_key
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
@@ -65,7 +68,7 @@ class Store:
         # (a server whose schema lacks it: the apply is refused naming the field).
         self.device_status = "on"
         # (namespace, name) -> entry key -> field manager owning that status.devices entry.
-        self.status_owners: dict[tuple[str, str], dict[tuple[str, ...], str]] = {}
+        self.status_owners: dict[tuple[str, str], dict[DeviceKey, str]] = {}
         # A claim's UID differing from the apply's: 409 on the precondition, or (True) the 422
         # kube-apiserver 1.37 answers for a server-side apply ("field is immutable").
         self.uid_as_invalid = False
@@ -115,10 +118,10 @@ class Store:
             return 500, _status(500, "InternalError", "failed to create typed patch object "
                                 ".status.devices: field not declared in schema")  # fmt: skip
         allocation = (claim.get("status") or {}).get("allocation") or {}
-        allocated = {_device_key(r) for r in (allocation.get("devices") or {}).get("results") or []}
+        allocated = {device_key(r) for r in (allocation.get("devices") or {}).get("results") or []}
         for index, entry in enumerate(devices):
             where = f"status.devices[{index}]"
-            if _device_key(entry) not in allocated:
+            if device_key(entry) not in allocated:
                 return 422, _status(422, "Invalid", f"ResourceClaim.resource.k8s.io {key[1]!r} "
                                     f"is invalid: {where}: Invalid value: must be an allocated "
                                     "device in the claim")  # fmt: skip
@@ -127,25 +130,21 @@ class Store:
                                     "at most 8 items")  # fmt: skip
             if len(json.dumps(entry.get("data") or {}, separators=(",", ":"))) > 10 * 1024:
                 return 422, _status(422, "Invalid", f"{where}.data: Too long")
-        owners = self.status_owners.setdefault(key, {})
-        wanted = {_device_key(d): d for d in devices}
-        taken = [k for k in wanted if owners.get(k, manager) != manager]
-        if taken and not force:
-            return 409, _status(409, "Conflict", f"Apply failed with 1 conflict: conflict with "
-                                f'"{owners[taken[0]]}": .status.devices')  # fmt: skip
+        try:
+            applied = apply_devices(
+                (claim.get("status") or {}).get("devices") or [],
+                self.status_owners.get(key, {}),
+                manager,
+                devices,
+                force=force,
+            )
+        except ConflictError as exc:
+            return 409, _status(409, "Conflict", str(exc))
         status = claim.setdefault("status", {})
-        kept = [
-            d
-            for d in status.get("devices") or []
-            if _device_key(d) not in wanted and owners.get(_device_key(d)) != manager
-        ]
-        for k in [k for k, m in owners.items() if m == manager]:
-            del owners[k]
-        owners.update(dict.fromkeys(wanted, manager))
-        merged = kept + [copy.deepcopy(d) for d in wanted.values()]
+        merged, self.status_owners[key] = applied.devices, applied.owners
         if self.device_status == "dropped":
             merged = []
-            owners.clear()
+            self.status_owners[key] = {}
         if merged:
             status["devices"] = merged
         else:
@@ -159,10 +158,6 @@ class Store:
             self.compacted = self.version + 1  # even the newest version seen is gone
             self.version = next(self.versions)
             self.events.clear()
-
-
-def _device_key(entry: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(str(entry.get(k) or "") for k in ("driver", "pool", "device", "shareID"))
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:

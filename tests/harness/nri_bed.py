@@ -20,13 +20,14 @@ from typing import TypeVar
 
 import pytest
 
+from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.memory import HugepagePool, NodeMemory
 from dracpu.core.retry import Backoff
 from dracpu.core.rpc import call, channel
 from dracpu.dev.runtime_sim import RuntimeSim
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
-from dracpu.nri_plugin.transport.allocator_client import AllocatorClient
+from dracpu.nri_plugin.state.pacing import ALLOCATOR_CALL_TIMEOUT
 from dracpu.nri_plugin.transport.compat import UnsolicitedMode
 from dracpu.nri_plugin.transport.stub import PluginStub
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
@@ -169,7 +170,7 @@ class Bed:
 def new_plugin(
     allocator: Allocator, nri_socket: Path, mode: UnsolicitedMode
 ) -> tuple[CPUPlugin, PluginStub, AllocatorClient, list[asyncio.Task[None]]]:
-    client = AllocatorClient(str(allocator.socket))
+    client = AllocatorClient(str(allocator.socket), timeout=ALLOCATOR_CALL_TIMEOUT)
     plugin = CPUPlugin(client, unsolicited=mode, batch_size=64)
     stub = PluginStub(str(nri_socket), plugin, backoff=Backoff(initial=0.02, maximum=0.2))
     plugin.set_pusher(stub.update_containers)

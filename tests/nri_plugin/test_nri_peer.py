@@ -17,12 +17,13 @@ from harness.waits import eventually
 from logformats import klog_lines
 from nri_peer import PEERS, GoRuntime, PeerVersion, missing_reason
 
+from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.retry import Backoff
 from dracpu.core.rpc import call, channel
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
+from dracpu.nri_plugin.state.pacing import ALLOCATOR_CALL_TIMEOUT
 from dracpu.nri_plugin.transport import mux
-from dracpu.nri_plugin.transport.allocator_client import AllocatorClient
 from dracpu.nri_plugin.transport.compat import UnsolicitedMode
 from dracpu.nri_plugin.transport.stub import PluginStub
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2, nri_plugin_pb2_grpc
@@ -271,7 +272,7 @@ async def test_one_big_frame_is_what_the_go_reader_cannot_take(
     go = await GoRuntime.start(peer, nri_socket, short_tmp / "go.log")
     uid, cpus = await allocator.prepare(2)
     await seed(go, (uid, cpus))
-    client = AllocatorClient(str(allocator.socket))
+    client = AllocatorClient(str(allocator.socket), timeout=ALLOCATOR_CALL_TIMEOUT)
     plugin = CPUPlugin(client, unsolicited=UnsolicitedMode.OFF)
     stub = PluginStub(str(nri_socket), plugin, backoff=Backoff(initial=5.0, maximum=5.0))
     task = asyncio.create_task(stub.run())

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import yaml
 
 from dracpu.core.cluster_folder import ClusterFolderLayout
 from dracpu.core.errors import InvalidInputError, NotFoundError, StateError
+from dracpu.core.files import write_atomic
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -79,14 +79,9 @@ class ClusterFolder:
         """Write atomically, as the API server would show it: complete or not at all."""
         metadata = claim["metadata"]
         path = self.claim_path(metadata["namespace"], metadata["name"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp")
+        text = yaml.safe_dump(claim, sort_keys=False)
         with self.layout.claims_locked():
-            with temporary.open("w", encoding="utf-8") as handle:
-                yaml.safe_dump(claim, handle, sort_keys=False)
-                handle.flush()
-                os.fsync(handle.fileno())
-            temporary.replace(path)
+            write_atomic(path, text.encode("utf-8"), durable=True)
         return path
 
     def delete_claim(self, namespace: str, name: str) -> bool:

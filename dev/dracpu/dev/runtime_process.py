@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from google.protobuf import json_format
 from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InvalidInputError, NotFoundError, UnavailableError
+from dracpu.core.files import write_atomic
 from dracpu.core.log import get_logger, setup
 from dracpu.core.rpc import rpc_errors, start_server
 from dracpu.dev.runtime_sim import RuntimeSim
@@ -80,12 +80,8 @@ class RuntimeProcess:
             "pods": [json_format.MessageToDict(p) for p in self._runtime.pods.values()],
             "containers": [json_format.MessageToDict(c) for c in self._runtime.containers.values()],
         }
-        temporary = self._state_file.with_name(f".{self._state_file.name}.tmp")
-        with temporary.open("w", encoding="utf-8") as handle:
-            json.dump(document, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        temporary.replace(self._state_file)
+        # Durable: the stand-in's containers outlive its restarts as a runtime's do.
+        write_atomic(self._state_file, json.dumps(document).encode(), durable=True)
 
     def _pod(self, container: dict[str, str]) -> str:
         # The pod UID is the sandbox id too: stable across restarts of the simulator.

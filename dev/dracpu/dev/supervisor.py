@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dracpu.core import children
+from dracpu.core.files import write_atomic
 from dracpu.dev.readiness import Readiness, is_ready
 
 INITIAL_BACKOFF = 0.5
@@ -263,6 +264,5 @@ class Supervisor:
                 for running in self._running
             },
         }
-        temporary = self._status_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        temporary.replace(self._status_file)
+        text = json.dumps(document, indent=2) + "\n"
+        write_atomic(self._status_file, text.encode(), durable=False)

@@ -21,6 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from dracpu.core import config as driver_config
+from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
@@ -33,7 +34,7 @@ from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.objects import Cluster
 from dracpu.dra_plugin.cluster.pod_events import PodEvents, PodIdentity
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
-from dracpu.dra_plugin.common.allocator_client import AllocatorClient
+from dracpu.dra_plugin.common.intervals import ALLOCATOR_DEADLINE, LIST_DEVICES_DEADLINE
 from dracpu.dra_plugin.common.nri_status import nri_prerequisites
 from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
 from dracpu.dra_plugin.kubelet.health import DeviceHealth
@@ -120,7 +121,7 @@ def _build(args: argparse.Namespace) -> Plugin:
         verdicts = Prerequisites(on_change=lambda v: events.report("dra-plugin", v))
         checks = APIPrerequisites(api, verdicts, driver=DRIVER_NAME, node=node)
     features = FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name))
-    allocator = AllocatorClient(args.allocator_socket)
+    allocator = AllocatorClient(args.allocator_socket, deadline=ALLOCATOR_DEADLINE)
     device_health = DeviceHealth(node, args.health_interval)
     status = ClaimStatusWriter(
         cluster, driver=DRIVER_NAME, node=node, features=features, metrics=metrics
@@ -260,7 +261,9 @@ def _start_loops(
     )
     loops.start(
         "device-health",
-        lambda: plugin.device_health.follow(plugin.allocator.list_devices, args.poll_interval),
+        lambda: plugin.device_health.follow(
+            lambda: plugin.allocator.list_devices(LIST_DEVICES_DEADLINE), args.poll_interval
+        ),
     )
     loops.start("pod-events", plugin.events.run)
     if plugin.events.writable:

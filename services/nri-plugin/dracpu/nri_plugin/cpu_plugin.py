@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.log import get_logger
@@ -27,7 +28,6 @@ from dracpu.nri_plugin.state.plugin_metrics import NRIMetrics
 from dracpu.nri_plugin.state.plugin_state import PluginState
 from dracpu.nri_plugin.state.registry import Registry
 from dracpu.nri_plugin.state.shared_pool import SharedPool
-from dracpu.nri_plugin.transport.allocator_client import AllocatorAPI
 from dracpu.nri_plugin.transport.compat import Decision, UnsolicitedMode, decide
 from dracpu.nri_plugin.transport.event_masks import SUBSCRIBED_EVENTS
 from dracpu.nri_plugin.transport.plugin_service import RuntimeInfo
@@ -43,7 +43,7 @@ class CPUPlugin:
 
     def __init__(
         self,
-        allocator: AllocatorAPI,
+        allocator: ContainerAllocator,
         *,
         unsolicited: UnsolicitedMode = UnsolicitedMode.AUTO,
         batch_size: int = 500,

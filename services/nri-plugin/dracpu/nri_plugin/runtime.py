@@ -9,6 +9,7 @@ import os
 import grpc
 
 from dracpu.core import __version__
+from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.config import load, log_effective
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError
@@ -19,8 +20,8 @@ from dracpu.core.signals import stop_event
 from dracpu.core.supervisor import Supervisor
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
 from dracpu.nri_plugin.servicer import NRIPluginView
+from dracpu.nri_plugin.state.pacing import ALLOCATOR_CALL_TIMEOUT
 from dracpu.nri_plugin.state.plugin_metrics import NRIMetrics
-from dracpu.nri_plugin.transport.allocator_client import AllocatorClient
 from dracpu.nri_plugin.transport.compat import UnsolicitedMode
 from dracpu.nri_plugin.transport.cri_version import RuntimeIdentity, query
 from dracpu.nri_plugin.transport.runtime_prerequisites import RuntimePrerequisites, nri_off_line
@@ -74,7 +75,7 @@ async def serve(args: argparse.Namespace) -> int:
         unsolicited_updates=mode.value,
     )
 
-    allocator = AllocatorClient(args.allocator_socket)
+    allocator = AllocatorClient(args.allocator_socket, timeout=ALLOCATOR_CALL_TIMEOUT)
     metrics = NRIMetrics()
     checks = RuntimePrerequisites(Prerequisites(), args.nri_socket)
     if not os.path.exists(args.nri_socket):

@@ -15,8 +15,8 @@ from dracpu.allocator import claims
 from dracpu.allocator.domain.devices import DeviceModel, build_devices
 from dracpu.allocator.live.state import LiveState
 from dracpu.allocator.store import cdi, checkpoint, records, recovery
-from dracpu.allocator.store.durable import remove_durable, remove_stale_temps
 from dracpu.core.errors import StateError
+from dracpu.core.files import remove_durable, remove_stale_temps
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 

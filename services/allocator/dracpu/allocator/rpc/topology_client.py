@@ -3,13 +3,12 @@ gatherinfo report / JSON `cpus` document for development and tests."""
 
 from __future__ import annotations
 
+from dracpu.core.clients.topology import TopologyClient
 from dracpu.core.documents import read_yaml_file
 from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 from dracpu.core.retry import Backoff
-from dracpu.core.rpc import call, channel
-from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
 
 log = get_logger(__name__)
 
@@ -22,13 +21,8 @@ def load_file(path: str) -> Machine:
 async def fetch(socket: str, timeout: float = 5.0, *, rediscover: bool = False) -> Machine:
     """The inventory; with `rediscover`, after the topology service re-read sysfs (CPUs may
     have gone offline or come back since it started)."""
-    async with channel(socket) as chan:
-        stub = topology_pb2_grpc.TopologyStub(chan)
-        if rediscover:
-            pending = stub.Rediscover(topology_pb2.RediscoverRequest(), timeout=timeout)
-        else:
-            pending = stub.GetInventory(topology_pb2.GetInventoryRequest(), timeout=timeout)
-        inventory = await call(pending, f"topology service at {socket}")
+    async with TopologyClient(socket, timeout=timeout, wait_for_ready=False) as client:
+        inventory = await client.inventory(rediscover=rediscover)
     if not inventory.cpus:
         raise UnavailableError(f"topology service at {socket} reports no CPUs")
     return Machine.from_proto(inventory)
@@ -37,14 +31,12 @@ async def fetch(socket: str, timeout: float = 5.0, *, rediscover: bool = False) 
 async def wait_for_inventory(socket: str, max_delay: float = 5.0) -> Machine:
     """Ask until the topology service answers; it may start after us."""
     backoff = Backoff(initial=0.1, maximum=max_delay)
-    attempt = 0
     while True:
         try:
             return await fetch(socket)
         except DracpuError as exc:
-            attempt += 1
             # Say it once loudly, then only at debug level.
-            if attempt == 1:
+            if backoff.attempts == 0:
                 log.warning(
                     "topology service not answering yet; retrying", socket=socket, error=str(exc)
                 )
@@ -53,7 +45,7 @@ async def wait_for_inventory(socket: str, max_delay: float = 5.0) -> Machine:
                     4,
                     "topology service still not answering",
                     socket=socket,
-                    attempt=attempt,
+                    attempt=backoff.attempts + 1,
                     error=str(exc),
                 )
         await backoff.wait()

@@ -1,9 +1,9 @@
 """The CDI spec of each prepared claim: it injects `DRA_CPUSET_<claimUID>=<cpuset>`.
 
 One file per claim, `<cdi-dir>/dra.k8s.io-cpu_claim-<uid>.json` (the CDI library's transient
-spec name), kind `dra.k8s.io/cpu`, device `claim-<uid>`. We write cdiVersion 0.3.0, the oldest
-version that can express an env-only device: older runtime CDI libraries refuse versions they
-do not know, and nothing newer is needed.
+spec name), kind `dra.k8s.io/cpu`, device `claim-<uid>`, built and checked by the one CDI
+writer (`dracpu.core.cdi`, which says why its cdiVersion). Specs an older release wrote at
+another cdiVersion are read back alike.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dracpu.allocator.store.durable import FileWrite, remove_durable, write_file
+from dracpu.allocator.store.durable import FileWrite, write_file
+from dracpu.core import cdi as cdi_spec
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import decode, read_regular
 from dracpu.core.driver import (
@@ -25,12 +26,12 @@ from dracpu.core.driver import (
     cpuset_env_name,
 )
 from dracpu.core.errors import CPUSetError, DracpuError, StateError
+from dracpu.core.files import TEMP_SUFFIX, remove_durable
 from dracpu.core.names import check_uid as check_uid  # a uid that can name a CDI device
 
 # One claim's spec is well under a kilobyte; anything much larger is not ours.
 MAX_SPEC = 1024 * 1024
 
-CDI_VERSION = "0.3.0"
 FILE_PREFIX = f"{CDI_VENDOR}-{CDI_CLASS}_{cdi_device_name('')}"
 
 
@@ -39,25 +40,16 @@ def spec_path(cdi_dir: Path, uid: str) -> Path:
     return cdi_dir / f"{FILE_PREFIX}{uid.replace('/', '_')}.json"
 
 
-def spec_document(uid: str, cpus: CPUSet) -> dict[str, object]:
-    return {
-        "cdiVersion": CDI_VERSION,
-        "kind": CDI_KIND,
-        "devices": [
-            {
-                "name": cdi_device_name(uid),
-                "containerEdits": {"env": [cpuset_env_entry(uid, cpus.format())]},
-            }
-        ],
-    }
+def spec_device(uid: str, cpus: CPUSet) -> cdi_spec.Device:
+    return cdi_spec.Device(cdi_device_name(uid), env=(cpuset_env_entry(uid, cpus.format()),))
 
 
 def spec_file(cdi_dir: Path, uid: str, cpus: CPUSet) -> FileWrite:
     """The spec of claim `uid` holding `cpus`, as a file to write."""
     path = spec_path(cdi_dir, check_uid(uid))
-    data = json.dumps(spec_document(uid, cpus), indent=2).encode() + b"\n"
+    data = cdi_spec.spec_bytes(CDI_KIND, [spec_device(uid, cpus)])
     # The temp name must not end in .json/.yaml, so runtimes never load a partial spec.
-    return FileWrite(path, data, "CDI spec", mode=0o644, temp_suffix=".tmp")
+    return FileWrite(path, data, "CDI spec", mode=0o644, temp_suffix=TEMP_SUFFIX)
 
 
 def write_spec(cdi_dir: Path, uid: str, cpus: CPUSet) -> Path:

@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from dracpu.allocator.claims.model import Allocation, ClaimRecord, MemoryAmount
-from dracpu.allocator.store.durable import FileWrite, remove_durable, write_atomic, write_file
+from dracpu.allocator.store.durable import FileWrite, write_file
 from dracpu.core.containers import Owner
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import load_json, read_regular
 from dracpu.core.errors import CPUSetError, StateError
+from dracpu.core.files import remove_durable, write_atomic
 
 FORMAT_VERSION = 1
 CLAIMS_DIR = "claims"
@@ -303,7 +304,7 @@ def write_node(state_dir: Path, node: NodeFile) -> None:
         "meta": node.meta,
     }
     try:
-        write_atomic(path, _document(body), mode=0o600)
+        write_atomic(path, _document(body), durable=True, mode=0o600)
     except OSError as exc:
         raise StateError(f"cannot write {path}: {exc.strerror or exc}") from None
 
@@ -361,7 +362,7 @@ def save_generations(state_dir: Path, pool: int, claims: int, *, durable: bool =
     line = _generations_line(pool, claims)
     try:
         if durable:
-            write_atomic(path, line, mode=0o600)
+            write_atomic(path, line, durable=True, mode=0o600)
             return
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
         try:

@@ -7,7 +7,8 @@
 Slices get what the API server would give them: a name from generateName, a UID and a
 resourceVersion that preconditions are checked against. A claim's status.devices entries
 are kept per field manager as server-side apply keeps them (`DIR/.status-owners/<namespace>/
-<name>.yaml` names each entry's manager), so applying ours never touches another's.
+<name>.yaml` names each entry's manager), so applying ours never touches another's
+(`dracpu.core.status_apply`, the merge the tests' API server fake does too).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,6 +25,8 @@ import yaml
 
 from dracpu.core.cluster_folder import ClusterFolderLayout
 from dracpu.core.errors import ConflictError, InvalidInputError, NotFoundError, UnavailableError
+from dracpu.core.files import write_atomic
+from dracpu.core.status_apply import DeviceKey, apply_devices, device_key
 from dracpu.dra_plugin.cluster.objects import Object
 
 # The API server's name generator (k8s.io/apiserver pkg/storage/names): the prefix is cut to
@@ -53,20 +55,19 @@ def _read_yaml(path: Path, what: str) -> Object:
 
 
 def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            yaml.dump(dict(data), handle, Dumper=_Dumper, sort_keys=False)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    # Whole, not durable: a development stand-in its readers re-read (`dracpu.core.files`).
+    text = yaml.dump(dict(data), Dumper=_Dumper, sort_keys=False)
+    write_atomic(path, text.encode("utf-8"), durable=False)
 
 
-def _status_key(entry: Mapping[str, Any]) -> str:
-    """The list-map key of status.devices: driver, pool, device, shareID."""
-    return "/".join(str(entry.get(k) or "") for k in ("driver", "pool", "device", "shareID"))
+def _joined(key: DeviceKey) -> str:
+    """A status.devices entry's key as the owners file names it."""
+    return "/".join(key)
+
+
+def _split(joined: str) -> DeviceKey:
+    driver, pool, device, share = ([*joined.split("/", 3), "", "", ""])[:4]
+    return driver, pool, device, share
 
 
 class ClusterFolder:
@@ -112,27 +113,24 @@ class ClusterFolder:
                 f"precondition: {uid}, UID in object meta: {found}"
             )
         owners_path = self.root / ".status-owners" / namespace / f"{name}.yaml"
-        owners: dict[str, str] = {}
-        if owners_path.exists():
-            owners = {str(k): str(v) for k, v in _read_yaml(owners_path, "owners").items()}
         status = dict(claim.get("status") or {})
-        wanted = {_status_key(d): dict(d) for d in devices}
-        kept = []
-        for entry in status.get("devices") or []:
-            key = _status_key(entry)
-            if key in wanted or owners.get(key) == manager:
-                continue  # replaced or no longer applied by this manager
-            kept.append(entry)
-        owners = {key: owner for key, owner in owners.items() if owner != manager}
-        owners.update(dict.fromkeys(wanted, manager))
-        merged = kept + list(wanted.values())
-        if merged:
-            status["devices"] = merged
+        current = list(status.get("devices") or [])
+        stored: dict[str, str] = {}
+        if owners_path.exists():
+            stored = {str(k): str(v) for k, v in _read_yaml(owners_path, "owners").items()}
+        # The owners file names entries by their joined key; the entries themselves give the
+        # exact key back (a pool name may hold a slash).
+        keys = {_joined(device_key(e)): device_key(e) for e in current}
+        owners = {keys.get(k) or _split(k): v for k, v in stored.items()}
+        # The plugin's applies are forced, as it sends them to the API server.
+        applied = apply_devices(current, owners, manager, devices, force=True)
+        if applied.devices:
+            status["devices"] = applied.devices
         else:
             status.pop("devices", None)
         claim["status"] = status
         _write_yaml(path, claim)
-        _write_yaml(owners_path, owners)
+        _write_yaml(owners_path, {_joined(k): v for k, v in applied.owners.items()})
         return claim
 
     async def node_uid(self, name: str) -> str | None:

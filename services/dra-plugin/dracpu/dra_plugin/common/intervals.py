@@ -11,3 +11,11 @@ REGISTRATION_TIMEOUT = 30.0
 POLL_INTERVAL = 2.0
 RESYNC_INTERVAL = 30.0  # cluster folder: list and compare
 WATCH_RESYNC_INTERVAL = 600.0  # API server: safety net only, the watch does the work
+
+# How long an allocator call is retried while the allocator restarts, when no kubelet call
+# bounds it: a call outside a kubelet request (catching up at start) ...
+ALLOCATOR_DEADLINE = 30.0
+# ... the device list, polled again soon anyway ...
+LIST_DEVICES_DEADLINE = 5.0
+# ... and the claims read once at start, which may wait for an allocator still recovering.
+LIST_CLAIMS_DEADLINE = 60.0

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dracpu.core import rpc
+from dracpu.core.clients.nri_plugin import NRIPluginClient
 from dracpu.core.errors import DracpuError
 from dracpu.core.prerequisites import Prerequisite
-from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2, nri_plugin_pb2_grpc
 
 CALL_TIMEOUT = 5.0
 
@@ -20,12 +19,9 @@ async def nri_prerequisites(socket: str | os.PathLike[str]) -> list[Prerequisite
     if not Path(socket).is_socket():
         return None
     try:
-        async with rpc.channel(socket) as chan:
-            stub = nri_plugin_pb2_grpc.NRIPluginViewStub(chan)
-            reply = await rpc.call(
-                stub.GetStatus(nri_plugin_pb2.GetStatusRequest(), timeout=CALL_TIMEOUT),
-                f"status of {os.fspath(socket)}",
-            )
+        # Not waiting for the channel: a plugin that is not there is asked again later.
+        async with NRIPluginClient(socket, timeout=CALL_TIMEOUT, wait_for_ready=False) as client:
+            reply = await client.status()
     except DracpuError:
         return None
     return [Prerequisite.from_proto(p) for p in reply.prerequisites]

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dracpu.core import cdi
 from dracpu.core.errors import StateError
+from dracpu.core.files import write_atomic
 from dracpu.core.names import check_namespace, check_object_name
 from dracpu.dra_plugin.common.claim_request import ClaimRef, base_request
 from dracpu.dra_plugin.kubelet.metadata_versions import DEFAULT_METADATA_VERSIONS
@@ -25,7 +27,6 @@ from dracpu.pb.allocator.v1 import allocator_pb2
 METADATA_GROUP = "metadata.resource.k8s.io"
 
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
-CDI_VERSION = "0.5.0"
 
 
 @dataclass(frozen=True)
@@ -43,25 +44,6 @@ def attribute_json(value: allocator_pb2.AttributeValue) -> dict[str, Any]:
     if kind is None:
         return {}
     return {kind: getattr(value, kind)}
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Readers (the runtime's CDI cache) never see a partial file: write aside, then rename.
-    One writer per claim at a time (the caller holds the claim's lock), so the temp name can be
-    fixed; its .tmp suffix keeps CDI from loading it. The caller makes the directory."""
-    temp = path.with_name(f".{path.name}.tmp")
-    try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
 
 
 def _make_dir(path: Path, mode: int = 0o755) -> None:
@@ -100,6 +82,10 @@ class MetadataWriter:
         check_namespace(namespace, "claim namespace")
         check_object_name(name, "claim name")
         return self.metadata_dir / f"{namespace}_{name}"
+
+    @property
+    def cdi_kind(self) -> str:
+        return f"{self.driver}/metadata"
 
     def cdi_file(self, uid: str, request: str) -> Path:
         return self.cdi_dir / f"{self.driver}_metadata_{uid}_{request}.json"
@@ -161,35 +147,17 @@ class MetadataWriter:
                 )
                 host_path = claim_dir / request / "metadata.json"
                 _make_dir(host_path.parent)
-                _atomic_write(host_path, stream.encode())
-                device_name = f"{claim.uid}_{request}"
-                spec = {
-                    "cdiVersion": CDI_VERSION,
-                    "kind": f"{self.driver}/metadata",
-                    "devices": [
-                        {
-                            "name": device_name,
-                            "containerEdits": {
-                                "mounts": [
-                                    {
-                                        "hostPath": str(host_path),
-                                        "containerPath": self.container_path(
-                                            claim, pod_claim, request
-                                        ),
-                                        "options": ["ro", "bind"],
-                                    }
-                                ]
-                            },
-                        }
-                    ],
-                }
-                cdi_file = self.cdi_file(claim.uid, request)
-                try:
-                    _atomic_write(cdi_file, _dumps(spec).encode())
-                except FileNotFoundError:  # the CDI dir is made once, on first need
-                    _make_dir(self.cdi_dir)
-                    _atomic_write(cdi_file, _dumps(spec).encode())
-                ids[request] = f"{self.driver}/metadata={device_name}"
+                # Durable, as its CDI spec is: the kubelet keeps the CDI id once the claim is
+                # prepared and starts containers with it after a node crash.
+                write_atomic(host_path, stream.encode(), durable=True, mode=0o644)
+                device = cdi.Device(
+                    f"{claim.uid}_{request}",
+                    mounts=(
+                        cdi.Mount(str(host_path), self.container_path(claim, pod_claim, request)),
+                    ),
+                )
+                cdi.write_spec(self.cdi_file(claim.uid, request), self.cdi_kind, [device])
+                ids[request] = cdi.device_id(self.cdi_kind, device.name)
         except OSError as exc:
             raise StateError(f"claim {claim}: write device metadata: {exc}") from None
         return ids

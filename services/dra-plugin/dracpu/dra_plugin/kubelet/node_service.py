@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dracpu.core import operation
+from dracpu.core.clients.allocator import AllocatorClient, AllocatorUnavailableError
 from dracpu.core.driver import ATTR_ALLOCATED_NUM_CPUS
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.cluster.objects import Cluster
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
-from dracpu.dra_plugin.common.allocator_client import AllocatorClient, AllocatorUnavailableError
 from dracpu.dra_plugin.common.claim_request import (
     ClaimRef,
     allocated_cpus,
@@ -41,6 +41,7 @@ from dracpu.dra_plugin.common.claim_request import (
     prepare_request,
     share_ids,
 )
+from dracpu.dra_plugin.common.intervals import LIST_CLAIMS_DEADLINE
 from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
 from dracpu.dra_plugin.kubelet.call_budget import CallBudget
 from dracpu.dra_plugin.kubelet.keyed_lock import KeyedLock
@@ -265,7 +266,7 @@ class NodeService:
 
     async def _catch_up(self, node: str) -> int:
         assert self.status is not None
-        records = await self.allocator.list_claims()
+        records = await self.allocator.list_claims(deadline=LIST_CLAIMS_DEADLINE)
         written = 0
         for record in records.claims:
             ref = ClaimRef(record.namespace, record.name, record.uid)

@@ -25,14 +25,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.retry import Backoff
 from dracpu.dra_plugin.cluster.api_features import FeatureSupport, MissingFeature
 from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.objects import Cluster, Object
-from dracpu.dra_plugin.common.allocator_client import AllocatorClient
-from dracpu.dra_plugin.common.intervals import POLL_INTERVAL, RESYNC_INTERVAL, WATCH_RESYNC_INTERVAL
+from dracpu.dra_plugin.common.intervals import (
+    LIST_DEVICES_DEADLINE,
+    POLL_INTERVAL,
+    RESYNC_INTERVAL,
+    WATCH_RESYNC_INTERVAL,
+)
 from dracpu.dra_plugin.common.waits import wait_set
 from dracpu.dra_plugin.publishing.slice_watch import SliceWatch
 from dracpu.dra_plugin.publishing.slices import Owner, Plan, chunk_documents, device_json, plan
@@ -110,7 +115,7 @@ class SlicePublisher:
         backoff = Backoff(initial=1.0, maximum=MAX_BACKOFF)
         while True:
             try:
-                devices = await self.allocator.list_devices()
+                devices = await self.allocator.list_devices(LIST_DEVICES_DEADLINE)
                 fingerprint = devices.SerializeToString(deterministic=True)
                 now = time.monotonic()
                 resync = now >= self._next_resync

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.cpuset import EMPTY, CPUSet
 from dracpu.core.errors import DracpuError, InvalidInputError
 from dracpu.core.log import get_logger
@@ -36,7 +37,6 @@ from dracpu.nri_plugin.state.conversions import (
 )
 from dracpu.nri_plugin.state.plugin_state import PluginState
 from dracpu.nri_plugin.state.registry import ContainerRecord
-from dracpu.nri_plugin.transport.allocator_client import AllocatorAPI
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)
@@ -55,7 +55,10 @@ RESYNC_WAIT = 10.0
 
 
 async def recover(
-    state: PluginState, allocator: AllocatorAPI, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    state: PluginState,
+    allocator: ContainerAllocator,
+    pod: api_pb2.PodSandbox,
+    ctr: api_pb2.Container,
 ) -> ContainerRecord | None:
     """The registry record of a running container the plugin meets for the first time, its
     claims reported to the allocator (Adopt); None when it is to be left alone (malformed DRA
@@ -139,7 +142,7 @@ class LateAdoptions:
     """Containers first met after their creation (see the module docstring): adopted under
     the lock by the event that revealed them, moved onto their cpusets by `run()`."""
 
-    def __init__(self, state: PluginState, allocator: AllocatorAPI) -> None:
+    def __init__(self, state: PluginState, allocator: ContainerAllocator) -> None:
         self._state = state
         self._allocator = allocator
         self._pending: dict[str, Adoption] = {}

@@ -9,6 +9,7 @@ import asyncio
 import time
 from dataclasses import replace
 
+from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InsufficientCPUsError
 from dracpu.core.log import get_logger
@@ -22,8 +23,8 @@ from dracpu.nri_plugin.state.conversions import (
     hugepage_limits,
     memory_nodes,
 )
+from dracpu.nri_plugin.state.pacing import ALLOCATOR_CALL_TIMEOUT
 from dracpu.nri_plugin.state.plugin_state import PluginState
-from dracpu.nri_plugin.transport.allocator_client import CALL_TIMEOUT, AllocatorAPI
 from dracpu.nri_plugin.transport.container_names import container_name
 from dracpu.pb.nri import api_pb2
 
@@ -36,7 +37,7 @@ class ContainerEvents:
     def __init__(
         self,
         state: PluginState,
-        allocator: AllocatorAPI,
+        allocator: ContainerAllocator,
         pushes: PoolPushes,
         detaches: PendingDetaches,
         adoptions: LateAdoptions,
@@ -101,7 +102,7 @@ class ContainerEvents:
                 # As long as the runtime waits for this answer (its plugin_request_timeout),
                 # not a fixed time: a slow allocator then pins the container instead of
                 # refusing it.
-                budget = state.pacer.call_budget(CALL_TIMEOUT)
+                budget = state.pacer.call_budget(ALLOCATOR_CALL_TIMEOUT)
                 reply = await self._allocator.attach(container_ref(pod, ctr), claims, budget)
                 cpus = CPUSet.parse(reply.cpus)
                 if not cpus:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.cpuset import EMPTY
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
@@ -23,7 +24,6 @@ from dracpu.nri_plugin.events.detaches import PendingDetaches
 from dracpu.nri_plugin.state.conversions import cpuset_update, same_cpus
 from dracpu.nri_plugin.state.plugin_state import PluginState
 from dracpu.nri_plugin.state.registry import ContainerRecord, Registry
-from dracpu.nri_plugin.transport.allocator_client import AllocatorAPI
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)
@@ -47,7 +47,7 @@ class Resync:
     def __init__(
         self,
         state: PluginState,
-        allocator: AllocatorAPI,
+        allocator: ContainerAllocator,
         detaches: PendingDetaches,
         adoptions: LateAdoptions,
     ) -> None:

@@ -15,6 +15,8 @@ from typing import Final
 PRIOR_COST: Final = 0.03  # seconds per container before anything was measured
 MIN_COST: Final = 0.0005
 SMOOTHING: Final = 0.3  # weight of a new measurement in the running estimate
+# An allocator call's timeout when no runtime request bounds it (and the least one gets).
+ALLOCATOR_CALL_TIMEOUT: Final = 1.5
 
 
 @dataclass

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
+from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.retry import Backoff
-from dracpu.nri_plugin.transport.allocator_client import AllocatorAPI
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 log = get_logger(__name__)
@@ -20,7 +20,7 @@ class SharedPool:
     """The newest shared pool the allocator announced (None until one is known). Changed only
     under the plugin's lock; `changed` is set whenever its CPUs change."""
 
-    def __init__(self, allocator: AllocatorAPI, lock: asyncio.Lock) -> None:
+    def __init__(self, allocator: ContainerAllocator, lock: asyncio.Lock) -> None:
         self.cpus: CPUSet | None = None
         self.generation = -1
         self.changed = asyncio.Event()
