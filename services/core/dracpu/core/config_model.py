@@ -73,10 +73,6 @@ class ConfigField:
         return f"{CHART_CONFIG}.{self.spelling}" if self.chart else None
 
     @property
-    def deprecated_values_key(self) -> str | None:
-        return f"{CHART_DEPRECATED}.{self.spelling}" if self.chart_deprecated else None
-
-    @property
     def document_default(self) -> Any:
         """The default as the effective configuration spells it (apiVersion: the version)."""
         if self.default is None and self.nullable and len(self.choices) == 1:
