@@ -107,7 +107,10 @@ def render(
     set_args: tuple[str, ...] = (),
     release: str = "dracpu",
     namespace: str = "kube-system",
+    api_versions: tuple[str, ...] = (),
 ) -> Rendered:
+    """`helm template` of the chart; `api_versions` are kinds the cluster is said to serve
+    beyond the built-in ones (`monitoring.coreos.com/v1/ServiceMonitor`)."""
     with tempfile.TemporaryDirectory(dir="/tmp") as scratch:
         values_file = Path(scratch) / "values.yaml"
         # JSON is YAML, and keeps an explicit null a null.
@@ -126,6 +129,8 @@ def render(
         ]
         for item in set_args:
             argv += ["--set", item]
+        for api_version in api_versions:
+            argv += ["--api-versions", api_version]
         result = subprocess.run(
             argv, capture_output=True, text=True, timeout=120, check=False, env=_env(scratch)
         )

@@ -5,6 +5,7 @@ every path flag backed by a mount, one socket path per service, least privilege.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,37 @@ def check_defaults(r: Rendered) -> None:
         assert _flags_of(r, name)["-v"] == "2"
     assert r.pod["hostNetwork"] is False
     assert r.one("DaemonSet")["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    assert r.pod["affinity"] == {"nodeAffinity": _required_terms([{"matchExpressions": [AMD64]}])}
+
+
+# The architectures tools/build-images.sh builds for, as Kubernetes names them.
+ARCH_OF_WHEEL_PLATFORM = {"x86_64": "amd64", "aarch64": "arm64"}
+AMD64 = {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+
+
+def _required_terms(terms: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+
+
+def check_user_affinity_keeps_architectures(r: Rendered) -> None:
+    arch = {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}
+    # Terms are ORed: each gets the requirement, so none matches a node the images cannot run on.
+    assert r.pod["affinity"] == {
+        "nodeAffinity": _required_terms(
+            [
+                {"matchExpressions": [{"key": "pool", "operator": "Exists"}, arch]},
+                {
+                    "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}],
+                    "matchExpressions": [arch],
+                },
+            ]
+        ),
+        "podAntiAffinity": {},
+    }
+
+
+def check_no_architecture_requirement(r: Rendered) -> None:
+    assert "affinity" not in r.pod
 
 
 def check_individual(r: Rendered) -> None:
@@ -296,6 +328,26 @@ CASES: dict[str, Case] = {
         check_slow_node_probes,
     ),
     "exec-probes": Case({"probes": {"handler": "exec"}}, check_exec_probes),
+    "architectures-and-user-affinity": Case(
+        {
+            "nodeArchitectures": ["amd64", "arm64"],
+            "affinity": {
+                "nodeAffinity": _required_terms(
+                    [
+                        {"matchExpressions": [{"key": "pool", "operator": "Exists"}]},
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+                            ]
+                        },
+                    ]
+                ),
+                "podAntiAffinity": {},
+            },
+        },
+        check_user_affinity_keeps_architectures,
+    ),
+    "any-architecture": Case({"nodeArchitectures": []}, check_no_architecture_requirement),
     "probe-ports": Case(
         {"probes": {"ports": {"topology": 9101, "nriPlugin": 9104}}}, check_probe_ports
     ),
@@ -498,3 +550,14 @@ def test_services_accept_the_rendered_command_lines(
     assert args.verbosity == int(_flags_of(rendered, service)["-v"])
     if service in GRPC_SERVICES:
         assert args.socket == f"{SOCKET_DIR}/{service}.sock"
+
+
+def test_the_default_architectures_are_the_ones_the_images_are_built_for() -> None:
+    script = (CHART.parents[1] / "tools" / "build-images.sh").read_text()
+    built = {
+        ARCH_OF_WHEEL_PLATFORM[match]
+        for match in re.findall(r"manylinux[0-9_]*?_(x86_64|aarch64)\b", script)
+    }
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert built, "tools/build-images.sh names no wheel platform"
+    assert sorted(defaults["nodeArchitectures"]) == sorted(built)

@@ -261,3 +261,56 @@ failureThreshold: {{ $timing.failureThreshold | int }}
 - name: PYTHONUNBUFFERED
   value: "1"
 {{- end }}
+
+{{/*
+The pod's affinity: `affinity`, with `nodeArchitectures` as a required `kubernetes.io/arch`
+requirement. Terms of a required node affinity are ORed, so the requirement is added to each of
+the user's terms (or makes the one term when there is none): no term can then match a node the
+images cannot run on. Empty when both are.
+*/}}
+{{- define "dracpu.affinity" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) -}}
+{{- $architectures := .Values.nodeArchitectures | default list -}}
+{{- if $architectures -}}
+{{- $arch := dict "key" "kubernetes.io/arch" "operator" "In" "values" $architectures -}}
+{{- $node := $affinity.nodeAffinity | default dict -}}
+{{- $required := $node.requiredDuringSchedulingIgnoredDuringExecution | default dict -}}
+{{- $terms := $required.nodeSelectorTerms | default (list (dict)) -}}
+{{- $withArch := list -}}
+{{- range $term := $terms -}}
+{{- $term = deepCopy ($term | default dict) -}}
+{{- $_ := set $term "matchExpressions" (append ($term.matchExpressions | default list) $arch) -}}
+{{- $withArch = append $withArch $term -}}
+{{- end -}}
+{{- $_ := set $required "nodeSelectorTerms" $withArch -}}
+{{- $_ := set $node "requiredDuringSchedulingIgnoredDuringExecution" $required -}}
+{{- $_ := set $affinity "nodeAffinity" $node -}}
+{{- end -}}
+{{- if $affinity -}}
+{{- toYaml $affinity -}}
+{{- end -}}
+{{- end }}
+
+{{/* The monitoring.coreos.com/v1 kinds the cluster serves (dict "root" "kind"). */}}
+{{- define "dracpu.servesMonitoring" -}}
+{{- if .root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind) -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* Scrape settings of a monitor's endpoint (its values), and the node as a label: the
+     driver's metrics describe one node each. */}}
+{{- define "dracpu.scrapeEndpoint" -}}
+port: http
+path: /metrics
+{{- with .interval }}
+interval: {{ . }}
+{{- end }}
+{{- with .scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+relabelings:
+  - sourceLabels: [__meta_kubernetes_pod_node_name]
+    targetLabel: node
+    action: replace
+{{- end }}
