@@ -13,6 +13,7 @@ from typing import TypeVar
 import grpc
 import pytest
 from harness.paths import short_tmp as short_tmp_dir
+from harness.waits import never
 
 from dracpu.core.clients.allocator import AllocatorClient, AllocatorUnavailableError
 from dracpu.core.errors import ConflictError, UnavailableError
@@ -68,6 +69,12 @@ async def running(socket: Path) -> AsyncIterator[Allocator]:
     await server.stop(None)
 
 
+def connection_failed(client: AllocatorClient) -> bool:
+    """The client's channel tried the socket and could not connect (it backs off and retries)."""
+    state = client._connected().channel.get_state(try_to_connect=False)
+    return state == grpc.ChannelConnectivity.TRANSIENT_FAILURE
+
+
 async def closing(client: AllocatorClient, call: Callable[[AllocatorClient], Awaitable[T]]) -> T:
     """The call's result; the client closed after it."""
     try:
@@ -82,8 +89,13 @@ async def test_a_call_with_a_deadline_waits_for_an_allocator_that_starts_late(
     servicer = Allocator()
     client = AllocatorClient(socket, deadline=20.0)
     call = asyncio.create_task(closing(client, lambda c: c.list_devices()))
-    await asyncio.sleep(0.5)  # the allocator is not there yet: the call keeps trying
-    assert not call.done()
+    # The allocator is not there yet: the channel's connection attempt fails, and the call
+    # waits on.
+    await never(
+        call.done,
+        "the call ending before the allocator is there",
+        until=lambda: connection_failed(client),
+    )
     server = await serve(socket, servicer)
     try:
         reply = await asyncio.wait_for(call, 15)
