@@ -4,6 +4,8 @@ carry it; a call that brings none, or one that is not a usable ID, gets a new on
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -138,3 +140,20 @@ async def test_the_operation_does_not_outlive_the_call_at_the_server(
         await stub.GetSharedPool(allocator_pb2.GetSharedPoolRequest(), timeout=5)
     await stub.GetSharedPool(allocator_pb2.GetSharedPoolRequest(), timeout=5)
     assert servicer.seen[0] == "aaaaaaaaaaaa" and servicer.seen[1] != "aaaaaaaaaaaa"
+
+
+async def test_a_generator_bound_to_an_operation_can_be_closed_from_another_task() -> None:
+    async def numbers() -> AsyncIterator[int]:
+        with operation.bound("0123456789ab"):
+            for n in range(3):
+                yield n
+
+    generator = numbers()
+
+    async def first() -> int:  # as a call's task iterates its handler
+        return await generator.__anext__()
+
+    assert await asyncio.create_task(first()) == 0
+    # As the loop's finalizer closes an abandoned generator: in a task of its own.
+    await asyncio.create_task(generator.aclose(), context=contextvars.Context())
+    assert operation.current() is None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 
 # 12 hex characters: short enough to read and grep, unlikely to repeat in a node's logs.
@@ -45,7 +45,10 @@ def bound(op_id: str | None) -> Iterator[str | None]:
     try:
         yield op_id
     finally:
-        _current.reset(token)
+        # An async generator closed by the loop's finalizer runs this in another task's
+        # context, which never had the operation set: nothing to put back there.
+        with suppress(ValueError):
+            _current.reset(token)
 
 
 @contextmanager
