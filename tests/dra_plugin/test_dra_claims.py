@@ -16,7 +16,6 @@ from dracpu.dra_plugin.common.claim_request import (
     base_request,
     pod_claim_name,
     prepare_request,
-    quantity_as_int,
 )
 from dracpu.dra_plugin.paths import KubeletPaths
 
@@ -82,14 +81,6 @@ def test_other_drivers_results_and_configs_are_dropped() -> None:
 def test_nothing_for_this_driver_is_none() -> None:
     obj = claim("c", "u1", [result("gpu0", driver="gpu.example.com")], namespace="ns")
     assert prepare_request(REF, obj, "dra.cpu") is None
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [("4", 4), ("4000m", 4), ("1500m", None), ("1.5", None), ("x", None), (" 2 ", 2)],
-)
-def test_quantity_as_int(text: str, value: int | None) -> None:
-    assert quantity_as_int(text) == value
 
 
 def test_allocated_cpus_sums_per_request_and_device() -> None:

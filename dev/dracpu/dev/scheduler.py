@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dracpu.allocator.domain.quantity import byte_count
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import (
     ATTR_CPU_IDS,
@@ -31,6 +30,7 @@ from dracpu.core.driver import (
 )
 from dracpu.core.errors import InsufficientCPUsError, InsufficientMemoryError, InvalidInputError
 from dracpu.core.memory import binary_quantity
+from dracpu.core.quantity import byte_count
 
 # Where a device says its NUMA node, the current attribute first.
 NUMA_ATTRIBUTES = (ATTR_NUMA_NODE, ATTR_LEGACY_NUMA_NODE_ID)

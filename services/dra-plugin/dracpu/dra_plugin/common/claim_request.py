@@ -8,7 +8,6 @@ getResourceClaims), but each failure stays with its claim instead of failing the
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from dracpu.core.names import (
     check_object_name,
     check_uid,
 )
+from dracpu.core.quantity import whole_quantity
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 # The metadata attribute under the name kubelet.node_service imports it by.
@@ -180,29 +180,17 @@ def share_ids(claim: Mapping[str, Any], driver: str) -> dict[tuple[str, str, str
     return out
 
 
-# ASCII digits only (int() also takes other scripts' digits), few enough for int() to accept.
-_WHOLE = re.compile(r"([0-9]{1,18})(m?)")
-
-
-def quantity_as_int(text: str) -> int | None:
-    """A whole-number Kubernetes quantity ("4", "4000m") as int; None for anything else."""
-    match = _WHOLE.fullmatch(text.strip(" "))
-    if match is None:
-        return None
-    number = int(match.group(1))
-    if match.group(2):
-        return number // 1000 if number % 1000 == 0 else None
-    return number
-
-
 def allocated_cpus(request: allocator_pb2.PrepareRequest) -> dict[tuple[str, str], int]:
     """(request, device) -> CPUs consumed from a grouped device, for device metadata."""
     counts: dict[tuple[str, str], int] = {}
     for result in request.results:
         if CPU_CAPACITY not in result.consumed_capacity:
             continue
-        count = quantity_as_int(result.consumed_capacity[CPU_CAPACITY])
-        if count is not None:
+        try:
+            count = whole_quantity(result.consumed_capacity[CPU_CAPACITY], CPU_CAPACITY)
+        except InvalidInputError:
+            continue  # the allocator refuses it; no metadata to describe
+        if count >= 0:
             key = (result.request, result.device)
             counts[key] = counts.get(key, 0) + count
     return counts
