@@ -10,7 +10,7 @@ plumbing) and the generated `dracpu.pb.*` messages do not, nor anything outside 
 The path, in order: servicer, rpc.wire (the request checked and translated, its configuration
 parsed in domain.opaque), live.batches (the lock and the batch), claims.preparation driving
 claims.allocations (the node's facts read once from claims.state, the result's count from
-domain.quantity, what its configuration asks in one call to claims.rules, the CPUs from
+core.quantity, what its configuration asks in one call to claims.rules, the CPUs from
 domain.isolation and the algorithm), the claim's record (claims.model) and the new state
 (claims.state), then the files (store.cdi's spec and store.records' record, written together
 by store.durable in one thread-pool job), the publish (live.state, which reads the new state in

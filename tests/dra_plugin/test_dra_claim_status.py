@@ -28,8 +28,8 @@ from dracpu.dra_plugin.cluster.api_features import CLAIM_DEVICE_STATUS, FeatureS
 from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 from dracpu.dra_plugin.cluster.claim_status import MAX_DATA, failed_entries, prepared_entries
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter, field_manager
-from dracpu.dra_plugin.common.claim_request import ClaimRef
 from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.common.resource_claim import ClaimRef, ResourceClaim, parse_claim
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 
 pytestmark = pytest.mark.timeout(120)
@@ -49,11 +49,27 @@ def response(*devices: tuple[str, str, str], policy: str = "packed") -> pb.Prepa
     return answer
 
 
+def read_claim(obj: dict[str, Any]) -> ResourceClaim:
+    return parse_claim(obj, "dra.cpu")
+
+
+def entries_prepared(
+    obj: dict[str, Any], answer: pb.PrepareResponse, shares: dict[tuple[str, str, str], str]
+) -> list[dict[str, Any]]:
+    """The status.devices entries written for a prepared claim, as sent to the API server."""
+    claim = parse_claim(obj, "dra.cpu")
+    return [e.to_json() for e in prepared_entries("dra.cpu", claim, answer, shares)]
+
+
+def entries_failed(obj: dict[str, Any], error: str) -> list[dict[str, Any]]:
+    return [e.to_json() for e in failed_entries("dra.cpu", read_claim(obj), error)]
+
+
 def test_a_prepared_device_says_which_cpus_it_got_and_where_they_lie() -> None:
     obj = claim("c", "u1", [result("cpudevnuma000", cpus=2, shareID="s-1")])
     obj["metadata"]["generation"] = 3
     shares = {("cpus", NODE, "cpudevnuma000"): "s-1"}
-    (entry,) = prepared_entries("dra.cpu", obj, response(("cpus", "cpudevnuma000", "2-3")), shares)
+    (entry,) = entries_prepared(obj, response(("cpus", "cpudevnuma000", "2-3")), shares)
     (condition,) = entry.pop("conditions")
     assert entry == {
         "driver": "dra.cpu", "pool": NODE, "device": "cpudevnuma000", "shareID": "s-1",
@@ -69,7 +85,7 @@ def test_a_prepared_device_says_which_cpus_it_got_and_where_they_lie() -> None:
 def test_an_older_allocator_without_topology_gives_the_cpuset_and_policy_only() -> None:
     answer = pb.PrepareResponse(claim=pb.Claim(policy="spread"))
     answer.devices.add(request_names=["cpus"], pool_name=NODE, device_name="cpudev004", cpus="4")
-    (entry,) = prepared_entries("dra.cpu", claim("c", "u", []), answer, {})
+    (entry,) = entries_prepared(claim("c", "u", []), answer, {})
     assert entry["data"] == {"cpuset": "4", "policy": "spread", "driverVersion": __version__}
     assert "shareID" not in entry
 
@@ -81,16 +97,16 @@ def test_a_repeated_prepare_keeps_the_conditions_transition_time() -> None:
         "conditions": [{"type": "Ready", "status": "True", "reason": "Prepared", "message": "",
                         "lastTransitionTime": "2020-01-02T03:04:05Z"}],
     }]  # fmt: skip
-    (entry,) = prepared_entries("dra.cpu", obj, response(("cpus", "cpudevnuma000", "2-3")), {})
+    (entry,) = entries_prepared(obj, response(("cpus", "cpudevnuma000", "2-3")), {})
     assert entry["conditions"][0]["lastTransitionTime"] == "2020-01-02T03:04:05Z"
-    (failed,) = failed_entries("dra.cpu", obj, "no CPUs left")
+    (failed,) = entries_failed(obj, "no CPUs left")
     assert TIME.fullmatch(failed["conditions"][0]["lastTransitionTime"])
     assert failed["conditions"][0]["lastTransitionTime"] != "2020-01-02T03:04:05Z"
 
 
 def test_a_failed_prepare_says_why_for_each_of_our_devices_only() -> None:
     obj = claim("c", "u1", [result("cpudevnuma000", cpus=2), result("gpu0", driver="gpu.x")])
-    (entry,) = failed_entries("dra.cpu", obj, "claim default/c: opaque config: unknown field")
+    (entry,) = entries_failed(obj, "claim default/c: opaque config: unknown field")
     assert entry["device"] == "cpudevnuma000" and entry["data"] == {"driverVersion": __version__}
     (condition,) = entry["conditions"]
     assert (condition["status"], condition["reason"]) == ("False", "PrepareFailed")
@@ -100,9 +116,9 @@ def test_a_failed_prepare_says_why_for_each_of_our_devices_only() -> None:
 def test_a_claim_with_placed_memory_names_its_memory_nodes() -> None:
     answer = response(("cpus", "cpudevnuma000", "2-3"))
     answer.claim.memory_nodes = "0-1"
-    (entry,) = prepared_entries("dra.cpu", claim("c", "u", []), answer, {})
+    (entry,) = entries_prepared(claim("c", "u", []), answer, {})
     assert entry["data"]["memoryNodes"] == [0, 1]
-    (plain,) = prepared_entries("dra.cpu", claim("c", "u", []),
+    (plain,) = entries_prepared(claim("c", "u", []),
                                 response(("cpus", "cpudevnuma000", "2-3")), {})  # fmt: skip
     assert "memoryNodes" not in plain["data"]  # not placed: every node
 
@@ -112,7 +128,7 @@ def test_a_claim_holding_memory_lists_it_per_node_and_kind_on_every_entry() -> N
     answer.claim.memory_nodes = "1"
     answer.claim.memory.add(numa_node=1, kind="hugepages-2Mi", bytes=64 << 20)
     answer.claim.memory.add(numa_node=1, kind="memory", bytes=1 << 30)
-    entries = prepared_entries("dra.cpu", claim("c", "u", []), answer, {})
+    entries = entries_prepared(claim("c", "u", []), answer, {})
     assert len(entries) == 2
     for entry in entries:
         assert entry["data"]["memory"] == [
@@ -120,14 +136,14 @@ def test_a_claim_holding_memory_lists_it_per_node_and_kind_on_every_entry() -> N
             {"numaNode": 1, "kind": "memory", "bytes": 1073741824},
         ]
         assert entry["data"]["memoryNodes"] == [1]
-    (plain,) = prepared_entries("dra.cpu", claim("c", "u", []),
+    (plain,) = entries_prepared(claim("c", "u", []),
                                 response(("cpus", "cpudevnuma000", "2-3")), {})  # fmt: skip
     assert "memory" not in plain["data"]  # holds no memory device: nothing said
 
 
 def test_data_never_exceeds_the_apis_limit() -> None:
     scattered = ",".join(str(cpu) for cpu in range(0, 8192, 2))
-    (entry,) = prepared_entries("dra.cpu", claim("c", "u", []),
+    (entry,) = entries_prepared(claim("c", "u", []),
                                 response(("cpus", "cpudevmachine", scattered)), {})  # fmt: skip
     assert entry["data"] == {"cpuCount": 4096, "truncated": True, "driverVersion": __version__}
     assert len(yaml.safe_dump(entry["data"])) < MAX_DATA
@@ -155,7 +171,7 @@ async def test_written_merged_with_other_writers_and_removed(tmp_path: Path) -> 
         writer = writer_for(KubernetesAPI(str(kubeconfig)))
         task = asyncio.create_task(writer.run())
         ref = ClaimRef("default", "c", "u1")
-        writer.prepared(ref, obj, response(("cpus", "cpudevnuma000", "2-3")), {})
+        writer.prepared(ref, read_claim(obj), response(("cpus", "cpudevnuma000", "2-3")), {})
         await asyncio.wait_for(writer.idle(), 10)
         assert sorted(d["driver"] for d in stored_devices(store, "c")) == ["dra.cpu", "net.x"]
         ours = next(d for d in stored_devices(store, "c") if d["driver"] == "dra.cpu")
@@ -180,7 +196,7 @@ async def test_failures_are_retried_in_the_background_and_never_delay_a_prepare(
         store.fail_status = 3
         writer = writer_for(KubernetesAPI(str(kubeconfig)))
         task = asyncio.create_task(writer.run())
-        writer.prepared(ClaimRef("default", "c", "u1"), obj,
+        writer.prepared(ClaimRef("default", "c", "u1"), read_claim(obj),
                         response(("cpus", "cpudevnuma000", "2-3")), {})  # fmt: skip
         assert writer.state.pending  # recorded and returned: nothing waited for the server
         await asyncio.wait_for(writer.idle(), 20)
@@ -202,7 +218,7 @@ async def test_a_claim_replaced_under_the_same_name_is_not_written(
         store.claims[("default", "c")] = claim("c", "u-new", [result("cpudevnuma000", cpus=2)])
         writer = writer_for(KubernetesAPI(str(kubeconfig)))
         task = asyncio.create_task(writer.run())
-        writer.prepared(ClaimRef("default", "c", "u-old"), old,
+        writer.prepared(ClaimRef("default", "c", "u-old"), read_claim(old),
                         response(("cpus", "cpudevnuma000", "2-3")), {})  # fmt: skip
         await asyncio.wait_for(writer.idle(), 10)
         assert stored_devices(store, "c") == []
@@ -229,14 +245,15 @@ async def test_a_server_without_the_field_is_detected_once(
         writer = writer_for(KubernetesAPI(str(kubeconfig)), features)
         task = asyncio.create_task(writer.run())
         for name in ("a", "b"):
-            writer.prepared(ClaimRef("default", name, name), store.claims[("default", name)],
+            stored = read_claim(store.claims[("default", name)])
+            writer.prepared(ClaimRef("default", name, name), stored,
                             response(("cpus", "cpudevnuma000", "2")), {})  # fmt: skip
         await asyncio.wait_for(writer.idle(), 10)
         (missing,) = features.missing.values()
         assert (missing.name, missing.gate) == (CLAIM_DEVICE_STATUS.name, CLAIM_DEVICE_STATUS.gate)
         assert reason in missing.reason
         patches = sum(1 for method, _ in store.requests if method == "PATCH")
-        writer.prepared(ClaimRef("default", "a", "a"), store.claims[("default", "a")],
+        writer.prepared(ClaimRef("default", "a", "a"), read_claim(store.claims[("default", "a")]),
                         response(("cpus", "cpudevnuma000", "2")), {})  # fmt: skip
         writer.removed(ClaimRef("default", "a", "a"))
         assert not writer.state.pending

@@ -11,13 +11,11 @@ from harness.dra_plugin_node import claim, result
 
 from dracpu.core.errors import ConflictError, DracpuError, InvalidInputError
 from dracpu.dra_plugin.common.claim_request import (
-    ClaimRef,
     allocated_cpus,
     base_request,
-    pod_claim_name,
     prepare_request,
-    quantity_as_int,
 )
+from dracpu.dra_plugin.common.resource_claim import ClaimRef, parse_claim
 from dracpu.dra_plugin.paths import KubeletPaths
 
 REF = ClaimRef("ns", "c", "u1")
@@ -27,6 +25,12 @@ OPAQUE = {
     "opaque": {"driver": "dra.cpu", "parameters": {"apiVersion": "v1alpha1", "cpuConfig": {}}},
 }
 FOREIGN_CONFIG = {"source": "FromClass", "opaque": {"driver": "gpu.example.com", "parameters": {}}}
+
+
+def request_of(obj: Any) -> Any:
+    """The allocator request for `obj` as the prepare path builds it: parsed, then checked."""
+    return prepare_request(REF, parse_claim(obj, "dra.cpu", f"claim {REF}"))
+
 
 ERRORS: dict[str, tuple[Any, type[DracpuError], str]] = {
     "replaced": (claim("c", "u2", [result("d0", cpus=1)], namespace="ns"), ConflictError,
@@ -48,7 +52,7 @@ ERRORS: dict[str, tuple[Any, type[DracpuError], str]] = {
 def test_refused_claims(case: str) -> None:
     obj, error, text = ERRORS[case]
     with pytest.raises(error, match=re.escape(text)):
-        prepare_request(REF, obj, "dra.cpu")
+        request_of(obj)
 
 
 def test_other_drivers_results_and_configs_are_dropped() -> None:
@@ -59,7 +63,7 @@ def test_other_drivers_results_and_configs_are_dropped() -> None:
         namespace="ns",
         config=[FOREIGN_CONFIG, OPAQUE],
     )
-    request = prepare_request(REF, obj, "dra.cpu")
+    request = request_of(obj)
     assert request is not None
     assert (request.claim_uid, request.namespace, request.name) == ("u1", "ns", "c")
     (only,) = request.results
@@ -81,15 +85,7 @@ def test_other_drivers_results_and_configs_are_dropped() -> None:
 
 def test_nothing_for_this_driver_is_none() -> None:
     obj = claim("c", "u1", [result("gpu0", driver="gpu.example.com")], namespace="ns")
-    assert prepare_request(REF, obj, "dra.cpu") is None
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [("4", 4), ("4000m", 4), ("1500m", None), ("1.5", None), ("x", None), (" 2 ", 2)],
-)
-def test_quantity_as_int(text: str, value: int | None) -> None:
-    assert quantity_as_int(text) == value
+    assert request_of(obj) is None
 
 
 def test_allocated_cpus_sums_per_request_and_device() -> None:
@@ -99,7 +95,7 @@ def test_allocated_cpus_sums_per_request_and_device() -> None:
         [result("d0", cpus=2), result("d0", cpus=3), result("d1", request="b"), result("d2")],
         namespace="ns",
     )
-    request = prepare_request(REF, obj, "dra.cpu")
+    request = request_of(obj)
     assert request is not None
     assert allocated_cpus(request) == {("cpus", "d0"): 5}
 
@@ -108,8 +104,8 @@ def test_names_and_annotations() -> None:
     assert base_request("req/sub") == "req"
     assert base_request("req") == "req"
     annotated = claim("c", "u1", None, annotations={"resource.kubernetes.io/pod-claim-name": "cpu"})
-    assert pod_claim_name(annotated) == "cpu"
-    assert pod_claim_name(claim("c", "u1", None)) is None
+    assert parse_claim(annotated, "dra.cpu").pod_claim_name == "cpu"
+    assert parse_claim(claim("c", "u1", None), "dra.cpu").pod_claim_name is None
 
 
 @pytest.mark.parametrize(

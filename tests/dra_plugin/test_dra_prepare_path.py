@@ -10,10 +10,11 @@ dra-plugin's own modules count: `dracpu.core.*` (the shared plumbing) and the ge
 `dracpu.pb.*` messages do not, nor the stand-ins.
 
 The path, in order: servicer (the call's budget from kubelet.call_budget), kubelet.node_service
-(the claim's names checked and its PrepareRequest built by common.claim_request before the
-claim's lock, kubelet.keyed_lock), the allocator asked with what the budget leaves, the status
-wish (cluster.status_writer, cluster.claim_status, common.plugin_metrics), the kubelet's device
-list (common.claim_request), the device metadata (kubelet.metadata) and the call's metrics.
+(the claim's names checked and the claim parsed by common.resource_claim, its PrepareRequest
+built by common.claim_request before the claim's lock, kubelet.keyed_lock), the allocator asked
+with what the budget leaves, the status wish (cluster.status_writer, cluster.claim_status,
+common.plugin_metrics), the kubelet's device list (common.claim_request), the device metadata
+(kubelet.metadata) and the call's metrics.
 """
 
 from __future__ import annotations

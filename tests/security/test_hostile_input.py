@@ -12,7 +12,7 @@ import pytest
 from harness.nri_bed import BIN, Allocator, write_topology_report
 
 from dracpu.core.errors import InvalidInputError
-from dracpu.dra_plugin.common.claim_request import ClaimRef
+from dracpu.dra_plugin.common.resource_claim import ClaimRef
 from dracpu.dra_plugin.kubelet.metadata import MetadataWriter
 
 pytestmark = pytest.mark.security

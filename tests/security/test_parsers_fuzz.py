@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dracpu.allocator.domain.opaque import parse_parameters
-from dracpu.allocator.domain.quantity import cpu_count, parse_quantity
 from dracpu.core import names
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.documents import load_json, load_yaml
 from dracpu.core.errors import DracpuError
+from dracpu.core.quantity import cpu_count, parse_quantity
 from dracpu.nri_plugin.state.claim_env import parse_claim_env
 
 pytestmark = pytest.mark.security

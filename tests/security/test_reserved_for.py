@@ -10,7 +10,8 @@ import pytest
 from dracpu.allocator.claims import ClaimRecord
 from dracpu.allocator.store import records
 from dracpu.core.cpuset import CPUSet
-from dracpu.dra_plugin.common.claim_request import ClaimRef, prepare_request
+from dracpu.dra_plugin.common.claim_request import prepare_request
+from dracpu.dra_plugin.common.resource_claim import ClaimRef, parse_claim
 
 pytestmark = pytest.mark.security
 
@@ -57,7 +58,7 @@ def resource_claim(reserved_for: list[dict[str, Any]] | None) -> dict[str, Any]:
 def test_the_dra_plugin_passes_the_reserved_pods(
     reserved_for: list[dict[str, Any]] | None, pods: list[str]
 ) -> None:
-    request = prepare_request(REF, resource_claim(reserved_for), "dra.cpu")
+    request = prepare_request(REF, parse_claim(resource_claim(reserved_for), "dra.cpu"))
     assert request is not None
     assert list(request.reserved_for_pod_uids) == pods and request.reserved_for_known
 

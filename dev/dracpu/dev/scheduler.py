@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dracpu.allocator.domain.quantity import byte_count
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import (
     ATTR_CPU_IDS,
@@ -31,6 +30,7 @@ from dracpu.core.driver import (
 )
 from dracpu.core.errors import InsufficientCPUsError, InsufficientMemoryError, InvalidInputError
 from dracpu.core.memory import binary_quantity
+from dracpu.core.quantity import byte_count, whole_quantity
 
 # Where a device says its NUMA node, the current attribute first.
 NUMA_ATTRIBUTES = (ATTR_NUMA_NODE, ATTR_LEGACY_NUMA_NODE_ID)
@@ -93,10 +93,14 @@ class Result:
 
 
 def _quantity(value: object, where: str) -> int:
-    text = str(value).strip()
-    if not text.isdigit():
+    """A CPU count written as a quantity (`4`, `4000m`; a YAML number too)."""
+    try:
+        count = whole_quantity(str(value), where)
+    except InvalidInputError:
+        count = -1
+    if count < 0:
         raise InvalidInputError(f"{where}: {CPU_CAPACITY} quantity {value!r} is not a CPU count")
-    return int(text)
+    return count
 
 
 def _numa(attributes: Mapping[str, Any]) -> int | None:

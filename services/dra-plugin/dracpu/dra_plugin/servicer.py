@@ -22,7 +22,7 @@ from dracpu.core.log import get_logger
 from dracpu.core.rpc import rpc_errors
 from dracpu.dra_plugin.cluster.objects import Cluster
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
-from dracpu.dra_plugin.common.claim_request import ClaimRef
+from dracpu.dra_plugin.common.resource_claim import ClaimRef
 from dracpu.dra_plugin.kubelet.call_budget import CallBudget
 from dracpu.dra_plugin.kubelet.health import DeviceHealth
 from dracpu.dra_plugin.kubelet.node_service import NodeService, PrepareOutcome

@@ -20,7 +20,6 @@ from dracpu.allocator.claims.state import NodeState
 from dracpu.allocator.domain import opaque
 from dracpu.allocator.domain.devices import Device, group_span
 from dracpu.allocator.domain.isolation import take_with_isolation
-from dracpu.allocator.domain.quantity import cpu_count
 from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import CPU_CAPACITY, DRIVER_NAME, MEMORY_DEVICE_PREFIX
@@ -31,6 +30,7 @@ from dracpu.core.errors import (
     NotFoundError,
 )
 from dracpu.core.machine import Machine
+from dracpu.core.quantity import cpu_count
 
 
 def _where(uid: str, result: ResultInput) -> str:

@@ -8,13 +8,13 @@ from collections.abc import Iterable
 
 from dracpu.allocator.claims.model import ClaimRecord, MemoryAmount, PrepareInput, ResultInput
 from dracpu.allocator.claims.state import NodeState
-from dracpu.allocator.domain.quantity import byte_count, parse_quantity
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import ATTR_NUMA_NODE, MEMORY_DEVICE_PREFIX
 from dracpu.core.driver import memory_capacity as capacity_of
 from dracpu.core.driver import memory_kind as kind_of
 from dracpu.core.errors import InsufficientMemoryError, InvalidInputError, NotFoundError
 from dracpu.core.memory import binary_quantity
+from dracpu.core.quantity import byte_count, parse_quantity
 
 
 def _node_of(state: NodeState, uid: str, result: ResultInput) -> int:

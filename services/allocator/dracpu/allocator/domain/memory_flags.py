@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dracpu.allocator.domain.quantity import byte_count
 from dracpu.core.driver import MEMORY_CAPACITY, hugepages_capacity
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.memory import binary_quantity
+from dracpu.core.quantity import byte_count
 
 SMALLEST_PAGE = 4096
 

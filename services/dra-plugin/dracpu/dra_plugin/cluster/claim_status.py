@@ -20,10 +20,13 @@ from typing import Any
 from dracpu.core import __version__
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import CPUSetError
+from dracpu.dra_plugin.common.resource_claim import (
+    Condition,
+    DeviceKey,
+    DeviceStatus,
+    ResourceClaim,
+)
 from dracpu.pb.allocator.v1 import allocator_pb2
-
-Entry = dict[str, Any]
-Key = tuple[str, str, str, str]  # driver, pool, device, shareID ("" when none)
 
 READY = "Ready"
 PREPARED = "Prepared"
@@ -36,62 +39,31 @@ MAX_MESSAGE = 32768
 _REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 
-def key_of(entry: Mapping[str, Any]) -> Key:
-    return (
-        str(entry.get("driver") or ""),
-        str(entry.get("pool") or ""),
-        str(entry.get("device") or ""),
-        str(entry.get("shareID") or ""),
-    )
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _entry(driver: str, pool: str, device: str, share_id: str) -> Entry:
-    entry: Entry = {"driver": driver, "pool": pool, "device": device}
-    if share_id:
-        entry["shareID"] = share_id
-    return entry
-
-
-def _existing(claim: Mapping[str, Any]) -> dict[Key, Mapping[str, Any]]:
-    status = claim.get("status")
-    devices = status.get("devices") if isinstance(status, Mapping) else None
-    out: dict[Key, Mapping[str, Any]] = {}
-    for item in devices if isinstance(devices, list) else []:
-        if isinstance(item, Mapping):
-            out[key_of(item)] = item
-    return out
-
-
-def _generation(claim: Mapping[str, Any]) -> int:
-    metadata = claim.get("metadata")
-    value = metadata.get("generation") if isinstance(metadata, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def _condition(claim: Mapping[str, Any], key: Key, ready: bool, reason: str, message: str) -> Entry:
+def _condition(
+    claim: ResourceClaim, key: DeviceKey, ready: bool, reason: str, message: str
+) -> Condition:
     """A metav1.Condition; its lastTransitionTime is kept from the entry already stored when
     the status did not change (a prepare repeated after a restart)."""
     status = "True" if ready else "False"
     since = _now()
-    previous = _existing(claim).get(key)
-    for old in (previous or {}).get("conditions") or []:
-        if isinstance(old, Mapping) and old.get("type") == READY and old.get("status") == status:
-            since = str(old.get("lastTransitionTime") or since)
-    condition: Entry = {
-        "type": READY,
-        "status": status,
-        "reason": reason if _REASON.fullmatch(reason) else PREPARE_FAILED,
-        "message": message[:MAX_MESSAGE],
-        "lastTransitionTime": since,
-    }
-    generation = _generation(claim)
-    if generation:
-        condition["observedGeneration"] = generation
-    return condition
+    for stored in claim.devices:
+        if (stored.driver, stored.pool, stored.device, stored.share_id) != key:
+            continue
+        for old in stored.conditions:
+            if old.type == READY and old.status == status:
+                since = old.last_transition_time or since
+    return Condition(
+        type=READY,
+        status=status,
+        reason=reason if _REASON.fullmatch(reason) else PREPARE_FAILED,
+        message=message[:MAX_MESSAGE],
+        last_transition_time=since,
+        observed_generation=claim.generation,
+    )
 
 
 def memory_data(memory: Iterable[allocator_pb2.ClaimMemory]) -> list[dict[str, Any]]:
@@ -135,13 +107,13 @@ def placement_data(
 
 def prepared_entries(
     driver: str,
-    claim: Mapping[str, Any],
+    claim: ResourceClaim,
     response: allocator_pb2.PrepareResponse,
     shares: Mapping[tuple[str, str, str], str],
-) -> list[Entry]:
+) -> list[DeviceStatus]:
     """One Ready entry per prepared device result (a device of two requests is one entry
     unless they hold different shares of it)."""
-    entries: dict[Key, Entry] = {}
+    found: dict[DeviceKey, tuple[Condition, dict[str, Any]]] = {}
     for device in response.devices:
         share = next(
             (
@@ -152,37 +124,31 @@ def prepared_entries(
             "",
         )
         key = (driver, device.pool_name, device.device_name, share)
-        entry = entries.get(key)
-        if entry is None:
-            entry = _entry(*key)
-            entry["conditions"] = [
-                _condition(claim, key, True, PREPARED, f"CPUs {device.cpus} pinned")
-            ]
-            entry["data"] = placement_data(
+        if key not in found:
+            condition = _condition(claim, key, True, PREPARED, f"CPUs {device.cpus} pinned")
+            data = placement_data(
                 device, response.claim.policy, response.claim.memory_nodes, response.claim.memory
             )
-            entries[key] = entry
+            found[key] = (condition, data)
         else:  # the same share of a device for another request: one entry, CPUs merged
-            merged = CPUSet.parse(entry["data"].get("cpuset", "")) | CPUSet.parse(device.cpus)
-            entry["data"]["cpuset"] = merged.format()
-    return list(entries.values())
+            data = found[key][1]
+            merged = CPUSet.parse(data.get("cpuset", "")) | CPUSet.parse(device.cpus)
+            data["cpuset"] = merged.format()
+    return [
+        DeviceStatus(*key, conditions=(condition,), data=data)
+        for key, (condition, data) in found.items()
+    ]
 
 
-def failed_entries(driver: str, claim: Mapping[str, Any], error: str) -> list[Entry]:
+def failed_entries(driver: str, claim: ResourceClaim, error: str) -> list[DeviceStatus]:
     """Ready=False, with the reason, for each device of ours the claim was allocated."""
-    status = claim.get("status")
-    allocation = status.get("allocation") if isinstance(status, Mapping) else None
-    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
-    results = devices.get("results") if isinstance(devices, Mapping) else None
-    entries: dict[Key, Entry] = {}
-    for result in results if isinstance(results, list) else []:
-        if not isinstance(result, Mapping) or result.get("driver") != driver:
+    entries: dict[DeviceKey, DeviceStatus] = {}
+    for result in claim.results:
+        key = (result.driver, result.pool, result.device, result.share_id)
+        if result.driver != driver or key in entries:
             continue
-        key = key_of(result)
-        if key in entries:
-            continue
-        entry = _entry(*key)
-        entry["conditions"] = [_condition(claim, key, False, PREPARE_FAILED, error)]
-        entry["data"] = {"driverVersion": __version__}
-        entries[key] = entry
+        condition = _condition(claim, key, False, PREPARE_FAILED, error)
+        entries[key] = DeviceStatus(
+            *key, conditions=(condition,), data={"driverVersion": __version__}
+        )
     return list(entries.values())

@@ -22,22 +22,21 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from dracpu.core.errors import ConflictError, DracpuError, InvalidInputError, NotFoundError
 from dracpu.core.log import get_logger
 from dracpu.core.retry import Backoff
 from dracpu.dra_plugin.cluster.api_features import CLAIM_DEVICE_STATUS, FeatureSupport
-from dracpu.dra_plugin.cluster.claim_status import (
-    READY,
-    Entry,
-    failed_entries,
-    key_of,
-    prepared_entries,
-)
+from dracpu.dra_plugin.cluster.claim_status import READY, failed_entries, prepared_entries
 from dracpu.dra_plugin.cluster.objects import Object
-from dracpu.dra_plugin.common.claim_request import ClaimRef
 from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.common.resource_claim import (
+    ClaimRef,
+    DeviceStatus,
+    ResourceClaim,
+    parse_claim,
+)
 from dracpu.dra_plugin.common.waits import wait_set
 from dracpu.pb.allocator.v1 import allocator_pb2
 
@@ -55,7 +54,7 @@ UNKNOWN_ROUTE = "the server could not find the requested resource"
 
 class StatusTarget(Protocol):
     async def apply_claim_status(
-        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Entry]
+        self, namespace: str, name: str, uid: str, manager: str, devices: Sequence[Object]
     ) -> Object:
         """Server-side apply of `status.devices` as `manager` (forced); the stored claim."""
         ...
@@ -64,7 +63,7 @@ class StatusTarget(Protocol):
 @dataclass
 class _Wish:
     ref: ClaimRef
-    entries: list[Entry]  # [] removes ours
+    entries: list[DeviceStatus]  # [] removes ours
     backoff: Backoff
     due: float = 0.0
     last_error: str = ""
@@ -113,14 +112,14 @@ class ClaimStatusWriter:
     def prepared(
         self,
         ref: ClaimRef,
-        claim: Mapping[str, Any],
+        claim: ResourceClaim,
         response: allocator_pb2.PrepareResponse,
         shares: Mapping[tuple[str, str, str], str],
     ) -> None:
         if self.enabled:
             self._want(ref, prepared_entries(self.driver, claim, response, shares))
 
-    def failed(self, ref: ClaimRef, claim: Mapping[str, Any], error: str) -> None:
+    def failed(self, ref: ClaimRef, claim: ResourceClaim, error: str) -> None:
         if self.enabled:
             entries = failed_entries(self.driver, claim, error)
             if entries:
@@ -130,24 +129,16 @@ class ClaimStatusWriter:
         if self.enabled:
             self._want(ref, [])
 
-    def complete(self, claim: Mapping[str, Any]) -> bool:
+    def complete(self, claim: ResourceClaim) -> bool:
         """Every result of ours in the claim's allocation has a Ready=True entry."""
-        status = claim.get("status")
-        if not isinstance(status, Mapping):
-            return False
         ready = {
-            key_of(d)
-            for d in status.get("devices") or []
-            if isinstance(d, Mapping)
-            and any(
-                isinstance(c, Mapping) and c.get("type") == READY and c.get("status") == "True"
-                for c in d.get("conditions") or []
-            )
+            d.key
+            for d in claim.devices
+            if any(c.type == READY and c.status == "True" for c in d.conditions)
         }
-        wanted = {key_of(e) for e in failed_entries(self.driver, claim, "")}
-        return wanted <= ready
+        return {r.key for r in claim.results if r.driver == self.driver} <= ready
 
-    def _want(self, ref: ClaimRef, entries: list[Entry]) -> None:
+    def _want(self, ref: ClaimRef, entries: list[DeviceStatus]) -> None:
         # A newer wish starts its retries over: it is another write.
         backoff = Backoff(initial=min(FIRST_RETRY, self.max_backoff), maximum=self.max_backoff)
         self.state.pending[ref.uid] = _Wish(ref, entries, backoff)
@@ -187,7 +178,7 @@ class ClaimStatusWriter:
         ref = wish.ref
         try:
             stored = await self.target.apply_claim_status(
-                ref.namespace, ref.name, ref.uid, self.manager, wish.entries
+                ref.namespace, ref.name, ref.uid, self.manager, [e.to_json() for e in wish.entries]
             )
         except DracpuError as exc:
             self._failed(wish, exc)
@@ -245,18 +236,16 @@ class ClaimStatusWriter:
         self.state.last_error = message
         self.state.last_error_at = time.time()
 
-    def _dropped(self, sent: Sequence[Entry], stored: Object) -> bool:
+    def _dropped(self, sent: Sequence[DeviceStatus], stored: Object) -> bool:
         """Every entry we sent is missing from the stored claim though its allocation still
         has the device: the server discards the field."""
-        status = stored.get("status") or {}
-        if not isinstance(status, Mapping):
-            return False
-        kept = {key_of(d) for d in status.get("devices") or [] if isinstance(d, Mapping)}
-        allocation = status.get("allocation") or {}
-        results = ((allocation.get("devices") or {}).get("results") or []) if isinstance(
-            allocation, Mapping) else []  # fmt: skip
-        allocated = {key_of(r) for r in results if isinstance(r, Mapping)}
-        wanted = [key_of(e) for e in sent]
+        try:
+            claim = parse_claim(stored, self.driver, "stored claim")
+        except InvalidInputError:
+            return False  # not a claim to judge by
+        kept = {d.key for d in claim.devices}
+        allocated = {r.key for r in claim.results}
+        wanted = [e.key for e in sent]
         return all(k not in kept for k in wanted) and all(k in allocated for k in wanted)
 
     def _lacking(self, reason: str) -> None:

@@ -20,7 +20,8 @@ from dracpu.core import cdi
 from dracpu.core.errors import StateError
 from dracpu.core.files import write_atomic
 from dracpu.core.names import check_namespace, check_object_name
-from dracpu.dra_plugin.common.claim_request import ClaimRef, base_request
+from dracpu.dra_plugin.common.claim_request import base_request
+from dracpu.dra_plugin.common.resource_claim import ClaimRef
 from dracpu.dra_plugin.kubelet.metadata_versions import DEFAULT_METADATA_VERSIONS
 from dracpu.pb.allocator.v1 import allocator_pb2
 

@@ -24,7 +24,6 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from dracpu.core import operation
 from dracpu.core.clients.allocator import AllocatorClient, AllocatorUnavailableError
@@ -34,15 +33,14 @@ from dracpu.core.log import get_logger
 from dracpu.dra_plugin.cluster.objects import Cluster
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
 from dracpu.dra_plugin.common.claim_request import (
-    ClaimRef,
     allocated_cpus,
     base_request,
-    pod_claim_name,
     prepare_request,
     share_ids,
 )
 from dracpu.dra_plugin.common.intervals import LIST_CLAIMS_DEADLINE
 from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.common.resource_claim import ClaimRef, ResourceClaim, parse_claim
 from dracpu.dra_plugin.kubelet.call_budget import CallBudget
 from dracpu.dra_plugin.kubelet.keyed_lock import KeyedLock
 from dracpu.dra_plugin.kubelet.metadata import MetadataDevice, MetadataWriter, attribute_json
@@ -85,12 +83,6 @@ def _error_text(exc: BaseException) -> str:
     return f"internal error: {type(exc).__name__}: {exc}"
 
 
-def _same_uid(ref: ClaimRef, claim: dict[str, Any]) -> bool:
-    """A failure is written into the claim only when it is the claim the kubelet meant."""
-    metadata = claim.get("metadata")
-    return isinstance(metadata, dict) and str(metadata.get("uid") or "") == ref.uid
-
-
 class NodeService:
     def __init__(
         self,
@@ -113,10 +105,12 @@ class NodeService:
         # number at a time, rather than as thousands of concurrent calls.
         self._calls = asyncio.Semaphore(MAX_CONCURRENT_CALLS)
 
-    async def _get_claim(self, ref: ClaimRef) -> dict[str, Any]:
+    async def _get_claim(self, ref: ClaimRef) -> ResourceClaim:
+        """The claim, read and parsed once: everything after reads the typed model."""
         ref.check()
         async with self._calls:
-            return await self.cluster.get_claim(ref.namespace, ref.name)
+            obj = await self.cluster.get_claim(ref.namespace, ref.name)
+        return parse_claim(obj, self.driver, f"claim {ref}")
 
     async def prepare(
         self, claims: Sequence[ClaimRef], budget: CallBudget | None = None
@@ -135,7 +129,7 @@ class NodeService:
         return {c.uid: o for c, o in zip(claims, outcomes, strict=True)}
 
     async def _prepare_one(
-        self, ref: ClaimRef, claim: dict[str, Any] | BaseException, budget: CallBudget | None
+        self, ref: ClaimRef, claim: ResourceClaim | BaseException, budget: CallBudget | None
     ) -> PrepareOutcome:
         start = time.perf_counter()
         try:
@@ -145,20 +139,25 @@ class NodeService:
                 if isinstance(claim, DracpuError) and not str(claim).startswith("retrieve claim"):
                     raise type(claim)(f"retrieve claim {ref}: {claim}")
                 raise claim
-            # The claim object is only read: its request is built before the claim's lock.
-            request = prepare_request(ref, claim, self.driver)
+            # The claim is only read: its request is built before the claim's lock.
+            request = prepare_request(ref, claim)
             if request is None:
                 log.info(2, "claim has nothing for this driver", claim=str(ref), uid=ref.uid)
                 outcome = PrepareOutcome()
             else:
-                shares = share_ids(claim, self.driver)
+                shares = share_ids(claim)
                 async with self._locks.hold(ref.uid), self._calls:
                     outcome = await self._prepare_locked(ref, claim, request, shares, budget)
         except Exception as exc:
             outcome = PrepareOutcome(error=_error_text(exc))
             if isinstance(exc, AllocatorUnavailableError):
                 outcome.unavailable = exc
-            if self.status is not None and isinstance(claim, dict) and _same_uid(ref, claim):
+            # A failure is written into the claim only when it is the claim the kubelet meant.
+            if (
+                self.status is not None
+                and isinstance(claim, ResourceClaim)
+                and claim.uid == ref.uid
+            ):
                 self.status.failed(ref, claim, outcome.error)
             if not isinstance(exc, DracpuError):
                 log.error("unexpected prepare failure", claim=str(ref), exc_info=True)
@@ -171,7 +170,7 @@ class NodeService:
     async def _prepare_locked(
         self,
         ref: ClaimRef,
-        claim: dict[str, Any],
+        claim: ResourceClaim,
         request: allocator_pb2.PrepareRequest,
         shares: dict[tuple[str, str, str], str],
         budget: CallBudget | None,
@@ -223,7 +222,7 @@ class NodeService:
     def _attach_metadata(
         self,
         ref: ClaimRef,
-        claim: dict[str, Any],
+        claim: ResourceClaim,
         request: allocator_pb2.PrepareRequest,
         response: allocator_pb2.PrepareResponse,
         devices: list[PreparedDevice],
@@ -231,7 +230,7 @@ class NodeService:
         counts = allocated_cpus(request)
         if not any(prepared.request_names for prepared in response.devices):
             return  # no request to describe
-        pod_claim = pod_claim_name(claim)
+        pod_claim = claim.pod_claim_name
         by_request: dict[str, list[MetadataDevice]] = {}
         for prepared in response.devices:
             attributes = {k: attribute_json(v) for k, v in prepared.attributes.items()}
@@ -272,7 +271,7 @@ class NodeService:
             ref = ClaimRef(record.namespace, record.name, record.uid)
             try:
                 claim = await self._get_claim(ref)
-                request = prepare_request(ref, claim, self.driver)
+                request = prepare_request(ref, claim)
                 if request is None or any(r.pool != node for r in request.results):
                     continue
                 if self.status.complete(claim):
@@ -283,7 +282,7 @@ class NodeService:
                 log.info(4, "claim status not caught up", claim=str(ref), uid=ref.uid,
                          reason=str(exc))  # fmt: skip
                 continue
-            self.status.prepared(ref, claim, response, share_ids(claim, self.driver))
+            self.status.prepared(ref, claim, response, share_ids(claim))
             written += 1
         if written:
             log.info(2, "claim device status caught up after a restart", claims=written)
