@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-import string
 from typing import Any
 
 import pytest
+from harness.claim_records import labels, uids
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,15 +36,6 @@ from dracpu.dra_plugin.common.resource_claim import (
 DRIVER = "dra.cpu"
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-# DNS labels and UIDs, built from their alphabets (cheaper to draw than from a regex).
-labels = st.builds(
-    str.__add__, st.sampled_from(string.ascii_lowercase),
-    st.text(string.ascii_lowercase + string.digits, max_size=11),
-)  # fmt: skip
-uids = st.builds(
-    "{}-{}".format, st.text("0123456789abcdef", min_size=8, max_size=8),
-    st.text("0123456789abcdef", min_size=4, max_size=4),
-)  # fmt: skip
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=20)
 quantities = st.sampled_from(["1", "2", "4", "4000m", "1Gi", "64Mi"])
 JSON_LEAF = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | texts

@@ -11,23 +11,13 @@ from dataclasses import dataclass, field
 
 import pytest
 from harness.log_lines import LogLines, captured
+from harness.loop_faults import HeldBackoff
 from harness.waits import eventually
 from prometheus_client import CollectorRegistry
 
 from dracpu.core.retry import Backoff
 from dracpu.core.rpc import Health
 from dracpu.core.supervisor import LoopState, Supervisor
-
-
-@dataclass
-class HeldBackoff(Backoff):
-    """Restart delays that last until the test lets them end."""
-
-    released: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def wait(self) -> float:
-        await self.released.wait()
-        return 0.0
 
 
 def quick() -> Backoff:
