@@ -277,11 +277,16 @@ def throttling(cp: ControlPlane) -> tuple[int, int]:
             lines = -1
             break
     waits = 0
-    for variable in ("DRACPU_CP_SCHEDULER_PORT", "DRACPU_CP_CONTROLLER_MANAGER_PORT"):
+    for name, variable in (
+        ("scheduler", "DRACPU_CP_SCHEDULER_PORT"),
+        ("controller-manager", "DRACPU_CP_CONTROLLER_MANAGER_PORT"),
+    ):
         text = component_metrics(cp, variable)
         if text is None or "rest_client_rate_limiter_duration_seconds_bucket" not in text:
             waits = -1
             break
+        # Kept with the logs (--keep) for a closer look at queues and plugin durations.
+        (cp.root / "logs" / f"{name}.metrics").write_text(text)
         waits += rate_limiter_waits(text)
     return lines, waits
 
@@ -464,10 +469,10 @@ async def drive_pods(
     mode: Mode,
     pods: int,
     budget: float,
-) -> tuple[dict[str, float], dict[str, float], float]:
+) -> tuple[dict[str, float], dict[str, float], float, float]:
     """Creates the pods and waits until every one is bound, binding stalls or `budget` seconds
-    from the first create have passed; returns the create and bound times by pod and when the
-    wait ended."""
+    from the first create have passed; returns the create and bound times by pod, when the
+    wait ended and the seconds the creates took."""
     created_at: dict[str, float] = {}
     bound_at: dict[str, float] = {}
     watcher = asyncio.create_task(watch_bindings(watch_client, bound_at))
@@ -481,7 +486,8 @@ async def drive_pods(
 
     began = time.monotonic()
     await bounded([lambda i=i: one(i) for i in range(pods)])  # type: ignore[misc]
-    say(f"{pods} pods created in {time.monotonic() - began:.1f} s")
+    creating = time.monotonic() - began
+    say(f"{pods} pods created in {creating:.1f} s")
     seen, progress = 0, time.monotonic()
     while len(bound_at) < pods:
         now = time.monotonic()
@@ -501,7 +507,7 @@ async def drive_pods(
     watcher.cancel()
     with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
         await watcher
-    return created_at, bound_at, ended
+    return created_at, bound_at, ended, creating
 
 
 async def measure(
@@ -520,7 +526,9 @@ async def measure(
         names = ("apiserver", "scheduler", "controller-manager", "etcd")
         pids = [recorded_pid(root, name) for name in names] + [kwok]
         cpu_before = [cpu_seconds(pid) for pid in pids]
-        created_at, bound_at, ended = await drive_pods(client, watch_client, layout, pods, budget)
+        created_at, bound_at, ended, creating = await drive_pods(
+            client, watch_client, layout, pods, budget
+        )
         cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
         apiserver, scheduler = pids[0], pids[1]
         scheduler_metrics = await asyncio.to_thread(
@@ -556,6 +564,7 @@ async def measure(
         throttle_log_lines=throttle_lines,
         throttle_waits=throttle_waits,
         dra_timeouts=timeouts,
+        created_per_s=pods / max(creating, 1e-9),
     )
 
 
@@ -671,7 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = asyncio.run(main_async(args))
     for earlier in args.include:
         results += [Result(**r) for r in json.loads(earlier.read_text())]
-    results.sort(key=lambda r: (r.nodes, MODES.index(r.mode)))  # type: ignore[arg-type]
+    results.sort(key=lambda r: (r.nodes, MODES.index(r.mode)))
     print(table(results))
     out: Path = args.out or Path(tempfile.mkdtemp(prefix="scale-results-", dir="/tmp"))
     out.mkdir(parents=True, exist_ok=True)

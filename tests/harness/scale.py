@@ -282,6 +282,8 @@ class Result:
     # pods_per_s as a ratio to the baselines at the same node count; NaN: no baseline ran.
     vs_nodra: float = math.nan
     vs_onedevice: float = math.nan
+    # Pods created per second (32 requests in flight): no mode binds faster than this.
+    created_per_s: float = math.nan
 
     @property
     def throttled(self) -> str:
@@ -371,6 +373,7 @@ TABLE_COLUMNS = (
     ("pods", "pods", "{}"),
     ("bound", "bound", "{}"),
     ("pods/s", "pods_per_s", "{:.1f}"),
+    ("created/s", "created_per_s", "{:.1f}"),
     ("p50 ms", "p50_ms", "{:.0f}"),
     ("p99 ms", "p99_ms", "{:.0f}"),
     ("apiserver CPU s", "apiserver_cpu_s", "{:.1f}"),
