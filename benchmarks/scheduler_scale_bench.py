@@ -222,6 +222,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
 
 
+def runqueue_seconds(pid: int) -> float:
+    """Seconds the process's threads have spent runnable but waiting for a CPU
+    (/proc/<pid>/task/*/schedstat, second field; threads that ended are not counted)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            total += int(stat.read_text().split()[1])
+    return total / 1e9
+
+
+def machine_ticks() -> tuple[int, int]:
+    """Busy and total CPU ticks of the whole machine so far, every process (/proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    total = sum(fields[:8])  # user..steal; guest time is already in user
+    return total - idle, total
+
+
 def peak_rss_mib(pid: int) -> float:
     """The process's peak resident set (VmHWM) in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -526,10 +544,15 @@ async def measure(
         names = ("apiserver", "scheduler", "controller-manager", "etcd")
         pids = [recorded_pid(root, name) for name in names] + [kwok]
         cpu_before = [cpu_seconds(pid) for pid in pids]
+        wait_before = [runqueue_seconds(pid) for pid in pids[:2]]
+        ticks_before = machine_ticks()
         created_at, bound_at, ended, creating = await drive_pods(
             client, watch_client, layout, pods, budget
         )
         cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+        wait = [runqueue_seconds(p) - w for p, w in zip(pids[:2], wait_before, strict=True)]
+        ticks_after = machine_ticks()
+        busy = (ticks_after[0] - ticks_before[0]) / max(ticks_after[1] - ticks_before[1], 1)
         apiserver, scheduler = pids[0], pids[1]
         scheduler_metrics = await asyncio.to_thread(
             component_metrics, cp, "DRACPU_CP_SCHEDULER_PORT"
@@ -565,6 +588,9 @@ async def measure(
         throttle_waits=throttle_waits,
         dra_timeouts=timeouts,
         created_per_s=pods / max(creating, 1e-9),
+        machine_busy=busy,
+        apiserver_cpu_wait_s=wait[0],
+        scheduler_cpu_wait_s=wait[1],
     )
 
 
@@ -597,7 +623,10 @@ async def run_layout(
         f"scheduler {result.scheduler_cpu_s / result.seconds:.2f}, controller-manager "
         f"{result.controller_manager_cpu_s / result.seconds:.2f}, etcd "
         f"{result.etcd_cpu_s / result.seconds:.2f}, kwok {result.kwok_cpu_s / result.seconds:.2f}"
-        f" (busiest {busiest}, {cores:.2f}); throttle log lines {result.throttle_log_lines}, "
+        f" (busiest {busiest}, {cores:.2f}); the machine {result.machine_busy:.0%} busy "
+        f"({os.cpu_count()} cores, every process); waiting for a CPU: apiserver "
+        f"{result.apiserver_cpu_wait_s:.0f} s, scheduler {result.scheduler_cpu_wait_s:.0f} s; "
+        f"throttle log lines {result.throttle_log_lines}, "
         f"rate limiter waits over 5 ms {result.throttle_waits}; DRA timeouts "
         f"{result.dra_timeouts}, failed attempts {result.failed_attempts}"
     )

@@ -284,6 +284,11 @@ class Result:
     vs_onedevice: float = math.nan
     # Pods created per second (32 requests in flight): no mode binds faster than this.
     created_per_s: float = math.nan
+    # The whole machine over the window, every process: the fraction of its cores busy, and the
+    # seconds the API server's and the scheduler's threads waited runnable for a CPU.
+    machine_busy: float = math.nan
+    apiserver_cpu_wait_s: float = math.nan
+    scheduler_cpu_wait_s: float = math.nan
 
     @property
     def throttled(self) -> str:
@@ -374,6 +379,9 @@ TABLE_COLUMNS = (
     ("bound", "bound", "{}"),
     ("pods/s", "pods_per_s", "{:.1f}"),
     ("created/s", "created_per_s", "{:.1f}"),
+    ("machine busy", "machine_busy", "{:.0%}"),
+    ("apiserver CPU wait s", "apiserver_cpu_wait_s", "{:.0f}"),
+    ("scheduler CPU wait s", "scheduler_cpu_wait_s", "{:.0f}"),
     ("p50 ms", "p50_ms", "{:.0f}"),
     ("p99 ms", "p99_ms", "{:.0f}"),
     ("apiserver CPU s", "apiserver_cpu_s", "{:.1f}"),
