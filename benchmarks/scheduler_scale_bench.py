@@ -31,7 +31,7 @@ the JSON bytes of one node's slices, the scheduler's failed attempts and its log
 `timed out trying to allocate devices`, and whether a client was throttled: the scheduler's and
 controller-manager's log lines about client-side throttling ("Waited before sending request"
 ... "client-side throttling", once "Waited for ... due to client-side throttling") and their
-rest_client_rate_limiter_duration_seconds waits longer than 100 ms (/metrics).
+rest_client_rate_limiter_duration_seconds waits longer than 1 s (/metrics).
 
 Prints, once every mode of a node count has run,
 `scale: mode=... nodes=... pods=... pods_per_s=... p99_ms=... vs_nodra=... vs_onedevice=...
@@ -286,7 +286,7 @@ def recorded_pid(root: Path, name: str) -> int:
 
 def throttling(cp: ControlPlane) -> tuple[int, int]:
     """The scheduler's and controller-manager's log lines about client-side throttling, and
-    their rate limiters' waits longer than 100 ms since they started; -1 for what was not read."""
+    their rate limiters' waits longer than 1 s since they started; -1 for what was not read."""
     lines = 0
     for name in ("scheduler", "controller-manager"):
         try:
@@ -627,7 +627,7 @@ async def run_layout(
         f"({os.cpu_count()} cores, every process); waiting for a CPU: apiserver "
         f"{result.apiserver_cpu_wait_s:.0f} s, scheduler {result.scheduler_cpu_wait_s:.0f} s; "
         f"throttle log lines {result.throttle_log_lines}, "
-        f"rate limiter waits over 100 ms {result.throttle_waits}; DRA timeouts "
+        f"rate limiter waits over 1 s {result.throttle_waits}; DRA timeouts "
         f"{result.dra_timeouts}, failed attempts {result.failed_attempts}"
     )
     return result

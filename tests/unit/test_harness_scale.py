@@ -272,11 +272,15 @@ SCHEDULER_METRICS = """\
 # TYPE rest_client_rate_limiter_duration_seconds histogram
 rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="GET",le="0.005"} 90
 rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="GET",le="0.025"} 95
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="GET",le="0.1"} 97
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="GET",le="1"} 99
 rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="GET",le="+Inf"} 100
 rest_client_rate_limiter_duration_seconds_sum{host="127.0.0.1:27443",verb="GET"} 3.2
 rest_client_rate_limiter_duration_seconds_count{host="127.0.0.1:27443",verb="GET"} 100
 rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="0.005"} 40
 rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="0.025"} 40
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="0.1"} 40
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="1"} 40
 rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="+Inf"} 41
 rest_client_request_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="0.005"} 1
 rest_client_request_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="+Inf"} 41
@@ -284,10 +288,11 @@ rest_client_request_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",l
 
 
 def test_rate_limiter_waits_are_the_requests_held_past_the_threshold() -> None:
-    # The threshold falls between buckets: counted from the largest bucket under it.
-    assert rate_limiter_waits(SCHEDULER_METRICS) == 5 + 1
-    assert rate_limiter_waits(SCHEDULER_METRICS, over=0.025) == 5 + 1
+    assert rate_limiter_waits(SCHEDULER_METRICS) == 1 + 1  # past 1 s, the default
+    assert rate_limiter_waits(SCHEDULER_METRICS, over=0.1) == 3 + 1
     assert rate_limiter_waits(SCHEDULER_METRICS, over=0.005) == 10 + 1
+    # A threshold between buckets counts from the largest bucket under it.
+    assert rate_limiter_waits(SCHEDULER_METRICS, over=0.5) == 3 + 1
     assert rate_limiter_waits("") == 0
 
 
