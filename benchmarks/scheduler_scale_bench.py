@@ -1,7 +1,10 @@
-"""The real kube-scheduler allocating CPUs on hundreds of simulated nodes, per device layout.
+"""The real kube-scheduler allocating CPUs on hundreds of simulated nodes, per device layout,
+against two baselines measured in the same run.
 
 Starts the loopback control plane (tools/controlplane.sh: etcd, kube-apiserver, kube-scheduler,
-kube-controller-manager) afresh for every layout, and kwok (tools/build-kwok.sh builds it into
+kube-controller-manager) afresh for every mode, the scheduler's and the controller-manager's
+client rates raised to --client-qps/--client-burst (far above what the run asks, so the
+scheduler, not a client's rate limiter, sets the pace), and kwok (tools/build-kwok.sh builds it into
 the cache when it is missing) to keep N fake Node objects Ready and mark bound pods Running.
 Every node is the same machine, 2 sockets x 64 cores x 2 threads (256 CPUs) in 4 NUMA nodes, and
 carries the ResourceSlices the dra-plugin publishes for it (the driver's own device model,
@@ -11,20 +14,34 @@ chunks and slice plan; harness.scale), created through the API server:
   numanode    a device per NUMA node with consumable `dra.cpu/cpu`
   socket      a device per socket with consumable `dra.cpu/cpu`
 
+and the baselines:
+
+  nodra       no slices: the same pods ask their CPUs as plain `cpu` requests, no claim
+  onedevice   one slice with one device per node, shared by every claim (the cheapest DRA
+              shape: nothing to count or subtract)
+
 Then P pods are created, 32 requests in flight, each with a claim from a ResourceClaimTemplate
 of 1, 4, 16 or 32 CPUs in turn (`count` in individual mode, a `dra.cpu/cpu` capacity request
 in the grouped ones); the controller-manager makes the claims and the scheduler allocates and
-binds. Per layout: pods bound per second from the first create to the last binding, the
+binds. Per mode: pods bound per second from the first create to the last binding, the
 scheduling latency of each pod (its create request sent to its nodeName seen on a watch) at
-p50 and p99, the CPU seconds the API server and the scheduler spent over that window
-(/proc/<pid>/stat), their peak RSS (VmHWM), and the JSON bytes of one node's slices.
+p50 and p99, the CPU seconds the API server, scheduler, controller-manager, etcd and kwok
+spent over that window (/proc/<pid>/stat), the API server's and scheduler's peak RSS (VmHWM),
+the JSON bytes of one node's slices, the scheduler's failed attempts and its log lines
+`timed out trying to allocate devices`, and whether a client was throttled: the scheduler's and
+controller-manager's log lines about client-side throttling ("Waited before sending request"
+... "client-side throttling", once "Waited for ... due to client-side throttling") and their
+rest_client_rate_limiter_duration_seconds waits longer than 1 s (/metrics).
 
-Prints `scale: mode=... nodes=... pods=... pods_per_s=... p99_ms=...` per layout and a table;
+Prints, once every mode of a node count has run,
+`scale: mode=... nodes=... pods=... pods_per_s=... p99_ms=... vs_nodra=... vs_onedevice=...
+throttled=no|yes` per mode (pods/s as a ratio to each baseline) and a table;
 writes scheduler-scale.json and scheduler-scale.svg (pods/s and p99 against nodes, one line per
 layout) into --out.
 
 Usage: python benchmarks/scheduler_scale_bench.py [--nodes 500] [--pods 2000]
-           [--modes individual,numanode,socket] [--sweep 100,250,500] [--pods-per-node K]
+           [--modes nodra,onedevice,individual,numanode,socket]
+           [--client-qps 2000] [--client-burst 4000] [--sweep 100,250,500] [--pods-per-node K]
            [--budget SECONDS]
            [--out DIR] [--include EARLIER.json] [--draw-only] [--keep]
 Ports: DRACPU_CP_*_PORT, defaulting to 27379/27380/27443/27459/27457 here.
@@ -54,10 +71,12 @@ from harness.control_plane import ControlPlane, missing_binaries
 from harness.paths import CACHE
 from harness.scale import (
     CLAIM_SIZES,
+    DRA_TIMEOUT_LOG,
     FAKE_NODE_ANNOTATION,
-    LAYOUTS,
+    MODES,
     NAMESPACE,
-    Layout,
+    THROTTLE_LOG,
+    Mode,
     Result,
     claim_template,
     device_class,
@@ -65,11 +84,14 @@ from harness.scale import (
     draw_svg,
     fake_node,
     json_bytes,
-    layout_chunks,
+    log_lines,
+    mode_chunks,
     node_slices,
     percentile,
     pod,
+    rate_limiter_waits,
     table,
+    with_ratios,
 )
 
 from dracpu.core.machine import Machine
@@ -200,6 +222,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
 
 
+def runqueue_seconds(pid: int) -> float:
+    """Seconds the process's threads have spent runnable but waiting for a CPU
+    (/proc/<pid>/task/*/schedstat, second field; threads that ended are not counted)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            total += int(stat.read_text().split()[1])
+    return total / 1e9
+
+
+def machine_ticks() -> tuple[int, int]:
+    """Busy and total CPU ticks of the whole machine so far, every process (/proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    total = sum(fields[:8])  # user..steal; guest time is already in user
+    return total - idle, total
+
+
 def peak_rss_mib(pid: int) -> float:
     """The process's peak resident set (VmHWM) in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -208,20 +248,28 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def failed_attempts(cp: ControlPlane) -> int:
-    """The scheduler's own count of attempts that placed no pod: no node fit, or a plugin failed,
-    e.g. the DRA filter's time limit (its /metrics, read with the admin certificate; its serving
-    certificate is self-signed)."""
+def component_metrics(cp: ControlPlane, port_variable: str) -> str | None:
+    """A component's /metrics (the scheduler's or the controller-manager's), read with the
+    admin certificate (its serving certificate is self-signed); None when it does not answer."""
     config = yaml.safe_load(cp.kubeconfig.read_text())
     user = config["users"][0]["user"]
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     context.load_cert_chain(user["client-certificate"], user["client-key"])
-    port = cp.env.get("DRACPU_CP_SCHEDULER_PORT", PORTS["DRACPU_CP_SCHEDULER_PORT"])
+    port = cp.env.get(port_variable, PORTS[port_variable])
     try:
-        text = httpx.get(f"https://127.0.0.1:{port}/metrics", verify=context, timeout=30).text
+        response = httpx.get(f"https://127.0.0.1:{port}/metrics", verify=context, timeout=30)
+        response.raise_for_status()
     except httpx.HTTPError:
+        return None
+    return response.text
+
+
+def failed_attempts(text: str | None) -> int:
+    """The scheduler's own count of attempts that placed no pod: no node fit, or a plugin failed,
+    e.g. the DRA filter's time limit."""
+    if text is None:
         return -1
     total = 0
     for line in text.splitlines():
@@ -234,6 +282,31 @@ def failed_attempts(cp: ControlPlane) -> int:
 
 def recorded_pid(root: Path, name: str) -> int:
     return int((root / f"{name}.pid").read_text().strip())
+
+
+def throttling(cp: ControlPlane) -> tuple[int, int]:
+    """The scheduler's and controller-manager's log lines about client-side throttling, and
+    their rate limiters' waits longer than 1 s since they started; -1 for what was not read."""
+    lines = 0
+    for name in ("scheduler", "controller-manager"):
+        try:
+            lines += log_lines(cp.log(name).read_text(errors="replace"), THROTTLE_LOG)
+        except OSError:
+            lines = -1
+            break
+    waits = 0
+    for name, variable in (
+        ("scheduler", "DRACPU_CP_SCHEDULER_PORT"),
+        ("controller-manager", "DRACPU_CP_CONTROLLER_MANAGER_PORT"),
+    ):
+        text = component_metrics(cp, variable)
+        if text is None or "rest_client_rate_limiter_duration_seconds_bucket" not in text:
+            waits = -1
+            break
+        # Kept with the logs (--keep) for a closer look at queues and plugin durations.
+        (cp.root / "logs" / f"{name}.metrics").write_text(text)
+        waits += rate_limiter_waits(text)
+    return lines, waits
 
 
 # ---- the API server --------------------------------------------------------------------
@@ -334,25 +407,26 @@ def kwok_running(cp: ControlPlane, root: Path) -> Any:
 
 
 async def setup_nodes(
-    client: httpx.AsyncClient, machine: Machine, layout: Layout, nodes: int
+    client: httpx.AsyncClient, machine: Machine, layout: Mode, nodes: int
 ) -> tuple[int, int, int]:
     """Nodes, their slices and the claim templates; returns slices, devices and bytes per node."""
-    await create(client, "/apis/resource.k8s.io/v1/deviceclasses", device_class())
     await create(client, "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-    for size in CLAIM_SIZES:
-        await create(
-            client,
-            f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaimtemplates",
-            claim_template(layout, size),
-        )
-    chunks = layout_chunks(machine, layout)
+    if layout != "nodra":
+        await create(client, "/apis/resource.k8s.io/v1/deviceclasses", device_class(layout))
+        for size in CLAIM_SIZES:
+            await create(
+                client,
+                f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaimtemplates",
+                claim_template(layout, size),
+            )
+    chunks = mode_chunks(machine, layout)
     names = [f"kwok-node-{i:04d}" for i in range(nodes)]
     sizes: list[int] = []
 
     async def node_and_slices(name: str) -> None:
         stored = await create(client, "/api/v1/nodes", fake_node(name))
-        slices = node_slices(chunks, name, stored["metadata"]["uid"])
-        sizes.append(json_bytes(slices))
+        slices = node_slices(chunks, name, stored["metadata"]["uid"]) if chunks else []
+        sizes.append(json_bytes(slices) if slices else 0)
         for document in slices:
             await create(client, "/apis/resource.k8s.io/v1/resourceslices", document)
 
@@ -408,25 +482,30 @@ async def watch_bindings(client: httpx.AsyncClient, bound_at: dict[str, float]) 
 
 
 async def drive_pods(
-    client: httpx.AsyncClient, watch_client: httpx.AsyncClient, pods: int, budget: float
-) -> tuple[dict[str, float], dict[str, float], float]:
+    client: httpx.AsyncClient,
+    watch_client: httpx.AsyncClient,
+    mode: Mode,
+    pods: int,
+    budget: float,
+) -> tuple[dict[str, float], dict[str, float], float, float]:
     """Creates the pods and waits until every one is bound, binding stalls or `budget` seconds
-    from the first create have passed; returns the create and bound times by pod and when the
-    wait ended."""
+    from the first create have passed; returns the create and bound times by pod, when the
+    wait ended and the seconds the creates took."""
     created_at: dict[str, float] = {}
     bound_at: dict[str, float] = {}
     watcher = asyncio.create_task(watch_bindings(watch_client, bound_at))
     await asyncio.sleep(0.5)
 
     async def one(index: int) -> None:
-        document = pod(index)
+        document = pod(index, mode)
         name = document["metadata"]["name"]
         created_at[name] = time.monotonic()
         await create(client, f"/api/v1/namespaces/{NAMESPACE}/pods", document)
 
     began = time.monotonic()
     await bounded([lambda i=i: one(i) for i in range(pods)])  # type: ignore[misc]
-    say(f"{pods} pods created in {time.monotonic() - began:.1f} s")
+    creating = time.monotonic() - began
+    say(f"{pods} pods created in {creating:.1f} s")
     seen, progress = 0, time.monotonic()
     while len(bound_at) < pods:
         now = time.monotonic()
@@ -446,21 +525,40 @@ async def drive_pods(
     watcher.cancel()
     with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
         await watcher
-    return created_at, bound_at, ended
+    return created_at, bound_at, ended, creating
 
 
 async def measure(
-    cp: ControlPlane, machine: Machine, layout: Layout, nodes: int, pods: int, budget: float
+    cp: ControlPlane,
+    machine: Machine,
+    layout: Mode,
+    nodes: int,
+    pods: int,
+    budget: float,
+    kwok: int,
 ) -> Result:
     root = cp.root
     async with api_client(cp) as client, api_client(cp) as watch_client:
         slices, devices, size = await setup_nodes(client, machine, layout, nodes)
         await asyncio.sleep(3)  # the scheduler's informers take in the last slices
-        apiserver, scheduler = recorded_pid(root, "apiserver"), recorded_pid(root, "scheduler")
-        cpu_before = cpu_seconds(apiserver), cpu_seconds(scheduler)
-        created_at, bound_at, ended = await drive_pods(client, watch_client, pods, budget)
-        cpu_after = cpu_seconds(apiserver), cpu_seconds(scheduler)
-        failed = await asyncio.to_thread(failed_attempts, cp)
+        names = ("apiserver", "scheduler", "controller-manager", "etcd")
+        pids = [recorded_pid(root, name) for name in names] + [kwok]
+        cpu_before = [cpu_seconds(pid) for pid in pids]
+        wait_before = [runqueue_seconds(pid) for pid in pids[:2]]
+        ticks_before = machine_ticks()
+        created_at, bound_at, ended, creating = await drive_pods(
+            client, watch_client, layout, pods, budget
+        )
+        cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+        wait = [runqueue_seconds(p) - w for p, w in zip(pids[:2], wait_before, strict=True)]
+        ticks_after = machine_ticks()
+        busy = (ticks_after[0] - ticks_before[0]) / max(ticks_after[1] - ticks_before[1], 1)
+        apiserver, scheduler = pids[0], pids[1]
+        scheduler_metrics = await asyncio.to_thread(
+            component_metrics, cp, "DRACPU_CP_SCHEDULER_PORT"
+        )
+        throttle_lines, throttle_waits = await asyncio.to_thread(throttling, cp)
+    timeouts = log_lines(cp.log("scheduler").read_text(errors="replace"), DRA_TIMEOUT_LOG)
     first = min(created_at.values())
     # Every pod bound: up to the last binding; otherwise up to the end of the wait.
     last = max(bound_at.values(), default=ended) if len(bound_at) >= pods else ended
@@ -475,20 +573,32 @@ async def measure(
         pods_per_s=len(bound_at) / seconds,
         p50_ms=percentile(latencies, 50),
         p99_ms=percentile(latencies, 99),
-        apiserver_cpu_s=cpu_after[0] - cpu_before[0],
-        scheduler_cpu_s=cpu_after[1] - cpu_before[1],
+        apiserver_cpu_s=cpu[0],
+        scheduler_cpu_s=cpu[1],
         apiserver_rss_mib=peak_rss_mib(apiserver),
         scheduler_rss_mib=peak_rss_mib(scheduler),
         slices_per_node=slices,
         devices_per_node=devices,
         slice_bytes_per_node=size,
-        failed_attempts=failed,
+        failed_attempts=failed_attempts(scheduler_metrics),
+        controller_manager_cpu_s=cpu[2],
+        etcd_cpu_s=cpu[3],
+        kwok_cpu_s=cpu[4],
+        throttle_log_lines=throttle_lines,
+        throttle_waits=throttle_waits,
+        dra_timeouts=timeouts,
+        created_per_s=pods / max(creating, 1e-9),
+        machine_busy=busy,
+        apiserver_cpu_wait_s=wait[0],
+        scheduler_cpu_wait_s=wait[1],
     )
 
 
 @contextlib.asynccontextmanager
-async def control_plane(root: Path) -> AsyncIterator[ControlPlane]:
+async def control_plane(root: Path, qps: int, burst: int) -> AsyncIterator[ControlPlane]:
     env = {k: os.environ.get(k, v) for k, v in PORTS.items()}
+    if qps > 0:
+        env |= {"DRACPU_CP_CLIENT_QPS": str(qps), "DRACPU_CP_CLIENT_BURST": str(max(burst, qps))}
     cp = ControlPlane(root, env=env)
     await asyncio.to_thread(cp.up)
     try:
@@ -498,21 +608,44 @@ async def control_plane(root: Path) -> AsyncIterator[ControlPlane]:
 
 
 async def run_layout(
-    base: Path, machine: Machine, layout: Layout, nodes: int, pods: int, budget: float
+    base: Path, machine: Machine, layout: Mode, nodes: int, pods: int, args: argparse.Namespace
 ) -> Result:
     root = base / f"{layout}-{nodes}"
     say(f"{layout}: control plane in {root}")
-    async with control_plane(root) as cp:
+    async with control_plane(root, args.client_qps, args.client_burst) as cp:
         (root / "logs").mkdir(exist_ok=True)
-        with kwok_running(cp, root):
-            return await measure(cp, machine, layout, nodes, pods, budget)
+        with kwok_running(cp, root) as kwok:
+            result = await measure(cp, machine, layout, nodes, pods, args.budget, kwok.pid)
+    busiest, cores = result.busiest()
+    say(
+        f"{layout}: {result.bound} of {pods} bound, {result.pods_per_s:.1f} pods/s; CPU cores "
+        f"over {result.seconds:.0f} s: apiserver {result.apiserver_cpu_s / result.seconds:.2f}, "
+        f"scheduler {result.scheduler_cpu_s / result.seconds:.2f}, controller-manager "
+        f"{result.controller_manager_cpu_s / result.seconds:.2f}, etcd "
+        f"{result.etcd_cpu_s / result.seconds:.2f}, kwok {result.kwok_cpu_s / result.seconds:.2f}"
+        f" (busiest {busiest}, {cores:.2f}); the machine {result.machine_busy:.0%} busy "
+        f"({os.cpu_count()} cores, every process); waiting for a CPU: apiserver "
+        f"{result.apiserver_cpu_wait_s:.0f} s, scheduler {result.scheduler_cpu_wait_s:.0f} s; "
+        f"throttle log lines {result.throttle_log_lines}, "
+        f"rate limiter waits over 1 s {result.throttle_waits}; DRA timeouts "
+        f"{result.dra_timeouts}, failed attempts {result.failed_attempts}"
+    )
+    return result
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--pods", type=int, default=2000)
-    parser.add_argument("--modes", default=",".join(LAYOUTS))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument(
+        "--client-qps", type=int, default=2000,
+        help="the scheduler's and controller-manager's --kube-api-qps (0: their defaults)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--client-burst", type=int, default=4000,
+        help="their --kube-api-burst (at least --client-qps)",
+    )  # fmt: skip
     parser.add_argument(
         "--pods-per-node", type=int, default=0,
         help="pods for each node count instead of --pods (a sweep at the same load per node)",
@@ -534,9 +667,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the folders (logs, etcd)")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
-    unknown = [m for m in modes if m not in LAYOUTS]
+    unknown = [m for m in modes if m not in MODES]
     if unknown:
-        parser.error(f"unknown modes {unknown}; choose from {','.join(LAYOUTS)}")
+        parser.error(f"unknown modes {unknown}; choose from {','.join(MODES)}")
     args.modes = modes
     args.sweep = [int(n) for n in args.sweep.split(",") if n] or [args.nodes]
     return args
@@ -549,9 +682,12 @@ async def main_async(args: argparse.Namespace) -> list[Result]:
     try:
         for nodes in args.sweep:
             pods = args.pods_per_node * nodes if args.pods_per_node > 0 else args.pods
+            group: list[Result] = []
             for layout in args.modes:
-                result = await run_layout(base, machine, layout, nodes, pods, args.budget)
-                results.append(result)
+                group.append(await run_layout(base, machine, layout, nodes, pods, args))
+            group = with_ratios(group)
+            results += group
+            for result in group:
                 print(result.line(), flush=True)
     finally:
         if not args.keep:
@@ -573,7 +709,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = asyncio.run(main_async(args))
     for earlier in args.include:
         results += [Result(**r) for r in json.loads(earlier.read_text())]
-    results.sort(key=lambda r: (r.nodes, LAYOUTS.index(r.mode)))  # type: ignore[arg-type]
+    results.sort(key=lambda r: (r.nodes, MODES.index(r.mode)))
     print(table(results))
     out: Path = args.out or Path(tempfile.mkdtemp(prefix="scale-results-", dir="/tmp"))
     out.mkdir(parents=True, exist_ok=True)

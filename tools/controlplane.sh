@@ -14,6 +14,9 @@
 #   DRACPU_CP_CONTROLLER_MANAGER_PORT (16457)
 # Feature gates: DRACPU_CP_FEATURE_GATES (e.g. `A=true,B=false`, default none), passed to the
 # API server, the scheduler and the controller-manager alike.
+# Client rates: DRACPU_CP_CLIENT_QPS and DRACPU_CP_CLIENT_BURST (default: the components' own,
+# 50/100 for the scheduler, 20/30 for the controller-manager), passed to the scheduler and the
+# controller-manager alike as --kube-api-qps/--kube-api-burst.
 # Binaries: DRACPU_CP_BIN (default <cache>/kubernetes-<v>/bin), DRACPU_CP_ETCD
 # (default <cache>/etcd-<v>/bin/etcd).
 #
@@ -45,6 +48,8 @@ CONTROLLER_MANAGER_PORT="${DRACPU_CP_CONTROLLER_MANAGER_PORT:-16457}"
 SERVICE_CIDR="${DRACPU_CP_SERVICE_CIDR:-10.96.0.0/16}"
 READY_TIMEOUT="${DRACPU_CP_READY_TIMEOUT:-120}"
 FEATURE_GATES="${DRACPU_CP_FEATURE_GATES:-}"
+CLIENT_QPS="${DRACPU_CP_CLIENT_QPS:-}"
+CLIENT_BURST="${DRACPU_CP_CLIENT_BURST:-}"
 PROCESSES="etcd apiserver scheduler controller-manager"
 
 LOG_PREFIX=controlplane
@@ -186,6 +191,8 @@ DRACPU_CP_SCHEDULER_PORT=$SCHEDULER_PORT
 DRACPU_CP_CONTROLLER_MANAGER_PORT=$CONTROLLER_MANAGER_PORT
 DRACPU_CP_SERVICE_CIDR=$SERVICE_CIDR
 DRACPU_CP_FEATURE_GATES=$FEATURE_GATES
+DRACPU_CP_CLIENT_QPS=$CLIENT_QPS
+DRACPU_CP_CLIENT_BURST=$CLIENT_BURST
 EOF
 }
 
@@ -202,7 +209,8 @@ cmd_up() {
     dir="$(cd "$dir" && pwd)"
     pki="$dir/pki"
     local wanted
-    wanted="$(printf '%s\n' "$APISERVER_PORT" "$ETCD_PORT" "gates=$FEATURE_GATES" "$@")"
+    wanted="$(printf '%s\n' "$APISERVER_PORT" "$ETCD_PORT" "gates=$FEATURE_GATES" \
+        "client=$CLIENT_QPS/$CLIENT_BURST" "$@")"
     if all_running "$dir" && [[ "$(cat "$dir/apiserver.args" 2>/dev/null)" == "$wanted" ]] \
         && apiserver_ready "$dir"; then
         say "already up in $dir (https://127.0.0.1:$APISERVER_PORT)"
@@ -253,7 +261,8 @@ cmd_up() {
         --authentication-kubeconfig="$dir/scheduler.kubeconfig" \
         --authorization-kubeconfig="$dir/scheduler.kubeconfig" \
         --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false \
-        ${FEATURE_GATES:+"--feature-gates=$FEATURE_GATES"}
+        ${FEATURE_GATES:+"--feature-gates=$FEATURE_GATES"} \
+        ${CLIENT_QPS:+"--kube-api-qps=$CLIENT_QPS"} ${CLIENT_BURST:+"--kube-api-burst=$CLIENT_BURST"}
     start "$dir" controller-manager "$BIN/kube-controller-manager" \
         --kubeconfig="$dir/controller-manager.kubeconfig" \
         --authentication-kubeconfig="$dir/controller-manager.kubeconfig" \
@@ -263,7 +272,8 @@ cmd_up() {
         --use-service-account-credentials=true \
         --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
         --service-cluster-ip-range="$SERVICE_CIDR" \
-        ${FEATURE_GATES:+"--feature-gates=$FEATURE_GATES"}
+        ${FEATURE_GATES:+"--feature-gates=$FEATURE_GATES"} \
+        ${CLIENT_QPS:+"--kube-api-qps=$CLIENT_QPS"} ${CLIENT_BURST:+"--kube-api-burst=$CLIENT_BURST"}
     wait_for "$dir" "the default ServiceAccount" controller-manager default_sa "$dir"
     pid_of "$dir" scheduler >/dev/null || die "kube-scheduler exited (log: $dir/logs/scheduler.log)"
     say "up in $dir: https://127.0.0.1:$APISERVER_PORT, KUBECONFIG=$dir/admin.kubeconfig"

@@ -4,19 +4,23 @@ layout (renamed per node), the claim templates and pods the benchmark creates, t
 it reports, and the picture it draws from its results.
 
 A layout is one of `individual` (a device per CPU), `numanode` and `socket` (grouped devices
-with consumable capacity). The slices come from the driver's own code: the allocator's device
-model with the configuration's defaults (`minSharedCPUs: 1` withholds the shared pool's first
-CPU), the allocator's DeviceList, and the dra-plugin's device documents, chunks and plan.
+with consumable capacity). Two baselines run beside them: `nodra`, the same pods asking plain
+`cpu` requests and no claim, and `onedevice`, the cheapest DRA shape (one slice per node holding
+one device that any number of claims may share, each pod's claim asking for it). A layout's
+slices come from the driver's own code: the allocator's device model with the configuration's
+defaults (`minSharedCPUs: 1` withholds the shared pool's first CPU), the allocator's
+DeviceList, and the dra-plugin's device documents, chunks and plan.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 from xml.sax.saxutils import escape
@@ -36,6 +40,11 @@ from harness.published import chunk_devices
 
 Layout = Literal["individual", "numanode", "socket"]
 LAYOUTS: tuple[Layout, ...] = ("individual", "numanode", "socket")
+Baseline = Literal["nodra", "onedevice"]
+BASELINES: tuple[Baseline, ...] = ("nodra", "onedevice")
+Mode = Layout | Baseline
+MODES: tuple[Mode, ...] = (*BASELINES, *LAYOUTS)
+ONE_DEVICE = "node"
 CLAIM_SIZES = (1, 4, 16, 32)
 NAMESPACE = "scale"
 DEVICE_CLASS = "dra.cpu"
@@ -93,6 +102,21 @@ def layout_chunks(machine: Machine, layout: Layout) -> list[list[dict[str, Any]]
     return chunk_devices(published_devices(machine, layout))
 
 
+def one_device_chunks() -> list[list[dict[str, Any]]]:
+    """The onedevice baseline's slice: one device, no attributes, no capacity, allocatable to
+    any number of claims at once (so the scheduler has nothing to count or subtract)."""
+    return [[{"name": ONE_DEVICE, "allowMultipleAllocations": True}]]
+
+
+def mode_chunks(machine: Machine, mode: Mode) -> list[list[dict[str, Any]]]:
+    """The device documents of every slice of one node in `mode`; nodra publishes none."""
+    if mode == "nodra":
+        return []
+    if mode == "onedevice":
+        return one_device_chunks()
+    return layout_chunks(machine, mode)
+
+
 def node_slices(chunks: Sequence[Sequence[dict[str, Any]]], node: str, uid: str) -> list[Any]:
     """The ResourceSlices the dra-plugin of `node` creates on an empty API server: its plan's
     creations, pool and node named after it, owned by its Node object."""
@@ -114,12 +138,15 @@ def template_name(cpus: int) -> str:
     return f"cpus-{cpus}"
 
 
-def claim_template(layout: Layout, cpus: int) -> dict[str, Any]:
-    """A ResourceClaimTemplate for `cpus` CPUs: `cpus` individual devices, or that amount of
-    `dra.cpu/cpu` from one grouped device."""
+def claim_template(layout: Layout | Literal["onedevice"], cpus: int) -> dict[str, Any]:
+    """A ResourceClaimTemplate for `cpus` CPUs: `cpus` individual devices, that amount of
+    `dra.cpu/cpu` from one grouped device, or (onedevice) the node's one device whatever the
+    size."""
     exactly: dict[str, Any] = {"deviceClassName": DEVICE_CLASS}
     if layout == "individual":
         exactly.update(allocationMode="ExactCount", count=cpus)
+    elif layout == "onedevice":
+        exactly.update(allocationMode="ExactCount", count=1)
     else:
         exactly["capacity"] = {"requests": {CPU_CAPACITY: str(cpus)}}
     return {
@@ -130,8 +157,26 @@ def claim_template(layout: Layout, cpus: int) -> dict[str, Any]:
     }
 
 
-def pod(index: int) -> dict[str, Any]:
-    """The `index`-th pod: one container holding a claim made from its size's template."""
+def pod(index: int, mode: Mode = "individual") -> dict[str, Any]:
+    """The `index`-th pod: one container holding a claim made from its size's template, or in
+    nodra mode asking its size as a plain `cpu` request."""
+    if mode == "nodra":
+        cpus = str(claim_size(index))
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"pod-{index:05d}", "namespace": NAMESPACE},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": PAUSE_IMAGE,
+                        "resources": {"requests": {"cpu": cpus}, "limits": {"cpu": cpus}},
+                    }
+                ],
+            },
+        }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -165,8 +210,16 @@ def fake_node(name: str) -> dict[str, Any]:
     }
 
 
-def device_class() -> dict[str, Any]:
-    """The DeviceClass the chart installs for CPU devices."""
+def device_class(mode: Mode = "individual") -> dict[str, Any]:
+    """The DeviceClass the chart installs for CPU devices; for onedevice the same name matching
+    the driver alone (its device has no capacity for the chart's selector to look into)."""
+    if mode == "onedevice":
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DEVICE_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER_NAME}"'}}]},
+        }
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
@@ -215,12 +268,111 @@ class Result:
     # The scheduler's attempts that placed no pod, unschedulable or failed
     # (scheduler_schedule_attempts_total); -1: not read.
     failed_attempts: int = -1
+    # The other processes' CPU seconds over the same window; NaN: not measured.
+    controller_manager_cpu_s: float = math.nan
+    etcd_cpu_s: float = math.nan
+    kwok_cpu_s: float = math.nan
+    # Client-side throttling of the scheduler and the controller-manager: their log lines
+    # about client-side throttling (THROTTLE_LOG) and their rate limiter's waits longer
+    # than THROTTLE_WAIT_S (rest_client_rate_limiter_duration_seconds); -1: not read.
+    throttle_log_lines: int = -1
+    throttle_waits: int = -1
+    # The scheduler's log lines "timed out trying to allocate devices"; -1: not read.
+    dra_timeouts: int = -1
+    # pods_per_s as a ratio to the baselines at the same node count; NaN: no baseline ran.
+    vs_nodra: float = math.nan
+    vs_onedevice: float = math.nan
+    # Pods created per second (32 requests in flight): no mode binds faster than this.
+    created_per_s: float = math.nan
+    # The whole machine over the window, every process: the fraction of its cores busy, and the
+    # seconds the API server's and the scheduler's threads waited runnable for a CPU.
+    machine_busy: float = math.nan
+    apiserver_cpu_wait_s: float = math.nan
+    scheduler_cpu_wait_s: float = math.nan
+
+    @property
+    def throttled(self) -> str:
+        """`no` only when both logs and both rate limiters were read and show no wait."""
+        return "no" if self.throttle_log_lines == 0 and self.throttle_waits == 0 else "yes"
+
+    def busiest(self) -> tuple[str, float]:
+        """The process that spent the most CPU over the window and its cores (CPU s / s)."""
+        spent = {
+            "kube-apiserver": self.apiserver_cpu_s,
+            "kube-scheduler": self.scheduler_cpu_s,
+            "kube-controller-manager": self.controller_manager_cpu_s,
+            "etcd": self.etcd_cpu_s,
+            "kwok": self.kwok_cpu_s,
+        }
+        name = max(spent, key=lambda k: -1.0 if math.isnan(spent[k]) else spent[k])
+        return name, spent[name] / max(self.seconds, 1e-9)
 
     def line(self) -> str:
         return (
             f"scale: mode={self.mode} nodes={self.nodes} pods={self.pods} "
-            f"pods_per_s={self.pods_per_s:.1f} p99_ms={self.p99_ms:.0f}"
+            f"pods_per_s={self.pods_per_s:.1f} p99_ms={self.p99_ms:.0f} "
+            f"vs_nodra={self.vs_nodra:.2f} vs_onedevice={self.vs_onedevice:.2f} "
+            f"throttled={self.throttled}"
         )
+
+
+def with_ratios(results: Sequence[Result]) -> list[Result]:
+    """Every result with its pods/s as a ratio to the nodra and onedevice results of the same
+    node count (the last of each, should a count run twice)."""
+    base: dict[tuple[str, int], float] = {(r.mode, r.nodes): r.pods_per_s for r in results}
+
+    def ratio(r: Result, baseline: str) -> float:
+        rate = base.get((baseline, r.nodes), math.nan)
+        return r.pods_per_s / rate if rate > 0 else math.nan
+
+    return [
+        replace(r, vs_nodra=ratio(r, "nodra"), vs_onedevice=ratio(r, "onedevice")) for r in results
+    ]
+
+
+# client-go's message when its rate limiter held a request: "Waited for ... due to
+# client-side throttling" in older releases, "Waited before sending request"
+# reason="client-side throttling, ..." in newer ones.
+THROTTLE_LOG = "client-side throttling"
+DRA_TIMEOUT_LOG = "timed out trying to allocate devices"
+# A rate limiter wait longer than this is throttling: client-go itself logs a wait past 1 s at
+# the default verbosity. Shorter ones, with the rates raised, are a starved machine running the
+# waiting goroutine late (the bucket holds --kube-api-burst requests, far more than a run asks
+# for at once, so it cannot run dry): on a 2-core machine at a load of 20, waits of 5 to
+# 250 ms were seen.
+THROTTLE_WAIT_S = 1.0
+_BUCKET = re.compile(
+    r"^rest_client_rate_limiter_duration_seconds_bucket\{(?P<labels>[^}]*)\} (?P<value>\S+)$"
+)
+_LE = re.compile(r'le="(?P<le>[^"]+)"')
+
+
+def log_lines(text: str, needle: str) -> int:
+    """Lines of a log holding `needle`."""
+    return sum(1 for line in text.splitlines() if needle in line)
+
+
+def rate_limiter_waits(metrics: str, over: float = THROTTLE_WAIT_S) -> int:
+    """Requests a client's rate limiter held longer than `over` seconds, from the
+    rest_client_rate_limiter_duration_seconds histogram of a /metrics text: per series, its
+    count less its largest bucket at or under `over`."""
+    series: dict[str, dict[float, float]] = {}
+    for line in metrics.splitlines():
+        match = _BUCKET.match(line)
+        if not match:
+            continue
+        labels = match["labels"]
+        le = _LE.search(labels)
+        if le is None:
+            continue
+        key = _LE.sub("", labels)
+        series.setdefault(key, {})[float(le["le"])] = float(match["value"])
+    waits = 0.0
+    for buckets in series.values():
+        total = buckets.get(math.inf, max(buckets.values(), default=0.0))
+        within = max((v for le, v in buckets.items() if le <= over), default=0.0)
+        waits += total - within
+    return int(waits)
 
 
 TABLE_COLUMNS = (
@@ -229,6 +381,10 @@ TABLE_COLUMNS = (
     ("pods", "pods", "{}"),
     ("bound", "bound", "{}"),
     ("pods/s", "pods_per_s", "{:.1f}"),
+    ("created/s", "created_per_s", "{:.1f}"),
+    ("machine busy", "machine_busy", "{:.0%}"),
+    ("apiserver CPU wait s", "apiserver_cpu_wait_s", "{:.0f}"),
+    ("scheduler CPU wait s", "scheduler_cpu_wait_s", "{:.0f}"),
     ("p50 ms", "p50_ms", "{:.0f}"),
     ("p99 ms", "p99_ms", "{:.0f}"),
     ("apiserver CPU s", "apiserver_cpu_s", "{:.1f}"),
@@ -239,6 +395,14 @@ TABLE_COLUMNS = (
     ("devices/node", "devices_per_node", "{}"),
     ("slice bytes/node", "slice_bytes_per_node", "{}"),
     ("failed attempts", "failed_attempts", "{}"),
+    ("controller-manager CPU s", "controller_manager_cpu_s", "{:.1f}"),
+    ("etcd CPU s", "etcd_cpu_s", "{:.1f}"),
+    ("kwok CPU s", "kwok_cpu_s", "{:.1f}"),
+    ("DRA timeouts", "dra_timeouts", "{}"),
+    ("throttle log lines", "throttle_log_lines", "{}"),
+    ("throttle waits", "throttle_waits", "{}"),
+    ("vs nodra", "vs_nodra", "{:.2f}"),
+    ("vs onedevice", "vs_onedevice", "{:.2f}"),
 )
 
 
@@ -255,7 +419,13 @@ def table(results: Sequence[Result]) -> str:
 
 # ---- the picture --------------------------------------------------------------------------
 
-COLOURS = {"individual": "#d62728", "numanode": "#1f77b4", "socket": "#2ca02c"}
+COLOURS = {
+    "individual": "#d62728",
+    "numanode": "#1f77b4",
+    "socket": "#2ca02c",
+    "nodra": "#7f7f7f",
+    "onedevice": "#9467bd",
+}
 PANEL_W, PANEL_H = 360, 240
 MARGIN_L, MARGIN_T, MARGIN_B, GAP = 60, 40, 50, 70
 

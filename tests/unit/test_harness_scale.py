@@ -1,31 +1,41 @@
 """The scheduler scale benchmark's pure parts (harness.scale): each simulated node's slices,
-the claim templates and pods, the percentile and the picture."""
+the claim templates and pods, the baselines and the ratios to them, the throttling read from
+the components' logs and metrics, the percentile and the picture."""
 
 from __future__ import annotations
 
 import functools
 import math
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from harness.scale import (
     CLAIM_SIZES,
+    DRA_TIMEOUT_LOG,
     LAYOUTS,
+    MODES,
     NAMESPACE,
+    THROTTLE_LOG,
     Layout,
     Result,
     claim_template,
+    device_class,
     discover_machine,
     draw_svg,
     json_bytes,
     layout_chunks,
+    log_lines,
+    mode_chunks,
     nice_ceiling,
     node_slices,
     percentile,
     pod,
+    rate_limiter_waits,
     table,
     template_name,
+    with_ratios,
 )
 from harness.slice_rules import slice_refusals
 
@@ -156,18 +166,148 @@ def test_axis_tops_are_round(value: float, ceiling: float) -> None:
     assert nice_ceiling(value) == ceiling
 
 
-def result(mode: str, nodes: int, rate: float, p99: float) -> Result:
+def test_nodra_pods_ask_their_size_as_plain_cpu_and_hold_no_claim() -> None:
+    for index, size in enumerate(CLAIM_SIZES):
+        spec = pod(index, "nodra")["spec"]
+        assert "resourceClaims" not in spec
+        resources = spec["containers"][0]["resources"]
+        assert resources == {"requests": {"cpu": str(size)}, "limits": {"cpu": str(size)}}
+
+
+def test_nodra_publishes_no_slices() -> None:
+    assert mode_chunks(machine(), "nodra") == []
+
+
+def test_onedevice_is_one_slice_of_one_shared_device() -> None:
+    got = mode_chunks(machine(), "onedevice")
+    assert got == [[{"name": "node", "allowMultipleAllocations": True}]]
+    (one,) = node_slices(got, "kwok-node-0001", "uid-1")
+    assert one["spec"]["devices"] == got[0]
+    assert one["spec"]["pool"]["resourceSliceCount"] == 1
+    assert slice_refusals(one) == []
+
+
+def test_onedevice_claims_ask_for_the_one_device_whatever_their_size() -> None:
+    for size in CLAIM_SIZES:
+        template = claim_template("onedevice", size)
+        assert template["metadata"]["name"] == template_name(size)
+        request = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+        assert request == {"deviceClassName": "dra.cpu", "allocationMode": "ExactCount", "count": 1}
+
+
+def test_the_onedevice_class_matches_the_driver_without_looking_into_capacity() -> None:
+    expression = device_class("onedevice")["spec"]["selectors"][0]["cel"]["expression"]
+    assert expression == f'device.driver == "{DRIVER_NAME}"'
+    assert "capacity" in device_class("numanode")["spec"]["selectors"][0]["cel"]["expression"]
+
+
+def test_the_modes_are_the_baselines_then_the_layouts() -> None:
+    assert ("nodra", "onedevice", *LAYOUTS) == MODES
+    for mode in MODES:
+        assert pod(0, mode)["metadata"]["name"] == "pod-00000"
+
+
+def result(mode: str, nodes: int, rate: float, p99: float, **more: Any) -> Result:
     return Result(
         mode=mode, nodes=nodes, pods=100, bound=100, seconds=1.0, pods_per_s=rate,
         p50_ms=p99 / 2, p99_ms=p99, apiserver_cpu_s=1.0, scheduler_cpu_s=1.0,
         apiserver_rss_mib=300.0, scheduler_rss_mib=80.0, slices_per_node=1,
-        devices_per_node=4, slice_bytes_per_node=1900,
+        devices_per_node=4, slice_bytes_per_node=1900, **more,
     )  # fmt: skip
 
 
 def test_the_scale_line_has_the_fixed_form() -> None:
-    line = result("numanode", 500, 12.345, 1234.6).line()
-    assert line == "scale: mode=numanode nodes=500 pods=100 pods_per_s=12.3 p99_ms=1235"
+    line = result(
+        "numanode", 500, 12.345, 1234.6, throttle_log_lines=0, throttle_waits=0,
+        vs_nodra=0.5, vs_onedevice=0.8123,
+    ).line()  # fmt: skip
+    assert line == (
+        "scale: mode=numanode nodes=500 pods=100 pods_per_s=12.3 p99_ms=1235 "
+        "vs_nodra=0.50 vs_onedevice=0.81 throttled=no"
+    )
+
+
+@pytest.mark.parametrize(
+    ("log_lines_seen", "waits", "throttled"),
+    [(0, 0, "no"), (1, 0, "yes"), (0, 3, "yes"), (-1, 0, "yes"), (0, -1, "yes")],
+    ids=["neither", "a-log-line", "a-long-wait", "logs-unread", "metrics-unread"],
+)
+def test_throttled_is_no_only_when_logs_and_metrics_were_read_and_show_none(
+    log_lines_seen: int, waits: int, throttled: str
+) -> None:
+    got = result("socket", 100, 1.0, 1.0, throttle_log_lines=log_lines_seen, throttle_waits=waits)
+    assert got.throttled == throttled
+
+
+def test_ratios_are_to_the_baselines_of_the_same_node_count() -> None:
+    runs = [
+        result("nodra", 100, 40.0, 1.0),
+        result("onedevice", 100, 20.0, 1.0),
+        result("numanode", 100, 16.0, 1.0),
+        result("nodra", 250, 10.0, 1.0),
+        result("numanode", 250, 5.0, 1.0),
+    ]
+    got = {(r.mode, r.nodes): r for r in with_ratios(runs)}
+    assert got["numanode", 100].vs_nodra == pytest.approx(0.4)
+    assert got["numanode", 100].vs_onedevice == pytest.approx(0.8)
+    assert got["onedevice", 100].vs_onedevice == pytest.approx(1.0)
+    assert got["numanode", 250].vs_nodra == pytest.approx(0.5)
+    assert math.isnan(got["numanode", 250].vs_onedevice)  # no onedevice run at 250 nodes
+
+
+def test_a_baseline_that_bound_nothing_gives_no_ratio() -> None:
+    got = with_ratios([result("nodra", 100, 0.0, 1.0), result("socket", 100, 3.0, 1.0)])
+    assert math.isnan(got[1].vs_nodra)
+
+
+def test_the_busiest_process_is_the_one_that_spent_most_cpu() -> None:
+    got = result(
+        "socket", 100, 1.0, 1.0, controller_manager_cpu_s=0.4, etcd_cpu_s=0.2, kwok_cpu_s=0.3
+    )
+    got = replace(got, seconds=2.0, scheduler_cpu_s=1.8)
+    name, cores = got.busiest()
+    assert name == "kube-scheduler"
+    assert cores == pytest.approx(0.9)
+
+
+SCHEDULER_METRICS = """\
+# HELP rest_client_rate_limiter_duration_seconds [ALPHA] Client side rate limiter latency
+# TYPE rest_client_rate_limiter_duration_seconds histogram
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="GET",le="0.005"} 90
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="GET",le="0.025"} 95
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="GET",le="0.1"} 97
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="GET",le="1"} 99
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="GET",le="+Inf"} 100
+rest_client_rate_limiter_duration_seconds_sum{host="127.0.0.1:27443",verb="GET"} 3.2
+rest_client_rate_limiter_duration_seconds_count{host="127.0.0.1:27443",verb="GET"} 100
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="0.005"} 40
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="0.025"} 40
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="0.1"} 40
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="1"} 40
+rest_client_rate_limiter_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="+Inf"} 41
+rest_client_request_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="0.005"} 1
+rest_client_request_duration_seconds_bucket{host="127.0.0.1:27443",verb="POST",le="+Inf"} 41
+"""
+
+
+def test_rate_limiter_waits_are_the_requests_held_past_the_threshold() -> None:
+    assert rate_limiter_waits(SCHEDULER_METRICS) == 1 + 1  # past 1 s, the default
+    assert rate_limiter_waits(SCHEDULER_METRICS, over=0.1) == 3 + 1
+    assert rate_limiter_waits(SCHEDULER_METRICS, over=0.005) == 10 + 1
+    # A threshold between buckets counts from the largest bucket under it.
+    assert rate_limiter_waits(SCHEDULER_METRICS, over=0.5) == 3 + 1
+    assert rate_limiter_waits("") == 0
+
+
+def test_log_lines_count_the_lines_holding_the_phrase() -> None:
+    log = (
+        'I1205 request.go:700] "Waited before sending request" delay="1.2s" '
+        f'reason="{THROTTLE_LOG}, not priority and fairness"\n'
+        "I1205 other line\n"
+        f'E1205 schedule_one.go:1] "Error scheduling pod" err="{DRA_TIMEOUT_LOG}"\n'
+    )
+    assert log_lines(log, THROTTLE_LOG) == 1
+    assert log_lines(log, DRA_TIMEOUT_LOG) == 1
 
 
 def test_the_table_has_a_row_per_result() -> None:
