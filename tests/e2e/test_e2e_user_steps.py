@@ -7,6 +7,8 @@ folder holding the checkout's `helm/` chart and `examples/`, with this cluster's
 What the cluster changes, and why:
 - step 1 (build and push the images) is the tier's own build of the same five Dockerfile
   targets (tools/tier-docker.sh images): there is no registry to push to here;
+- step 2's `<node>` is this cluster's node, which gets the label the page's `nodeSelector` asks
+  for;
 - `my-values.yaml` holds this cluster's chart settings (tests/harness/cluster.py
   `chart_values`: host network, kubelet root, NRI socket, state dir, local images);
 - the example of step 5 is scaled to the node's largest device (2 CPUs here), its pod gets
@@ -133,7 +135,9 @@ def test_the_install_steps_run_as_the_page_writes_them(cluster: Cluster) -> None
         (root / "my-values.yaml").write_text(yaml.safe_dump(values_file(node.chart_values())))
         shell = Shell(node, root)
 
-        (install,) = steps[2]
+        label, install = steps[2]
+        assert label == "kubectl label node <node> node-role.example.com/exclusive-cpus=true"
+        assert "labeled" in shell.run(label.replace("<node>", node.node))
         assert "STATUS: deployed" in shell.run(install)
 
         (rollout,) = steps[3]
