@@ -75,12 +75,19 @@ async def test_health_follows_the_runtime_connection(allocator: Allocator, short
             version = await call(
                 info_pb2_grpc.InfoStub(chan).GetVersion(info_pb2.GetVersionRequest()), "version"
             )
-            status = await call(
-                nri_plugin_pb2_grpc.NRIPluginViewStub(chan).GetStatus(
-                    nri_plugin_pb2.GetStatusRequest()
-                ),
-                "status",
-            )
+
+            async def refused() -> nri_plugin_pb2.PluginStatus | None:
+                """The status once the first connection attempt has failed (health is
+                NOT_SERVING from the start, before any attempt)."""
+                status = await call(
+                    nri_plugin_pb2_grpc.NRIPluginViewStub(chan).GetStatus(
+                        nri_plugin_pb2.GetStatusRequest()
+                    ),
+                    "status",
+                )
+                return status if status.last_error else None
+
+            status = await eventually(refused, "the nri-plugin's first connection attempt")
         assert version.api_version == "dracpu.nri_plugin.v1"
         assert not status.connected and "cannot connect" in status.last_error
         runtime = RuntimeSim(str(nri_socket))
