@@ -4,12 +4,16 @@ says so, or it fails at once, with its log's tail, when the process has exited."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import grpc
+
+from dracpu.core import rpc
 from harness.waits import WaitTimeout, eventually
 
 # A service process: started by subprocess, by asyncio, or known by its PID only.
@@ -86,3 +90,18 @@ async def wait_serving(
         await eventually(served, f"{what} {status} on {socket}", timeout=timeout, interval=interval)
     except WaitTimeout as exc:
         raise WaitTimeout(f"{exc}{log_tail(log)}") from None
+
+
+@contextlib.asynccontextmanager
+async def served_in_process(
+    socket: Path, add: Callable[[grpc.aio.Server], None]
+) -> AsyncIterator[grpc.aio.Channel]:
+    """A dracpu gRPC server run in the test's process on `socket` (its servicers added by
+    `add`, with the health and info services every dracpu server carries), and a channel to it;
+    the server stopped after the block."""
+    server, health = await rpc.start_server(socket, add, service="test", api_version="test")
+    try:
+        async with rpc.channel(socket) as chan:
+            yield chan
+    finally:
+        await rpc.stop_server(server, health, socket)

@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 from harness.paths import short_tmp
+from harness.services import served_in_process
 
 from dracpu.core import errors, rpc
 from dracpu.core.retry import RetryExhaustedError
@@ -65,15 +66,9 @@ async def served(
 ) -> AsyncIterator[tuple[RaisingTopology, topology_pb2_grpc.TopologyStub]]:
     servicer = RaisingTopology()
     socket = folder / "s.sock"
-    server, health = await rpc.start_server(
-        socket,
-        lambda s: topology_pb2_grpc.add_TopologyServicer_to_server(servicer, s),
-        service="test",
-        api_version="test",
-    )
-    async with rpc.channel(socket) as chan:
+    add = topology_pb2_grpc.add_TopologyServicer_to_server
+    async with served_in_process(socket, lambda s: add(servicer, s)) as chan:
         yield servicer, topology_pb2_grpc.TopologyStub(chan)
-    await rpc.stop_server(server, health, socket)
 
 
 async def raised(pending: object) -> errors.DracpuError:

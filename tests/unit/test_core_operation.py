@@ -14,6 +14,7 @@ import grpc
 import pytest
 from harness.log_lines import captured
 from harness.paths import short_tmp
+from harness.services import served_in_process
 
 from dracpu.core import operation, rpc
 from dracpu.core.interceptors import OPERATION_METADATA_KEY
@@ -59,15 +60,9 @@ async def served(
 ) -> AsyncIterator[tuple[Recording, allocator_pb2_grpc.AllocatorStub]]:
     servicer = Recording()
     socket = folder / "a.sock"
-    server, health = await rpc.start_server(
-        socket,
-        lambda s: allocator_pb2_grpc.add_AllocatorServicer_to_server(servicer, s),
-        service="test",
-        api_version="test",
-    )
-    async with rpc.channel(socket) as chan:
+    add = allocator_pb2_grpc.add_AllocatorServicer_to_server
+    async with served_in_process(socket, lambda s: add(servicer, s)) as chan:
         yield servicer, allocator_pb2_grpc.AllocatorStub(chan)
-    await rpc.stop_server(server, health, socket)
 
 
 def test_a_new_id_is_short_random_hex() -> None:
