@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from dracpu.core import channels, rpc
 from dracpu.core.errors import UnavailableError
 from dracpu.core.log import get_logger
-from dracpu.core.retry import Backoff, RetryExhaustedError, retry
+from dracpu.core.retry import RetryExhaustedError, retry
 from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 
 log = get_logger(__name__)
@@ -146,9 +146,7 @@ class ServiceClient:
                 raise
 
         try:
-            return await retry(
-                once, what=what, deadline=budget, backoff=Backoff(initial=0.05, maximum=1.0)
-            )
+            return await retry(once, what=what, deadline=budget)
         except RetryExhaustedError as exc:
             last = exc.__cause__ or exc
             raise self.unanswered(
