@@ -24,8 +24,11 @@ Every figure comes from the kubelet, the kernel or the API server, never from a 
                          median of the idle window's samples
   prepare_mean_ms, prepare_p99_ms, unprepare_mean_ms
                          the kubelet's dra_grpc_operations_duration_seconds histogram (its
-                         /metrics), by method, delta over the churn; p99 interpolated within
-                         the histogram's bucket
+                         /metrics), by method: the mean is the delta of its sum over the delta
+                         of its count across the churn; the p99 is of each call's own duration,
+                         the sum's move across that one call (the histogram is read after each
+                         prepare and each unprepare: its buckets begin at 100 ms, coarser than
+                         the calls)
   create_to_running_median_s, create_to_running_p99_s
                          from just before the pod's create request to the watch event that
                          shows it Running (a watch from the create's resourceVersion)
@@ -92,6 +95,7 @@ rules:
   users: [{users}]
 - level: None
 """
+PREPARE, UNPREPARE = "NodePrepareResources", "NodeUnprepareResources"
 WRITES = ("create", "update", "patch", "delete")
 FIGURES = (
     "idle_cpu_millicores",
@@ -276,9 +280,29 @@ class Histogram:
         return float("nan")
 
 
-def dra_histograms(cluster: Cluster) -> dict[str, Histogram]:
+class Kubelet:
+    """The node's kubelet through the API server's node proxy: its /metrics and its summary
+    API."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.core = client.CoreV1Api(config.new_client_from_config(config_file=cluster.kubeconfig))
+        self.node = cluster.node
+
+    def get(self, path: str) -> str:
+        answer: Any = self.core.connect_get_node_proxy_with_path(
+            self.node, path, _preload_content=False
+        )
+        return str(answer.data.decode())
+
+    def dra_histograms(self) -> dict[str, Histogram]:
+        return dra_histograms(self.get("metrics"))
+
+    def pod_stats(self, pod: str) -> PodStats | None:
+        return pod_stats(json.loads(self.get("stats/summary")), pod)
+
+
+def dra_histograms(text: str) -> dict[str, Histogram]:
     """The kubelet's DRA gRPC histogram for this driver, by method (NodePrepareResources...)."""
-    text = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{cluster.node}/proxy/metrics")
     found: dict[str, Histogram] = {}
     for family in text_string_to_metric_families(text):
         if family.name != "dra_grpc_operations_duration_seconds":
@@ -313,9 +337,9 @@ def parse_time(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def pod_stats(cluster: Cluster, pod: str) -> PodStats | None:
-    text = cluster.kubectl("get", "--raw", f"/api/v1/nodes/{cluster.node}/proxy/stats/summary")
-    for entry in json.loads(text).get("pods", []):
+def pod_stats(summary: dict[str, Any], pod: str) -> PodStats | None:
+    """The pod's sample in a /stats/summary answer (None until the kubelet has one)."""
+    for entry in summary.get("pods", []):
         ref = entry["podRef"]
         if ref["name"] != pod or ref["namespace"] != NAMESPACE:
             continue
@@ -501,13 +525,43 @@ class Workload:
         )
         wait_for(partial(self.gone, "claim", name), f"claim {name} gone", timeout=60, interval=0.1)
 
-    def churn(self, driver: str, pods: int) -> list[float]:
-        seconds = []
+    def churn(self, driver: str, pods: int, kubelet: Kubelet) -> Churn:
+        """The pods one after another, the kubelet's histogram read after each prepare and
+        each unprepare: its sum moved by one call is that call's duration."""
+        done = Churn()
+        first = last = kubelet.dra_histograms()
         for i in range(pods):
             name = f"sbs-{driver}-{i}"
-            seconds.append(self.create_to_running(name))
+            done.create_to_running_s.append(self.create_to_running(name))
+            now = kubelet.dra_histograms()
+            done.prepare_ms += calls(PREPARE, last, now)
             self.delete(name)
-        return seconds
+            last, now = now, kubelet.dra_histograms()
+            done.unprepare_ms += calls(UNPREPARE, last, now)
+            last = now
+        done.prepare = delta(PREPARE, first, last)
+        done.unprepare = delta(UNPREPARE, first, last)
+        return done
+
+
+@dataclass
+class Churn:
+    create_to_running_s: list[float] = field(default_factory=list)
+    prepare_ms: list[float] = field(default_factory=list)  # each call's duration
+    unprepare_ms: list[float] = field(default_factory=list)
+    prepare: Histogram = field(default_factory=Histogram)  # the whole churn's delta
+    unprepare: Histogram = field(default_factory=Histogram)
+
+
+def delta(method: str, before: dict[str, Histogram], after: dict[str, Histogram]) -> Histogram:
+    return after.get(method, Histogram()).minus(before.get(method, Histogram()))
+
+
+def calls(method: str, before: dict[str, Histogram], after: dict[str, Histogram]) -> list[float]:
+    """The durations of the calls between two reads, in ms; when the kubelet made more than
+    one (a retry), each is taken as their mean."""
+    moved = delta(method, before, after)
+    return [moved.mean_ms()] * round(moved.count)
 
 
 # ---- one driver's turn -----------------------------------------------------------------------
@@ -535,23 +589,17 @@ def turn(
     wait_for(cluster.published, f"{driver.name}'s slice published", timeout=120, interval=0.3)
     name = pod["metadata"]["name"]
     say(f"{driver.name}: pod {name} Ready in {install_to_ready:.1f} s; {args.pods} claimed pods")
-    before = dra_histograms(cluster)
+    kubelet = Kubelet(cluster)
     churn_start = time.time()
-    create_to_running = Workload(cluster).churn(driver.name, args.pods)
+    churn = Workload(cluster).churn(driver.name, args.pods, kubelet)
     churn_end = time.time()
-    after = dra_histograms(cluster)
-    prepare = after.get("NodePrepareResources", Histogram()).minus(
-        before.get("NodePrepareResources", Histogram())
-    )
-    unprepare = after.get("NodeUnprepareResources", Histogram()).minus(
-        before.get("NodeUnprepareResources", Histogram())
-    )
+    create_to_running = churn.create_to_running_s
     say(f"{driver.name}: churn done; idle for {args.idle:.0f} s")
-    samples = [wait_for(partial(pod_stats, cluster, name), "the pod on /stats/summary", timeout=60)]
+    samples = [wait_for(partial(kubelet.pod_stats, name), "the pod on /stats/summary", timeout=60)]
     idle_end = time.monotonic() + args.idle
     while time.monotonic() < idle_end:
         time.sleep(min(args.sample_every, max(0.0, idle_end - time.monotonic())))
-        sample = pod_stats(cluster, name)
+        sample = kubelet.pod_stats(name)
         if sample is not None and sample.cpu_time > samples[-1].cpu_time:
             samples.append(sample)
     tenure_end = time.time()
@@ -569,9 +617,9 @@ def turn(
         "idle_cpu_millicores": idle_cpu,
         "rss_mib": statistics.median(s.rss_bytes for s in samples) / MIB,
         "working_set_mib": statistics.median(s.working_set_bytes for s in samples) / MIB,
-        "prepare_mean_ms": prepare.mean_ms(),
-        "prepare_p99_ms": prepare.quantile_ms(0.99),
-        "unprepare_mean_ms": unprepare.mean_ms(),
+        "prepare_mean_ms": churn.prepare.mean_ms(),
+        "prepare_p99_ms": percentile(churn.prepare_ms, 0.99),
+        "unprepare_mean_ms": churn.unprepare.mean_ms(),
         "create_to_running_median_s": statistics.median(create_to_running),
         "create_to_running_p99_s": percentile(create_to_running, 0.99),
         "api_requests_per_claim": churn_audit.requests / args.pods,
@@ -581,9 +629,11 @@ def turn(
     say(f"{driver.name}: " + " ".join(f"{k}={v:.3g}" for k, v in figures.items()))
     return {
         "figures": figures,
-        "prepare_count": prepare.count,
-        "unprepare_count": unprepare.count,
-        "prepare_buckets": prepare.buckets,
+        "prepare_count": churn.prepare.count,
+        "unprepare_count": churn.unprepare.count,
+        "prepare_ms": churn.prepare_ms,
+        "unprepare_ms": churn.unprepare_ms,
+        "prepare_p99_ms_of_buckets": churn.prepare.quantile_ms(0.99),
         "create_to_running_s": create_to_running,
         "idle_samples": [s.__dict__ for s in samples],
         "idle_cpu_mean_of_usage_nanocores": statistics.mean(s.cpu_nanocores for s in samples) / 1e6,
