@@ -637,6 +637,7 @@ def turn(
         "create_to_running_s": create_to_running,
         "idle_samples": [s.__dict__ for s in samples],
         "idle_cpu_mean_of_usage_nanocores": statistics.mean(s.cpu_nanocores for s in samples) / 1e6,
+        "load_average_after_idle": os.getloadavg(),  # the machine's other work, for the record
         "churn_requests": churn_audit.by_request,
         "tenure_requests": tenure_audit.by_request,
         "slice_dry_runs": tenure_audit.slice_dry_runs,
