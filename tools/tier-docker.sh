@@ -10,6 +10,9 @@
 #   tools/tier-docker.sh stop        stops that dockerd by its PID (idempotent)
 #   tools/tier-docker.sh env         prints DOCKER_HOST=, DOCKER_CONFIG=, PATH= and BASE_IMAGE= lines
 #   tools/tier-docker.sh base        imports the base image into the running engine, prints it
+#   tools/tier-docker.sh base-archive
+#                                    prints the path of the base image's rootfs archive (an image
+#                                    built without the engine takes it as its first layer)
 #   tools/tier-docker.sh check       exits 0 when bootstrap is done, else prints what is missing
 #   tools/tier-docker.sh images      builds the five service images on the private engine
 #                                    (started for it and stopped after when not running), saves
@@ -289,5 +292,6 @@ case "${1:-}" in
     env) cmd_env ;;
     images) cmd_images ;;
     base-image) MIRROR="$(debian_mirror)"; base_image ;;
-    *) echo "usage: $0 bootstrap|check|start|stop|env|base|images" >&2; exit 2 ;;
+    base-archive) MIRROR="$(debian_mirror)"; base_archive ;;
+    *) echo "usage: $0 bootstrap|check|start|stop|env|base|base-image|base-archive|images" >&2; exit 2 ;;
 esac
