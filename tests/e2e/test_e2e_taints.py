@@ -3,7 +3,7 @@ DRADeviceTaintRules and the kubelet's ResourceHealthStatus on by default).
 
 - A claimed container's status shows its device's health as the kubelet reports it from the
   driver's DRAResourceHealth stream (`allocatedResourcesStatus`, KEP-4680).
-- "Draining a NUMA node" (docs/user/operations.md): a DeviceTaintRule with NoExecute on the
+- "Draining a NUMA node" (docs/user/configuration.md): a DeviceTaintRule with NoExecute on the
   device a pod's claim uses makes kube-controller-manager's device-taint eviction controller
   delete the pod; the kubelet unprepares the claim, the driver releases its CPUs, and they are
   back in the shared pool: in the driver's records (the api's claims and shared pool, the claim
