@@ -80,9 +80,12 @@ def _unschedulable_reason(cp: ControlPlane, name: str) -> str:
 
 
 def _delete(cp: ControlPlane, *names: str) -> None:
+    """No kubelet runs these pods: they go at once (forced), their claims once released."""
     for name in names:
-        cp.kubectl("delete", "pod", name, "-n", NAMESPACE, "--wait=false", "--ignore-not-found")
-        cp.kubectl("delete", "resourceclaim", name, "-n", NAMESPACE, "--ignore-not-found")
+        cp.kubectl("delete", "pod", name, "-n", NAMESPACE, "--grace-period=0", "--force",
+                   "--ignore-not-found")  # fmt: skip
+        cp.kubectl("delete", "resourceclaim", name, "-n", NAMESPACE, "--wait=false",
+                   "--ignore-not-found")  # fmt: skip
 
 
 def test_a_device_with_offline_cpus_keeps_new_claims_off_unless_they_tolerate_it(

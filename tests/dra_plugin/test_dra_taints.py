@@ -151,6 +151,16 @@ def test_a_device_withdrawn_for_its_offline_cpus_stays_published_tainted() -> No
     assert tainted(DOCUMENTS, devices, published, SINCE, keep_withdrawn=False) == DOCUMENTS
 
 
+def test_a_withdrawn_device_goes_back_in_its_place_among_numbered_devices() -> None:
+    devices = allocator_pb2.DeviceList(
+        devices=[allocator_pb2.Device(name=f"cpudev{i:03d}", cpus=str(i)) for i in (998, 1000)],
+        health={"cpudev999": _health("Unhealthy", "999")},
+    )
+    documents = [{"name": "cpudev998"}, {"name": "cpudev1000"}]
+    out = tainted(documents, devices, {"cpudev999": {"name": "cpudev999"}}, SINCE)
+    assert [d["name"] for d in out] == ["cpudev998", "cpudev999", "cpudev1000"]
+
+
 def test_a_withdrawn_device_never_published_or_back_to_health_is_not_invented() -> None:
     offline = _devices({"cpudev001": _health("Unhealthy", "1")})
     assert tainted(DOCUMENTS, offline, {}, SINCE) == DOCUMENTS

@@ -23,6 +23,7 @@ stays on it, so the API server's copy and ours never differ.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -106,8 +107,8 @@ def tainted(
 ) -> list[Document]:
     """The allocator's device documents (in `devices`' order, from `device_json`) with their
     taints, and, when `keep_withdrawn`, every device withdrawn for offline CPUs that was
-    `published` (name -> the device as last published) put back as it was, tainted; sorted by
-    name, as the allocator sorts its devices."""
+    `published` (name -> the device as last published) put back as it was, tainted, in its place
+    by name (numbers compared as numbers, as the allocator orders its devices)."""
     out: list[Document] = []
     names = set()
     for document, device in zip(documents, devices.devices, strict=True):
@@ -120,12 +121,19 @@ def tainted(
             now,
         )
         out.append({**document, "taints": taints} if taints else document)
-    if keep_withdrawn:
-        for name in sorted(set(devices.health) - names):
-            health = devices.health[name]
-            last = published.get(name)
-            if last is None or health.status != "Unhealthy" or not health.missing_cpus:
-                continue
-            taints = health_taints(health, CPUSet(), _own(last), now)
-            out.append({**_without_taints(last), "taints": taints})
-    return sorted(out, key=lambda d: str(d["name"]))
+    kept = []
+    for name in sorted(set(devices.health) - names) if keep_withdrawn else []:
+        health = devices.health[name]
+        last = published.get(name)
+        if last is None or health.status != "Unhealthy" or not health.missing_cpus:
+            continue
+        taints = health_taints(health, CPUSet(), _own(last), now)
+        kept.append({**_without_taints(last), "taints": taints})
+    if not kept:
+        return out  # the allocator's order, untouched
+    return sorted([*out, *kept], key=lambda d: _natural(str(d["name"])))
+
+
+def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """`cpudev999` before `cpudev1000`, as the allocator numbers its devices."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
