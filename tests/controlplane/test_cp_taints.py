@@ -29,6 +29,7 @@ from controlplane.checks import (
     devices,
     pod,
     slices,
+    stays_unchanged,
 )
 from harness.control_plane import ControlPlane
 from harness.driver_stack import DriverStack
@@ -88,7 +89,7 @@ def _delete(cp: ControlPlane, *names: str) -> None:
                    "--ignore-not-found")  # fmt: skip
 
 
-def test_a_device_with_offline_cpus_keeps_new_claims_off_unless_they_tolerate_it(
+async def test_a_device_with_offline_cpus_keeps_new_claims_off_unless_they_tolerate_it(
     control_plane: ControlPlane, node: DriverStack
 ) -> None:
     cp = control_plane
@@ -105,6 +106,7 @@ def test_a_device_with_offline_cpus_keeps_new_claims_off_unless_they_tolerate_it
         )  # fmt: skip
         assert taint["timeAdded"]  # as the plugin wrote it: the server kept it
         assert found["cpudevnuma000"] == []
+        await stays_unchanged(cp, NODE)  # the server's copy equals ours: no rewrite loop
 
         cp.create(_numa1_claim("offline-plain"), pod("offline-plain", "offline-plain", NODE))
         reason = wait_for(lambda: _unschedulable_reason(cp, "offline-plain"),
