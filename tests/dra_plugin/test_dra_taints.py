@@ -15,6 +15,7 @@ from harness.dra_plugin_node import Node
 from harness.hotplug import Hotplug
 from harness.waits import eventually
 
+from dracpu.core import rpc
 from dracpu.core.cpuset import CPUSet
 from dracpu.dra_plugin.cluster.api_features import FeatureSupport
 from dracpu.dra_plugin.publishing.slices import chunk_documents
@@ -28,6 +29,7 @@ from dracpu.dra_plugin.publishing.taints import (
     timestamp,
 )
 from dracpu.pb.allocator.v1 import allocator_pb2
+from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -255,6 +257,20 @@ async def test_an_individual_device_whose_cpu_goes_offline_stays_published_taint
     assert len(_published(node)) == 40
     kept = _published(node)[name]
     assert {k: v for k, v in kept.items() if k != "taints"} == before
+
+    # A new plugin process finds the device in the slices and keeps it as it was.
+    node.stop("plugin")
+    await node.start_plugin()
+
+    async def synced() -> bool:
+        async with rpc.channel(node.sock("plugin")) as chan:
+            status = await dra_plugin_pb2_grpc.DRAPluginViewStub(chan).GetStatus(
+                dra_plugin_pb2.GetStatusRequest(), timeout=5
+            )
+        return status.last_published_at_unix > 0 and not status.last_publish_error
+
+    await eventually(synced, "the new plugin's first sync")
+    assert _published(node)[name] == kept  # timeAdded included
 
     hotplug.online([39])
     await eventually(lambda: offline_taints() == {}, "no taint once CPU 39 is back")
