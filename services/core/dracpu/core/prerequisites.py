@@ -6,7 +6,8 @@ the driver publishes untainted, and that is all), the runtime speaks NRI, the ru
 CDI devices. A service records each verdict when it learns it; a missing one is logged as one
 line naming what is missing and how to turn it on, and so is its coming back. The services
 report them in their status (the api's `/v1/health`) and the dra-plugin writes them as Events on
-the driver's pod."""
+the driver's pod.
+"""
 
 from __future__ import annotations
 

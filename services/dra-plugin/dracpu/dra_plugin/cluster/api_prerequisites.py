@@ -21,7 +21,8 @@ While one of the first two fails nothing is published: devices that no claim can
 only hide the cause behind pods that stay Pending. A check the server cannot answer
 (unreachable, refused for another reason) decides nothing and is made again at the next round;
 only a refusal of the dry run itself (RBAC, an admission policy) lets publishing go on, since
-the real writes then say the same thing in the publisher's own error."""
+the real writes then say the same thing in the publisher's own error.
+"""
 
 from __future__ import annotations
 
