@@ -13,7 +13,7 @@ from harness.control_plane import CommandError, ControlPlane
 from harness.driver_stack import DriverStack
 from harness.waits import eventually, never, wait_for
 
-from dracpu.core.prerequisites import CONSUMABLE_CAPACITY, RESOURCE_API
+from dracpu.core.prerequisites import CONSUMABLE_CAPACITY, DEVICE_TAINTS, RESOURCE_API
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
@@ -100,5 +100,7 @@ async def test_individual_devices_need_no_gate_and_are_published(
     await stack.start()
     published(control_plane, node, 40, "individual slices")
     status = await stack.status()
-    assert [(p.name, p.ok) for p in status.prerequisites] == [(RESOURCE_API, True)]
+    assert [(p.name, p.ok) for p in status.prerequisites] == [
+        (DEVICE_TAINTS, True), (RESOURCE_API, True)
+    ]  # fmt: skip
     assert status.last_publish_error == ""

@@ -7,11 +7,9 @@ xeon-2s-ht: cpudevnuma000 = CPUs 0-9,20-29, cpudevnuma001 = CPUs 10-19,30-39.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 from harness.dra_plugin_node import Node
+from harness.hotplug import Hotplug
 from harness.waits import eventually
 
 from dracpu.core import rpc
@@ -21,33 +19,7 @@ from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 
 pytestmark = pytest.mark.timeout(120)
 
-CPU = "devices/system/cpu"
 FAST = ("--watch-interval", "0.1")
-
-
-class Hotplug:
-    """Takes CPUs offline the way the kernel shows it, and brings them back."""
-
-    def __init__(self, sysfs: Path) -> None:
-        self.cpu_dir = sysfs / CPU
-        self.saved = sysfs.parent / "offline-cpus"
-        self.online_text = (self.cpu_dir / "online").read_text()
-
-    def offline(self, cpus: list[int], online: str) -> None:
-        for cpu in cpus:
-            base = self.cpu_dir / f"cpu{cpu}"
-            for part in ("topology", "cache"):
-                shutil.move(base / part, self.saved / f"cpu{cpu}" / part)
-            (base / "online").write_text("0\n")
-        (self.cpu_dir / "online").write_text(online + "\n")
-
-    def online(self, cpus: list[int]) -> None:
-        for cpu in cpus:
-            base = self.cpu_dir / f"cpu{cpu}"
-            for part in ("topology", "cache"):
-                shutil.move(self.saved / f"cpu{cpu}" / part, base / part)
-            (base / "online").write_text("1\n")
-        (self.cpu_dir / "online").write_text(self.online_text)
 
 
 async def snapshot(plugin: RegisteredPlugin, version: str) -> dict[str, HealthEntry]:

@@ -64,7 +64,7 @@ def test_devices_are_published_without_what_is_missing() -> None:
     assert support.devices([LISTS]) == [
         {"name": "cpudev000", "attributes": {"dra.cpu/numaNodeID": {"int": 0}}}
     ]
-    assert not support.uses_lists(support.devices([LISTS]))
+    assert not support.advanced(support.devices([LISTS]))
     (dropped,) = support.dropped([MAPPING], [{k: v for k, v in MAPPING.items()
                                               if k != "nodeAllocatableResources"}])  # fmt: skip
     assert dropped.gate == "DRANodeAllocatableResources"

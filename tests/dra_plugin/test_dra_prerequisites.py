@@ -17,7 +17,13 @@ from harness.waits import eventually
 
 from dracpu.core import rpc
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
-from dracpu.core.prerequisites import CONSUMABLE_CAPACITY, RESOURCE_API, Prerequisite, Prerequisites
+from dracpu.core.prerequisites import (
+    CONSUMABLE_CAPACITY,
+    DEVICE_TAINTS,
+    RESOURCE_API,
+    Prerequisite,
+    Prerequisites,
+)
 from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.pod_events import MET, MISSING, PodEvents, PodIdentity
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
@@ -33,10 +39,11 @@ GATE_FLAG = "--feature-gates=DRAConsumableCapacity=true"
 
 @dataclass
 class StandIn:
-    """Answers the two questions the checks ask, and counts them."""
+    """Answers the questions the checks ask, and counts them."""
 
     versions: list[str] | None = field(default_factory=lambda: ["v1beta2", "v1"])
     keeps_sharing: bool = True
+    keeps_taints: bool = True
     refusal: DracpuError | None = None
     unreachable: bool = False
     calls: list[str] = field(default_factory=list)
@@ -53,7 +60,9 @@ class StandIn:
             raise self.refusal
         device = dict(obj["spec"]["devices"][0])
         if not self.keeps_sharing:
-            device.pop("allowMultipleAllocations")
+            device.pop("allowMultipleAllocations", None)
+        if not self.keeps_taints:
+            device.pop("taints", None)
         return {**obj, "spec": {**obj["spec"], "devices": [device]}}
 
 
@@ -125,7 +134,9 @@ async def test_an_unreachable_server_decides_nothing_and_is_asked_again() -> Non
     assert verdicts.all() == []
     server.unreachable = False
     assert await checks.satisfied(True) is True
-    assert [p.name for p in verdicts.all() if p.ok] == [CONSUMABLE_CAPACITY, RESOURCE_API]
+    assert [p.name for p in verdicts.all() if p.ok] == [
+        CONSUMABLE_CAPACITY, DEVICE_TAINTS, RESOURCE_API
+    ]  # fmt: skip
 
 
 async def test_a_missing_gate_is_asked_again_only_after_the_recheck_interval() -> None:
@@ -143,6 +154,46 @@ async def test_a_missing_gate_is_asked_again_only_after_the_recheck_interval() -
     calls = list(server.calls)
     assert await checks.satisfied(True) is True  # once all hold, the server is not asked
     assert server.calls == calls
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["grouped", "individual"])
+async def test_a_server_dropping_taints_is_said_once_and_publishing_goes_on(shared: bool) -> None:
+    server = StandIn(keeps_taints=False)
+    checks, verdicts = _checks(server, recheck=0.0)
+    assert await checks.satisfied(shared) is True
+    assert checks.taints_kept is False
+    message = _missing(verdicts)[DEVICE_TAINTS]
+    for words in (
+        "drops device taints",
+        "published without taints",
+        "--feature-gates=DRADeviceTaints=true",
+        "kube-apiserver",
+        "kube-scheduler",
+    ):
+        assert words in message
+    asked = len(server.calls)
+    assert await checks.satisfied(shared) is True
+    assert len(server.calls) == asked  # answered once: not asked again
+
+
+async def test_the_taints_check_unanswered_holds_nothing_back_and_is_asked_again() -> None:
+    server = StandIn()
+    checks, verdicts = _checks(server, recheck=0.0)
+    tainted_probe: list[bool] = []
+    real_dry_run = server.dry_run_slice
+
+    async def refusing(obj: dict[str, Any]) -> dict[str, Any]:
+        tainted_probe.append("taints" in obj["spec"]["devices"][0])
+        if tainted_probe[-1]:
+            raise UnavailableError("dry-run create resourceslice: connection reset")
+        return await real_dry_run(obj)
+
+    server.dry_run_slice = refusing  # type: ignore[method-assign]
+    assert await checks.satisfied(True) is True
+    assert checks.taints_kept is None and verdicts.get(DEVICE_TAINTS) is None
+    server.dry_run_slice = real_dry_run  # type: ignore[method-assign]
+    assert await checks.satisfied(True) is True
+    assert checks.taints_kept is True
 
 
 # ---- Events on the pod -----------------------------------------------------------------------
@@ -243,11 +294,11 @@ async def test_a_good_server_gets_the_slices_and_no_event(node: Node, pod_env: N
         assert all(d["allowMultipleAllocations"] for s in found for d in s["spec"]["devices"])
         status = await _status(node)
         assert {(p.name, p.ok) for p in status.prerequisites} == {
-            (RESOURCE_API, True), (CONSUMABLE_CAPACITY, True)
+            (RESOURCE_API, True), (CONSUMABLE_CAPACITY, True), (DEVICE_TAINTS, True)
         }  # fmt: skip
         assert store.pod_events == []
-        with store.lock:
-            assert sum("dryRun=All" in path for _, path in store.requests) == 1  # asked once
+        with store.lock:  # each asked once: consumable capacity, taints
+            assert sum("dryRun=All" in path for _, path in store.requests) == 2
         assert "prerequisite missing" not in node.log("plugin").read_text()
 
 
@@ -278,6 +329,33 @@ async def test_a_server_that_drops_the_shared_field_gets_no_slice(
         lines = [line for line in node.log("plugin").read_text().splitlines()
                  if "prerequisite missing" in line]  # fmt: skip
         assert len(lines) == 1 and GATE_FLAG in lines[0]
+
+
+async def test_a_server_that_drops_taints_gets_untainted_slices_and_one_event(
+    node: Node, pod_env: None
+) -> None:
+    with fake_apiserver(node.root) as (store, kubeconfig):
+        store.drop_device_fields = {"taints"}
+        await _start_against(node, store, kubeconfig)
+        await eventually(lambda: _slices(store), "slices in the API server")
+
+        async def said() -> dra_plugin_pb2.PluginStatus | None:
+            status = await _status(node)
+            return status if status.missing_api_features else None
+
+        status = await eventually(said, "the missing feature in the status")
+        assert [(m.name, m.feature_gate) for m in status.missing_api_features] == [
+            ("taints", "DRADeviceTaints")
+        ]
+        (verdict,) = [p for p in status.prerequisites if not p.ok]
+        assert verdict.name == DEVICE_TAINTS and "published without taints" in verdict.message
+        await eventually(lambda: store.pod_events, "the Event on the driver's pod")
+        (event,) = store.pod_events
+        assert (event["type"], event["reason"]) == ("Warning", MISSING)
+        assert event["message"].startswith(f"dra-plugin: {DEVICE_TAINTS}: ")
+        lines = [line for line in node.log("plugin").read_text().splitlines()
+                 if "prerequisite missing" in line]  # fmt: skip
+        assert len(lines) == 1
 
 
 async def test_a_server_without_resource_v1_gets_no_slice(node: Node, pod_env: None) -> None:

@@ -1,11 +1,12 @@
 """What the driver needs of its cluster and node, and whether each is there.
 
-A prerequisite is a named verdict: the API server serves resource.k8s.io/v1, it keeps the
-fields the devices use (DRAConsumableCapacity), the runtime speaks NRI, the runtime injects CDI
-devices. A service records each verdict when it learns it; a missing one is logged as one line
-naming what is missing and how to turn it on, and so is its coming back. The services report
-them in their status (the api's `/v1/health`) and the dra-plugin writes them as Events on the
-driver's pod.
+A prerequisite is a named verdict: the API server serves resource.k8s.io/v1, it keeps the fields
+the devices use (DRAConsumableCapacity), it keeps device taints (DRADeviceTaints: without them
+the driver publishes untainted, and that is all), the runtime speaks NRI, the runtime injects
+CDI devices. A service records each verdict when it learns it; a missing one is logged as one
+line naming what is missing and how to turn it on, and so is its coming back. The services
+report them in their status (the api's `/v1/health`) and the dra-plugin writes them as Events on
+the driver's pod.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ log = get_logger(__name__)
 # The names, as the status and the Events spell them.
 RESOURCE_API = "resource.k8s.io/v1"
 CONSUMABLE_CAPACITY = "DRAConsumableCapacity"
+DEVICE_TAINTS = "DRADeviceTaints"
 NRI = "NRI"
 CDI = "CDI"
 

@@ -1,13 +1,14 @@
 """Optional API fields the API server may not support, and what to do without them.
 
-Two device fields exist only behind feature gates of the API server: the node-allocatable
-mapping (`nodeAllocatableResources`, gate DRANodeAllocatableResources, and the Node must
-declare the feature) and list-typed attribute values (`strings`/`ints`, gate
-DRAListTypeAttributes). A server without them either refuses the write (403/422, with a message
-naming the field) or silently drops the field. Either way the plugin notices once, says so
-once with the server's own words, and from then on publishes the slices without the field:
-a refused slice would leave the node without devices, a dropped field would make every
-comparison differ and rewrite the slices forever.
+Three device fields exist only behind feature gates of the API server: the node-allocatable
+mapping (`nodeAllocatableResources`, gate DRANodeAllocatableResources, and the Node must declare
+the feature), list-typed attribute values (`strings`/`ints`, gate DRAListTypeAttributes) and
+device taints (`taints`, gate DRADeviceTaints: beta and on by default from Kubernetes 1.36, GA
+in 1.37; `publishing.taints`). A server without them either refuses the write (403/422, with a
+message naming the field) or silently drops the field. Either way the plugin notices once, says
+so once with the server's own words, and from then on publishes the slices without the field: a
+refused slice would leave the node without devices, a dropped field would make every comparison
+differ and rewrite the slices forever.
 
 One more is not in slices: ResourceClaim `status.devices` (gate DRAResourceClaimDeviceStatus,
 on by default from 1.33, GA in 1.37), where the plugin says what each claim got
@@ -54,6 +55,14 @@ def _drop_lists(device: Device) -> Device:
     return out
 
 
+def _uses_taints(device: Device) -> bool:
+    return "taints" in device
+
+
+def _drop_taints(device: Device) -> Device:
+    return {k: v for k, v in device.items() if k != "taints"}
+
+
 def _list_names(device: Device) -> list[str]:
     return [k for k, v in (device.get("attributes") or {}).items() if _is_list(v)]
 
@@ -92,7 +101,14 @@ LIST_ATTRIBUTES = Feature(
     _drop_lists,
     lambda device: [f"attributes[{name}]" for name in _list_names(device)],
 )
-FEATURES = (NODE_ALLOCATABLE, LIST_ATTRIBUTES)
+DEVICE_TAINTS = Feature(
+    "taints",
+    "DRADeviceTaints",
+    ("DRADeviceTaints",),
+    _uses_taints,
+    _drop_taints,
+)
+FEATURES = (NODE_ALLOCATABLE, LIST_ATTRIBUTES, DEVICE_TAINTS)
 # Not a ResourceSlice field: never in a device, so never dropped from one.
 CLAIM_DEVICE_STATUS = Feature(
     "resourceClaimDeviceStatus",
@@ -127,8 +143,14 @@ class FeatureSupport:
             out = [feature.drop(d) if feature.used(d) else d for d in out]
         return out
 
-    def uses_lists(self, devices: Sequence[Device]) -> bool:
-        return any(_uses_lists(d) for d in devices)
+    def advanced(self, devices: Sequence[Device]) -> bool:
+        """Whether a slice of `devices` holds at most 64 of them: list attributes or taints
+        (resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures)."""
+        return any(_uses_lists(d) or _uses_taints(d) for d in devices)
+
+    def supports(self, feature: Feature) -> bool:
+        """Not known to be missing (a feature is assumed until the server shows otherwise)."""
+        return feature.name not in self.missing
 
     def refused(self, message: str, sent: Sequence[Device]) -> MissingFeature | None:
         """A write of `sent` was refused with `message`: the feature it names, if any, is
@@ -154,15 +176,19 @@ class FeatureSupport:
                 found.append(self._mark(feature, reason))
         return found
 
-    def lacking(self, feature: Feature, reason: str) -> MissingFeature:
-        """A feature outside the slices turned out missing: recorded and logged once."""
+    def lacking(
+        self,
+        feature: Feature,
+        reason: str,
+        what: str = "the API server lacks ResourceClaim device status; claims are prepared "
+        "without writing it",
+    ) -> MissingFeature:
+        """A feature turned out missing outside a slice write (the claim status, a check made
+        beforehand): recorded and logged once."""
         known = self.missing.get(feature.name)
         if known is not None:
             return known
-        return self._mark(
-            feature, reason, "the API server lacks ResourceClaim device status; "
-            "claims are prepared without writing it",
-        )  # fmt: skip
+        return self._mark(feature, reason, what)
 
     def _mark(
         self,

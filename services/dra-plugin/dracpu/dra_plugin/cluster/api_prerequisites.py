@@ -12,11 +12,16 @@ while one fails:
   count the driver's prepare needs, so no claim could use it. A server-side dry run of a
   ResourceSlice carrying the field shows whether it comes back.
 
-While one fails nothing is published: devices that no claim can be allocated only hide the
-cause behind pods that stay Pending. A check the server cannot answer (unreachable, refused
-for another reason) decides nothing and is made again at the next round; only a refusal of
-the dry run itself (RBAC, an admission policy) lets publishing go on, since the real writes
-then say the same thing in the publisher's own error.
+One more is checked the same way but never holds publishing back: whether the server keeps
+device taints (gate DRADeviceTaints, beta and on by default from 1.36, GA in 1.37; a server
+with the gate off, or older than 1.33, drops `taints` on write). Without them the devices the
+node cannot give are published untainted (`publishing.taints`), and the verdict says so once.
+
+While one of the first two fails nothing is published: devices that no claim can be allocated
+only hide the cause behind pods that stay Pending. A check the server cannot answer
+(unreachable, refused for another reason) decides nothing and is made again at the next round;
+only a refusal of the dry run itself (RBAC, an admission policy) lets publishing go on, since
+the real writes then say the same thing in the publisher's own error.
 """
 
 from __future__ import annotations
@@ -28,7 +33,12 @@ from typing import Any, Protocol
 from dracpu.core.driver import CPU_CAPACITY
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
 from dracpu.core.log import get_logger
-from dracpu.core.prerequisites import CONSUMABLE_CAPACITY, RESOURCE_API, Prerequisites
+from dracpu.core.prerequisites import (
+    CONSUMABLE_CAPACITY,
+    DEVICE_TAINTS,
+    RESOURCE_API,
+    Prerequisites,
+)
 from dracpu.dra_plugin.cluster.objects import Object
 
 log = get_logger(__name__)
@@ -37,6 +47,12 @@ RECHECK = 60.0  # seconds between checks while a prerequisite is missing
 GATE_COMPONENTS = "kube-apiserver, kube-scheduler and every kubelet"
 PROBE_DEVICE = "prerequisite-check"
 FORBIDDEN = ": 403 Forbidden"  # how apiserver.KubernetesAPI words a 403
+TAINTS_MISSING = (
+    "the API server drops device taints from ResourceSlices: devices with offline or unhealthy "
+    "CPUs are published without taints (and a device whose CPUs are all offline is withdrawn "
+    "instead); turn on the DRADeviceTaints feature gate (--feature-gates=DRADeviceTaints=true) "
+    "on kube-apiserver and kube-scheduler (on by default from Kubernetes 1.36)"
+)
 
 
 class PrerequisiteAPI(Protocol):
@@ -66,6 +82,23 @@ def probe_slice(driver: str, node: str) -> dict[str, Any]:
     }
 
 
+def probe_tainted_slice(driver: str, node: str) -> dict[str, Any]:
+    """A ResourceSlice with one device carrying the driver's offline taint."""
+    probe = probe_slice(driver, node)
+    probe["spec"]["devices"] = [
+        {
+            "name": PROBE_DEVICE,
+            "taints": [{"key": "dra.cpu/offline", "value": "0", "effect": "NoSchedule"}],
+        }
+    ]
+    return probe
+
+
+def _kept_taints(stored: Object) -> bool:
+    devices: Sequence[Any] = (stored.get("spec") or {}).get("devices") or []
+    return any(isinstance(d, dict) and d.get("taints") for d in devices)
+
+
 def _kept_sharing(stored: Object) -> bool:
     devices: Sequence[Any] = (stored.get("spec") or {}).get("devices") or []
     return any(isinstance(d, dict) and d.get("allowMultipleAllocations") for d in devices)
@@ -91,11 +124,14 @@ class APIPrerequisites:
         self._group_ok = False
         self._sharing_ok = False
         self._next_check = 0.0
+        self._taints_known = False
+        self._next_taints_check = 0.0
 
     async def satisfied(self, shared_devices: bool) -> bool:
         """Whether devices (shared between claims when `shared_devices`) may be published;
         asks the server at most every `recheck` seconds while the answer is no."""
         if self._group_ok and (self._sharing_ok or not shared_devices):
+            await self._taints_due()
             return True
         now = time.monotonic()
         if now < self._next_check:
@@ -110,7 +146,48 @@ class APIPrerequisites:
             log.warning("the API server's prerequisites not checked; checking again",
                         error=str(exc), retry_in=self.recheck)  # fmt: skip
             return False
-        return self._group_ok and (self._sharing_ok or not shared_devices)
+        ready = self._group_ok and (self._sharing_ok or not shared_devices)
+        if ready:
+            await self._taints_due()
+        return ready
+
+    @property
+    def taints_kept(self) -> bool | None:
+        """Whether the server keeps device taints; None until it has answered."""
+        verdict = self.prerequisites.get(DEVICE_TAINTS)
+        return None if verdict is None else verdict.ok
+
+    async def _taints_due(self) -> None:
+        """The taints check, once answered; asked again every `recheck` seconds until then.
+        Never a reason to hold publishing back."""
+        now = time.monotonic()
+        if self._taints_known or now < self._next_taints_check:
+            return
+        self._next_taints_check = now + self.recheck
+        try:
+            stored = await self.api.dry_run_slice(probe_tainted_slice(self.driver, self.node))
+        except (InvalidInputError, UnavailableError) as exc:
+            text = str(exc)
+            if "taints" not in text or FORBIDDEN in text:
+                log.warning("device taints not checked; checking again", error=text,
+                            retry_in=self.recheck)  # fmt: skip
+                return
+            stored = {}  # refused by name: missing all the same
+        except DracpuError as exc:
+            log.warning("device taints not checked; checking again", error=str(exc),
+                        retry_in=self.recheck)  # fmt: skip
+            return
+        self._taints_known = True
+        if _kept_taints(stored):
+            self.prerequisites.met(DEVICE_TAINTS, "the API server keeps device taints")
+            return
+        self.prerequisites.missing(DEVICE_TAINTS, TAINTS_MISSING)
+
+    def taints_dropped(self) -> None:
+        """A real write showed the server drops taints (the check was not answered yet, or
+        the server changed since)."""
+        self._taints_known = True
+        self.prerequisites.missing(DEVICE_TAINTS, TAINTS_MISSING)
 
     async def _check_group(self) -> bool:
         versions = await self.api.group_versions("resource.k8s.io")

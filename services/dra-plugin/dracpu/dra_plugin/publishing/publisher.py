@@ -1,20 +1,21 @@
 """Keeps the node's ResourceSlices equal to the allocator's devices.
 
-Polls the allocator's device list (a local call) and applies the plan from
-`publishing.slices` whenever the devices or the slices change. Against the API server
-the slices are known from a list + watch (`publishing.slice_watch`): a change by
-someone else wakes the publisher at once, and the periodic resync only re-plans against that
-cache and re-reads the Node, so a quiet node costs the API server one watch request every few
-minutes. A cluster folder has no watch and is listed at every resync instead.
+Polls the allocator's device list (a local call) and applies the plan from `publishing.slices`
+whenever the devices or the slices change. Against the API server the slices are known from a
+list + watch (`publishing.slice_watch`): a change by someone else wakes the publisher at once,
+and the periodic resync only re-plans against that cache and re-reads the Node, so a quiet node
+costs the API server one watch request every few minutes. A cluster folder has no watch and is
+listed at every resync instead.
 
 The Node's UID is the slices' owner (they are garbage-collected with it). It is read again
 whenever someone else deleted our slices (the garbage collector does when the Node was
 recreated), at each resync, and every OWNER_RETRY seconds while there is no Node; a new UID is
 written into every slice. Fields the API server lacks are left out once it shows it lacks them
-(`cluster.api_features`); nothing is published while the API server lacks what the devices
-need (`cluster.api_prerequisites`). Failures and write conflicts are retried with exponential
-backoff. Slices are left in place at shutdown: the kubelet wipes them once the driver has been
-gone for 30 s (PROTOCOLS.md §1.5).
+(`cluster.api_features`); nothing is published while the API server lacks what the devices need
+(`cluster.api_prerequisites`). Devices the node cannot give carry the driver's taints
+(`publishing.taints`), unless the server drops taints. Failures and write conflicts are retried
+with exponential backoff. Slices are left in place at shutdown: the kubelet wipes them once the
+driver has been gone for 30 s (PROTOCOLS.md §1.5).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from typing import Any
 from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
 from dracpu.core.log import get_logger
+from dracpu.core.prerequisites import DEVICE_TAINTS as TAINTS_VERDICT
 from dracpu.core.retry import Backoff
-from dracpu.dra_plugin.cluster.api_features import FeatureSupport, MissingFeature
+from dracpu.dra_plugin.cluster.api_features import DEVICE_TAINTS, FeatureSupport, MissingFeature
 from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.objects import Cluster, Object
 from dracpu.dra_plugin.common.intervals import (
@@ -41,6 +43,7 @@ from dracpu.dra_plugin.common.intervals import (
 from dracpu.dra_plugin.common.waits import wait_set
 from dracpu.dra_plugin.publishing.slice_watch import SliceWatch
 from dracpu.dra_plugin.publishing.slices import Owner, Plan, chunk_documents, device_json, plan
+from dracpu.dra_plugin.publishing.taints import tainted
 from dracpu.pb.allocator.v1 import allocator_pb2
 
 log = get_logger(__name__)
@@ -96,6 +99,9 @@ class SlicePublisher:
         self._fingerprint = b""
         self._next_resync = 0.0
         self._again = False  # a feature turned out missing, or a sync failed: sync once more
+        # Device name -> the device as last published: the taints' timeAdded, and the devices
+        # withdrawn for offline CPUs, come from it (from the slices found, after a restart).
+        self._published: dict[str, dict[str, Any]] = {}
 
     @property
     def mode(self) -> str:
@@ -152,6 +158,13 @@ class SlicePublisher:
             return True
         shared = any(d.allow_multiple_allocations for d in devices.devices)
         if await checks.satisfied(shared):
+            if checks.taints_kept is False:
+                verdict = checks.prerequisites.get(TAINTS_VERDICT)
+                self.features.lacking(
+                    DEVICE_TAINTS, verdict.message if verdict else "",
+                    "the API server lacks device taints; publishing without them",
+                )  # fmt: skip
+                self._note_features()
             return True
         missing = [p.message for p in checks.prerequisites.all() if not p.ok]
         self.state.last_error = "; ".join(missing) or "the API server's prerequisites unknown"
@@ -208,10 +221,19 @@ class SlicePublisher:
             self.watch.changed.clear()
         self._again = False
         owner = await self._owner_reference(reread_owner)
-        documents = [device_json(d) for d in devices.devices]
+        if not self._published:
+            found = [d for s in await self._existing() for d in _devices(s)]
+            self._published = {str(d.get("name")): d for d in found}
         while True:
+            documents = tainted(
+                [device_json(d) for d in devices.devices],
+                devices,
+                self._published,
+                time.time(),
+                keep_withdrawn=self.features.supports(DEVICE_TAINTS),
+            )
             sent = self.features.devices(documents)
-            chunks = chunk_documents(sent, self.features.uses_lists(sent))
+            chunks = chunk_documents(sent, self.features.advanced(sent))
             todo = plan(
                 await self._existing(),
                 chunks,
@@ -243,6 +265,7 @@ class SlicePublisher:
                 updated=len(todo.update),
                 created=len(todo.create),
             )
+        self._published = {str(d.get("name")): d for d in sent}
         state.published_generation = devices.generation
         state.slice_count = len(chunks)
         state.pool_generation = todo.generation
@@ -282,6 +305,9 @@ class SlicePublisher:
 
     def _note_features(self) -> None:
         self.state.missing_features = list(self.features.missing.values())
+        checks = self.prerequisites
+        if not self.features.supports(DEVICE_TAINTS) and checks and checks.taints_kept is not False:
+            checks.taints_dropped()  # a real write showed it first: one verdict, one Event
 
 
 def _devices(obj: Object) -> list[dict[str, Any]]:
