@@ -65,7 +65,8 @@ def _referenced(tar: tarfile.TarFile, manifest_digest: str) -> list[str]:
     manifest = _json(tar, _blob_name(manifest_digest))
     if "config" not in manifest or "layers" not in manifest:
         raise ArchiveError(f"{manifest_digest} is not an image manifest (an index?)")
-    return [manifest_digest, manifest["config"]["digest"], *(l["digest"] for l in manifest["layers"])]
+    layers = [layer["digest"] for layer in manifest["layers"]]
+    return [manifest_digest, manifest["config"]["digest"], *layers]
 
 
 def split(archive: Path, wanted: dict[str, Path]) -> list[Written]:

@@ -25,15 +25,13 @@ class NotesError(Exception):
 def section(text: str, version: str) -> str:
     """The section of `version`, heading included, without trailing blank lines."""
     lines = text.splitlines()
-    start = next(
-        (i for i, line in enumerate(lines) if (m := HEADING.match(line)) and m["version"] == version),
-        None,
-    )
+    versions = [m["version"] if (m := HEADING.match(line)) else None for line in lines]
+    start = versions.index(version) if version in versions else None
     if start is None:
-        known = [m["version"] for line in lines if (m := HEADING.match(line))]
+        known = [v for v in versions if v is not None]
         raise NotesError(f"no section '## [{version}]' (it has: {', '.join(known) or 'none'})")
     end = start + 1
-    while end < len(lines) and not HEADING.match(lines[end]) and not LINK_REFERENCE.match(lines[end]):
+    while end < len(lines) and versions[end] is None and not LINK_REFERENCE.match(lines[end]):
         end += 1
     body = "\n".join(lines[start + 1 : end]).strip()
     if not body:

@@ -69,7 +69,8 @@ def make_release(folder: Path = DIST, timeout: float = 3600) -> Dist:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False,
     )  # fmt: skip
     print(done.stdout, end="", flush=True)
-    assert done.returncode == 0, f"tools/release.sh failed ({done.returncode}): {done.stdout[-3000:]}"
+    tail = done.stdout[-3000:]
+    assert done.returncode == 0, f"tools/release.sh failed ({done.returncode}): {tail}"
     return read_dist(folder)
 
 

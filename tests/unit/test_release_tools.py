@@ -51,10 +51,8 @@ def _layout(path: Path, images: dict[str, list[bytes]]) -> dict[str, str]:
             "layers": [{"digest": d, "size": 1} for d in layer_digests],
         }
         digests[name] = _blob(files, json.dumps(manifest).encode())
-        index.append({
-            "digest": digests[name],
-            "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": "1"},
-        })  # fmt: skip
+        names = {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": "1"}
+        index.append({"digest": digests[name], "annotations": names})
         legacy.append({
             "Config": f"blobs/sha256/{config[7:]}",
             "RepoTags": [name],
@@ -117,8 +115,9 @@ def test_an_image_the_archive_lacks_is_one_error_line_naming_what_it_holds(tmp_p
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 2
+    archive = tmp_path / "all.tar"
     assert done.stderr.strip().splitlines() == [
-        f"oci-archive: error: {tmp_path / 'all.tar'}: no image localhost/z:1 (it holds: localhost/a:1)"
+        f"oci-archive: error: {archive}: no image localhost/z:1 (it holds: localhost/a:1)"
     ]
     assert not (tmp_path / "z.tar").exists()
 
