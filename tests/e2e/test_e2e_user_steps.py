@@ -21,6 +21,7 @@ What the cluster changes, and why:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -132,24 +133,27 @@ def skopeo(*args: str, env: dict[str, str]) -> str:
     return done.stdout.strip()
 
 
+def config_digest(reference: str, env: dict[str, str]) -> str:
+    """The image's config digest as skopeo reads its manifest: the image itself, whether its
+    layers travel compressed (a registry) or not (the archive)."""
+    manifest = json.loads(skopeo("inspect", "--raw", reference, env=env))
+    return str(manifest["config"]["digest"])
+
+
 def push_step(shell: Shell, push: str, dist: Dist) -> None:
-    """Step 1's push, into a local registry: each image it then serves has the config (the
-    image itself) of the release's archive, under the name the page gives."""
+    """Step 1's push, into a local registry: each image it then serves is the release's
+    archive's (the same config), under the name the page gives."""
     binary = registry_binary()
     if binary is None or not shutil.which("skopeo"):
         say("step 1: no local registry (tools/go-tool.sh registry) or no skopeo: push not run")
         return
     with push_registry(binary) as registry:
-        conf = {"CONTAINERS_REGISTRIES_CONF": str(registry.registries_conf)}
-        shell.run(push, REGISTRY=f"{registry.address}/dracpu", **conf)
+        shell.run(push, REGISTRY=f"{registry.address}/dracpu", **registry.env)
+        env = {**shell.env, **registry.env}
         for image in dist.images:
-            local = f"oci-archive:{image.archive}"
             pushed = f"docker://{registry.address}/dracpu/{image.name.removeprefix('localhost/')}"
-            form = "{{.ConfigDigest}}"
-            env = {**shell.env, **conf}
-            assert skopeo("inspect", "--format", form, pushed, env=env) == skopeo(
-                "inspect", "--format", form, local, env=env
-            ), pushed
+            local = f"oci-archive:{image.archive}"
+            assert config_digest(pushed, env) == config_digest(local, env), pushed
         say(f"step 1: {len(dist.images)} images pushed to {registry.address}, each the archive's")
 
 

@@ -6,6 +6,7 @@ already holds the release of the same inputs); `PushRegistry` is a local registr
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import tempfile
 import urllib.error
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from harness.dev_up import free_port
 from harness.paths import CACHE
+from harness.pki import make_pki
 from harness.waits import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,20 +85,24 @@ def registry_binary() -> Path | None:
 
 @dataclass(frozen=True)
 class PushRegistry:
-    """A registry on 127.0.0.1:`port` over plain HTTP; `registries_conf` marks it insecure for
-    skopeo (CONTAINERS_REGISTRIES_CONF)."""
+    """A registry on 127.0.0.1:`port` over TLS with a certificate of a throwaway authority:
+    `env` makes a client (skopeo, any Go program) trust it, as a registry's own CA would be."""
 
     port: int
-    registries_conf: Path
+    ca: Path
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def env(self) -> dict[str, str]:
+        return {"SSL_CERT_FILE": str(self.ca)}
 
-def _answers(url: str) -> bool:
+
+def _answers(url: str, context: ssl.SSLContext) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
+        with urllib.request.urlopen(url, timeout=5, context=context) as reply:
             return bool(reply.status == 200)
     except (urllib.error.URLError, OSError):
         return False
@@ -107,28 +113,32 @@ def push_registry(binary: Path) -> Iterator[PushRegistry]:
     """The registry serving from a temporary folder, until the block ends."""
     with tempfile.TemporaryDirectory(prefix="dracpu-registry-") as folder:
         base = Path(folder)
+        pki = make_pki(base / "pki")
         port = free_port()
         (base / "config.yml").write_text(
             "version: 0.1\n"
             f"storage:\n  filesystem:\n    rootdirectory: {base / 'data'}\n"
             f"http:\n  addr: 127.0.0.1:{port}\n"
+            f"  tls:\n    certificate: {pki.path('server-ip.crt')}\n"
+            f"    key: {pki.path('server-ip.key')}\n"
             "log:\n  level: warn\n",
             encoding="utf-8",
         )
-        conf = base / "registries.conf"
-        conf.write_text(f'[[registry]]\nlocation = "127.0.0.1:{port}"\ninsecure = true\n')
+        context = ssl.create_default_context(cafile=pki.path("ca.crt"))
         with (base / "registry.log").open("w") as log:
             process = subprocess.Popen(
                 [str(binary), "serve", str(base / "config.yml")], stdout=log, stderr=log
             )
         try:
             wait_for(
-                lambda: process.poll() is not None or _answers(f"http://127.0.0.1:{port}/v2/"),
+                lambda: (
+                    process.poll() is not None or _answers(f"https://127.0.0.1:{port}/v2/", context)
+                ),
                 "the registry answering /v2/",
                 timeout=60,
             )
             assert process.poll() is None, (base / "registry.log").read_text()
-            yield PushRegistry(port, conf)
+            yield PushRegistry(port, pki.path("ca.crt"))
         finally:
             process.terminate()
             process.wait(timeout=30)
