@@ -30,6 +30,12 @@ DIST="$(realpath -m "${1:-$ROOT/dist}")"
 SERVICES=(topology allocator dra-plugin nri-plugin api)
 CHART="$ROOT/helm/dra-driver-cpu"
 HELM="$ROOT/.tools/bin/helm"
+# The packages an SBOM lists by kind (its other components are files).
+COUNT_PACKAGES='
+import json, sys
+purls = [c.get("purl", "") for c in json.load(open(sys.argv[1])).get("components", [])]
+deb, pypi = (sum(p.startswith(f"pkg:{kind}/") for p in purls) for kind in ("deb", "pypi"))
+print(f"{deb} Debian packages, {pypi} Python distributions")'
 
 version="$(project_version)"
 say "release $version into $DIST"
@@ -88,8 +94,7 @@ for svc in "${SERVICES[@]}"; do
         --source-name "dracpu-$svc" --source-version "$version" \
         -o "cyclonedx-json=$DIST/$sbom" "oci-archive:$DIST/dracpu-$svc-$version.oci.tar" \
         || die "syft failed on dracpu-$svc-$version.oci.tar"
-    say "$sbom: $(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1])).get("components", [])))' \
-        "$DIST/$sbom") components"
+    say "$sbom: $(python3 -c "$COUNT_PACKAGES" "$DIST/$sbom")"
 done
 
 say "helm package $CHART"
