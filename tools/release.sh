@@ -99,7 +99,7 @@ done
 
 say "helm package $CHART"
 "$HELM" package "$CHART" --version "$version" --app-version "$version" --destination "$DIST" >/dev/null
-printf '%s' "$notes" > "$DIST/RELEASE-NOTES.md"
+printf '%s\n' "$notes" > "$DIST/RELEASE-NOTES.md"
 
 (cd "$DIST" && find . -maxdepth 1 -type f ! -name SHA256SUMS ! -name '.*' -printf '%f\n' \
     | sort | xargs sha256sum > SHA256SUMS)
