@@ -12,7 +12,7 @@ PYTEST_ARGS ?= -rfEs
 # Go lives in /usr/local/go/bin on the project machines; login shells are not assumed.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: run test check venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down bignode-up bignode-down e2e
+.PHONY: run test check venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down bignode-up bignode-down e2e release
 
 run: venv protos
 	$(BIN)/dracpu dev up $(RUN_ARGS)
@@ -55,6 +55,13 @@ $(PROTO_STAMP): $(VENV)/.installed $(PROTO_SRC) tools/genproto.py
 # (BASE_IMAGE=... to build on another base; the docker tier's private engine: tools/tier-docker.sh).
 images:
 	bash tools/build-images.sh build
+
+# What an operator installs from, written into dist/ (tools/release.sh): the chart package, the
+# five images as OCI archives with their digests, an SBOM per image, the release notes from
+# CHANGELOG.md and SHA256SUMS. The version is pyproject.toml's. Root: the images are the docker
+# tier's (tools/tier-docker.sh images).
+release: venv helm-bin
+	bash tools/release.sh
 
 lint: venv
 	$(BIN)/ruff check .

@@ -11,7 +11,7 @@
 #   tools/build-images.sh key      prints a hash of everything the images are built from
 #
 # Environment: BASE_IMAGE (default: the Dockerfile's, its one pin; any Debian-based image with
-# python3 of PYTHON_VERSION), PYTHON_VERSION (3.11), TAG (the chart's appVersion),
+# python3 of PYTHON_VERSION), PYTHON_VERSION (3.11), TAG (the release version, pyproject.toml's),
 # SERVICES (default: all five and dev), DOCKER (default docker). The classic builder is used
 # (DOCKER_BUILDKIT=0): nothing is fetched from a registry but the base image, when absent.
 set -euo pipefail
@@ -22,7 +22,7 @@ source "$HERE/lib.sh"
 BASE_IMAGE="${BASE_IMAGE:-$(sed -n 's/^ARG BASE_IMAGE=//p' "$ROOT/Dockerfile")}"
 PYTHON_VERSION="${PYTHON_VERSION:-3.11}"
 DOCKER="${DOCKER:-docker}"
-TAG="${TAG:-$(awk -F'"' '/^appVersion:/ {print $2}' "$ROOT/helm/dra-driver-cpu/Chart.yaml")}"
+TAG="${TAG:-$(project_version)}"
 SERVICES="${SERVICES:-topology allocator dra-plugin nri-plugin api dev}"
 # manylinux tags a Debian bookworm (glibc 2.36) interpreter accepts.
 PLATFORMS=(manylinux2014_x86_64)

@@ -40,8 +40,9 @@
 #     component, the control plane's and the kubelet's; the node then declares the feature, so
 #     the chart's publishNodeAllocatableResourceMapping can be tried. Without the mapping in the
 #     slices the gate changes nothing.
-#   DRACPU_CLUSTER_IMAGES: docker-save archive of the driver images (default: built with
-#     `tools/tier-docker.sh images`); DRACPU_CLUSTER_APISERVER_FLAGS: extra kube-apiserver flags
+#   DRACPU_CLUSTER_IMAGES: archives of the driver images, separated by spaces: the docker tier's
+#     docker-save archive of all five or a release's one per image (the e2e tier passes dist/'s;
+#     default: built with `tools/tier-docker.sh images`); DRACPU_CLUSTER_APISERVER_FLAGS: extra kube-apiserver flags
 #   DRACPU_CP_* ports of tools/controlplane.sh (this script's defaults: 17379/17380/17443/17459/17457)
 #   DRACPU_CLUSTER_POD_CIDR (none: no pod network)  DRACPU_CLUSTER_CNI_BIN (<cache>/cni-plugins-<v>/bin)
 #   DRACPU_CLUSTER_NODE_NAME (the host name)   DRACPU_CLUSTER_NRI_TIMEOUT (2s): containerd's NRI
@@ -340,19 +341,24 @@ network_up() {
         "127.0.0.1:$DRACPU_CP_APISERVER_PORT" "$DIR"
 }
 
-# import_archive KIND ARCHIVE: `ctr images import` unless this very archive was the last one
-# of its kind imported. One stamp per kind, not per archive: archives built from other trees
-# carry the same image tags, so an archive imported before another one must be imported again.
+# import_archive KIND ARCHIVE...: `ctr images import` of each archive unless these very archives
+# were the last ones of their kind imported. One stamp per kind, not per archive: archives built
+# from other trees carry the same image tags, so an archive imported before another one must be
+# imported again. The driver's images come as one archive (the docker tier's) or one per image
+# (a release's dist/).
 import_archive() {
-    local kind="$1" archive="$2" stamp seen
+    local kind="$1" archive stamp seen=""
+    shift
     stamp="$DIR/containerd/$kind.imported"
-    seen="$archive $(stat -c '%s %Y' "$archive")"
+    for archive in "$@"; do seen+="$archive $(stat -c '%s %Y' "$archive");"; done
     if [[ -f "$stamp" && "$(cat "$stamp")" == "$seen" ]]; then
         return 0
     fi
-    say "importing $archive"
-    ctr_ images import "$archive" >>"$DIR/logs/import.log" 2>&1 \
-        || die "ctr images import $archive failed (see $DIR/logs/import.log)"
+    for archive in "$@"; do
+        say "importing $archive"
+        ctr_ images import "$archive" >>"$DIR/logs/import.log" 2>&1 \
+            || die "ctr images import $archive failed (see $DIR/logs/import.log)"
+    done
     echo "$seen" >"$stamp"
 }
 
@@ -399,13 +405,15 @@ cmd_up() {
     network_up
     if [[ "$RUNTIME" == crio ]]; then
         t=$SECONDS
-        crio_images "$SANDBOX_ARCHIVE" "$(driver_images)"
+        # shellcheck disable=SC2046  # one word per archive
+        crio_images "$SANDBOX_ARCHIVE" $(driver_images)
         say "images in CRI-O in $((SECONDS - t)) s"
     else
         start_containerd 30
         t=$SECONDS
         import_archive sandbox "$SANDBOX_ARCHIVE"
-        import_archive driver "$(driver_images)"
+        # shellcheck disable=SC2046  # one word per archive
+        import_archive driver $(driver_images)
         say "images in containerd in $((SECONDS - t)) s"
     fi
     t=$SECONDS
@@ -486,7 +494,8 @@ cmd_tag() { # IMAGE NEW
         ctr_ images tag --force "$image" "$new" >/dev/null
         return
     fi
-    for archive in "$SANDBOX_ARCHIVE" "$(driver_images)"; do
+    # shellcheck disable=SC2046  # one word per archive
+    for archive in "$SANDBOX_ARCHIVE" $(driver_images); do
         if tar -xOf "$archive" index.json | grep -qF "\"$image\""; then
             start_registry --alias "$image=$new" "$archive"
             crio_pull "$new"
@@ -522,7 +531,8 @@ cmd_node() {
     start_containerd 120
     t=$SECONDS
     import_archive sandbox "$SANDBOX_ARCHIVE"
-    [[ -z "${DRACPU_CLUSTER_IMAGES:-}" ]] || import_archive driver "$DRACPU_CLUSTER_IMAGES"
+    # shellcheck disable=SC2086  # one word per archive
+    [[ -z "${DRACPU_CLUSTER_IMAGES:-}" ]] || import_archive driver $DRACPU_CLUSTER_IMAGES
     say "images in containerd in $((SECONDS - t)) s"
     t=$SECONDS
     start_kubelet "$kubeconfig"
@@ -543,7 +553,8 @@ cmd_image_disk() {
     write_configs
     start_containerd 30
     import_archive sandbox "$SANDBOX_ARCHIVE"
-    import_archive driver "$(driver_images)"
+    # shellcheck disable=SC2046  # one word per archive
+    import_archive driver $(driver_images)
     stop_pid containerd
     rm -rf "$DIR/containerd/state"
     size=$(( $(du -sm "$DIR/containerd" | cut -f1) * 3 / 2 + 256 ))

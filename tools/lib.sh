@@ -14,6 +14,12 @@ cache_dir() { printf '%s/%s-%s\n' "$DRACPU_CACHE" "$1" "$2"; }
 cache_ready() { [[ -f "$(cache_dir "$1" "$2")/.complete" ]]; }
 cache_seal() { touch "$(cache_dir "$1" "$2")/.complete"; }
 
+# project_version: the release version, pyproject.toml's `[project] version` (the one place it
+# is written; Chart.yaml, the Dockerfile and compose repeat it, held to it by a packaging test)
+project_version() {
+    sed -n '/^\[project\]/,/^\[/s/^version = "\(.*\)"$/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../pyproject.toml"
+}
+
 # log PREFIX MESSAGE...: one progress line with the elapsed seconds since the script started
 log() { local p="$1"; shift; printf '%s: [%4ss] %s\n' "$p" "$SECONDS" "$*" >&2; }
 # say MESSAGE...: a progress line of this script

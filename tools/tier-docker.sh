@@ -245,7 +245,7 @@ cmd_images() {
     [[ "$(id -u)" == 0 ]] || { echo "tier-docker: images needs root (dockerd)" >&2; exit 1; }
     MIRROR="$(debian_mirror)"
     local tag key archive
-    tag="$(awk -F'"' '/^appVersion:/ {print $2}' "$ROOT/helm/dra-driver-cpu/Chart.yaml")"
+    tag="$(project_version)"
     key="$(printf '%s %s\n' "$(base_key)" "$(bash "$HERE/build-images.sh" key)" | sha256sum | cut -c1-16)"
     archive="$DRACPU_CACHE/images/dracpu-images-$tag-$key.tar"
     if [[ -f "$archive" ]]; then

@@ -3,7 +3,9 @@
 #   tools/tier-e2e.sh bootstrap
 # reuses the other tiers' caches: Kubernetes + etcd (tools/build-kubernetes.sh), containerd,
 # crictl, runc and the busybox+pause image (tools/tier-realnode.sh), the five driver images
-# (tools/tier-docker.sh images, a docker-save archive) and helm (tools/install-helm.sh).
+# (tools/tier-docker.sh images, a docker-save archive) and helm (tools/install-helm.sh); then it
+# makes the release the tier installs from (tools/release.sh: dist/'s chart package and image
+# archives).
 # Not root or a piece missing: one line saying why, exit 0; the tests then skip.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -27,6 +29,9 @@ bootstrap() {
     log "$PREFIX" "driver images (tools/tier-docker.sh images)"
     bash "$ROOT/tools/tier-docker.sh" bootstrap >&2
     bash "$ROOT/tools/tier-docker.sh" images >/dev/null
+    # What the tier installs: the release in dist/ (the chart package and one archive per image).
+    log "$PREFIX" "the release in dist/ (tools/release.sh)"
+    bash "$ROOT/tools/release.sh" >&2
     local reasons
     reasons="$(bash "$ROOT/tools/cluster.sh" missing)"
     if [[ -n "$reasons" ]]; then

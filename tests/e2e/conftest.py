@@ -1,7 +1,9 @@
-"""The e2e tier: tools/cluster.sh brings up the one-node cluster (control plane, containerd,
-kubelet, images), the chart is installed once per session with the locally built images, and
-every scenario runs against it. DRACPU_E2E_KEEP=1 leaves the cluster running afterwards;
-DRACPU_RUNTIME=crio runs the node on CRI-O instead of containerd."""
+"""The e2e tier installs what an operator installs: the release in dist/ (`make release`,
+tools/release.sh; remade first when its inputs changed). tools/cluster.sh brings up the one-node
+cluster (control plane, containerd, kubelet) with the release's image archives loaded into the
+node's runtime, the packaged chart (.tgz) is installed once per session, and every scenario
+runs against it. DRACPU_E2E_KEEP=1 leaves the cluster running afterwards; DRACPU_RUNTIME=crio
+runs the node on CRI-O instead of containerd."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from harness.cluster import ROOT, Cluster, say, step
+from harness.release_dist import Dist, make_release
 from harness.tier_end import TierEnd
 from harness.waits import wait_for
 from tiers import require_root
@@ -41,14 +44,30 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+def dist() -> Dist:
+    """dist/ as `make release` writes it (nothing is redone when it is up to date)."""
+    require_root("e2e")
+    with step("the release in dist/ (tools/release.sh)"):
+        made = make_release()
+    say(f"release {made.version}: chart {made.chart.name}, {len(made.images)} image archives")
+    return made
+
+
+@pytest.fixture(scope="session")
+def cluster(dist: Dist) -> Iterator[Cluster]:
     require_root("e2e")
     reason = _missing()
     if reason:
         pytest.skip(f"e2e tier: {reason}")
     if not (ROOT / ".tools/bin/helm").exists():
         pytest.skip("e2e tier: helm not installed (tools/install-helm.sh)")
+    with pytest.MonkeyPatch.context() as patch:
+        # tools/cluster.sh loads these into the node's runtime (and retags from them on CRI-O).
+        patch.setenv("DRACPU_CLUSTER_IMAGES", " ".join(str(a) for a in dist.archives))
+        yield from _cluster(dist)
 
+
+def _cluster(dist: Dist) -> Iterator[Cluster]:
     def down() -> None:
         if not os.environ.get("DRACPU_E2E_KEEP"):
             with step("cluster down"):
@@ -62,7 +81,7 @@ def cluster() -> Iterator[Cluster]:
             )
             if done.returncode != 0:
                 raise AssertionError(f"tools/cluster.sh up failed: {done.stderr.strip()}")
-        node = Cluster()
+        node = Cluster(chart=dist.chart)
         say(f"node runtime: {node.runtime_version()} (CRI socket {node.env['RUNTIME_SOCKET']})")
         yield node
     finally:
@@ -72,7 +91,7 @@ def cluster() -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def driver(cluster: Cluster) -> Iterator[Cluster]:
     """The chart installed and its pod Ready; uninstalled at the end of the session."""
-    with step("helm install"):
+    with step(f"helm install {cluster.chart.name} (the packaged chart, {cluster.chart.parent})"):
         cluster.install()
     with step("driver pod Ready"):
         pod = wait_for(cluster.driver_ready, "driver pod Ready", timeout=120, interval=0.3)

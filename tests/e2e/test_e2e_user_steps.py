@@ -1,12 +1,16 @@
 """The five install steps of docs/user/installation.md ("Install on an existing cluster") run
 as the page writes them, on the one-node cluster, after the scenarios' uninstall (this module
 sorts after theirs): each step's command lines are read from the page and run by bash in a
-folder holding the checkout's `helm/` chart and `examples/`, with this cluster's `kubectl` and
-`helm` first on PATH; each step's output is held to what the page says it shows.
+folder holding the release's files (dist/, `make release`) and `examples/`, with this
+cluster's `kubectl` and `helm` first on PATH; each step's output is held to what the page says
+it shows.
 
 What the cluster changes, and why:
-- step 1 (build and push the images) is the tier's own build of the same five Dockerfile
-  targets (tools/tier-docker.sh images): there is no registry to push to here;
+- step 1 checks the release's files and pushes the five archives to a local registry (the
+  Distribution registry built by tools/go-tool.sh; without it the push is left out, saying
+  so), whose images must be the archives' own; the node, which has no route to that
+  registry's loopback address, runs the same images loaded from the archives, so step 2's
+  `$REGISTRY` is `localhost`, the names they load under;
 - step 2's `<node>` is this cluster's node, which gets the label the page's `nodeSelector` asks
   for;
 - `my-values.yaml` holds this cluster's chart settings (tests/harness/cluster.py
@@ -17,8 +21,10 @@ What the cluster changes, and why:
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -28,6 +34,7 @@ import pytest
 import yaml
 from harness.cluster import NAMESPACE, RELEASE, ROOT, TEST_IMAGE, Cluster, say, step
 from harness.examples import EXAMPLES, Example
+from harness.release_dist import Dist, push_registry, registry_binary
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
@@ -101,10 +108,10 @@ class Shell:
             "KUBECONFIG": node.kubeconfig,
         }
 
-    def run(self, line: str) -> str:
+    def run(self, line: str, **env: str) -> str:
         with step(line):
             done = subprocess.run(
-                ["bash", "-c", line], cwd=self.folder, env=self.env,
+                ["bash", "-c", line], cwd=self.folder, env={**self.env, **env},
                 capture_output=True, text=True, timeout=300, check=False,
             )  # fmt: skip
         assert done.returncode == 0, f"{line}: exit {done.returncode}: {done.stderr.strip()}"
@@ -120,25 +127,66 @@ def largest_device(node: Cluster) -> int:
     return max(int(d["capacity"]["dra.cpu/cpu"]["value"]) for d in node.published().values())
 
 
-def test_the_install_steps_run_as_the_page_writes_them(cluster: Cluster) -> None:
+def skopeo(*args: str, env: dict[str, str]) -> str:
+    done = subprocess.run(["skopeo", *args], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"skopeo {' '.join(args)}: {done.stderr.strip()}"
+    return done.stdout.strip()
+
+
+def config_digest(reference: str, env: dict[str, str]) -> str:
+    """The image's config digest as skopeo reads its manifest: the image itself, whether its
+    layers travel compressed (a registry) or not (the archive)."""
+    manifest = json.loads(skopeo("inspect", "--raw", reference, env=env))
+    return str(manifest["config"]["digest"])
+
+
+def push_step(shell: Shell, push: str, dist: Dist) -> None:
+    """Step 1's push, into a local registry: each image it then serves is the release's
+    archive's (the same config), under the name the page gives."""
+    binary = registry_binary()
+    if binary is None or not shutil.which("skopeo"):
+        say("step 1: no local registry (tools/go-tool.sh registry) or no skopeo: push not run")
+        return
+    with push_registry(binary) as registry:
+        shell.run(push, REGISTRY=f"{registry.address}/dracpu", **registry.env)
+        env = {**shell.env, **registry.env}
+        for image in dist.images:
+            pushed = f"docker://{registry.address}/dracpu/{image.name.removeprefix('localhost/')}"
+            local = f"oci-archive:{image.archive}"
+            assert config_digest(pushed, env) == config_digest(local, env), pushed
+        say(f"step 1: {len(dist.images)} images pushed to {registry.address}, each the archive's")
+
+
+def test_the_install_steps_run_as_the_page_writes_them(cluster: Cluster, dist: Dist) -> None:
     node = cluster
     steps = install_steps()
     assert sorted(steps) == [1, 2, 3, 4, 5], steps
-    assert any("docker build" in line and "--target $svc" in line for line in steps[1]), steps[1]
     with step("the release of the scenarios uninstalled"):
         node.helm("uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", "--wait")
         wait_for(lambda: node.driver_pod() is None, "driver pod gone", timeout=120, interval=0.3)
     with tempfile.TemporaryDirectory(prefix="dracpu-steps-") as folder:
         root = Path(folder)
-        (root / "helm").symlink_to(ROOT / "helm")
+        for file in dist.folder.iterdir():
+            if not file.name.startswith("."):
+                (root / file.name).symlink_to(file)
         (root / "examples").mkdir()
         (root / "my-values.yaml").write_text(yaml.safe_dump(values_file(node.chart_values())))
         shell = Shell(node, root)
 
+        check, push = steps[1]
+        assert check == "sha256sum -c SHA256SUMS"
+        checked = shell.run(check).splitlines()
+        listed = (dist.folder / "SHA256SUMS").read_text().splitlines()
+        assert len(checked) == len(listed) and all(c.endswith(": OK") for c in checked), checked
+        assert "skopeo copy oci-archive:" in push, push
+        push_step(shell, push, dist)
+
         label, install = steps[2]
         assert label == "kubectl label node <node> node-role.example.com/exclusive-cpus=true"
         assert "labeled" in shell.run(label.replace("<node>", node.node))
-        assert "STATUS: deployed" in shell.run(install)
+        assert dist.chart.name in install, install
+        assert "STATUS: deployed" in shell.run(install, REGISTRY="localhost")
+        say(f"step 2: installed the packaged chart {dist.chart.name}")
 
         (rollout,) = steps[3]
         assert "successfully rolled out" in shell.run(rollout)

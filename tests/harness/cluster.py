@@ -78,8 +78,10 @@ class Cluster:
     use. The kernel truth (`online`, `cpus_of`, `cgroup_cpuset_of`, `env_of`) is read on this
     machine; a node elsewhere (the big-node guest) reads it there."""
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, chart: Path | None = None) -> None:
         env = cluster_env() if env is None else env
+        # What `install` installs: the checkout's chart folder, or a packaged chart (.tgz).
+        self.chart = ROOT / "helm/dra-driver-cpu" if chart is None else chart
         self.env = env
         self.kubeconfig = env["KUBECONFIG"]
         self.kubectl_bin = env["KUBECTL"]
@@ -217,7 +219,7 @@ class Cluster:
             "upgrade",
             "--install",
             RELEASE,
-            str(ROOT / "helm/dra-driver-cpu"),
+            str(self.chart),
             "-n",
             NAMESPACE,
             *self.chart_values(*extra),

@@ -215,6 +215,14 @@ BAD_VALUES = {
         {"driverConfig": {"sysfsRoot": "/host/sys"}},
         "at '/driverConfig': additional properties 'sysfsRoot' not allowed",
     ),
+    "image-registry-trailing-slash": (
+        {"imageRegistry": "registry.example/dracpu/"},
+        "at '/imageRegistry': 'registry.example/dracpu/' does not match pattern",
+    ),
+    "image-registry-with-a-space": (
+        {"imageRegistry": "registry.example dracpu"},
+        "at '/imageRegistry': 'registry.example dracpu' does not match pattern",
+    ),
     "misspelt-value": (
         {"kubeletRootdir": "/var/lib/kubelet"},
         "additional properties 'kubeletRootdir' not allowed",

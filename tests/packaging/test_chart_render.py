@@ -125,6 +125,20 @@ def check_kubelet_root(r: Rendered) -> None:
     assert "/var/lib/kubelet" not in rendered_text
 
 
+def check_image_registry(r: Rendered) -> None:
+    """One value moves all five images to the registry they were pushed to; a service's own
+    repository still wins."""
+    for name in ("allocator", "dra-plugin", "nri-plugin", "api"):
+        image = r.container(name)["image"]
+        assert image == f"registry.example:5000/dracpu/dracpu-{name}:{APP_VERSION}", image
+    assert r.container("topology")["image"] == f"mirror.example/topology:{APP_VERSION}"
+
+
+def check_image_registry_empty(r: Rendered) -> None:
+    for name in SERVICES:
+        assert r.container(name)["image"] == f"dracpu-{name}:{APP_VERSION}"
+
+
 def check_kubelet_root_slash(r: Rendered) -> None:
     assert _flags_of(r, "dra-plugin")["--kubelet-root-dir"] == "/"
     assert r.volume("kubelet-plugins")["hostPath"]["path"] == "/plugins/dra.cpu"
@@ -286,6 +300,14 @@ CASES: dict[str, Case] = {
         },
         check_images,
     ),
+    "image-registry": Case(
+        {
+            "imageRegistry": "registry.example:5000/dracpu",
+            "topology": {"image": {"repository": "mirror.example/topology"}},
+        },
+        check_image_registry,
+    ),
+    "image-registry-empty": Case({"imageRegistry": ""}, check_image_registry_empty),
     "node-allocatable-mapping": Case(
         {"driverConfig": {"publishNodeAllocatableResourceMapping": True}}, check_node_allocatable
     ),

@@ -1,4 +1,4 @@
-"""The builds a version-skew test runs: this checkout (HEAD) and the previous release, each with
+"""The builds a version-skew test runs: this checkout (HEAD) and every earlier release, each with
 its own interpreter.
 
 Releases are listed in the committed RELEASES file (`<tag> <full commit>`, oldest first); the
@@ -70,11 +70,17 @@ def head_commit() -> str | None:
     return _git("rev-parse", "HEAD")
 
 
-def previous_release() -> Release | None:
-    """The newest release that is not this checkout; None when HEAD is the only release
-    there is (then skew is HEAD against HEAD)."""
+def earlier_releases() -> list[Release]:
+    """Every release of RELEASES that is not this checkout, oldest first: the skew tests hold
+    each of them against HEAD. Empty when HEAD is the only release there is (then skew is HEAD
+    against HEAD)."""
     head = head_commit()
-    older = [release for release in releases() if release.commit != head]
+    return [release for release in releases() if release.commit != head]
+
+
+def previous_release() -> Release | None:
+    """The newest release that is not this checkout; None when there is none."""
+    older = earlier_releases()
     return older[-1] if older else None
 
 

@@ -1,8 +1,10 @@
-"""Memory placement across versions, on one state directory: the previous release's allocator
+"""Memory placement across versions, on one state directory: an earlier release's allocator
 starts on the claim records this checkout wrote (one claim placed, one not), serves and
-attaches both (its answers carry no memory nodes, which this checkout's nri-plugin reads as
-"leave mems alone"), and the records it rewrites load here again with the CPUs kept and the
-placement dropped; records without the field read as not placed."""
+attaches both, and the records it rewrites load here again with the CPUs kept. A release from
+before memory placement (its allocator API has no `memory_nodes`, as the release's own
+generated messages say) answers with no memory nodes, which this checkout's nri-plugin reads as
+"leave mems alone", and its rewrite drops the placement; a release that knows it keeps it.
+Records without the field read as not placed."""
 
 from __future__ import annotations
 
@@ -49,6 +51,17 @@ def claim(uid: str, device: str, placed: bool) -> PrepareInput:
     return PrepareInput(uid=uid, namespace="ns", name=uid, results=(result,), configs=configs)
 
 
+def knows_memory_placement(build: Build) -> bool:
+    """Whether the build's allocator API carries a claim's memory nodes."""
+    probe = (
+        "from dracpu.pb.allocator.v1 import allocator_pb2 as a; "
+        "print('memory_nodes' in a.AttachContainerResponse.DESCRIPTOR.fields_by_name)"
+    )
+    done = subprocess.run([str(build.python), "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip() == "True"
+
+
 def spawn_allocator(build: Build, base: Path, topology: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as sink:
         return subprocess.Popen(
@@ -73,9 +86,10 @@ async def serving(socket: Path, process: subprocess.Popen[bytes], log: Path) -> 
                        probe=healthy, interval=0.1)  # fmt: skip
 
 
-async def test_the_release_allocator_keeps_placed_claims_cpus_and_drops_their_placement(
+async def test_the_release_allocator_keeps_placed_claims_cpus_and_the_placement_it_knows(
     release: Build, base: Path
 ) -> None:
+    knows = knows_memory_placement(release)
     machine = discover(write_fixture("xeon-2s-ht", base / "sys"))
     topology = base / "topology.json"
     topology.write_text(json.dumps({"cpus": machine.to_report_cpus()}))
@@ -88,6 +102,7 @@ async def test_the_release_allocator_keeps_placed_claims_cpus_and_drops_their_pl
     placed = (await head.prepare(claim("placed", "cpudevnuma001", True))).record
     plain = (await head.prepare(claim("plain", "cpudevnuma000", False))).record
     assert placed.memory_nodes == CPUSet.parse("1") and not plain.memory_nodes
+    kept = placed.memory_nodes if knows else CPUSet()  # what the release keeps of the placement
 
     socket, log = base / "a.sock", base / "release-allocator.log"
     process = spawn_allocator(release, base, topology, log)
@@ -100,7 +115,8 @@ async def test_the_release_allocator_keeps_placed_claims_cpus_and_drops_their_pl
                     stub.GetClaim(allocator_pb2.GetClaimRequest(claim_uid=record.uid), timeout=5),
                     "get claim",
                 )
-                assert (got.cpus, got.memory_nodes) == (record.cpus.format(), "")
+                expected = kept.format() if record is placed else ""
+                assert (got.cpus, got.memory_nodes) == (record.cpus.format(), expected)
             container = allocator_pb2.ContainerRef(
                 container_id="ctr-1", pod_uid=POD, pod_namespace="ns", pod_name="p",
                 container_name="app",
@@ -109,8 +125,9 @@ async def test_the_release_allocator_keeps_placed_claims_cpus_and_drops_their_pl
                 container=container, claims={"placed": placed.cpus.format()}
             )
             attached = await call(stub.AttachContainer(request, timeout=5), "attach")
-            # What this checkout's nri-plugin reads: cpus, and no memory nodes to set.
-            assert (attached.cpus, attached.memory_nodes) == (placed.cpus.format(), "")
+            # What this checkout's nri-plugin reads: cpus, and the memory nodes to set (none
+            # from a release without memory placement: mems left alone).
+            assert (attached.cpus, attached.memory_nodes) == (placed.cpus.format(), kept.format())
     finally:
         stop(process)
     assert "unknown format version" not in log.read_text()
@@ -119,5 +136,5 @@ async def test_the_release_allocator_keeps_placed_claims_cpus_and_drops_their_pl
     assert loaded is not None and loaded.bad == []
     rewritten = loaded.records["placed"]  # the attach made the release write it
     assert rewritten.cpus == placed.cpus and rewritten.container_id == "ctr-1"
-    assert rewritten.memory_nodes == CPUSet()  # a downgrade loses the placement, not the CPUs
+    assert rewritten.memory_nodes == kept  # a release before memory placement drops it, not CPUs
     assert loaded.records["plain"].memory_nodes == CPUSet()

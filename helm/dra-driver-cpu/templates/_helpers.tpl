@@ -44,13 +44,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 Image reference of one service: dict "svc" (the service's values) "name" (its image name)
 "root" (the chart context). Each part is the service's own value, else the top-level `image.*`
-(the reference chart's keys), else the default: `localhost/dracpu-<name>` and the chart's
+(the reference chart's keys), else the default: `<imageRegistry>/dracpu-<name>` and the chart's
 appVersion, so one chart version installs a matching set, and any one service can still be
 pinned to another version.
 */}}
 {{- define "dracpu.image" -}}
 {{- $top := .root.Values.image | default dict -}}
-{{- $repository := .svc.image.repository | default $top.repository | default (printf "localhost/dracpu-%s" .name) -}}
+{{- $registry := trimSuffix "/" (.root.Values.imageRegistry | default "") -}}
+{{- $default := ternary (printf "%s/dracpu-%s" $registry .name) (printf "dracpu-%s" .name) (ne $registry "") -}}
+{{- $repository := .svc.image.repository | default $top.repository | default $default -}}
 {{- $tag := .svc.image.tag | default $top.tag | default .root.Chart.AppVersion -}}
 {{- printf "%s:%s" $repository $tag -}}
 {{- end }}
