@@ -4,11 +4,9 @@
 # so no release archive is downloaded.
 #
 #   tools/go-tool.sh syft       Anchore's SBOM generator (make release's SBOMs)
-#   tools/go-tool.sh registry   the CNCF Distribution registry (a local registry to push the
-#                               release's images to, as installation.md's first step does)
 #
-# Prints ${DRACPU_CACHE}/<tool>-<version>/bin/<tool>. Environment: SYFT_VERSION,
-# REGISTRY_VERSION (default the pins below).
+# Prints ${DRACPU_CACHE}/<tool>-<version>/bin/<tool>. Environment: SYFT_VERSION
+# (default the pin below).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 LOG_PREFIX=go-tool
@@ -21,12 +19,7 @@ case "$tool" in
         # Stamped as syft's own release build does, so `syft version` reports it.
         ldflags="-X main.version=${version#v}"
         ;;
-    registry)
-        version="${REGISTRY_VERSION:-v3.1.2}"
-        module="github.com/distribution/distribution/v3/cmd/registry"
-        ldflags="-X github.com/distribution/distribution/v3/version.version=$version"
-        ;;
-    *) echo "usage: $0 syft|registry" >&2; exit 2 ;;
+    *) echo "usage: $0 syft" >&2; exit 2 ;;
 esac
 
 dir="$(cache_dir "$tool" "$version")"

@@ -5,7 +5,7 @@
 # crictl, runc and the busybox+pause image (tools/tier-realnode.sh), the five driver images
 # (tools/tier-docker.sh images, a docker-save archive) and helm (tools/install-helm.sh); then it
 # makes the release the tier installs from (tools/release.sh: dist/'s chart package and image
-# archives).
+# archives) and installs Debian's docker-registry, the registry the install steps push to.
 # Not root or a piece missing: one line saying why, exit 0; the tests then skip.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -32,6 +32,12 @@ bootstrap() {
     # What the tier installs: the release in dist/ (the chart package and one archive per image).
     log "$PREFIX" "the release in dist/ (tools/release.sh)"
     bash "$ROOT/tools/release.sh" >&2
+    # The registry installation.md's first step pushes to: Debian's CNCF Distribution registry.
+    if ! command -v docker-registry >/dev/null 2>&1; then
+        log "$PREFIX" "installing docker-registry from apt (the local registry of the install steps)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-registry \
+            >/dev/null || echo "$PREFIX: apt-get install docker-registry failed; the push step will skip"
+    fi
     local reasons
     reasons="$(bash "$ROOT/tools/cluster.sh" missing)"
     if [[ -n "$reasons" ]]; then

@@ -6,9 +6,9 @@ cluster's `kubectl` and `helm` first on PATH; each step's output is held to what
 it shows.
 
 What the cluster changes, and why:
-- step 1 checks the release's files and pushes the five archives to a local registry (the
-  Distribution registry built by tools/go-tool.sh; without it the push is left out, saying
-  so), whose images must be the archives' own; the node, which has no route to that
+- step 1 checks the release's files and pushes the five archives to a local registry
+  (Debian's docker-registry, the CNCF Distribution registry, installed by the e2e tier's
+  bootstrap; without it the push is left out, saying so), whose images must be the archives' own; the node, which has no route to that
   registry's loopback address, runs the same images loaded from the archives, so step 2's
   `$REGISTRY` is `localhost`, the names they load under;
 - step 2's `<node>` is this cluster's node, which gets the label the page's `nodeSelector` asks
@@ -145,7 +145,7 @@ def push_step(shell: Shell, push: str, dist: Dist) -> None:
     archive's (the same config), under the name the page gives."""
     binary = registry_binary()
     if binary is None or not shutil.which("skopeo"):
-        say("step 1: no local registry (tools/go-tool.sh registry) or no skopeo: push not run")
+        say("step 1: no local registry (docker-registry) or no skopeo: push not run")
         return
     with push_registry(binary) as registry:
         shell.run(push, REGISTRY=f"{registry.address}/dracpu", **registry.env)

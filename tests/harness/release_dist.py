@@ -2,10 +2,11 @@
 operator would use it: the packaged chart, the image archives and their digests
 (`images.txt`), the SBOMs and the notes. `make_release` runs the tool (a no-op when dist/
 already holds the release of the same inputs); `PushRegistry` is a local registry
-(the CNCF Distribution registry, tools/go-tool.sh) to push the archives to."""
+(the CNCF Distribution registry, Debian's docker-registry) to push the archives to."""
 
 from __future__ import annotations
 
+import shutil
 import ssl
 import subprocess
 import tempfile
@@ -17,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.dev_up import free_port
-from harness.paths import CACHE
 from harness.pki import make_pki
 from harness.waits import wait_for
 
@@ -77,10 +77,10 @@ def make_release(folder: Path = DIST, timeout: float = 3600) -> Dist:
 
 
 def registry_binary() -> Path | None:
-    """The registry tools/go-tool.sh built into the cache, when it did."""
-    built = sorted(CACHE.glob("registry-*/bin/registry"))
-    built = [b for b in built if (b.parent.parent / ".complete").exists()]
-    return built[-1] if built else None
+    """Debian's CNCF Distribution registry (`docker-registry`, installed by the e2e tier's
+    bootstrap), when it is installed."""
+    found = shutil.which("docker-registry")
+    return Path(found) if found else None
 
 
 @dataclass(frozen=True)
