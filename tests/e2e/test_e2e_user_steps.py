@@ -8,9 +8,10 @@ it shows.
 What the cluster changes, and why:
 - step 1 checks the release's files and pushes the five archives to a local registry
   (Debian's docker-registry, the CNCF Distribution registry, installed by the e2e tier's
-  bootstrap; without it the push is left out, saying so), whose images must be the archives' own; the node, which has no route to that
-  registry's loopback address, runs the same images loaded from the archives, so step 2's
-  `$REGISTRY` is `localhost`, the names they load under;
+  bootstrap; without it the push is left out, saying so), whose images must be the
+  archives' own; the node, which has no route to that registry's loopback address, runs
+  the same images loaded from the archives, so step 2's `$REGISTRY` is `localhost`, the
+  names they load under;
 - step 2's `<node>` is this cluster's node, which gets the label the page's `nodeSelector` asks
   for;
 - `my-values.yaml` holds this cluster's chart settings (tests/harness/cluster.py
