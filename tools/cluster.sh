@@ -13,6 +13,10 @@
 #   tools/cluster.sh tag IMAGE NEW
 #                            the image IMAGE of the node's runtime also called NEW (containerd:
 #                            `ctr images tag`; CRI-O: NEW pulled from the archives' registry)
+#   tools/cluster.sh kubelet-stop | kubelet-start
+#                            the kubelet alone stopped, or started (with
+#                            DRACPU_CLUSTER_KUBELET_FLAGS) and waited for until its node is Ready;
+#                            what an operator's `systemctl stop|start kubelet` does
 #   tools/cluster.sh node    the node alone (containerd + kubelet) for a control plane elsewhere:
 #                            it registers with DRACPU_CLUSTER_NODE_KUBECONFIG's API server (the
 #                            big-node guest's node, its control plane on the host)
@@ -49,6 +53,10 @@
 #     node needs more, or a claimed container starts on the shared CPUs and is pinned after
 #
 #   DRACPU_RUNTIME (containerd): the node's runtime, containerd or crio
+#   DRACPU_CLUSTER_KUBELET_FLAGS (none): extra kubelet flags, after --config so they win over
+#     it (e.g. "--cpu-manager-policy=static --reserved-cpus=0"). `up` with other flags than
+#     the running kubelet's restarts the kubelet alone, removing its CPU and Memory Manager
+#     checkpoints (a kubelet refuses to start on a checkpoint of another policy)
 #
 # CRI-O (DRACPU_RUNTIME=crio): CRI-O (CRIO_VERSION, v1.34.0, built by tools/build-crio.sh) with
 # Debian's conmon and the same runc, its socket at DIR/run/crio.sock. DIR/crio.conf keeps every
@@ -102,6 +110,7 @@ SANDBOX_IMAGE="localhost/dracpu-realnode:1"
 SANDBOX_ARCHIVE="$(cache_dir realnode-image 1)/busybox-pause.tar"
 NODE_NAME="${DRACPU_CLUSTER_NODE_NAME:-$(hostname)}"
 NRI_TIMEOUT="${DRACPU_CLUSTER_NRI_TIMEOUT:-2s}"
+KUBELET_FLAGS="${DRACPU_CLUSTER_KUBELET_FLAGS:-}"
 CP="$DIR/controlplane"
 RUN="$DIR/run"
 SOCK="$RUN/containerd.sock"
@@ -380,6 +389,12 @@ cmd_up() {
     reasons="$(missing)"
     [[ -z "$reasons" ]] || die "cannot start the cluster: $(echo "$reasons" | paste -sd ';' -)"
     if cmd_status && node_ready && [[ "$(cat "$RUN/feature-gates" 2>/dev/null)" == "$FEATURE_GATES" ]]; then
+        if [[ "$(cat "$RUN/kubelet-flags" 2>/dev/null)" != "$KUBELET_FLAGS" ]]; then
+            say "kubelet flags changed to '$KUBELET_FLAGS': restarting the kubelet"
+            stop_pid kubelet
+            rm -f "$DIR/kubelet/cpu_manager_state" "$DIR/kubelet/memory_manager_state"
+            cmd_kubelet_start
+        fi
         say "already running"
         echo "$KUBECONFIG_PATH"
         return 0
@@ -498,9 +513,23 @@ cmd_tag() { # IMAGE NEW
 }
 
 start_kubelet() { # KUBECONFIG
+    echo "$KUBELET_FLAGS" >"$RUN/kubelet-flags"
+    # shellcheck disable=SC2086  # extra flags split on purpose
     PATH="$CONTAINERD_BIN:$PATH" start kubelet "$KUBE_BIN/kubelet" --config "$DIR/kubelet.yaml" \
         --kubeconfig "$1" --root-dir "$DIR/kubelet" --node-ip "$NODE_IP" \
-        --hostname-override "$NODE_NAME" -v 2
+        --hostname-override "$NODE_NAME" -v 2 $KUBELET_FLAGS
+}
+
+cmd_kubelet_stop() { stop_pid kubelet; }
+
+cmd_kubelet_start() {
+    local t=$SECONDS
+    pid_alive kubelet && die "kubelet-start: the kubelet runs already"
+    start_kubelet "$KUBECONFIG_PATH"
+    # The Node stays Ready for a while after its kubelet stopped: the kubelet's own health first.
+    wait_until 120 "the kubelet healthy" kubelet_healthy
+    wait_until 120 "node $NODE_NAME Ready" node_ready
+    say "kubelet started${KUBELET_FLAGS:+ with $KUBELET_FLAGS}, node Ready in $((SECONDS - t)) s"
 }
 
 kubelet_healthy() { curl -sf "http://127.0.0.1:$((KUBELET_PORT - 2))/healthz"; }
@@ -659,6 +688,8 @@ case "${1:-}" in
     tag) cmd_tag "${2:-}" "${3:-}" ;;
     missing) missing ;;
     node) cmd_node ;;
+    kubelet-stop) cmd_kubelet_stop ;;
+    kubelet-start) cmd_kubelet_start ;;
     image-disk) cmd_image_disk "${2:-}" ;;
-    *) die "usage: cluster.sh up|down|status|env|runtime|tag IMAGE NEW|node|image-disk FILE" ;;
+    *) die "usage: cluster.sh up|down|status|env|runtime|tag IMAGE NEW|kubelet-stop|kubelet-start|node|image-disk FILE" ;;
 esac

@@ -130,6 +130,7 @@ HOST_PATHS = {
     "topology": {"/sys"},
     "allocator": {"/var/lib/dracpu", "/var/run/cdi"},
     "dra-plugin": {
+        "/var/lib/kubelet",  # read-only: the CPU and Memory Managers' checkpoints
         "/var/lib/kubelet/plugins/dra.cpu",
         "/var/lib/kubelet/plugins_registry/dra.cpu",
         "/var/run/cdi",
@@ -147,7 +148,7 @@ def test_host_paths_are_only_where_needed(default: Rendered, name: str) -> None:
         volume = default.volume(mount["name"])
         if "hostPath" in volume:
             host_paths.add(volume["hostPath"]["path"])
-            if volume["hostPath"]["path"] in ("/sys", "/var/run/nri"):
+            if volume["hostPath"]["path"] in ("/sys", "/var/run/nri", "/var/lib/kubelet"):
                 assert mount["readOnly"] is True, f"{volume['hostPath']['path']} must be read-only"
     assert host_paths == HOST_PATHS[name]
 

@@ -24,6 +24,9 @@ RESOURCE_API = "resource.k8s.io/v1"
 CONSUMABLE_CAPACITY = "DRAConsumableCapacity"
 NRI = "NRI"
 CDI = "CDI"
+# The kubelet's settings whose policies place containers themselves (the dra-plugin reads them).
+CPU_MANAGER = "cpuManagerPolicy"
+MEMORY_MANAGER = "memoryManagerPolicy"
 
 
 @dataclass(frozen=True)
