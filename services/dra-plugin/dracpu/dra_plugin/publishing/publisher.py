@@ -178,8 +178,7 @@ class SlicePublisher:
         return False
 
     async def _withdraw(self) -> None:
-        """Delete the node's slices: no claim may be allocated devices whose cpusets another
-        manager writes too. Claims already prepared keep their CPUs."""
+        """Delete the node's slices (claims already prepared keep their CPUs)."""
         existing = await self._existing()
         if not existing:
             return
@@ -188,14 +187,6 @@ class SlicePublisher:
                  pool=self.node, deleted=len(existing))  # fmt: skip
         self.state.slice_count = 0
         self._fingerprint = b""
-
-    def verdicts(self) -> list[Prerequisite]:
-        """Every prerequisite judged before publishing: the API server's and the kubelet's."""
-        found: dict[str, Prerequisite] = {}
-        for source in (self.prerequisites, self.resource_managers):
-            if source is not None:
-                found.update((p.name, p) for p in source.prerequisites.all())
-        return [found[name] for name in sorted(found)]
 
     def _slices_changed(self) -> bool:
         return self.watch is not None and self.watch.changed.is_set()
@@ -327,3 +318,12 @@ class SlicePublisher:
 def _devices(obj: Object) -> list[dict[str, Any]]:
     spec = obj.get("spec") or {}
     return list(spec.get("devices") or []) if isinstance(spec, dict) else []
+
+
+def verdicts(publisher: SlicePublisher) -> list[Prerequisite]:
+    """Every prerequisite judged before publishing: the API server's and the kubelet's."""
+    found: dict[str, Prerequisite] = {}
+    for source in (publisher.prerequisites, publisher.resource_managers):
+        if source is not None:
+            found.update((p.name, p) for p in source.prerequisites.all())
+    return [found[name] for name in sorted(found)]
