@@ -27,13 +27,14 @@
 #
 # Network, all local: a bridge the script creates carries the node IP and the `kubernetes`
 # Service address; tools/tcp-forward.py relays that address to the API server on loopback
-# (there is no kube-proxy and no iptables here). There is no pod network by default: the driver
-# runs with `hostNetwork: true` (a chart value) and so must every test pod. containerd still
-# needs one network config to report the runtime network ready; it names the loopback plugin
-# and is never invoked, as host-network sandboxes skip CNI. With DRACPU_CLUSTER_POD_CIDR (the
-# big-node guest's node) pods without hostNetwork get an address of that range on a CNI bridge
+# (there is no kube-proxy and no iptables here). Pods without hostNetwork (the driver's, with
+# the chart's default values) get an address of DRACPU_CLUSTER_POD_CIDR on a CNI bridge, cni0
 # (the `bridge`, `host-local` and `loopback` plugins of DRACPU_CLUSTER_CNI_BIN): they reach each
-# other and the node, and have no route beyond it.
+# other and the node, and, on the cluster of `up`, the `kubernetes` Service address (a route to
+# it through the bridge, where the relay listens); nothing beyond. The bridge plugin enforces no
+# NetworkPolicy. With DRACPU_CLUSTER_POD_CIDR empty there is no pod network: every pod must then
+# be host-network, and containerd's one network config names the loopback plugin only (never
+# invoked, as host-network sandboxes skip CNI), to report the runtime network ready.
 #
 # Settings (environment, defaults in parentheses):
 #   DRACPU_CLUSTER_DIR (/tmp/dracpu-cluster)   everything the cluster writes, except host paths
@@ -47,7 +48,7 @@
 #   DRACPU_CLUSTER_IMAGES: docker-save archive of the driver images (default: built with
 #     `tools/tier-docker.sh images`); DRACPU_CLUSTER_APISERVER_FLAGS: extra kube-apiserver flags
 #   DRACPU_CP_* ports of tools/controlplane.sh (this script's defaults: 17379/17380/17443/17459/17457)
-#   DRACPU_CLUSTER_POD_CIDR (none: no pod network)  DRACPU_CLUSTER_CNI_BIN (<cache>/cni-plugins-<v>/bin)
+#   DRACPU_CLUSTER_POD_CIDR (10.244.0.0/24; empty: no pod network)  DRACPU_CLUSTER_CNI_BIN (<cache>/cni-plugins-<v>/bin)
 #   DRACPU_CLUSTER_NODE_NAME (the host name)   DRACPU_CLUSTER_NRI_TIMEOUT (2s): containerd's NRI
 #     plugin_request_timeout (plugin_registration_timeout is 5s, or this when longer); a slow
 #     node needs more, or a claimed container starts on the shared CPUs and is pinned after
@@ -85,7 +86,8 @@ NODE_IP="${DRACPU_CLUSTER_NODE_IP:-198.18.20.1}"
 SERVICE_IP="${DRACPU_CLUSTER_SERVICE_IP:-10.96.0.1}"
 KUBELET_PORT="${DRACPU_CLUSTER_KUBELET_PORT:-17250}"
 NRI_SOCKET="${DRACPU_CLUSTER_NRI_SOCKET:-/var/run/nri/nri.sock}"
-POD_CIDR="${DRACPU_CLUSTER_POD_CIDR:-}"
+POD_CIDR="${DRACPU_CLUSTER_POD_CIDR-10.244.0.0/24}"
+POD_ROUTES=""  # `up`: the route of the pods to the `kubernetes` Service address
 CNI_BIN="${DRACPU_CLUSTER_CNI_BIN:-$(cache_dir cni-plugins "${CNI_PLUGINS_VERSION:-v1.10.0}")/bin}"
 FEATURE_GATES="${DRACPU_CLUSTER_FEATURE_GATES-DRANodeAllocatableResources=true}"
 export DRACPU_CP_FEATURE_GATES="$FEATURE_GATES"
@@ -130,6 +132,7 @@ missing() {
     if [[ "$RUNTIME" == crio ]]; then
         runtime_tools=("$CRIO_BIN/crio" "$CRIO_BIN/pinns" "$CONMON" "$CNI_BIN/loopback")
     fi
+    [[ -z "$POD_CIDR" ]] || runtime_tools+=("$CNI_BIN/bridge" "$CNI_BIN/host-local" "$CNI_BIN/loopback")
     for tool in "$KUBE_BIN/kubelet" "$KUBE_BIN/kubectl" "$KUBE_BIN/kube-apiserver" \
         "${runtime_tools[@]}" "$CRICTL" "$SANDBOX_ARCHIVE"; do
         [[ -e "$tool" ]] || echo "$tool missing (tools/tier-realnode.sh / tools/build-*.sh bootstrap)"
@@ -165,7 +168,7 @@ write_configs() {
         cat >"$DIR/cni/10-pods.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "dracpu-pods", "plugins": [{"type": "bridge", "bridge": "cni0",
  "isGateway": true, "ipMasq": false, "hairpinMode": true,
- "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]]}}]}
+ "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]]$POD_ROUTES}}]}
 EOF
     else
         cat >"$DIR/cni/10-hostnetwork.conflist" <<EOF
@@ -274,7 +277,7 @@ namespaces_dir = "$DIR/crio/ns"
 pinns_path = "$CRIO_BIN/pinns"
 irqbalance_config_file = ""
 irqbalance_config_restore_file = "disable"
-# Host-port mapping needs iptables or nft, which this machine lacks; every pod is host-network.
+# Host-port mapping needs iptables or nft, which this machine lacks; no pod uses a host port.
 disable_hostport_mapping = true
 log_to_journald = false
 
@@ -388,7 +391,8 @@ cmd_up() {
     local reasons
     reasons="$(missing)"
     [[ -z "$reasons" ]] || die "cannot start the cluster: $(echo "$reasons" | paste -sd ';' -)"
-    if cmd_status && node_ready && [[ "$(cat "$RUN/feature-gates" 2>/dev/null)" == "$FEATURE_GATES" ]]; then
+    if cmd_status && node_ready && [[ "$(cat "$RUN/feature-gates" 2>/dev/null)" == "$FEATURE_GATES" ]] \
+        && [[ "$(cat "$RUN/pod-cidr" 2>/dev/null)" == "$POD_CIDR" ]]; then
         if [[ "$(cat "$RUN/kubelet-flags" 2>/dev/null)" != "$KUBELET_FLAGS" ]]; then
             say "kubelet flags changed to '$KUBELET_FLAGS': restarting the kubelet"
             stop_pid kubelet
@@ -402,7 +406,9 @@ cmd_up() {
     cmd_down >/dev/null
     local t
     mkdir -p "$RUN" "$DIR/logs"
+    POD_ROUTES=", \"routes\": [{\"dst\": \"$SERVICE_IP/32\"}]"
     write_configs
+    echo "$POD_CIDR" >"$RUN/pod-cidr"
     t=$SECONDS
     # The API server reaches the kubelet (logs, exec) at the node's InternalIP, where the
     # kubelet listens; by default it would try the host name first, which resolves to loopback.
@@ -672,6 +678,7 @@ RUNTIME_SOCKET=$SOCK
 CLUSTER_DIR=$DIR
 NODE_NAME=$NODE_NAME
 NODE_IP=$NODE_IP
+POD_CIDR=$POD_CIDR
 KUBELET_ROOT=$DIR/kubelet
 NRI_SOCKET=$NRI_SOCKET
 FEATURE_GATES=$FEATURE_GATES

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from harness.cluster import NAMESPACE, RELEASE, ROOT, Cluster, say, step
+from harness.page_steps import numbered_steps, run_step
 from harness.waits import never, wait_for
 
 from dracpu.core.prerequisites import CPU_MANAGER
@@ -40,24 +40,6 @@ STEPS = [
     "Start the kubelet",
     "Uncordon the node",
 ]
-
-
-def page_steps() -> list[tuple[str, list[str]]]:
-    """The section's numbered steps: (title, the command lines of its `sh` blocks)."""
-    section = PAGE.read_text(encoding="utf-8").split(SECTION, 1)[1].split("\n## ", 1)[0]
-    steps: list[tuple[str, list[str]]] = []
-    block: str | None = None
-    for line in section.splitlines():
-        heading = re.match(r"^\d+\. \*\*([^*]+)\*\*", line)
-        if heading and block is None:
-            steps.append((heading.group(1), []))
-        elif line.strip().startswith("```") and block is None:
-            block = line.strip()[3:]
-        elif line.strip() == "```":
-            block = None
-        elif block == "sh" and steps:
-            steps[-1][1].append(line.strip())
-    return steps
 
 
 def kubelet_restart(flags: str) -> None:
@@ -113,7 +95,7 @@ def restarts(pod: dict[str, Any]) -> dict[str, int]:
 
 
 def test_the_page_steps_are_the_ones_run_here() -> None:
-    assert [title for title, _ in page_steps()] == STEPS
+    assert [title for title, _ in numbered_steps(PAGE, SECTION)] == STEPS
 
 
 def test_a_static_kubelet_gets_no_slices_until_moved_off_as_the_page_says(
@@ -163,18 +145,12 @@ def test_a_static_kubelet_gets_no_slices_until_moved_off_as_the_page_says(
         f'cluster() {{ bash {ROOT}/tools/cluster.sh "$@"; }}\n'
         "systemctl() { case \"$*\" in 'stop kubelet') cluster kubelet-stop ;;\n"
         "  'start kubelet') DRACPU_CLUSTER_KUBELET_FLAGS= cluster kubelet-start ;;\n"
-        '  *) echo "systemctl $*: not on this cluster" >&2; return 2 ;; esac; }\n'
-        "set -euo pipefail\n"
+        '  *) echo "systemctl $*: not on this cluster" >&2; return 2 ;; esac; }'
     )
-    for title, commands in page_steps():
-        script = "\n".join(
-            c.replace("<node>", node.node).replace("/var/lib/kubelet", node.kubelet_root)
-            for c in commands
-        )
+    paths = {"<node>": node.node, "/var/lib/kubelet": node.kubelet_root}
+    for title, commands in numbered_steps(PAGE, SECTION):
         with step(f"page step: {title}"):
-            done = subprocess.run(["bash", "-c", preamble + script], env=env,
-                                  capture_output=True, text=True, check=False)  # fmt: skip
-            assert done.returncode == 0, f"{title}: {script}: {done.stderr.strip()}"
+            run_step(commands, env=env, substitutions=paths, preamble=preamble)
         if title == "Remove the checkpoints":
             assert checkpoint_policy(node, "cpu_manager_state") is None
     assert checkpoint_policy(node, "cpu_manager_state") == "none"
