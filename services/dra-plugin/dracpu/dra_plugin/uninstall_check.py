@@ -21,7 +21,7 @@ from dracpu.core.cli import ArgumentParser, run_async
 from dracpu.core.driver import DRIVER_NAME
 
 PROG = "dracpu uninstall-check"
-SUMMARY = "refuse an uninstall while pods holding dra.cpu claims run (the chart's hook)"
+SUMMARY = "refuse uninstalling while pods holding dra.cpu claims run"
 REFUSED = 1
 DONE_PHASES = ("Succeeded", "Failed")
 PAGE = 'docs/user/installation.md, "Uninstall"'
