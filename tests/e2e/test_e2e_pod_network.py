@@ -27,7 +27,8 @@ def scraper_manifest(address: str, port: int) -> str:
 
     def get(path: str) -> str:
         request = f"GET {path} HTTP/1.0\\r\\nHost: {address}\\r\\n\\r\\n"
-        return f"printf '{request}' | nc -w 20 {address} {port}"
+        # stdin kept open: with it closed at once the api answered nothing.
+        return f"(printf '{request}'; sleep 5) | nc -w 20 {address} {port}"
 
     script = f"{get('/metrics')} && echo '{HEALTH_MARK}' && {get('/v1/health')}"
     return json.dumps({
