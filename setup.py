@@ -49,6 +49,7 @@ COMMANDS = {
         "health": "dracpu.core.healthcheck:main",
     },
     "services/topology": {"gatherinfo": "dracpu.topology.gatherinfo:main"},
+    "services/dra-plugin": {"uninstall-check": "dracpu.dra_plugin.uninstall_check:main"},
     "services/allocator": {
         "simulate": "dracpu.allocator.simulate:main",
         "validate": "dracpu.allocator.validate:main",

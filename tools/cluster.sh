@@ -13,6 +13,10 @@
 #   tools/cluster.sh tag IMAGE NEW
 #                            the image IMAGE of the node's runtime also called NEW (containerd:
 #                            `ctr images tag`; CRI-O: NEW pulled from the archives' registry)
+#   tools/cluster.sh kubelet-stop | kubelet-start
+#                            the kubelet alone stopped, or started (with
+#                            DRACPU_CLUSTER_KUBELET_FLAGS) and waited for until its node is Ready;
+#                            what an operator's `systemctl stop|start kubelet` does
 #   tools/cluster.sh node    the node alone (containerd + kubelet) for a control plane elsewhere:
 #                            it registers with DRACPU_CLUSTER_NODE_KUBECONFIG's API server (the
 #                            big-node guest's node, its control plane on the host)
@@ -23,13 +27,14 @@
 #
 # Network, all local: a bridge the script creates carries the node IP and the `kubernetes`
 # Service address; tools/tcp-forward.py relays that address to the API server on loopback
-# (there is no kube-proxy and no iptables here). There is no pod network by default: the driver
-# runs with `hostNetwork: true` (a chart value) and so must every test pod. containerd still
-# needs one network config to report the runtime network ready; it names the loopback plugin
-# and is never invoked, as host-network sandboxes skip CNI. With DRACPU_CLUSTER_POD_CIDR (the
-# big-node guest's node) pods without hostNetwork get an address of that range on a CNI bridge
+# (there is no kube-proxy and no iptables here). Pods without hostNetwork (the driver's, with
+# the chart's default values) get an address of DRACPU_CLUSTER_POD_CIDR on a CNI bridge, cni0
 # (the `bridge`, `host-local` and `loopback` plugins of DRACPU_CLUSTER_CNI_BIN): they reach each
-# other and the node, and have no route beyond it.
+# other and the node, and, on the cluster of `up`, the `kubernetes` Service address (a route to
+# it through the bridge, where the relay listens); nothing beyond. The bridge plugin enforces no
+# NetworkPolicy. With DRACPU_CLUSTER_POD_CIDR empty there is no pod network: every pod must then
+# be host-network, and containerd's one network config names the loopback plugin only (never
+# invoked, as host-network sandboxes skip CNI), to report the runtime network ready.
 #
 # Settings (environment, defaults in parentheses):
 #   DRACPU_CLUSTER_DIR (/tmp/dracpu-cluster)   everything the cluster writes, except host paths
@@ -44,12 +49,16 @@
 #     docker-save archive of all five or a release's one per image (the e2e tier passes dist/'s;
 #     default: built with `tools/tier-docker.sh images`); DRACPU_CLUSTER_APISERVER_FLAGS: extra kube-apiserver flags
 #   DRACPU_CP_* ports of tools/controlplane.sh (this script's defaults: 17379/17380/17443/17459/17457)
-#   DRACPU_CLUSTER_POD_CIDR (none: no pod network)  DRACPU_CLUSTER_CNI_BIN (<cache>/cni-plugins-<v>/bin)
+#   DRACPU_CLUSTER_POD_CIDR (10.244.0.0/24; empty: no pod network)  DRACPU_CLUSTER_CNI_BIN (<cache>/cni-plugins-<v>/bin)
 #   DRACPU_CLUSTER_NODE_NAME (the host name)   DRACPU_CLUSTER_NRI_TIMEOUT (2s): containerd's NRI
 #     plugin_request_timeout (plugin_registration_timeout is 5s, or this when longer); a slow
 #     node needs more, or a claimed container starts on the shared CPUs and is pinned after
 #
 #   DRACPU_RUNTIME (containerd): the node's runtime, containerd or crio
+#   DRACPU_CLUSTER_KUBELET_FLAGS (none): extra kubelet flags, after --config so they win over
+#     it (e.g. "--cpu-manager-policy=static --reserved-cpus=0"). `up` with other flags than
+#     the running kubelet's restarts the kubelet alone, removing its CPU and Memory Manager
+#     checkpoints (a kubelet refuses to start on a checkpoint of another policy)
 #
 # CRI-O (DRACPU_RUNTIME=crio): CRI-O (CRIO_VERSION, v1.34.0, built by tools/build-crio.sh) with
 # Debian's conmon and the same runc, its socket at DIR/run/crio.sock. DIR/crio.conf keeps every
@@ -78,7 +87,8 @@ NODE_IP="${DRACPU_CLUSTER_NODE_IP:-198.18.20.1}"
 SERVICE_IP="${DRACPU_CLUSTER_SERVICE_IP:-10.96.0.1}"
 KUBELET_PORT="${DRACPU_CLUSTER_KUBELET_PORT:-17250}"
 NRI_SOCKET="${DRACPU_CLUSTER_NRI_SOCKET:-/var/run/nri/nri.sock}"
-POD_CIDR="${DRACPU_CLUSTER_POD_CIDR:-}"
+POD_CIDR="${DRACPU_CLUSTER_POD_CIDR-10.244.0.0/24}"
+POD_ROUTES=""  # `up`: the route of the pods to the `kubernetes` Service address
 CNI_BIN="${DRACPU_CLUSTER_CNI_BIN:-$(cache_dir cni-plugins "${CNI_PLUGINS_VERSION:-v1.10.0}")/bin}"
 FEATURE_GATES="${DRACPU_CLUSTER_FEATURE_GATES-DRANodeAllocatableResources=true}"
 export DRACPU_CP_FEATURE_GATES="$FEATURE_GATES"
@@ -103,6 +113,7 @@ SANDBOX_IMAGE="localhost/dracpu-realnode:1"
 SANDBOX_ARCHIVE="$(cache_dir realnode-image 1)/busybox-pause.tar"
 NODE_NAME="${DRACPU_CLUSTER_NODE_NAME:-$(hostname)}"
 NRI_TIMEOUT="${DRACPU_CLUSTER_NRI_TIMEOUT:-2s}"
+KUBELET_FLAGS="${DRACPU_CLUSTER_KUBELET_FLAGS:-}"
 CP="$DIR/controlplane"
 RUN="$DIR/run"
 SOCK="$RUN/containerd.sock"
@@ -122,6 +133,7 @@ missing() {
     if [[ "$RUNTIME" == crio ]]; then
         runtime_tools=("$CRIO_BIN/crio" "$CRIO_BIN/pinns" "$CONMON" "$CNI_BIN/loopback")
     fi
+    [[ -z "$POD_CIDR" ]] || runtime_tools+=("$CNI_BIN/bridge" "$CNI_BIN/host-local" "$CNI_BIN/loopback")
     for tool in "$KUBE_BIN/kubelet" "$KUBE_BIN/kubectl" "$KUBE_BIN/kube-apiserver" \
         "${runtime_tools[@]}" "$CRICTL" "$SANDBOX_ARCHIVE"; do
         [[ -e "$tool" ]] || echo "$tool missing (tools/tier-realnode.sh / tools/build-*.sh bootstrap)"
@@ -157,7 +169,7 @@ write_configs() {
         cat >"$DIR/cni/10-pods.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "dracpu-pods", "plugins": [{"type": "bridge", "bridge": "cni0",
  "isGateway": true, "ipMasq": false, "hairpinMode": true,
- "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]]}}]}
+ "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]]$POD_ROUTES}}]}
 EOF
     else
         cat >"$DIR/cni/10-hostnetwork.conflist" <<EOF
@@ -266,7 +278,7 @@ namespaces_dir = "$DIR/crio/ns"
 pinns_path = "$CRIO_BIN/pinns"
 irqbalance_config_file = ""
 irqbalance_config_restore_file = "disable"
-# Host-port mapping needs iptables or nft, which this machine lacks; every pod is host-network.
+# Host-port mapping needs iptables or nft, which this machine lacks; no pod uses a host port.
 disable_hostport_mapping = true
 log_to_journald = false
 
@@ -385,7 +397,14 @@ cmd_up() {
     local reasons
     reasons="$(missing)"
     [[ -z "$reasons" ]] || die "cannot start the cluster: $(echo "$reasons" | paste -sd ';' -)"
-    if cmd_status && node_ready && [[ "$(cat "$RUN/feature-gates" 2>/dev/null)" == "$FEATURE_GATES" ]]; then
+    if cmd_status && node_ready && [[ "$(cat "$RUN/feature-gates" 2>/dev/null)" == "$FEATURE_GATES" ]] \
+        && [[ "$(cat "$RUN/pod-cidr" 2>/dev/null)" == "$POD_CIDR" ]]; then
+        if [[ "$(cat "$RUN/kubelet-flags" 2>/dev/null)" != "$KUBELET_FLAGS" ]]; then
+            say "kubelet flags changed to '$KUBELET_FLAGS': restarting the kubelet"
+            stop_pid kubelet
+            rm -f "$DIR/kubelet/cpu_manager_state" "$DIR/kubelet/memory_manager_state"
+            cmd_kubelet_start
+        fi
         say "already running"
         echo "$KUBECONFIG_PATH"
         return 0
@@ -393,7 +412,9 @@ cmd_up() {
     cmd_down >/dev/null
     local t
     mkdir -p "$RUN" "$DIR/logs"
+    POD_ROUTES=", \"routes\": [{\"dst\": \"$SERVICE_IP/32\"}]"
     write_configs
+    echo "$POD_CIDR" >"$RUN/pod-cidr"
     t=$SECONDS
     # The API server reaches the kubelet (logs, exec) at the node's InternalIP, where the
     # kubelet listens; by default it would try the host name first, which resolves to loopback.
@@ -507,9 +528,23 @@ cmd_tag() { # IMAGE NEW
 }
 
 start_kubelet() { # KUBECONFIG
+    echo "$KUBELET_FLAGS" >"$RUN/kubelet-flags"
+    # shellcheck disable=SC2086  # extra flags split on purpose
     PATH="$CONTAINERD_BIN:$PATH" start kubelet "$KUBE_BIN/kubelet" --config "$DIR/kubelet.yaml" \
         --kubeconfig "$1" --root-dir "$DIR/kubelet" --node-ip "$NODE_IP" \
-        --hostname-override "$NODE_NAME" -v 2
+        --hostname-override "$NODE_NAME" -v 2 $KUBELET_FLAGS
+}
+
+cmd_kubelet_stop() { stop_pid kubelet; }
+
+cmd_kubelet_start() {
+    local t=$SECONDS
+    pid_alive kubelet && die "kubelet-start: the kubelet runs already"
+    start_kubelet "$KUBECONFIG_PATH"
+    # The Node stays Ready for a while after its kubelet stopped: the kubelet's own health first.
+    wait_until 120 "the kubelet healthy" kubelet_healthy
+    wait_until 120 "node $NODE_NAME Ready" node_ready
+    say "kubelet started${KUBELET_FLAGS:+ with $KUBELET_FLAGS}, node Ready in $((SECONDS - t)) s"
 }
 
 kubelet_healthy() { curl -sf "http://127.0.0.1:$((KUBELET_PORT - 2))/healthz"; }
@@ -654,6 +689,7 @@ RUNTIME_SOCKET=$SOCK
 CLUSTER_DIR=$DIR
 NODE_NAME=$NODE_NAME
 NODE_IP=$NODE_IP
+POD_CIDR=$POD_CIDR
 KUBELET_ROOT=$DIR/kubelet
 NRI_SOCKET=$NRI_SOCKET
 FEATURE_GATES=$FEATURE_GATES
@@ -670,6 +706,8 @@ case "${1:-}" in
     tag) cmd_tag "${2:-}" "${3:-}" ;;
     missing) missing ;;
     node) cmd_node ;;
+    kubelet-stop) cmd_kubelet_stop ;;
+    kubelet-start) cmd_kubelet_start ;;
     image-disk) cmd_image_disk "${2:-}" ;;
-    *) die "usage: cluster.sh up|down|status|env|runtime|tag IMAGE NEW|node|image-disk FILE" ;;
+    *) die "usage: cluster.sh up|down|status|env|runtime|tag IMAGE NEW|kubelet-stop|kubelet-start|node|image-disk FILE" ;;
 esac

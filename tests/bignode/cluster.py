@@ -209,13 +209,16 @@ class GuestCluster(Cluster):
             }
         )
         self.guest = guest
+        self.api_port = int(os.environ.get("DRACPU_E2E_API_PORT", "17080"))
         self._online: CPUSet | None = None
         self._views: dict[str, dict[str, Any]] | None = None
         self.down = False  # bring_down ran
         self.egress_proxy: subprocess.Popen[bytes] | None = None
 
     def chart_values(self, *extra: str) -> list[str]:
-        return super().chart_values(*SLOW_NODE_VALUES, *extra)
+        # The guest's driver stays on the host network, its api on a port of its own.
+        host_network = ("hostNetwork=true", f"api.port={self.api_port}")
+        return super().chart_values(*SLOW_NODE_VALUES, *host_network, *extra)
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         if args[:1] != ("get",):

@@ -3,7 +3,7 @@ its `# chart:` line names, and the pod's claimed container checked against its `
 line from the kernel: /proc/<pid>/status of the container's process and the node's /sys.
 
 What the cluster changes in each file, and why:
-- the pod gets `hostNetwork: true` (the cluster has no pod network), the cluster's busybox image
+- the pod gets `hostNetwork: true` (as every test pod here), the cluster's busybox image
   with `imagePullPolicy: Never` (no registry), a toleration of every taint and a short grace
   period (tests/harness/cluster.py `pod_manifest` does the same);
 - a claim bigger than the node's largest device (2 CPUs here, one of them the shared pool's

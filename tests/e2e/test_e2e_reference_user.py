@@ -78,7 +78,7 @@ def reference_install(
     values = tmp_path_factory.mktemp("reference") / "values.yaml"
     values.write_text(yaml.safe_dump(REFERENCE_VALUES))
     with step("helm upgrade with the reference chart's values"):
-        # The cluster's own settings (host network, kubelet root, ...) as --set, and the
+        # The cluster's own settings (kubelet root, NRI socket, ...) as --set, and the
         # image pointed at ours: an empty repository is each service's local image.
         driver.helm(
             "upgrade",

@@ -15,9 +15,9 @@ What the cluster changes, and why:
 - step 2's `<node>` is this cluster's node, which gets the label the page's `nodeSelector` asks
   for;
 - `my-values.yaml` holds this cluster's chart settings (tests/harness/cluster.py
-  `chart_values`: host network, kubelet root, NRI socket, state dir, local images);
+  `chart_values`: kubelet root, NRI socket, state dir, local images);
 - the example of step 5 is scaled to the node's largest device (2 CPUs here), its pod gets
-  `hostNetwork: true` (this cluster has no pod network), and its `busybox:1.36` is the
+  `hostNetwork: true` (as every test pod here), and its `busybox:1.36` is the
   cluster's busybox image tagged with that name (no registry either)."""
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ class Cluster:
         self.nri_socket = env["NRI_SOCKET"]
         self.runtime = env.get("RUNTIME", "containerd")  # DRACPU_RUNTIME of tools/cluster.sh
         self.state_dir = self.dir / "dracpu-state"
-        self.api_port = int(os.environ.get("DRACPU_E2E_API_PORT", "17080"))
+        self.api_port = 8080  # the chart's default (healthzPort), on the pod's own IP
         self.helm_bin = str(ROOT / ".tools/bin/helm")
         chart = (ROOT / "helm/dra-driver-cpu/Chart.yaml").read_text()
         found = re.search(r'^appVersion: "([^"]+)"', chart, flags=re.MULTILINE)
@@ -200,12 +200,10 @@ class Cluster:
         )
 
     def chart_values(self, *extra: str) -> list[str]:
-        """The chart's settings for this node: host network (no pod network here), the
-        kubelet root, NRI socket and state dir of this cluster, the images imported into
-        containerd and never pulled."""
+        """The chart's settings for this node: the kubelet root, NRI socket and state dir of
+        this cluster, the images imported into the runtime and never pulled. Nothing else: the
+        driver runs with the chart's defaults, on the pod network (tools/cluster.sh)."""
         values = [
-            "hostNetwork=true",
-            f"api.port={self.api_port}",
             "imagePullPolicy=Never",
             f"kubeletRootDir={self.kubelet_root}",
             f"nriPlugin.nriSocket={self.nri_socket}",

@@ -9,5 +9,6 @@ COMMANDS = {
     "health": "dracpu.core.healthcheck:main",
     "introspect": "dracpu.core.introspect:main",
     "simulate": "dracpu.allocator.simulate:main",
+    "uninstall-check": "dracpu.dra_plugin.uninstall_check:main",
     "validate": "dracpu.allocator.validate:main",
 }

@@ -10,7 +10,8 @@ the merge the cluster folder does too: entries keyed by (driver, pool, device, s
 owned by the field manager that applied it; without `force` an entry another manager owns is
 refused with 409); `metadata.uid` is a
 precondition; entries for devices the claim was not allocated, more than 8 conditions or more
-than 10 KiB of data are refused (422). Discovery of the resource.k8s.io group (its versions
+than 10 KiB of data are refused (422). Lists of every claim and of pods (filtered on
+`status.phase!=` only). Discovery of the resource.k8s.io group (its versions
 settable), server-side dry runs of slice creates (answered, never stored) and Events created
 in a namespace (kept in a list, or refused with a set answer). Optionally over TLS (a
 server-side SSL context), recording each request's bearer token and client certificate name.
@@ -48,6 +49,7 @@ class Store:
         self.lock = threading.Lock()
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}  # by UID: listed only (the uninstall check)
         self.slices: dict[str, dict[str, Any]] = {}
         self.versions = itertools.count(1)
         self.version = 0
@@ -205,6 +207,13 @@ class Handler(BaseHTTPRequestHandler):
         s.credentials.append((self.headers.get("Authorization", ""), self._peer_name()))
         if s.require_token and self.headers.get("Authorization") != s.require_token:
             return self._send(401, _status(401, "Unauthorized", "Unauthorized"))
+        if method == "GET" and url.path == "/apis/resource.k8s.io/v1/resourceclaims":
+            return self._send(200, _list("ResourceClaimList", s.claims.values()))
+        if method == "GET" and url.path == "/api/v1/pods":
+            selector = parse_qs(url.query).get("fieldSelector", [""])[0]
+            excluded = {t.split("!=", 1)[1] for t in selector.split(",") if "status.phase!=" in t}
+            pods = [p for p in s.pods.values() if p["status"].get("phase") not in excluded]
+            return self._send(200, _list("PodList", pods))
         if method == "GET" and url.path.startswith("/apis/resource.k8s.io/v1/namespaces/"):
             key = (parts[4], parts[6])
             if key in s.claims:
@@ -474,3 +483,7 @@ def fake_apiserver(
             store.changed.notify_all()
         server.shutdown()
         server.server_close()
+
+
+def _list(kind: str, items: Any) -> dict[str, Any]:
+    return {"kind": kind, "apiVersion": "v1", "metadata": {}, "items": list(items)}

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +64,17 @@ class RenderError(Exception):
 
 @dataclass
 class Rendered:
-    """The objects of one `helm template`, with lookups the assertions need."""
+    """The objects of one `helm template`, with lookups the assertions need: the release's
+    `objects`, and apart from them its `hooks` (objects helm creates only around an install,
+    upgrade or uninstall: the uninstall check)."""
 
     objects: list[dict[str, Any]]
+    hooks: list[dict[str, Any]] = field(default_factory=list)
+
+    def hook(self, kind: str) -> dict[str, Any]:
+        found = [obj for obj in self.hooks if obj["kind"] == kind]
+        assert len(found) == 1, f"expected one {kind} hook, got {len(found)}"
+        return found[0]
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [obj for obj in self.objects if obj["kind"] == kind]
@@ -136,7 +144,15 @@ def render(
         )
     if result.returncode != 0:
         raise RenderError(result.stderr)
-    return Rendered([obj for obj in yaml.safe_load_all(result.stdout) if obj])
+    everything = [obj for obj in yaml.safe_load_all(result.stdout) if obj]
+    return Rendered(
+        [obj for obj in everything if not _is_hook(obj)],
+        [obj for obj in everything if _is_hook(obj)],
+    )
+
+
+def _is_hook(obj: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in ((obj.get("metadata") or {}).get("annotations") or {})
 
 
 def notes(helm: Path, values: dict[str, Any] | None = None) -> str:

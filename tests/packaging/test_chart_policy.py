@@ -130,6 +130,7 @@ HOST_PATHS = {
     "topology": {"/sys"},
     "allocator": {"/var/lib/dracpu", "/var/run/cdi"},
     "dra-plugin": {
+        "/var/lib/kubelet",  # read-only: the CPU and Memory Managers' checkpoints
         "/var/lib/kubelet/plugins/dra.cpu",
         "/var/lib/kubelet/plugins_registry/dra.cpu",
         "/var/run/cdi",
@@ -147,7 +148,7 @@ def test_host_paths_are_only_where_needed(default: Rendered, name: str) -> None:
         volume = default.volume(mount["name"])
         if "hostPath" in volume:
             host_paths.add(volume["hostPath"]["path"])
-            if volume["hostPath"]["path"] in ("/sys", "/var/run/nri"):
+            if volume["hostPath"]["path"] in ("/sys", "/var/run/nri", "/var/lib/kubelet"):
                 assert mount["readOnly"] is True, f"{volume['hostPath']['path']} must be read-only"
     assert host_paths == HOST_PATHS[name]
 
@@ -425,3 +426,59 @@ def test_notes_warn_loudly_that_host_network_drops_the_network_policy(helm: Path
     assert "WARNING" not in notes(
         helm, {"hostNetwork": True, "api": {"networkPolicy": {"enabled": False}}}
     )
+
+
+# ---- the uninstall check (a pre-delete hook) -------------------------------------------------
+
+
+def test_the_uninstall_check_is_a_pre_delete_job_in_the_dra_plugins_image(
+    default: Rendered,
+) -> None:
+    assert sorted(obj["kind"] for obj in default.hooks) == [
+        "ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"
+    ]  # fmt: skip
+    for obj in default.hooks:
+        annotations = obj["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-delete"
+        # Kept after a refusal (with the Job's log) until the next attempt replaces it.
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        assert kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    job = default.hook("Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook-output-log-policy"] == "hook-failed"
+    assert job["spec"]["backoffLimit"] == 0
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["dracpu", "uninstall-check"]
+    assert container["image"] == default.container("dra-plugin")["image"]
+    assert pod["serviceAccountName"] == default.hook("ServiceAccount")["metadata"]["name"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # Not one of the driver's pods to the DaemonSet, the NetworkPolicy or a monitor.
+    selector = default.one("DaemonSet")["spec"]["selector"]["matchLabels"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert not all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_the_uninstall_checks_account_lists_claims_and_pods_only(default: Rendered) -> None:
+    rules = default.hook("ClusterRole")["rules"]
+    granted = {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == {("resource.k8s.io", "resourceclaims", "list"), ("", "pods", "list")}
+    binding = default.hook("ClusterRoleBinding")
+    account = default.hook("ServiceAccount")
+    assert binding["roleRef"]["name"] == default.hook("ClusterRole")["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"],
+         "namespace": account["metadata"]["namespace"]}
+    ]  # fmt: skip
+    assert account["metadata"]["name"] != default.one("ServiceAccount")["metadata"]["name"]
+
+
+def test_the_uninstall_check_can_be_turned_off(helm: Path) -> None:
+    assert render(helm, {"uninstallCheck": {"enabled": False}}).hooks == []

@@ -53,10 +53,19 @@ def test_mounts_are_least_privilege(helm: Path) -> None:
     # driver's own one is mounted, not every plugin's registration socket.
     assert host["kubelet-plugins-registry"] == "/var/lib/kubelet/plugins_registry/dra.cpu"
     assert not any(
-        path
-        in ("/var/lib/kubelet", "/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry")
+        path in ("/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry")
         for path in host.values()
     ), host
+    # The kubelet's root itself only read-only and in the dra-plugin alone: the CPU and Memory
+    # Managers' checkpoints at its top, which the kubelet replaces by rename (a file mount
+    # would keep showing the old one).
+    roots = [
+        (container["name"], mount.get("readOnly"))
+        for container in pod["containers"]
+        for mount in container["volumeMounts"]
+        if host.get(mount["name"]) == "/var/lib/kubelet"
+    ]
+    assert roots == [("dra-plugin", True)]
     nri = next(c for c in pod["containers"] if c["name"] == "nri-plugin")
     [mount] = [m for m in nri["volumeMounts"] if m["name"] == "nri"]
     assert mount["readOnly"] is True

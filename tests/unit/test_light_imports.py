@@ -50,6 +50,7 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
         pytest.param(["introspect", "--help"], id="introspect-help"),
         pytest.param(["introspect", "metrics"], id="introspect-metrics"),
         pytest.param(["health", "--help"], id="health-help"),
+        pytest.param(["uninstall-check", "--help"], id="uninstall-check-help"),
         pytest.param(["dev", "--help"], id="dev-help"),
         pytest.param(["dev", "up", "--help"], id="dev-up-help"),
         pytest.param(["dev", "claim", "--help"], id="dev-claim-help"),

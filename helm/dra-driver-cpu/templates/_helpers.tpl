@@ -316,3 +316,14 @@ relabelings:
     targetLabel: node
     action: replace
 {{- end }}
+
+{{/* Labels and hook annotations of the uninstall check's objects (dict "root" "weight"). */}}
+{{- define "dracpu.uninstallCheckMeta" -}}
+labels:
+  {{- include "dracpu.labels" .root | nindent 2 }}
+  app.kubernetes.io/component: uninstall-check
+annotations:
+  helm.sh/hook: pre-delete
+  helm.sh/hook-weight: {{ .weight | quote }}
+  helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}

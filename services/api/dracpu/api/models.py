@@ -123,9 +123,13 @@ class RuntimeConnection(Model):
 
 class Prerequisite(Model):
     service: str = Field(
-        description="who checks it: dra-plugin (the API server) or nri-plugin (the runtime)"
+        description="who checks it: dra-plugin (the API server and the kubelet's CPU and Memory "
+        "Managers) or nri-plugin (the runtime)"
     )
-    name: str = Field(description="resource.k8s.io/v1, DRAConsumableCapacity, NRI or CDI")
+    name: str = Field(
+        description="resource.k8s.io/v1, DRAConsumableCapacity, cpuManagerPolicy, "
+        "memoryManagerPolicy, NRI or CDI"
+    )
     ok: bool
     message: str = Field(
         description="one line: what is missing and how to turn it on; when ok, what was found"

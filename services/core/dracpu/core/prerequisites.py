@@ -26,6 +26,9 @@ CONSUMABLE_CAPACITY = "DRAConsumableCapacity"
 DEVICE_TAINTS = "DRADeviceTaints"
 NRI = "NRI"
 CDI = "CDI"
+# The kubelet's settings whose policies place containers themselves (the dra-plugin reads them).
+CPU_MANAGER = "cpuManagerPolicy"
+MEMORY_MANAGER = "memoryManagerPolicy"
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from dracpu.dra_plugin.kubelet.health import DeviceHealth
 from dracpu.dra_plugin.kubelet.metadata import MetadataWriter
 from dracpu.dra_plugin.kubelet.node_service import NodeService
 from dracpu.dra_plugin.kubelet.registration import PluginRegistration
+from dracpu.dra_plugin.kubelet.resource_managers import ResourceManagers
 from dracpu.dra_plugin.paths import KubeletPaths
 from dracpu.dra_plugin.publishing.publisher import SlicePublisher
 from dracpu.dra_plugin.publishing.slice_watch import SliceWatch
@@ -116,9 +117,9 @@ def _build(args: argparse.Namespace) -> Plugin:
 
     metrics = PluginMetrics()
     events = PodEvents(api, PodIdentity.from_env(), node)
+    verdicts = Prerequisites(on_change=lambda v: events.report("dra-plugin", v))
     checks = None
     if api is not None:
-        verdicts = Prerequisites(on_change=lambda v: events.report("dra-plugin", v))
         checks = APIPrerequisites(api, verdicts, driver=DRIVER_NAME, node=node)
     features = FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name))
     allocator = AllocatorClient(args.allocator_socket, deadline=ALLOCATOR_DEADLINE)
@@ -150,6 +151,7 @@ def _build(args: argparse.Namespace) -> Plugin:
         watch=watch,
         features=features,
         prerequisites=checks,
+        resource_managers=ResourceManagers(paths.root, verdicts),
     )
     return Plugin(
         node=node,

@@ -28,7 +28,7 @@ from dracpu.dra_plugin.kubelet.health import DeviceHealth
 from dracpu.dra_plugin.kubelet.node_service import NodeService, PrepareOutcome
 from dracpu.dra_plugin.kubelet.registration import PluginRegistration
 from dracpu.dra_plugin.paths import KubeletPaths
-from dracpu.dra_plugin.publishing.publisher import SlicePublisher
+from dracpu.dra_plugin.publishing.publisher import SlicePublisher, verdicts
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
 from dracpu.pb.kubelet.dra.v1 import api_pb2 as v1
 from dracpu.pb.kubelet.dra.v1 import api_pb2_grpc as v1_grpc
@@ -219,7 +219,6 @@ class PluginView(dra_plugin_pb2_grpc.DRAPluginViewServicer):  # type: ignore[mis
         reg = self.registration.state
         pub = self.publisher.state
         writer = self.status.state if self.status is not None else None
-        checks = self.publisher.prerequisites
         return dra_plugin_pb2.PluginStatus(
             node_name=self.node,
             registered=reg.registered,
@@ -246,5 +245,5 @@ class PluginView(dra_plugin_pb2_grpc.DRAPluginViewServicer):  # type: ignore[mis
             claim_status_pending=len(writer.pending) if writer else 0,
             claim_status_written=writer.written if writer else 0,
             last_claim_status_error=writer.last_error if writer else "",
-            prerequisites=checks.prerequisites.protos() if checks is not None else [],
+            prerequisites=[p.to_proto() for p in verdicts(self.publisher)],
         )

@@ -281,6 +281,11 @@ class KubernetesAPI:
         version = str((result.get("metadata") or {}).get("resourceVersion") or "")
         return list(result.get("items") or []), version
 
+    async def list_all(self, path: str, what: str, field_selector: str = "") -> list[Object]:
+        """The objects of the collection at `path` (every namespace), by a field selector."""
+        params = {"fieldSelector": field_selector} if field_selector else None
+        return list((await self._call("GET", path, what, params=params)).get("items") or [])
+
     async def create_slice(self, obj: Mapping[str, Any]) -> Object:
         return await self._call("POST", SLICES, "create resourceslice", body=obj)
 

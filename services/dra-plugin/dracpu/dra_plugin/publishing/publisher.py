@@ -11,11 +11,13 @@ The Node's UID is the slices' owner (they are garbage-collected with it). It is 
 whenever someone else deleted our slices (the garbage collector does when the Node was
 recreated), at each resync, and every OWNER_RETRY seconds while there is no Node; a new UID is
 written into every slice. Fields the API server lacks are left out once it shows it lacks them
-(`cluster.api_features`); nothing is published while the API server lacks what the devices need
-(`cluster.api_prerequisites`). Devices the node cannot give carry the driver's taints
-(`publishing.taints`), unless the server drops taints. Failures and write conflicts are retried
-with exponential backoff. Slices are left in place at shutdown: the kubelet wipes them once the
-driver has been gone for 30 s (PROTOCOLS.md §1.5).
+(`cluster.api_features`); nothing is published while the API server lacks what the devices
+need (`cluster.api_prerequisites`), nor while the kubelet's own CPU or Memory Manager places
+containers (`kubelet.resource_managers`, read again at every poll: slices already written are
+then deleted, and published again once the kubelet runs neither). Devices the node cannot give
+carry the driver's taints (`publishing.taints`), unless the server drops taints. Failures and
+write conflicts are retried with exponential backoff. Slices are left in place at shutdown: the
+kubelet wipes them once the driver has been gone for 30 s (PROTOCOLS.md §1.5).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.core.prerequisites import DEVICE_TAINTS as TAINTS_VERDICT
+from dracpu.core.prerequisites import Prerequisite
 from dracpu.core.retry import Backoff
 from dracpu.dra_plugin.cluster.api_features import DEVICE_TAINTS, FeatureSupport, MissingFeature
 from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
@@ -41,6 +44,7 @@ from dracpu.dra_plugin.common.intervals import (
     WATCH_RESYNC_INTERVAL,
 )
 from dracpu.dra_plugin.common.waits import wait_set
+from dracpu.dra_plugin.kubelet.resource_managers import ResourceManagers
 from dracpu.dra_plugin.publishing.slice_watch import SliceWatch
 from dracpu.dra_plugin.publishing.slices import Owner, Plan, chunk_documents, device_json, plan
 from dracpu.dra_plugin.publishing.taints import tainted
@@ -80,6 +84,7 @@ class SlicePublisher:
         features: FeatureSupport | None = None,
         owner_retry: float = OWNER_RETRY,
         prerequisites: APIPrerequisites | None = None,
+        resource_managers: ResourceManagers | None = None,
     ) -> None:
         self.driver = driver
         self.node = node
@@ -93,6 +98,7 @@ class SlicePublisher:
         self.features = features or FeatureSupport()
         self.owner_retry = owner_retry
         self.prerequisites = prerequisites
+        self.resource_managers = resource_managers
         self.state = PublishState()
         self._owner: Owner | None = None
         self._owner_read_at: float | None = None
@@ -121,6 +127,10 @@ class SlicePublisher:
         backoff = Backoff(initial=1.0, maximum=MAX_BACKOFF)
         while True:
             try:
+                if not self._kubelet_allows():
+                    await self._withdraw()
+                    await asyncio.sleep(self.poll_interval)
+                    continue
                 devices = await self.allocator.list_devices(LIST_DEVICES_DEADLINE)
                 fingerprint = devices.SerializeToString(deterministic=True)
                 now = time.monotonic()
@@ -169,6 +179,27 @@ class SlicePublisher:
         missing = [p.message for p in checks.prerequisites.all() if not p.ok]
         self.state.last_error = "; ".join(missing) or "the API server's prerequisites unknown"
         return False
+
+    def _kubelet_allows(self) -> bool:
+        """Whether the kubelet leaves containers' cpusets to this driver; when it does not,
+        the next allowed round publishes whatever changed meanwhile."""
+        managers = self.resource_managers
+        if managers is None or managers.allow_publishing():
+            return True
+        self.state.last_error = "; ".join(managers.missing())
+        self._again = True
+        return False
+
+    async def _withdraw(self) -> None:
+        """Delete the node's slices (claims already prepared keep their CPUs)."""
+        existing = await self._existing()
+        if not existing:
+            return
+        await self._apply(Plan(generation=0, delete=list(existing)))
+        log.info(2, "ResourceSlices withdrawn while the kubelet places containers itself",
+                 pool=self.node, deleted=len(existing))  # fmt: skip
+        self.state.slice_count = 0
+        self._fingerprint = b""
 
     def _slices_changed(self) -> bool:
         return self.watch is not None and self.watch.changed.is_set()
@@ -313,3 +344,12 @@ class SlicePublisher:
 def _devices(obj: Object) -> list[dict[str, Any]]:
     spec = obj.get("spec") or {}
     return list(spec.get("devices") or []) if isinstance(spec, dict) else []
+
+
+def verdicts(publisher: SlicePublisher) -> list[Prerequisite]:
+    """Every prerequisite judged before publishing: the API server's and the kubelet's."""
+    found: dict[str, Prerequisite] = {}
+    for source in (publisher.prerequisites, publisher.resource_managers):
+        if source is not None:
+            found.update((p.name, p) for p in source.prerequisites.all())
+    return [found[name] for name in sorted(found)]
