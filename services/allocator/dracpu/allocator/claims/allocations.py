@@ -366,4 +366,5 @@ def complete_recovered(
         recovered=False,
         memory_nodes=memory_nodes(state, config, tuple(allocations), claimed_nodes),
         memory=amounts,
+        shares_pool=rules.shared_pool(config, (a.request for a in allocations)),
     )

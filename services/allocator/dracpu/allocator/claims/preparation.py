@@ -15,6 +15,7 @@ from dracpu.allocator.claims.allocations import (
 from dracpu.allocator.claims.memory import wanted
 from dracpu.allocator.claims.model import ClaimRecord, PrepareInput
 from dracpu.allocator.claims.ownership import pod_not_allowed
+from dracpu.allocator.claims.rules import shared_pool
 from dracpu.allocator.claims.state import NodeState
 from dracpu.allocator.domain import opaque
 from dracpu.core.cpuset import CPUSet
@@ -132,6 +133,7 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
                 prepared_at_ns=now_ns,
                 memory_nodes=memory,
                 memory=amounts,
+                shares_pool=shared_pool(config, (a.request for a in allocations)),
             ),
             request,
         )

@@ -10,6 +10,7 @@ were read there; an entry no rule reads (one for another request) is never refus
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dracpu.allocator.algorithm import Policy
@@ -23,6 +24,8 @@ from dracpu.allocator.domain.opaque import (
     ClaimParameters,
     ParsedConfig,
 )
+from dracpu.allocator.domain.shared_pool import DEFAULT as DEFAULT_SHARED_POOL
+from dracpu.allocator.domain.shared_pool import SharedPool
 from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
@@ -57,7 +60,7 @@ def _matching(config: ClaimConfig, request: str) -> list[ParsedConfig]:
 
 
 def _placing(config: ClaimConfig, request: str) -> list[ParsedConfig]:
-    return [c for c in _matching(config, request) if not _checked(c).memory_only]
+    return [c for c in _matching(config, request) if not _checked(c).leaves_cpus]
 
 
 def explicit_cpuset(config: ClaimConfig, request: str) -> CPUSet:
@@ -140,12 +143,13 @@ def isolation_preference(config: ClaimConfig, request: str) -> Isolation | None:
 
 def refuse_policy(config: ClaimConfig, request: str) -> None:
     """Individual mode: the scheduler chose the CPUs; any config for them is a mistake, except
-    one that only sets the memory placement."""
+    one that only sets the memory placement or the shared pool."""
     for entry in _matching(config, request):
-        if not _checked(entry).memory_only:
+        if not _checked(entry).leaves_cpus:
             raise InvalidInputError(
                 f"opaque config: request {request!r}: individual CPU devices take no "
-                "configuration but cpuConfig.memoryPlacement (the scheduler chose the CPUs)"
+                "configuration but cpuConfig.memoryPlacement and cpuConfig.sharedPool (the "
+                "scheduler chose the CPUs)"
             )
 
 
@@ -163,6 +167,24 @@ def memory_placement(
             if value is not None:
                 return value
     return default
+
+
+def shared_pool(config: ClaimConfig, requests: Iterable[str]) -> bool:
+    """Whether the claim's container runs on the shared pool too: some result's request has
+    `cpuConfig.sharedPool: include` (the claim's config over the class's, the first of either
+    that sets it; unset is `exclude`). One container has one cpuset, so one result asking
+    for the pool gives it to all of the claim's CPUs' container."""
+    for request in requests:
+        matching = _matching(config, request)
+        chosen: SharedPool = DEFAULT_SHARED_POOL
+        for entry in sorted(matching, key=lambda e: e.source != FROM_CLAIM):
+            value = _checked(entry).shared_pool
+            if value is not None:
+                chosen = value
+                break
+        if chosen == "include":
+            return True
+    return False
 
 
 def describe_policy(policy: Policy) -> str:
