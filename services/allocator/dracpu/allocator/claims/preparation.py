@@ -15,7 +15,6 @@ from dracpu.allocator.claims.allocations import (
 from dracpu.allocator.claims.memory import wanted
 from dracpu.allocator.claims.model import ClaimRecord, PrepareInput
 from dracpu.allocator.claims.ownership import pod_not_allowed
-from dracpu.allocator.claims.rules import shared_pool
 from dracpu.allocator.claims.state import NodeState
 from dracpu.allocator.domain import opaque
 from dracpu.core.cpuset import CPUSet
@@ -119,7 +118,7 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
     if confirmed is not None:
         record = replace(confirmed, prepared_at_ns=now_ns)
     else:
-        allocations, memory, amounts = allocate(state, request, config)
+        allocations, memory, amounts, shares_pool = allocate(state, request, config)
         cpus = CPUSet()
         for allocation in allocations:
             cpus = cpus | allocation.cpus
@@ -133,7 +132,7 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
                 prepared_at_ns=now_ns,
                 memory_nodes=memory,
                 memory=amounts,
-                shares_pool=shared_pool(config, (a.request for a in allocations)),
+                shares_pool=shares_pool,
             ),
             request,
         )

@@ -25,7 +25,6 @@ from dracpu.allocator.domain.opaque import (
     ParsedConfig,
 )
 from dracpu.allocator.domain.shared_pool import DEFAULT as DEFAULT_SHARED_POOL
-from dracpu.allocator.domain.shared_pool import SharedPool
 from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
@@ -169,22 +168,25 @@ def memory_placement(
     return default
 
 
-def shared_pool(config: ClaimConfig, requests: Iterable[str]) -> bool:
-    """Whether the claim's container runs on the shared pool too: some result's request has
-    `cpuConfig.sharedPool: include` (the claim's config over the class's, the first of either
-    that sets it; unset is `exclude`). One container has one cpuset, so one result asking
-    for the pool gives it to all of the claim's CPUs' container."""
-    for request in requests:
-        matching = _matching(config, request)
-        chosen: SharedPool = DEFAULT_SHARED_POOL
-        for entry in sorted(matching, key=lambda e: e.source != FROM_CLAIM):
+def includes_pool(config: ClaimConfig, request: str) -> bool:
+    """`cpuConfig.sharedPool` for `request` is `include`: the claim's config over the class's
+    (the first of either that sets it); unset is `exclude`."""
+    matching = _matching(config, request)
+    for source in (FROM_CLAIM, FROM_CLASS):
+        for entry in matching:
+            if entry.source != source:
+                continue
             value = _checked(entry).shared_pool
             if value is not None:
-                chosen = value
-                break
-        if chosen == "include":
-            return True
-    return False
+                return value == "include"
+    return DEFAULT_SHARED_POOL == "include"
+
+
+def shared_pool(config: ClaimConfig, requests: Iterable[str]) -> bool:
+    """Whether the claim's container runs on the shared pool too: some result's request
+    includes it. One container has one cpuset, so one result asking for the pool gives it to
+    the container of all the claim's CPUs."""
+    return any(includes_pool(config, request) for request in requests)
 
 
 def describe_policy(policy: Policy) -> str:
@@ -210,6 +212,7 @@ class RequestConfig:
     # The placement as records and logs spell it: "" for the scheduler's own choice,
     # `explicit` for the claim's cpuset, the policy (`packed+full-pcpus+isolated-prefer`).
     described: str = ""
+    shared_pool: bool = False  # `cpuConfig.sharedPool: include`
 
 
 def request_config(
@@ -223,15 +226,23 @@ def request_config(
     of the first rule it breaks, or what it asks for when `chooser` chooses the CPUs."""
     if chooser == "scheduler":
         refuse_policy(config, request)
-        return RequestConfig(memory_placement(config, request, default_memory))
+        memory = memory_placement(config, request, default_memory)
+        return RequestConfig(memory, shared_pool=includes_pool(config, request))
     if chooser == "claim":
         cpuset = explicit_cpuset(config, request)
         memory = memory_placement(config, request, default_memory)
-        return RequestConfig(memory, cpuset=cpuset, described="explicit")
+        shared = includes_pool(config, request)
+        return RequestConfig(memory, cpuset=cpuset, described="explicit", shared_pool=shared)
     policy = placement_policy(config, request, threads_per_core)
     described = describe_policy(policy)
     isolation = isolation_preference(config, request)
     if isolation:
         described = f"{described}+isolated-{isolation}"
     memory = memory_placement(config, request, default_memory)
-    return RequestConfig(memory, policy=policy, isolation=isolation, described=described)
+    return RequestConfig(
+        memory,
+        policy=policy,
+        isolation=isolation,
+        described=described,
+        shared_pool=includes_pool(config, request),
+    )
