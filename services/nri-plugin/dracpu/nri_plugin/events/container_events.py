@@ -120,8 +120,11 @@ class ContainerEvents:
                 if sharing:
                     # Its claims' CPUs and the pool as it is now; pool pushes follow the pool.
                     record = replace(record, own=cpus, cpus=cpus | pool)
-                    env = [api_pb2.KeyValue(key=shared_cpuset_env_name(uid), value=pool.format())
-                           for uid in sharing]  # fmt: skip
+                    shown = pool.format()
+                    env = [
+                        api_pb2.KeyValue(key=shared_cpuset_env_name(uid), value=shown)
+                        for uid in sharing
+                    ]
                 log.info(
                     2,
                     "pinned container",
