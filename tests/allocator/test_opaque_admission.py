@@ -64,7 +64,11 @@ def test_every_case_gets_its_verdict_and_field_from_the_driver(case: OpaqueCase)
         pytest.param(config(colour="blue"),
                      "opaque config: unknown field 'cpuConfig.colour' (known fields of cpuConfig: "
                      "cpuset, strategy, fullPCPUsOnly, distributeAcrossNUMA, groupSize, "
-                     "alignUncoreCache, isolated, memoryPlacement)", id="no-near-key-lists-all"),
+                     "alignUncoreCache, isolated, memoryPlacement, sharedPool)",
+                     id="no-near-key-lists-all"),
+        pytest.param(config(sharedPool="both"),
+                     "opaque config: cpuConfig.sharedPool: 'both' is not one of include, exclude",
+                     id="shared-pool-names-the-field-and-its-values"),
         pytest.param({"apiVersion": "v1alpha1", "cpuconfig": {}},
                      "opaque config: unknown field 'cpuconfig' (did you mean 'cpuConfig'?)",
                      id="top-level-letter-case"),
@@ -114,11 +118,12 @@ def test_the_field_specs_are_read_from_the_schema() -> None:
     specs = {s.key: s for s in CPU_CONFIG}
     assert list(specs) == [
         "cpuset", "strategy", "fullPCPUsOnly", "distributeAcrossNUMA",
-        "groupSize", "alignUncoreCache", "isolated", "memoryPlacement",
+        "groupSize", "alignUncoreCache", "isolated", "memoryPlacement", "sharedPool",
     ]  # fmt: skip
     assert specs["strategy"].choices == ("packed", "spread")
     assert specs["isolated"].choices == ("prefer", "require", "avoid")
     assert specs["memoryPlacement"].choices == ("local", "none")
+    assert specs["sharedPool"].choices == ("include", "exclude")
     assert (specs["groupSize"].kind, specs["groupSize"].minimum) == ("integer", 1)
     assert specs["fullPCPUsOnly"].kind == "boolean" and specs["cpuset"].kind == "string"
     # The shape checks name the schema's one object and its cpuset as the schema spells them.

@@ -1,8 +1,10 @@
 """From the allocator's claim record to the API's ClaimView (rpc.wire.claim_to_proto, then
-translate.claim), as a property: every field the view shows is the record's."""
+translate.claim), as a property: every field the view shows is the record's; and what a
+container's view says it runs on."""
 
 from __future__ import annotations
 
+import pytest
 from harness.claim_records import claim_records
 from hypothesis import HealthCheck, given, settings
 
@@ -10,6 +12,7 @@ from dracpu.allocator.claims import ClaimRecord
 from dracpu.allocator.rpc.wire import claim_to_proto
 from dracpu.api import translate
 from dracpu.core.driver import cdi_device_id
+from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -26,6 +29,7 @@ def test_a_claims_view_shows_its_record(record: ClaimRecord) -> None:
     assert view.policy == (record.policy or ("recovered" if record.recovered else ""))
     assert view.cdi_device_id == cdi_device_id(record.uid)
     assert view.memory_nodes == record.memory_nodes.format()
+    assert view.shared_pool == ("include" if record.shares_pool else "exclude")
     assert [(m.numa_node, m.kind, m.bytes) for m in view.memory] == [
         (m.node, m.kind, m.bytes) for m in record.memory
     ]
@@ -47,3 +51,31 @@ def test_a_claims_view_shows_its_record(record: ClaimRecord) -> None:
             record.container_id, record.owner.pod_uid, record.owner.container_name)  # fmt: skip
         assert (owner.pod_namespace, owner.pod_name) == (
             record.owner.pod_namespace, record.owner.pod_name)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("claims", "exclusive", "claimed_cpus", "runs_on"),
+    [
+        (["uid-a"], True, "", "claimed"),
+        (["uid-a"], True, "2-3", "claimed + shared"),
+        ([], False, "", "shared"),
+    ],
+    ids=["claimed", "claimed-and-shared", "shared"],
+)
+def test_a_containers_view_says_what_it_runs_on(
+    claims: list[str], exclusive: bool, claimed_cpus: str, runs_on: str
+) -> None:
+    reply = nri_plugin_pb2.ContainerList(
+        containers=[
+            nri_plugin_pb2.ContainerView(
+                container_id="c",
+                claim_uids=claims,
+                cpus="0-3",
+                exclusive=exclusive,
+                claimed_cpus=claimed_cpus,
+                state="running",
+            )
+        ]
+    )
+    (view,) = translate.containers(reply).containers
+    assert (view.runs_on, view.claimed_cpus, view.exclusive) == (runs_on, claimed_cpus, exclusive)

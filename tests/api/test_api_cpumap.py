@@ -225,6 +225,22 @@ def test_a_placed_claims_memory_nodes_are_shown_in_the_legend_and_on_its_cpus() 
     assert titles[6].endswith("claim ns/unplaced (uid uid-u)")  # every node: nothing said
 
 
+def test_a_claim_including_the_shared_pool_is_shown_as_claimed_and_shared() -> None:
+    claims = [
+        ClaimCPUs("uid-m", "ns", "pmd", CPUSet([12, 32]), CPUSet([1]), shares_pool=True),
+        ClaimCPUs("uid-e", "ns", "db", CPUSet([6])),
+    ]
+    cpu_map = build(machine("xeon-2s-ht"), POOL, claims)
+    html = page.cpu_map_page("node", cpu_map, [])
+    assert "(2: 12,32, claimed + shared, memory on NUMA node 1)</li>" in html
+    assert "(1: 6)</li>" in html  # its container runs on its CPUs only: nothing said
+    titles = {t.cpu.cpu_id: t.title for t in cpu_map.threads()}
+    assert titles[32].endswith("claim ns/pmd (uid uid-m, claimed + shared), memory on NUMA node 1")
+    assert titles[6].endswith("claim ns/db (uid uid-e)")
+    # Its CPUs stay the claim's; the shared pool's stay the pool's.
+    assert {t.role for t in cpu_map.threads() if t.cpu.cpu_id in (12, 32)} == {"claim"}
+
+
 # ---- counts in the page's text ---------------------------------------------------------------
 
 

@@ -127,6 +127,7 @@ async def test_claims_carry_cpus_devices_owner_and_time(client: httpx.AsyncClien
         "cdi_device_id": f"dra.k8s.io/cpu=claim-{UID_DB}",
         "memory_nodes": "0",
         "memory": [],  # no memory device in the claim
+        "shared_pool": "exclude",  # its container runs on its CPUs only
     }
     assert by_uid[UID_BATCH]["owner"] is None
     assert by_uid[UID_BATCH]["memory_nodes"] == ""  # not placed: every memory node

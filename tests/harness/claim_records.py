@@ -64,4 +64,5 @@ def claim_records(draw: Any) -> ClaimRecord:
         pods_known=pods_known,
         memory_nodes=draw(st.frozensets(st.integers(0, 7), max_size=3).map(CPUSet)),
         memory=tuple(draw(st.lists(memory_amounts, max_size=3))),
+        shares_pool=draw(st.booleans()),
     )

@@ -204,14 +204,20 @@ class DevUp:
         return done.stdout
 
     def claim(
-        self, name: str, cpus: int = 1, pod_uid: str = "", memory_placement: str = ""
+        self,
+        name: str,
+        cpus: int = 1,
+        pod_uid: str = "",
+        memory_placement: str = "",
+        shared_pool: str = "",
     ) -> Claim:
         """`dracpu dev claim`, reserved for the pod with `pod_uid` (as the scheduler reserves a
         claim for the pods that use it; without it, for a pod no container belongs to), with
-        the opaque cpuConfig.memoryPlacement when given."""
+        the opaque cpuConfig.memoryPlacement and cpuConfig.sharedPool when given."""
         reserve = ("--pod-uid", pod_uid) if pod_uid else ()
         memory = ("--memory-placement", memory_placement) if memory_placement else ()
-        out = self._dev("claim", "--cpus", str(cpus), "--name", name, *reserve, *memory)
+        pool = ("--shared-pool", shared_pool) if shared_pool else ()
+        out = self._dev("claim", "--cpus", str(cpus), "--name", name, *reserve, *memory, *pool)
         fields = dict(part.split("=", 1) for part in out.split() if "=" in part)
         uid, cpuset = fields["uid"], fields["cpuset"]
         return Claim(name, uid, cpuset, self.cdi_devices(uid))

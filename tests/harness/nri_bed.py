@@ -98,12 +98,14 @@ class Allocator:
         uid: str = "",
         memory_placement: str = "",
         memory: Mapping[str, str] | None = None,
+        shared_pool: str = "",
     ) -> tuple[str, CPUSet]:
-        """Prepare a claim of `count` CPUs; `memory_placement` sets the claim's opaque
-        cpuConfig.memoryPlacement (unset: the driver's default); `memory` adds a result of
-        memory-node-0 consuming those capacities."""
+        """Prepare a claim of `count` CPUs; `memory_placement` and `shared_pool` set the
+        claim's opaque cpuConfig.memoryPlacement and cpuConfig.sharedPool (unset: the driver's
+        default, exclude); `memory` adds a result of memory-node-0 consuming those capacities."""
         uid = uid or str(uuid.uuid4())
-        placement = {"memoryPlacement": memory_placement} if memory_placement else None
+        fields = {"memoryPlacement": memory_placement, "sharedPool": shared_pool}
+        placement = {key: value for key, value in fields.items() if value} or None
         request = prepare_request(uid, count, cpu_config=placement, memory=memory)
         async with channel(self.socket) as chan:
             stub = allocator_pb2_grpc.AllocatorStub(chan)

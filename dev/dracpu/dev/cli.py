@@ -124,6 +124,12 @@ def _add_claim_commands(commands: argparse._SubParsersAction[ArgumentParser]) ->
         help="the claim's opaque cpuConfig.memoryPlacement (default: unset, the driver's)",
     )
     claim.add_argument(
+        "--shared-pool",
+        choices=["include", "exclude"],
+        help="the claim's opaque cpuConfig.sharedPool: include runs its container on the shared "
+        "pool too (default: unset, exclude)",
+    )
+    claim.add_argument(
         "--memory",
         metavar="AMOUNT",
         help="also claim this much memory (dra.cpu/memory, e.g. 256Mi) of the NUMA node of the "
@@ -229,6 +235,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             memory_placement=args.memory_placement,
             memory=args.memory,
             hugepages=args.hugepages,
+            shared_pool=args.shared_pool,
         )
         print(outcome.describe())
         return 0

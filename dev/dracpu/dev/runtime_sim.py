@@ -435,6 +435,7 @@ class RuntimeSim:
                     )
                 owners[field_name], adjusted[field_name] = plugin.key, value
             hugepages.extend(reply.adjust.linux.resources.hugepage_limits)
+            _adjust_env(ctr, reply.adjust.env)
             for update in reply.update:
                 if update.container_id == ctr.id:
                     raise CreateContainerError(
@@ -521,3 +522,17 @@ class RuntimeSim:
         )
         await self._notify()
         return [u for u in updates if u.container_id in failed_ids]
+
+
+def _adjust_env(ctr: api_pb2.Container, env: Sequence[api_pb2.KeyValue]) -> None:
+    """A plugin's env adjustment, as the runtime's adaptation applies it: a variable already
+    set is replaced in place, a new one added at the end."""
+    for entry in env:
+        prefix = f"{entry.key}="
+        value = f"{prefix}{entry.value}"
+        for index, existing in enumerate(ctr.env):
+            if existing.startswith(prefix):
+                ctr.env[index] = value
+                break
+        else:
+            ctr.env.append(value)

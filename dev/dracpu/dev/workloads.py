@@ -149,6 +149,7 @@ def claim_document(
     pod_uid: str = "",
     memory_placement: str | None = None,
     memory: Mapping[str, int] | None = None,
+    shared_pool: str | None = None,
 ) -> dict[str, Any]:
     """A ResourceClaim as the API server shows it once the scheduler allocated it (and
     reserved it for the pod, when `pod_uid` is given). With `memory` (bytes per capacity) it
@@ -192,6 +193,8 @@ def claim_document(
         cpu_config["cpuset"] = cpuset.format()
     if memory_placement is not None:
         cpu_config["memoryPlacement"] = memory_placement
+    if shared_pool is not None:
+        cpu_config["sharedPool"] = shared_pool
     if cpu_config:
         opaque = {
             "driver": DRIVER_NAME,
@@ -245,6 +248,7 @@ def schedule(
     pod_uid: str | None = None,
     memory_placement: str | None = None,
     memory: Mapping[str, int] | None = None,
+    shared_pool: str | None = None,
 ) -> tuple[dict[str, Any], list[Result]]:
     """Allocate a claim as the scheduler would, from the folder's slices and the allocations of
     its claims, and write it there allocated; answers the claim and its results."""
@@ -284,6 +288,7 @@ def schedule(
         pod_uid=pod_uid or str(uuid.uuid4()),
         memory_placement=memory_placement,
         memory=memory,
+        shared_pool=shared_pool,
     )
     folder.write_claim(claim)
     return claim, results
@@ -314,6 +319,7 @@ async def claim(
     memory_placement: str | None = None,
     memory: str | None = None,
     hugepages: Sequence[str] = (),
+    shared_pool: str | None = None,
 ) -> Workload:
     """Allocate a claim of `cpus` CPUs (and `memory` and `hugepages` of their NUMA node: the
     capacities `memory_flags` reads from `--memory 256Mi` and `--hugepages 2Mi=32Mi`), prepare it
@@ -343,6 +349,7 @@ async def claim(
             pod_uid=pod_uid,
             memory_placement=memory_placement,
             memory=wants,
+            shared_pool=shared_pool,
         )
     uid = document["metadata"]["uid"]
     workload = Workload(

@@ -112,6 +112,7 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
             newly_bound=outcome.newly_bound,
             memory_nodes=outcome.memory_nodes.format(),
             hugepage_limits=outcome.hugepage_limits,
+            shared_pool_claims=outcome.shared_pool_claims,
         )
 
     @rpc_errors

@@ -88,6 +88,13 @@ class ClaimEntry:
     memory_nodes: CPUSet = field(default_factory=CPUSet)
     # What it holds of memory devices, by node and kind.
     held: tuple[MemoryHeld, ...] = ()
+    # Its container runs on the shared pool too (cpuConfig.sharedPool: include).
+    shares_pool: bool = False
+
+    @property
+    def runs_on(self) -> str:
+        """ ", claimed + shared" when its container runs on the shared pool too, for people."""
+        return ", claimed + shared" if self.shares_pool else ""
 
     @property
     def label(self) -> str:
@@ -129,7 +136,8 @@ class Thread:
             f"L3 {cpu.uncore_cache_id}, core {cpu.physical_core_index} ({cpu.core_type})"
         )
         what = (
-            f"claim {self.claim.label} (uid {self.claim.uid}){self.claim.memory}"
+            f"claim {self.claim.label} (uid {self.claim.uid}{self.claim.runs_on})"
+            f"{self.claim.memory}"
             if self.claim
             else ROLE_LABELS[self.role]
         )
@@ -218,6 +226,7 @@ class ClaimCPUs:
     cpus: CPUSet
     memory_nodes: CPUSet = field(default_factory=CPUSet)
     held: tuple[MemoryHeld, ...] = ()
+    shares_pool: bool = False  # its container runs on the shared pool too
 
 
 @dataclass(frozen=True)
@@ -291,7 +300,16 @@ def build(
     """
     ordered = sorted(claims, key=lambda c: (c.cpus.first() if c.cpus else 1 << 30, c.uid))
     entries = tuple(
-        ClaimEntry(c.uid, c.namespace, c.name, c.cpus, claim_colour(index), c.memory_nodes, c.held)
+        ClaimEntry(
+            c.uid,
+            c.namespace,
+            c.name,
+            c.cpus,
+            claim_colour(index),
+            c.memory_nodes,
+            c.held,
+            c.shares_pool,
+        )
         for index, c in enumerate(ordered)
     )
     memory = memory_rows(memory_devices, entries)

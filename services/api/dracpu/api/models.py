@@ -394,6 +394,11 @@ class ClaimView(Model):
         default_factory=list,
         description="the NUMA node memory and hugepages the claim holds of memory devices",
     )
+    shared_pool: Literal["include", "exclude"] = Field(
+        default="exclude",
+        description="cpuConfig.sharedPool: include when the claim's container runs on the "
+        "shared pool too, besides the claim's own CPUs",
+    )
 
 
 class ClaimList(Model):
@@ -430,6 +435,16 @@ class ContainerView(Model):
     cpus: str
     exclusive: bool = Field(description="pinned to claim CPUs; false means the shared pool")
     state: str
+    runs_on: Literal["claimed", "claimed + shared", "shared"] = Field(
+        default="shared",
+        description="its claims' CPUs only, its claims' CPUs and the shared pool "
+        "(cpuConfig.sharedPool: include), or the shared pool",
+    )
+    claimed_cpus: str = Field(
+        default="",
+        description='running on "claimed + shared": the own CPUs of its claims, which `cpus` '
+        'holds with the shared pool; "" otherwise',
+    )
 
 
 class ContainerList(Model):

@@ -260,7 +260,10 @@ def _legend(cpu_map: CPUMap) -> str:
             f'<li data-claim="{escape(claim.uid)}"><span class="swatch" '
             f'style="background:{claim.colour}"></span>'
             f'<span title="uid {escape(claim.uid)}">claim {escape(claim.label)}</span> '
-            f"({len(claim.cpus)}: {escape(claim.cpus.format())}" + escape(claim.memory) + ")</li>"
+            f"({len(claim.cpus)}: {escape(claim.cpus.format())}"
+            + claim.runs_on
+            + escape(claim.memory)
+            + ")</li>"
         )
     hidden = len(cpu_map.claims) - LEGEND_CLAIMS
     if hidden > 0:

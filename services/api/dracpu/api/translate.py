@@ -291,6 +291,7 @@ def _claim_fields(reply: Any) -> dict[str, Any]:
         "policy": reply.policy,
         "cdi_device_id": reply.cdi_device_id,
         "memory_nodes": reply.memory_nodes,
+        "shared_pool": "include" if reply.shares_pool else "exclude",
         "memory": [
             {"numa_node": m.numa_node, "kind": m.kind, "bytes": m.bytes} for m in reply.memory
         ],
@@ -342,6 +343,14 @@ def containers(reply: Any) -> models.ContainerList:
                 cpus=entry.cpus,
                 exclusive=entry.exclusive,
                 state=entry.state or "unknown",
+                runs_on=(
+                    "claimed + shared"
+                    if entry.claimed_cpus
+                    else "claimed"
+                    if entry.exclusive
+                    else "shared"
+                ),
+                claimed_cpus=entry.claimed_cpus,
             )
             for entry in reply.containers
         ]

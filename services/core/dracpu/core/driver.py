@@ -156,6 +156,17 @@ def cpuset_env_entry(uid: str, cpuset: str) -> str:
     return f"{cpuset_env_name(uid)}={cpuset}"
 
 
+# `<SHARED_CPUSET_ENV>_<uid>`: the shared pool a container of a claim with
+# `cpuConfig.sharedPool: include` was created with (the nri-plugin sets it; the pool moves
+# afterwards, the container's cgroup follows, this variable does not).
+SHARED_CPUSET_ENV: Final = "DRA_SHARED_CPUSET"
+
+
+def shared_cpuset_env_name(uid: str) -> str:
+    """`DRA_SHARED_CPUSET_<uid>`: the shared pool at the container's creation."""
+    return f"{SHARED_CPUSET_ENV}_{uid}"
+
+
 def claim_uid_of_env_name(name: str) -> str | None:
     """The claim UID a `DRA_CPUSET_<uid>` name carries; None for any other name."""
     uid = name.removeprefix(f"{CPUSET_ENV}_")

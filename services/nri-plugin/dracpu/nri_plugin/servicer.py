@@ -28,6 +28,7 @@ class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[
                     cpus=r.cpus.format() if r.confirmed else "",
                     exclusive=r.exclusive,
                     state=r.state,
+                    claimed_cpus=r.own.format(),
                 )
                 for r in self._plugin.registry
             ]

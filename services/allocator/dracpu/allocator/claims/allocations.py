@@ -176,9 +176,10 @@ def _driver_cpus(
 
 def allocate(
     state: NodeState, request: PrepareInput, config: opaque.ClaimConfig
-) -> tuple[tuple[Allocation, ...], CPUSet, tuple[MemoryAmount, ...]]:
+) -> tuple[tuple[Allocation, ...], CPUSet, tuple[MemoryAmount, ...], bool]:
     """Choose the CPUs for every CPU result of a new claim, in order, with the claim's memory
-    nodes and the memory its memory results take; or raise the precise error. The node's facts
+    nodes, the memory its memory results take and whether its container runs on the shared
+    pool too (some result's `sharedPool: include`); or raise the precise error. The node's facts
     are read once, and each result's configuration is asked for once (`config`, parsed when the
     claim arrived)."""
     check_results(request)
@@ -187,7 +188,7 @@ def allocate(
     node = _node(state)
     assigned = CPUSet()
     allocations: list[Allocation] = []
-    local = False
+    local = shares_pool = False
     for result in request.results:
         if _names_memory(result):
             continue
@@ -223,11 +224,12 @@ def allocate(
             )
         )
         local = local or wanted.memory == "local"
+        shares_pool = shares_pool or wanted.shared_pool
     # When any result asks for `local` memory, the NUMA nodes of all the claim's CPUs, so
     # every CPU the container runs on keeps its own node's memory; with the nodes its memory
     # devices gave; otherwise none (every node).
     memory = state.machine.numa_nodes_of(assigned) if local else CPUSet()
-    return tuple(allocations), memory | claimed_nodes, amounts
+    return tuple(allocations), memory | claimed_nodes, amounts, shares_pool
 
 
 def memory_nodes(
@@ -366,4 +368,5 @@ def complete_recovered(
         recovered=False,
         memory_nodes=memory_nodes(state, config, tuple(allocations), claimed_nodes),
         memory=amounts,
+        shares_pool=rules.shared_pool(config, (a.request for a in allocations)),
     )

@@ -46,6 +46,8 @@ class AttachOutcome:
     memory_nodes: CPUSet = field(default_factory=CPUSet)  # empty: every node
     # Page size as the kubelet names it (2Mi, 1Gi) -> the bytes of hugepages its claims hold.
     hugepage_limits: Mapping[str, int] = field(default_factory=dict)
+    # Its claims whose container runs on the shared pool too, ascending.
+    shared_pool_claims: tuple[str, ...] = ()
 
 
 def hugepage_limits(records: Iterable[ClaimRecord]) -> dict[str, int]:
@@ -108,7 +110,8 @@ def attach(
     )
     memory = container_memory_nodes(state, (records[uid] for uid in claims))
     limits = hugepage_limits(records[uid] for uid in claims)
-    return AttachOutcome(new_state, union, newly, changed, memory, limits)
+    sharing = tuple(uid for uid in sorted(claims) if records[uid].shares_pool)
+    return AttachOutcome(new_state, union, newly, changed, memory, limits, sharing)
 
 
 def detach(state: NodeState, container_id: str) -> tuple[NodeState, list[str]]:
@@ -175,6 +178,7 @@ class AdoptOutcome:
     recovered: tuple[str, ...]  # uids of records rebuilt from this report (always empty now)
     changed: bool  # something durable changed
     memory_nodes: CPUSet = field(default_factory=CPUSet)  # of the accepted claims
+    shared_pool_claims: tuple[str, ...] = ()  # of the accepted claims, as AttachOutcome's
 
 
 def adopt(
@@ -262,10 +266,10 @@ def adopt(
     new_state = state.with_records(records, pool_changed=False) if changed else state
     if quarantined != state.quarantined:
         new_state = replace(new_state, quarantined=quarantined)
-    memory = container_memory_nodes(
-        state, (records.get(r.uid) or state.draining[r.uid] for r in results if r.accepted)
-    )
-    return AdoptOutcome(new_state, tuple(results), union, (), changed, memory)
+    accepted = [records.get(r.uid) or state.draining[r.uid] for r in results if r.accepted]
+    memory = container_memory_nodes(state, accepted)
+    sharing = tuple(r.uid for r in accepted if r.shares_pool)
+    return AdoptOutcome(new_state, tuple(results), union, (), changed, memory, sharing)
 
 
 def _still_its(leaving: ClaimRecord, container: Container, cpus: CPUSet) -> bool:

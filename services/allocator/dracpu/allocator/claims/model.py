@@ -62,6 +62,9 @@ class ClaimRecord:
     # The memory and hugepages its results took from memory devices, per NUMA node and kind;
     # records made before memory devices were allocatable have none.
     memory: tuple[MemoryAmount, ...] = ()
+    # Its container runs on the shared pool too (`cpuConfig.sharedPool: include`); records
+    # made before the field existed read as not.
+    shares_pool: bool = False
 
     # The placements of its allocations, each once, in order (`packed; explicit`): worked out
     # when the record is made, so every reader (records, logs, replies) gets it as a field.

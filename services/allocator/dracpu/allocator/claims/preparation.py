@@ -118,7 +118,7 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
     if confirmed is not None:
         record = replace(confirmed, prepared_at_ns=now_ns)
     else:
-        allocations, memory, amounts = allocate(state, request, config)
+        allocations, memory, amounts, shares_pool = allocate(state, request, config)
         cpus = CPUSet()
         for allocation in allocations:
             cpus = cpus | allocation.cpus
@@ -132,6 +132,7 @@ def prepare(state: NodeState, request: PrepareInput, now_ns: int) -> PrepareOutc
                 prepared_at_ns=now_ns,
                 memory_nodes=memory,
                 memory=amounts,
+                shares_pool=shares_pool,
             ),
             request,
         )

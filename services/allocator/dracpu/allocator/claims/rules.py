@@ -10,6 +10,7 @@ were read there; an entry no rule reads (one for another request) is never refus
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dracpu.allocator.algorithm import Policy
@@ -23,6 +24,7 @@ from dracpu.allocator.domain.opaque import (
     ClaimParameters,
     ParsedConfig,
 )
+from dracpu.allocator.domain.shared_pool import DEFAULT as DEFAULT_SHARED_POOL
 from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
@@ -57,7 +59,7 @@ def _matching(config: ClaimConfig, request: str) -> list[ParsedConfig]:
 
 
 def _placing(config: ClaimConfig, request: str) -> list[ParsedConfig]:
-    return [c for c in _matching(config, request) if not _checked(c).memory_only]
+    return [c for c in _matching(config, request) if not _checked(c).leaves_cpus]
 
 
 def explicit_cpuset(config: ClaimConfig, request: str) -> CPUSet:
@@ -140,12 +142,13 @@ def isolation_preference(config: ClaimConfig, request: str) -> Isolation | None:
 
 def refuse_policy(config: ClaimConfig, request: str) -> None:
     """Individual mode: the scheduler chose the CPUs; any config for them is a mistake, except
-    one that only sets the memory placement."""
+    one that only sets the memory placement or the shared pool."""
     for entry in _matching(config, request):
-        if not _checked(entry).memory_only:
+        if not _checked(entry).leaves_cpus:
             raise InvalidInputError(
                 f"opaque config: request {request!r}: individual CPU devices take no "
-                "configuration but cpuConfig.memoryPlacement (the scheduler chose the CPUs)"
+                "configuration but cpuConfig.memoryPlacement and cpuConfig.sharedPool (the "
+                "scheduler chose the CPUs)"
             )
 
 
@@ -163,6 +166,27 @@ def memory_placement(
             if value is not None:
                 return value
     return default
+
+
+def includes_pool(config: ClaimConfig, request: str) -> bool:
+    """`cpuConfig.sharedPool` for `request` is `include`: the claim's config over the class's
+    (the first of either that sets it); unset is `exclude`."""
+    matching = _matching(config, request)
+    for source in (FROM_CLAIM, FROM_CLASS):
+        for entry in matching:
+            if entry.source != source:
+                continue
+            value = _checked(entry).shared_pool
+            if value is not None:
+                return value == "include"
+    return DEFAULT_SHARED_POOL == "include"
+
+
+def shared_pool(config: ClaimConfig, requests: Iterable[str]) -> bool:
+    """Whether the claim's container runs on the shared pool too: some result's request
+    includes it. One container has one cpuset, so one result asking for the pool gives it to
+    the container of all the claim's CPUs."""
+    return any(includes_pool(config, request) for request in requests)
 
 
 def describe_policy(policy: Policy) -> str:
@@ -188,6 +212,7 @@ class RequestConfig:
     # The placement as records and logs spell it: "" for the scheduler's own choice,
     # `explicit` for the claim's cpuset, the policy (`packed+full-pcpus+isolated-prefer`).
     described: str = ""
+    shared_pool: bool = False  # `cpuConfig.sharedPool: include`
 
 
 def request_config(
@@ -201,15 +226,23 @@ def request_config(
     of the first rule it breaks, or what it asks for when `chooser` chooses the CPUs."""
     if chooser == "scheduler":
         refuse_policy(config, request)
-        return RequestConfig(memory_placement(config, request, default_memory))
+        memory = memory_placement(config, request, default_memory)
+        return RequestConfig(memory, shared_pool=includes_pool(config, request))
     if chooser == "claim":
         cpuset = explicit_cpuset(config, request)
         memory = memory_placement(config, request, default_memory)
-        return RequestConfig(memory, cpuset=cpuset, described="explicit")
+        shared = includes_pool(config, request)
+        return RequestConfig(memory, cpuset=cpuset, described="explicit", shared_pool=shared)
     policy = placement_policy(config, request, threads_per_core)
     described = describe_policy(policy)
     isolation = isolation_preference(config, request)
     if isolation:
         described = f"{described}+isolated-{isolation}"
     memory = memory_placement(config, request, default_memory)
-    return RequestConfig(memory, policy=policy, isolation=isolation, described=described)
+    return RequestConfig(
+        memory,
+        policy=policy,
+        isolation=isolation,
+        described=described,
+        shared_pool=includes_pool(config, request),
+    )

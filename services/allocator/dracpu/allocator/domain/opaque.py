@@ -13,10 +13,12 @@ own placement (allocator cpumanager, groupBy numanode/socket):
 | `cpuConfig.alignUncoreCache`     | bool            | prefer whole uncore (L3) caches (default)  |
 | `cpuConfig.isolated`             | prefer / require / avoid | the kernel's isolated CPUs (below) |
 | `cpuConfig.memoryPlacement`      | local / none    | memory on the CPUs' NUMA nodes, or on any  |
+| `cpuConfig.sharedPool`           | include / exclude | the shared pool too, or the claim's only |
 
 `isolated` is explained in `dracpu.allocator.domain.isolation` (unset: other CPUs first).
-`memoryPlacement` (unset: the driver's `memoryPlacement`) leaves the CPUs alone, so it is
-accepted in every mode, next to an explicit cpuset and on individual devices too.
+`memoryPlacement` (unset: the driver's `memoryPlacement`) and `sharedPool`
+(`dracpu.allocator.domain.shared_pool`; unset: `exclude`) leave the choice of the CPUs alone,
+so they are accepted in every mode, next to an explicit cpuset and on individual devices too.
 
 Unknown fields and values are refused, so a typo never silently changes a placement. The
 checks that need no node (the shape checks below, and the rules of
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Literal
 
 from dracpu.allocator.domain import opaque_words as words
 from dracpu.allocator.domain.isolation import Isolation
+from dracpu.allocator.domain.shared_pool import SharedPool
 from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import MAX_CPUS, CPUSet
 from dracpu.core.documents import load_json
@@ -88,11 +91,13 @@ class ClaimParameters:
     align_uncore_cache: bool | None = None
     isolated: Isolation | None = None
     memory_placement: MemoryPlacement | None = None
+    shared_pool: SharedPool | None = None
     # The placement policy fields it sets, as the schema spells them, in the schema's order.
     policy_fields: tuple[str, ...] = ()
-    # Sets the memory placement and nothing else: it takes no part in choosing the CPUs, so
-    # the rules on how many configs may target a request leave it out.
-    memory_only: bool = False
+    # Sets only fields that leave the choice of the CPUs alone (the memory placement, the
+    # shared pool): it takes no part in choosing them, so the rules on how many configs may
+    # target a request leave it out.
+    leaves_cpus: bool = False
 
 
 def parse_parameters(raw: bytes) -> ClaimParameters:
@@ -125,8 +130,13 @@ def parse_parameters(raw: bytes) -> ClaimParameters:
         align_uncore_cache=config.align_uncore_cache,
         isolated=config.isolated,
         memory_placement=config.memory_placement,
+        shared_pool=config.shared_pool,
         policy_fields=policy_fields,
-        memory_only=(config.memory_placement is not None and cpuset is None and not policy_fields),
+        leaves_cpus=(
+            (config.memory_placement is not None or config.shared_pool is not None)
+            and cpuset is None
+            and not policy_fields
+        ),
     )
 
 

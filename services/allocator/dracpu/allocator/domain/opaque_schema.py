@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
 
 from dracpu.allocator.domain.isolation import Isolation
+from dracpu.allocator.domain.shared_pool import SharedPool
 from dracpu.core.config import MemoryPlacement
 
 # The placement policy fields of `CPUConfig` (attribute, as the schema spells it), in its order:
-# all but `cpuset` and `memoryPlacement`.
+# all but `cpuset`, `memoryPlacement` and `sharedPool`.
 POLICY_FIELDS: tuple[tuple[str, str], ...] = (
     ("strategy", "strategy"),
     ("full_pcpus_only", "fullPCPUsOnly"),
@@ -46,6 +47,9 @@ class CPUConfig(BaseModel):
     # Where the container's memory comes from; not a placement policy field: it leaves the
     # CPUs alone, so it is valid in every mode.
     memory_placement: MemoryPlacement | None = Field(default=None, alias="memoryPlacement")
+    # Whether the claimed container also runs on the shared pool; not a placement policy
+    # field either: the claim's CPUs are chosen as without it.
+    shared_pool: SharedPool | None = Field(default=None, alias="sharedPool")
 
 
 class Parameters(BaseModel):

@@ -84,6 +84,7 @@ def claim_to_proto(record: claims.ClaimRecord) -> allocator_pb2.Claim:
         cdi_device_id=cdi_device_id(record.uid),
         owner_running=bool(record.container_id),
         memory_nodes=record.memory_nodes.format(),
+        shares_pool=record.shares_pool,
         memory=[
             allocator_pb2.ClaimMemory(numa_node=m.node, kind=m.kind, bytes=m.bytes)
             for m in record.memory
@@ -306,6 +307,7 @@ def adopt_response(
         cpus=outcome.cpus.format(),
         shared_pool=pool_to_proto(pool),
         memory_nodes=outcome.memory_nodes.format(),
+        shared_pool_claims=outcome.shared_pool_claims,
     )
 
 

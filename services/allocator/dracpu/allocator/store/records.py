@@ -88,6 +88,9 @@ def record_to_json(record: ClaimRecord) -> dict[str, Any]:
     if record.memory_nodes:
         # Likewise absent from older records (read as not placed) and ignored by older builds.
         body["memoryNodes"] = record.memory_nodes.format()
+    if record.shares_pool:
+        # Absent from older records (read as exclude) and ignored by older builds.
+        body["sharedPool"] = "include"
     if record.memory:
         # What its memory devices gave; absent from older records (read as none).
         body["memory"] = [
@@ -119,7 +122,11 @@ def record_from_json(item: dict[str, Any]) -> ClaimRecord:
     memory = item.get("memoryNodes", "")
     if not isinstance(memory, str):
         raise TypeError("memoryNodes is not a node list")
+    shared_pool = item.get("sharedPool", "exclude")
+    if shared_pool not in ("include", "exclude"):
+        raise ValueError("sharedPool is neither include nor exclude")
     return ClaimRecord(
+        shares_pool=shared_pool == "include",
         memory_nodes=CPUSet.parse(memory),
         memory=_memory_from_json(item.get("memory", [])),
         pods=tuple(pods or ()),

@@ -95,6 +95,7 @@ def _allocation_state(pool: Any, claims: Any) -> tuple[Pool, list[ClaimCPUs]]:
                 parse(c.cpus, f"claim {c.uid}"),
                 parse(c.memory_nodes, f"claim {c.uid}'s memory nodes"),
                 tuple(MemoryHeld(m.numa_node, m.kind, m.bytes) for m in c.memory),
+                c.shares_pool,
             )
             for c in claims.claims
         ],

@@ -107,10 +107,14 @@ async def recover(
     state.pool.note(reply.shared_pool)
     if not accepted:
         return replace(record, quarantined=held)
+    cpus = CPUSet.parse(reply.cpus)
     return replace(
-        container_record(pod, ctr, accepted, CPUSet.parse(reply.cpus)),
+        container_record(pod, ctr, accepted, cpus),
         quarantined=held,
         mems=memory_nodes(reply.memory_nodes, ctr.id),
+        # With the shared pool included its cpuset is these CPUs and the pool: recorded on
+        # these alone, it is stale against every pool until a move puts it on one.
+        own=cpus if reply.shared_pool_claims else EMPTY,
     )
 
 
@@ -133,9 +137,7 @@ class Adoption:
 
 def target_of(record: ContainerRecord, pool: CPUSet | None) -> tuple[CPUSet, CPUSet]:
     """The cpuset and memory nodes a container is to run on (EMPTY cpus: not known yet)."""
-    if record.exclusive:
-        return record.cpus, record.mems
-    return pool or EMPTY, EMPTY
+    return record.target(pool), record.mems if record.exclusive else EMPTY
 
 
 class LateAdoptions:
@@ -191,8 +193,9 @@ class LateAdoptions:
         if on_target:
             state.registry.put(replace(record, cpus=cpus))
             return
-        # A shared one is recorded as on no cpuset yet: it is stale against any pool, so a
-        # solicited answer or a pool push moves it too if they come first.
+        # A shared one is recorded as on no cpuset yet (one with the pool included, on its
+        # claims' CPUs alone): it is stale against any pool, so a solicited answer or a pool
+        # push moves it too if they come first.
         state.registry.put(record if record.exclusive else replace(record, cpus=EMPTY))
         started = ctr.started_at / 1e9 if ctr.started_at > 0 else 0.0
         self._pending[ctr.id] = Adoption(name, ran_on, time.monotonic(), started)
@@ -270,7 +273,12 @@ class LateAdoptions:
             record = self._state.registry.get(cid)
             if record is None:
                 del self._pending[cid]  # gone
-            elif not record.exclusive and record.confirmed and pool and record.cpus == pool:
+            elif (
+                record.follows_pool
+                and record.confirmed
+                and pool
+                and record.cpus == record.target(pool)
+            ):
                 self._settled(cid, adoption, "answer")
 
     async def _push_pending(self, push: PushUpdates) -> bool:
@@ -303,9 +311,9 @@ class LateAdoptions:
                 if cid in failed_ids or adoption is None:
                     continue
                 record, cpus = planned[cid]
-                if not record.exclusive:
+                if record.follows_pool:
                     state.registry.set_cpus(cid, cpus, expected=record)
-                else:
+                if record.exclusive:
                     state.metrics.late_pinned(1)
                 self._settled(cid, adoption, "update")
             return not self._pending

@@ -1,5 +1,6 @@
 """The runtime's container lifecycle requests: CreateContainer pins a claimed container to its
-claims' CPUs (the allocator attaches it) and puts any other on the shared pool; PostStart marks
+claims' CPUs (the allocator attaches it), with the shared pool too when a claim includes it
+(`cpuConfig.sharedPool`), and puts any other on the shared pool; PostStart marks
 it running, and adopts one the plugin never heard of (dracpu.nri_plugin.events.adoption); Stop and
 Remove forget it, and tell the allocator a claimed one no longer runs."""
 
@@ -11,6 +12,7 @@ from dataclasses import replace
 
 from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.cpuset import CPUSet
+from dracpu.core.driver import shared_cpuset_env_name
 from dracpu.core.errors import InsufficientCPUsError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.events.adoption import LateAdoptions
@@ -97,6 +99,7 @@ class ContainerEvents:
         if state.prerequisites is not None:
             where = f"{pod.namespace}/{pod.name}/{ctr.name}"
             state.prerequisites.container_seen(where, claims, ctr)
+        env: list[api_pb2.KeyValue] = []
         async with state.lock:
             if claims:
                 # As long as the runtime waits for this answer (its plugin_request_timeout),
@@ -109,16 +112,26 @@ class ContainerEvents:
                     raise InsufficientCPUsError(
                         f"allocator gave container {ctr.id} an empty cpuset for {sorted(claims)}"
                     )
-                state.pool.note(reply.shared_pool)
+                pool = state.pool.note(reply.shared_pool)
                 mems = memory_nodes(reply.memory_nodes, ctr.id)
                 limits = hugepage_limits(reply.hugepage_limits)
                 record = replace(container_record(pod, ctr, tuple(sorted(claims)), cpus), mems=mems)
+                sharing = tuple(reply.shared_pool_claims)
+                if sharing:
+                    # Its claims' CPUs and the pool as it is now; pool pushes follow the pool.
+                    record = replace(record, own=cpus, cpus=cpus | pool)
+                    shown = pool.format()
+                    env = [
+                        api_pb2.KeyValue(key=shared_cpuset_env_name(uid), value=shown)
+                        for uid in sharing
+                    ]
                 log.info(
                     2,
                     "pinned container",
                     container=ctr.id,
                     claims=",".join(record.claims),
-                    cpus=cpus,
+                    cpus=record.cpus,
+                    shared_pool=pool if sharing else "excluded",
                     mems=mems.format() or "all",
                 )
             else:
@@ -136,7 +149,9 @@ class ContainerEvents:
                 log.info(4, "shared container", container=ctr.id, cpus=cpus)
             state.registry.put(record)
             response = api_pb2.CreateContainerResponse()
-            response.adjust.linux.resources.cpu.cpus = cpus.format()
+            response.adjust.linux.resources.cpu.cpus = record.cpus.format()
+            # With the pool included: which of its CPUs are the shared pool, as at creation.
+            response.adjust.env.extend(env)
             if record.mems:
                 # The claims' memory placement; shared containers keep every memory node.
                 response.adjust.linux.resources.cpu.mems = record.mems.format()

@@ -1,4 +1,5 @@
-"""Pool pushes: when the shared pool shrinks or grows, every shared container is moved onto it.
+"""Pool pushes: when the shared pool shrinks or grows, every shared container is moved onto it,
+and every claimed container with the pool included onto its claims' CPUs and the new pool.
 
 The moves ride on the answer to the runtime's next CreateContainer (solicited), and, where the
 runtime is safe for it (dracpu.nri_plugin.transport.compat), go out at once as the plugin's own
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -74,12 +75,12 @@ class PoolPushes:
         it). Called under the lock."""
         state = self._state
         pool = state.pool.cpus
-        if not pool:
+        if pool is None:
             return []
         stale = state.registry.stale_shared(pool, exclude)
         for record in stale:
-            state.registry.set_cpus(record.container_id, pool)
-        return [cpuset_update(r.container_id, pool) for r in stale]
+            state.registry.set_cpus(record.container_id, record.target(pool))
+        return [cpuset_update(r.container_id, r.target(pool)) for r in stale]
 
     async def run(self, retry_delay: float = 0.5, max_delay: float = 10.0) -> None:
         """Forever: when the pool changes, move shared containers with UpdateContainers
@@ -114,11 +115,12 @@ class PoolPushes:
             return PushResult()
         async with state.lock:
             pool = state.pool.cpus
-            if not pool:
+            if pool is None:
                 return PushResult()
             planned = {r.container_id: r for r in state.registry.stale_shared(pool)}
         if not planned:
             return PushResult()
+        targets = {cid: record.target(pool) for cid, record in planned.items()}
         started = time.perf_counter()
         outcomes: dict[str, Outcome] = {}
         ids = sorted(planned)
@@ -127,18 +129,18 @@ class PoolPushes:
             size = state.pacer.batch_size()
             batch = ids[position : position + size]
             position += size
-            await self._push_batch(push, batch, pool, outcomes)
+            await self._push_batch(push, batch, targets, outcomes)
         result = PushResult()
         async with state.lock:
             for cid, before in planned.items():
                 outcome = outcomes.get(cid, Outcome.UNKNOWN)
                 if outcome is Outcome.APPLIED:
-                    state.registry.set_cpus(cid, pool, expected=before)
+                    state.registry.set_cpus(cid, targets[cid], expected=before)
                     result.applied += 1
                 elif outcome is Outcome.FAILED:
                     result.failed += 1
                 else:
-                    state.registry.set_cpus(cid, pool, expected=before, confirmed=False)
+                    state.registry.set_cpus(cid, targets[cid], expected=before, confirmed=False)
                     result.unknown += 1
             result.pending = len(state.registry.stale_shared(pool))
         elapsed = time.perf_counter() - started
@@ -172,13 +174,17 @@ class PoolPushes:
         )
 
     async def _push_batch(
-        self, push: PushUpdates, batch: Sequence[str], pool: CPUSet, outcomes: dict[str, Outcome]
+        self,
+        push: PushUpdates,
+        batch: Sequence[str],
+        targets: Mapping[str, CPUSet],
+        outcomes: dict[str, Outcome],
     ) -> None:
         pacer = self._state.pacer
         deadline = pacer.deadline(len(batch))
         started = time.perf_counter()
         try:
-            failed = await push([cpuset_update(cid, pool) for cid in batch], deadline)
+            failed = await push([cpuset_update(cid, targets[cid]) for cid in batch], deadline)
         except TtrpcError as exc:
             if exc.remote and exc.code != DEADLINE_EXCEEDED:
                 # The runtime answered with an error and no list (containerd returns its
@@ -189,13 +195,13 @@ class PoolPushes:
                     log.warning(
                         "runtime refused a shared pool update",
                         container=batch[0],
-                        cpus=pool,
+                        cpus=targets[batch[0]],
                         error=exc.message,
                     )
                     return
                 half = len(batch) // 2
-                await self._push_batch(push, batch[:half], pool, outcomes)
-                await self._push_batch(push, batch[half:], pool, outcomes)
+                await self._push_batch(push, batch[:half], targets, outcomes)
+                await self._push_batch(push, batch[half:], targets, outcomes)
                 return
             if exc.code == DEADLINE_EXCEEDED:
                 pacer.observe_timeout()

@@ -103,7 +103,7 @@ class Resync:
             repinned: list[ContainerRecord] = []
             late: list[LatePin] = []
             for record in list(registry):
-                target = record.cpus if record.exclusive else pool
+                target = record.target(pool)
                 if not target:
                     log.error(
                         "shared pool is empty; shared container left as it is",

@@ -25,6 +25,9 @@ class ContainerRecord:
     # The memory nodes (cpuset.mems) handed to the runtime with `cpus`: the claims' NUMA
     # nodes when they are placed; EMPTY leaves the container's memory nodes as they are.
     mems: CPUSet = EMPTY
+    # A claimed container that runs on the shared pool too (`cpuConfig.sharedPool: include`):
+    # its claims' CPUs, which it runs on with the pool; EMPTY for every other container.
+    own: CPUSet = EMPTY
 
     @property
     def container_id(self) -> str:
@@ -34,15 +37,29 @@ class ContainerRecord:
     def exclusive(self) -> bool:
         return bool(self.claims)
 
+    @property
+    def follows_pool(self) -> bool:
+        """Whether its cpuset follows the shared pool: a shared container, or a claimed one
+        with the pool included."""
+        return not self.claims or bool(self.own)
+
+    def target(self, pool: CPUSet | None) -> CPUSet:
+        """The cpuset it is to run on with this shared pool (None: not known yet): its claims'
+        CPUs, the pool, or both (EMPTY: a shared container while the pool is unknown)."""
+        if not self.follows_pool:
+            return self.cpus
+        return self.own | (pool or EMPTY)
+
 
 class Registry:
     """Container id -> record. Mutated only under the plugin's lock."""
 
     def __init__(self, records: Iterable[ContainerRecord] = ()) -> None:
         self._records: dict[str, ContainerRecord] = {}
-        # Shared containers grouped by their cpuset: finding the ones off the pool costs
-        # O(stale), not O(all), on every CreateContainer.
-        # Unconfirmed ones sit under None, which no pool equals.
+        # Containers following the pool grouped by the pool part of their cpuset (all of it
+        # for a shared one, what their own CPUs leave of it for a claimed one with the pool
+        # included): finding the ones off the pool costs O(stale), not O(all), on every
+        # CreateContainer. Unconfirmed ones sit under None, which no pool equals.
         self._shared_by_cpus: dict[CPUSet | None, set[str]] = {}
         for record in records:
             self.put(record)
@@ -59,11 +76,11 @@ class Registry:
     def put(self, record: ContainerRecord) -> None:
         self._unindex(self._records.get(record.container_id))
         self._records[record.container_id] = record
-        if not record.claims:
+        if record.follows_pool:
             self._shared_by_cpus.setdefault(_key(record), set()).add(record.container_id)
 
     def _unindex(self, record: ContainerRecord | None) -> None:
-        if record is None or record.claims:
+        if record is None or not record.follows_pool:
             return
         key = _key(record)
         ids = self._shared_by_cpus.get(key)
@@ -86,14 +103,17 @@ class Registry:
         return [r for r in self._records.values() if not r.exclusive]
 
     def stale_shared(self, pool: CPUSet, exclude: str = "") -> list[ContainerRecord]:
-        """Shared containers not known to run on `pool` (they need an update)."""
-        return [
+        """Containers following the pool (`ContainerRecord.follows_pool`) not known to run on
+        `pool` (they need an update to their `target(pool)`). With an empty pool only those
+        with CPUs of their own: a shared container cannot run on no CPU."""
+        stale = [
             self._records[cid]
             for cpus, ids in self._shared_by_cpus.items()
             if cpus != pool
             for cid in ids
             if cid != exclude
         ]
+        return stale if pool else [r for r in stale if r.own]
 
     def set_cpus(
         self,
@@ -125,7 +145,9 @@ class Registry:
 
 
 def _key(record: ContainerRecord) -> CPUSet | None:
-    return record.cpus if record.confirmed else None
+    # The shared pool never holds a claimed CPU, so a container with the pool included is on
+    # `pool` exactly when its cpuset less its own CPUs is `pool`.
+    return record.cpus - record.own if record.confirmed else None
 
 
 def _order(record: ContainerRecord) -> tuple[str, str, str, str]:
