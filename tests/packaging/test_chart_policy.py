@@ -482,3 +482,19 @@ def test_the_uninstall_checks_account_lists_claims_and_pods_only(default: Render
 
 def test_the_uninstall_check_can_be_turned_off(helm: Path) -> None:
     assert render(helm, {"uninstallCheck": {"enabled": False}}).hooks == []
+
+
+def test_the_kubelet_state_check_mounts_the_kubelet_root_read_only_and_can_be_turned_off(
+    helm: Path,
+) -> None:
+    def root_mounts(values: dict[str, Any]) -> list[dict[str, Any]]:
+        rendered = render(helm, values)
+        mounts = rendered.container("dra-plugin")["volumeMounts"]
+        return [m for m in mounts if m["mountPath"] == "/var/lib/kubelet"]
+
+    assert root_mounts({}) == [
+        {"name": "kubelet-root", "mountPath": "/var/lib/kubelet", "readOnly": True}
+    ]
+    assert root_mounts({"kubeletStateCheck": {"enabled": False}}) == []
+    off = render(helm, {"kubeletStateCheck": {"enabled": False}})
+    assert "kubelet-root" not in {v["name"] for v in off.pod["volumes"]}
