@@ -1,185 +1,140 @@
-"""A minimal Kubernetes API server on loopback for the paths the dra-plugin uses.
+"""The API-server fake's HTTP side: the routes of the Kubernetes API the driver and the dev
+tools use, answered from a `Store` as kube-apiserver answers them.
 
-Stores ResourceClaims, Nodes and ResourceSlices in memory and implements what the real server
-does for them that matters here: generateName, uid and resourceVersion, field selectors on
-spec.driver / spec.nodeName, 409 Conflict on a stale resourceVersion or failed delete
-preconditions, 404 Status objects, and watches of slices from a resourceVersion (410 Gone for
-a version older than the last `compact()`). Server-side apply of a claim's status.devices on
-the status subresource as the real server does it for that list-map (`dracpu.core.status_apply`,
-the merge the cluster folder does too: entries keyed by (driver, pool, device, shareID), each
-owned by the field manager that applied it; without `force` an entry another manager owns is
-refused with 409); `metadata.uid` is a
-precondition; entries for devices the claim was not allocated, more than 8 conditions or more
-than 10 KiB of data are refused (422). Discovery of the resource.k8s.io group (its versions
-settable), server-side dry runs of slice creates (answered, never stored) and Events created
-in a namespace (kept in a list, or refused with a set answer). Optionally over TLS (a
-server-side SSL context), recording each request's bearer token and client certificate name.
+Routes (resource.k8s.io/v1 and core/v1):
+
+    GET  /apis/resource.k8s.io                                  discovery of the group
+    GET  /apis/resource.k8s.io/v1/resourceslices                list (fieldSelector,
+                                                                labelSelector), watch
+    POST /apis/resource.k8s.io/v1/resourceslices                create (generateName, dryRun)
+    PUT, DELETE .../resourceslices/<name>                       resourceVersion / uid guarded
+    GET  /apis/resource.k8s.io/v1/resourceclaims                list of every namespace
+    GET, POST .../namespaces/<ns>/resourceclaims                list, create (status dropped)
+    GET, PUT, DELETE .../namespaces/<ns>/resourceclaims/<name>  read, replace, delete
+    PUT, PATCH .../namespaces/<ns>/resourceclaims/<name>/status replace; server-side apply of
+                                                                status.devices
+    GET, POST /api/v1/nodes, GET /api/v1/nodes/<name>           Nodes
+    POST /api/v1/namespaces/<ns>/events                         Events (kept in a list)
+
+A stale resourceVersion or a failed precondition is 409 Conflict, an absent object 404, a body
+that is not JSON (YAML for an apply) 400, an object missing a required field 422, each with a
+`Status` body whose message says why. Server-side apply of a claim's status.devices merges as
+the real server does for that list-map (`dracpu.core.status_apply`): entries keyed by (driver,
+pool, device, shareID), each owned by the field manager that applied it; without `force` an
+entry another manager owns is refused with 409; `metadata.uid` is a precondition; entries for
+devices the claim was not allocated, more than 8 conditions or more than 10 KiB of data are
+refused (422). Slice watches stream from a resourceVersion (410 Gone for a version older than
+the last `Store.compact()`). Optionally over TLS, recording each request's bearer token and
+client certificate name.
 """
 
 from __future__ import annotations
 
-import copy
-import itertools
 import json
 import secrets
 import select
 import socket
 import ssl
-import threading
 import time
+import traceback
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import yaml
 
-from dracpu.core.errors import ConflictError
-from dracpu.core.status_apply import DeviceKey, apply_devices, device_key
+from dracpu.dev.apiserver.store import Object, Store, status
 
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
-
-
-class Store:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
-        self.nodes: dict[str, dict[str, Any]] = {}
-        self.slices: dict[str, dict[str, Any]] = {}
-        self.versions = itertools.count(1)
-        self.version = 0
-        self.requests: list[tuple[str, str]] = []
-        # Per request: the Authorization header and the client certificate's common name.
-        self.credentials: list[tuple[str, str]] = []
-        self.open_watches = 0
-        self.events: list[tuple[int, str, dict[str, Any]]] = []  # slices only
-        self.compacted = 0
-        self.changed = threading.Condition(self.lock)
-        # Set when the server stops: open watches end, so no client thread waits on one.
-        self.closed = False
-        # Gates the real server may lack: a device field silently dropped on write, or writes
-        # using a field refused with (code, reason, message).
-        self.drop_device_fields: set[str] = set()
-        self.refuse: dict[str, tuple[int, str, str]] = {}
-        # status.devices: "on"; "dropped" (a gate off: the field silently discarded); "unknown"
-        # (a server whose schema lacks it: the apply is refused naming the field).
-        self.device_status = "on"
-        # (namespace, name) -> entry key -> field manager owning that status.devices entry.
-        self.status_owners: dict[tuple[str, str], dict[DeviceKey, str]] = {}
-        # A claim's UID differing from the apply's: 409 on the precondition, or (True) the 422
-        # kube-apiserver 1.37 answers for a server-side apply ("field is immutable").
-        self.uid_as_invalid = False
-        # Status applies answer 500 while this is positive (decremented per refusal).
-        self.fail_status = 0
-        # When set, requests without exactly this Authorization header get 401.
-        self.require_token = ""
-        # A watch from a compacted version: False streams an ERROR event with code 410 (the
-        # watch cache's answer); True answers the request itself with 410 Gone (etcd's).
-        self.gone_as_status = False
-        # The versions /apis/resource.k8s.io lists; empty: the group is not served at all (404).
-        self.resource_versions = ["v1beta1", "v1beta2", "v1"]
-        # Events created (core/v1, any namespace), and the refusal (code, reason, message) that
-        # answers an Event create when set.
-        self.pod_events: list[dict[str, Any]] = []
-        self.refuse_events: tuple[int, str, str] | None = None
-
-    def stamp(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.version = next(self.versions)
-        obj["metadata"]["resourceVersion"] = str(self.version)
-        return obj
-
-    def record(self, kind: str, obj: dict[str, Any]) -> None:
-        """A slice event for watchers (call with the lock held, after stamp)."""
-        self.events.append((self.version, kind, copy.deepcopy(obj)))
-        self.changed.notify_all()
-
-    def put_slice(self, obj: dict[str, Any], kind: str = "MODIFIED") -> None:
-        """Store a slice as someone else would write it."""
-        with self.lock:
-            self.slices[obj["metadata"]["name"]] = self.stamp(obj)
-            self.record(kind, obj)
-
-    def remove_slice(self, name: str) -> None:
-        """Delete a slice as someone else (the garbage collector) would."""
-        with self.lock:
-            obj = self.slices.pop(name)
-            self.stamp(obj)
-            self.record("DELETED", obj)
-
-    def apply_status(
-        self, key: tuple[str, str], manager: str, devices: list[dict[str, Any]], force: bool
-    ) -> tuple[int, dict[str, Any]]:
-        """Server-side apply of status.devices by `manager` (lock held): (code, body)."""
-        claim = self.claims[key]
-        if self.device_status == "unknown":
-            return 500, _status(500, "InternalError", "failed to create typed patch object "
-                                ".status.devices: field not declared in schema")  # fmt: skip
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        allocated = {device_key(r) for r in (allocation.get("devices") or {}).get("results") or []}
-        for index, entry in enumerate(devices):
-            where = f"status.devices[{index}]"
-            if device_key(entry) not in allocated:
-                return 422, _status(422, "Invalid", f"ResourceClaim.resource.k8s.io {key[1]!r} "
-                                    f"is invalid: {where}: Invalid value: must be an allocated "
-                                    "device in the claim")  # fmt: skip
-            if len(entry.get("conditions") or []) > 8:
-                return 422, _status(422, "Invalid", f"{where}.conditions: Too many: must have "
-                                    "at most 8 items")  # fmt: skip
-            if len(json.dumps(entry.get("data") or {}, separators=(",", ":"))) > 10 * 1024:
-                return 422, _status(422, "Invalid", f"{where}.data: Too long")
-        try:
-            applied = apply_devices(
-                (claim.get("status") or {}).get("devices") or [],
-                self.status_owners.get(key, {}),
-                manager,
-                devices,
-                force=force,
-            )
-        except ConflictError as exc:
-            return 409, _status(409, "Conflict", str(exc))
-        status = claim.setdefault("status", {})
-        merged, self.status_owners[key] = applied.devices, applied.owners
-        if self.device_status == "dropped":
-            merged = []
-            self.status_owners[key] = {}
-        if merged:
-            status["devices"] = merged
-        else:
-            status.pop("devices", None)
-        self.stamp(claim)
-        return 200, claim
-
-    def compact(self) -> None:
-        """Forget history: watches from older versions get 410 Gone."""
-        with self.lock:
-            self.compacted = self.version + 1  # even the newest version seen is gone
-            self.version = next(self.versions)
-            self.events.clear()
+GROUP = "/apis/resource.k8s.io"
+SLICES = f"{GROUP}/v1/resourceslices"
+CLAIMS = f"{GROUP}/v1/resourceclaims"
+# kube-apiserver's name generator (k8s.io/apiserver pkg/storage/names): the prefix cut to 58
+# characters, then 5 characters of this alphabet.
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
-def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-            "reason": reason, "message": message}  # fmt: skip
+class BadRequest(Exception):
+    """A request the fake refuses: (code, reason, message) of its Status answer."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.answer = (code, reason, message)
+
+
+def _generated(prefix: str) -> str:
+    return prefix[:58] + "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(5))
+
+
+def _selector(text: str) -> dict[str, str]:
+    """`a=b,c==d` as a mapping; other operators are not served."""
+    terms: dict[str, str] = {}
+    for term in filter(None, text.split(",")):
+        key, sep, value = term.replace("==", "=").partition("=")
+        if not sep or key.endswith("!"):
+            raise BadRequest(400, "BadRequest", f"unable to parse requirement: {term!r}: only "
+                             "equality is served")  # fmt: skip
+        terms[key.strip()] = value.strip()
+    return terms
+
+
+def _field(obj: Object, path: str) -> Any:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _matcher(query: dict[str, list[str]]) -> Callable[[Object], bool]:
+    fields = _selector(query.get("fieldSelector", [""])[0])
+    labels = _selector(query.get("labelSelector", [""])[0])
+
+    def matches(obj: Object) -> bool:
+        found = (obj.get("metadata") or {}).get("labels") or {}
+        return all(str(_field(obj, k)) == v for k, v in fields.items()) and all(
+            found.get(k) == v for k, v in labels.items()
+        )
+
+    return matches
+
+
+def _stale(current: Object, sent: Object) -> bool:
+    """A write carrying a resourceVersion other than the stored one (none: unconditional)."""
+    version = (sent.get("metadata") or {}).get("resourceVersion")
+    return bool(version) and str(version) != current["metadata"]["resourceVersion"]
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # chunked watch streams
     store: Store
-    _pending: dict[str, Any]  # the body of the slice write being handled
     _raw: bytes  # the request body as received
     _reply: tuple[int, bytes] | None  # status and body, written once the lock is released
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def _send(self, code: int, body: dict[str, Any]) -> None:
+    def _send(self, code: int, body: Object) -> None:
         self._reply = (code, json.dumps(body).encode())
 
-    def _body(self) -> dict[str, Any]:
-        return json.loads(self._raw or b"{}")
+    def _body(self) -> Object:
+        """The request's JSON object; 400 when it is not one."""
+        try:
+            body = json.loads(self._raw or b"{}")
+        except ValueError as exc:
+            raise BadRequest(400, "BadRequest", f"json parse error: {exc}") from None
+        if not isinstance(body, dict):
+            raise BadRequest(400, "BadRequest", "the body is not a JSON object")
+        return body
+
+    def _object(self, kind: str) -> Object:
+        """A body to store: a JSON object with a metadata mapping (422 otherwise)."""
+        obj = self._body()
+        if not isinstance(obj.get("metadata") or {}, dict):
+            raise BadRequest(422, "Invalid", f"{kind}: metadata: Invalid value: expected an "
+                             "object")  # fmt: skip
+        obj["metadata"] = dict(obj.get("metadata") or {})
+        return obj
 
     def _route(self, method: str) -> None:
         # Socket I/O never waits with the lock held: the client may run on the event loop of a
@@ -187,7 +142,13 @@ class Handler(BaseHTTPRequestHandler):
         self._raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self._reply = None
         with self.store.lock:
-            self._handle(method)
+            try:
+                self._handle(method)
+            except BadRequest as refused:
+                self._send(refused.answer[0], status(*refused.answer))
+            except Exception as exc:  # a bug in the fake: answered, and the fake keeps serving
+                traceback.print_exc()
+                self._send(500, status(500, "InternalError", f"{type(exc).__name__}: {exc}"))
         if self._reply is not None:
             code, data = self._reply
             self.send_response(code)
@@ -199,146 +160,254 @@ class Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         """Route one request (lock held); _send sets the reply."""
         url = urlparse(self.path)
-        parts = url.path.strip("/").split("/")
+        path = url.path.rstrip("/")
+        parts = path.strip("/").split("/")
+        query = parse_qs(url.query)
         s = self.store
         s.requests.append((method, self.path))
         s.credentials.append((self.headers.get("Authorization", ""), self._peer_name()))
         if s.require_token and self.headers.get("Authorization") != s.require_token:
-            return self._send(401, _status(401, "Unauthorized", "Unauthorized"))
-        if method == "GET" and url.path.startswith("/apis/resource.k8s.io/v1/namespaces/"):
-            key = (parts[4], parts[6])
-            if key in s.claims:
-                return self._send(200, s.claims[key])
-            return self._send(404, _status(404, "NotFound", f"resourceclaims {key[1]} not found"))
-        if method == "PATCH" and url.path.startswith("/apis/resource.k8s.io/v1/namespaces/"):
-            return self._patch_status(url, parts)
-        if method == "GET" and url.path == "/apis/resource.k8s.io":
+            return self._send(401, status(401, "Unauthorized", "Unauthorized"))
+        if method == "GET" and path == GROUP:
             return self._discovery()
-        if method == "POST" and url.path.startswith("/api/v1/namespaces/") and len(parts) == 5 \
-                and parts[4] == "events":  # fmt: skip
+        if path == CLAIMS and method == "GET":
+            return self._list("ResourceClaimList", list(s.claims.values()), query)
+        if path.startswith(f"{GROUP}/v1/namespaces/") and len(parts) >= 6 \
+                and parts[5] == "resourceclaims":  # fmt: skip
+            return self._claims(method, parts[4], parts[6:], query)
+        if path.startswith("/api/v1/namespaces/") and len(parts) == 5 and parts[4] == "events":
+            if method != "POST":
+                return self._no_route(method, path)
             if s.refuse_events is not None:
-                return self._send(s.refuse_events[0], _status(*s.refuse_events))
-            event = self._body()
+                return self._send(s.refuse_events[0], status(*s.refuse_events))
+            event = self._object("Event")
             event["metadata"].update(uid=str(uuid.uuid4()), namespace=parts[3])
             s.pod_events.append(s.stamp(event))
             return self._send(201, event)
-        if method == "GET" and url.path.startswith("/api/v1/nodes/"):
-            if parts[3] in s.nodes:
-                return self._send(200, s.nodes[parts[3]])
-            return self._send(404, _status(404, "NotFound", "node not found"))
-        if url.path == SLICES and method == "GET":
-            query = parse_qs(url.query)
-            selector = query.get("fieldSelector", [""])[0]
-            wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
+        if path == "/api/v1/nodes" or path.startswith("/api/v1/nodes/"):
+            return self._nodes(method, parts[3:], query)
+        if path == SLICES or path.startswith(SLICES + "/"):
+            return self._slices(method, parts[4:], query)
+        return self._no_route(method, path)
 
-            def matches(obj: dict[str, Any]) -> bool:
-                spec = obj["spec"]
-                return all(spec.get(k.removeprefix("spec.")) == v for k, v in wanted.items())
+    def _no_route(self, method: str, path: str) -> None:
+        return self._send(404, status(404, "NotFound", f"the server could not find the "
+                                      f"requested resource ({method} {path})"))  # fmt: skip
 
-            if query.get("watch", [""])[0].lower() in ("true", "1"):
-                return self._watch(query, matches)
-            items = [obj for obj in s.slices.values() if matches(obj)]
-            listed = {
-                "kind": "ResourceSliceList",
-                "apiVersion": "resource.k8s.io/v1",
-                "items": items,
-                "metadata": {"resourceVersion": str(s.version)},
-            }
-            return self._send(200, listed)
-        if url.path.startswith(SLICES) and method in ("POST", "PUT"):
-            obj = self._body()
-            refused = self._gated(obj)
-            if refused is not None:
-                return self._send(refused[0], _status(*refused))
-            self._pending = obj
-        if url.path == SLICES and method == "POST" and parse_qs(url.query).get("dryRun"):
-            obj = self._pending
-            meta = obj["metadata"]
-            meta.update(name=meta.get("name") or meta.pop("generateName") + "dryrun",
-                        uid=str(uuid.uuid4()))  # fmt: skip
-            return self._send(201, obj)
-        if url.path == SLICES and method == "POST":
-            obj = self._pending
-            meta = obj["metadata"]
-            name = meta.get("name") or meta.pop("generateName") + secrets.token_hex(3)[:5]
-            meta.update(name=name, uid=str(uuid.uuid4()))
-            s.slices[name] = s.stamp(obj)
-            s.record("ADDED", obj)
-            return self._send(201, obj)
-        if url.path.startswith(SLICES + "/"):
-            name = parts[4]
-            current = s.slices.get(name)
-            if current is None:
-                return self._send(404, _status(404, "NotFound", f"{name} not found"))
-            if method == "PUT":
-                obj = self._pending
-                if obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-                    return self._send(409, _status(409, "Conflict", "object was modified"))
-                obj["metadata"]["uid"] = current["metadata"]["uid"]
-                s.slices[name] = s.stamp(obj)
-                s.record("MODIFIED", obj)
-                return self._send(200, obj)
-            if method == "DELETE":
-                pre = self._body().get("preconditions") or {}
-                meta = current["metadata"]
-                if (
-                    pre.get("uid", meta["uid"]) != meta["uid"]
-                    or pre.get("resourceVersion", meta["resourceVersion"])
-                    != meta["resourceVersion"]
-                ):
-                    return self._send(409, _status(409, "Conflict", "precondition failed"))
-                del s.slices[name]
-                s.stamp(current)
-                s.record("DELETED", current)
-                return self._send(200, _status(200, "", "deleted") | {"status": "Success"})
-        return self._send(404, _status(404, "NotFound", f"no route {method} {url.path}"))
+    def _list(self, kind: str, items: list[Object], query: dict[str, list[str]]) -> None:
+        matches = _matcher(query)
+        self._send(200, {
+            "kind": kind,
+            "apiVersion": "v1" if kind == "NodeList" else "resource.k8s.io/v1",
+            "items": [obj for obj in items if matches(obj)],
+            "metadata": {"resourceVersion": str(self.store.version)},
+        })  # fmt: skip
 
     def _discovery(self) -> None:
         versions = self.store.resource_versions
         if not versions:
-            return self._send(404, _status(404, "NotFound", "the server could not find the "
-                                           "requested resource"))  # fmt: skip
+            return self._send(404, status(404, "NotFound", "the server could not find the "
+                                          "requested resource"))  # fmt: skip
         listed = [{"groupVersion": f"resource.k8s.io/{v}", "version": v} for v in versions]
         return self._send(200, {"kind": "APIGroup", "apiVersion": "v1",
                                 "name": "resource.k8s.io", "versions": listed,
                                 "preferredVersion": listed[-1]})  # fmt: skip
 
-    def _patch_status(self, url: Any, parts: list[str]) -> None:
+    def _nodes(self, method: str, rest: list[str], query: dict[str, list[str]]) -> None:
+        s = self.store
+        if not rest and method == "GET":
+            return self._list("NodeList", list(s.nodes.values()), query)
+        if not rest and method == "POST":
+            node = self._object("Node")
+            name = node["metadata"].get("name")
+            if not name:
+                raise BadRequest(422, "Invalid", "Node: metadata.name: Required value")
+            if name in s.nodes:
+                raise BadRequest(409, "AlreadyExists", f'nodes "{name}" already exists')
+            # A uid given is kept (the real server assigns its own): a test names the Node's.
+            node["metadata"].setdefault("uid", str(uuid.uuid4()))
+            s.nodes[name] = s.stamp(node)
+            return self._send(201, node)
+        if len(rest) == 1 and method == "GET":
+            if rest[0] in s.nodes:
+                return self._send(200, s.nodes[rest[0]])
+            return self._send(404, status(404, "NotFound", f'nodes "{rest[0]}" not found'))
+        return self._no_route(method, "/api/v1/nodes/" + "/".join(rest))
+
+    def _claims(
+        self, method: str, namespace: str, rest: list[str], query: dict[str, list[str]]
+    ) -> None:
+        s = self.store
+        if not rest:
+            if method == "GET":
+                items = [c for (ns, _), c in s.claims.items() if ns == namespace]
+                return self._list("ResourceClaimList", items, query)
+            if method == "POST":
+                return self._create_claim(namespace)
+            return self._no_route(method, f"resourceclaims in {namespace}")
+        key = (namespace, rest[0])
+        what = f'resourceclaims.resource.k8s.io "{key[1]}"'
+        if method == "PATCH" and len(rest) == 2 and rest[1] == "status":
+            return self._patch_status(key, query)
+        if len(rest) > 2 or (len(rest) == 2 and rest[1] != "status"):
+            return self._no_route(method, "resourceclaims/" + "/".join(rest))
+        current = s.claims.get(key)
+        if current is None:
+            return self._send(404, status(404, "NotFound", f"{what} not found"))
+        if method == "GET" and len(rest) == 1:
+            return self._send(200, current)
+        if method == "PUT":
+            sent = self._object("ResourceClaim")
+            if sent["metadata"].get("name", key[1]) != key[1]:
+                raise BadRequest(400, "BadRequest", "the name of the object does not match "
+                                 f"the name on the URL ({key[1]})")
+            if _stale(current, sent):
+                raise BadRequest(409, "Conflict", f"Operation cannot be fulfilled on {what}: "
+                                 "the object has been modified; please apply your changes to "
+                                 "the latest version and try again")  # fmt: skip
+            # The main resource keeps the stored status; /status keeps the stored rest.
+            if len(rest) == 2:
+                replaced = {**current, "status": sent.get("status") or {}}
+                replaced["metadata"] = dict(current["metadata"])
+            else:
+                replaced = {**sent, "status": current.get("status") or {}}
+                replaced["metadata"] = {**sent["metadata"], "name": key[1],
+                                        "namespace": namespace, "uid": current["metadata"]["uid"]}
+            s.claims[key] = s.stamp(replaced)
+            return self._send(200, replaced)
+        if method == "DELETE" and len(rest) == 1:
+            self._check_preconditions(current, what)
+            gone = s.forget_claim(key)
+            return self._send(200, gone)
+        return self._no_route(method, "resourceclaims/" + "/".join(rest))
+
+    def _create_claim(self, namespace: str) -> None:
+        s = self.store
+        claim = self._object("ResourceClaim")
+        meta = claim["metadata"]
+        name = meta.get("name") or (_generated(meta["generateName"])
+                                    if meta.get("generateName") else "")  # fmt: skip
+        if not name:
+            raise BadRequest(422, "Invalid", "ResourceClaim.resource.k8s.io: metadata.name: "
+                             "Required value: name or generateName is required")  # fmt: skip
+        if meta.get("namespace", namespace) != namespace:
+            raise BadRequest(400, "BadRequest", "the namespace of the provided object does not "
+                             "match the namespace sent on the request")  # fmt: skip
+        if not isinstance(claim.get("spec"), dict):
+            raise BadRequest(422, "Invalid", f'ResourceClaim.resource.k8s.io "{name}" is '
+                             "invalid: spec: Required value")  # fmt: skip
+        if (namespace, name) in s.claims:
+            raise BadRequest(409, "AlreadyExists", f'resourceclaims.resource.k8s.io "{name}" '
+                             "already exists")  # fmt: skip
+        meta.pop("generateName", None)
+        # A uid given is kept (the real server assigns its own): tests and `dracpu dev claim`
+        # name the claim's UID the kubelet will be asked to prepare.
+        meta.update(name=name, namespace=namespace, uid=meta.get("uid") or str(uuid.uuid4()))
+        meta.pop("resourceVersion", None)
+        claim.setdefault("apiVersion", "resource.k8s.io/v1")
+        claim.setdefault("kind", "ResourceClaim")
+        claim["status"] = {}  # written through /status only, as the real server does
+        s.claims[(namespace, name)] = s.stamp(claim)
+        return self._send(201, claim)
+
+    def _check_preconditions(self, current: Object, what: str) -> None:
+        pre = self._body().get("preconditions") or {}
+        meta = current["metadata"]
+        for field in ("uid", "resourceVersion"):
+            if pre.get(field, meta[field]) != meta[field]:
+                raise BadRequest(409, "Conflict", f"Operation cannot be fulfilled on {what}: "
+                                 f"Precondition failed: {field} in precondition: "
+                                 f"{pre[field]}, {field} in object meta: {meta[field]}")
+
+    def _slices(self, method: str, rest: list[str], query: dict[str, list[str]]) -> None:
+        s = self.store
+        if not rest and method == "GET":
+            if query.get("watch", [""])[0].lower() in ("true", "1"):
+                return self._watch(query, _matcher(query))
+            return self._list("ResourceSliceList", list(s.slices.values()), query)
+        if not rest and method == "POST":
+            obj = self._object("ResourceSlice")
+            self._gated(obj)
+            meta = obj["metadata"]
+            if not meta.get("name") and not meta.get("generateName"):
+                raise BadRequest(422, "Invalid", "ResourceSlice.resource.k8s.io: metadata.name: "
+                                 "Required value: name or generateName is required")  # fmt: skip
+            name = meta.get("name") or _generated(meta.pop("generateName"))
+            meta.update(name=name, uid=str(uuid.uuid4()))
+            if query.get("dryRun"):
+                return self._send(201, obj)  # answered, never stored
+            if name in s.slices:
+                raise BadRequest(409, "AlreadyExists", f'resourceslices.resource.k8s.io "{name}" '
+                                 "already exists")  # fmt: skip
+            s.slices[name] = s.stamp(obj)
+            s.record("ADDED", obj)
+            return self._send(201, obj)
+        if len(rest) != 1:
+            return self._no_route(method, SLICES + "/" + "/".join(rest))
+        name = rest[0]
+        what = f'resourceslices.resource.k8s.io "{name}"'
+        current = s.slices.get(name)
+        if current is None:
+            return self._send(404, status(404, "NotFound", f"{what} not found"))
+        if method == "GET":
+            return self._send(200, current)
+        if method == "PUT":
+            obj = self._object("ResourceSlice")
+            self._gated(obj)
+            if obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                raise BadRequest(409, "Conflict", f"Operation cannot be fulfilled on {what}: "
+                                 "the object has been modified; please apply your changes to "
+                                 "the latest version and try again")  # fmt: skip
+            obj["metadata"]["uid"] = current["metadata"]["uid"]
+            s.slices[name] = s.stamp(obj)
+            s.record("MODIFIED", obj)
+            return self._send(200, obj)
+        if method == "DELETE":
+            self._check_preconditions(current, what)
+            del s.slices[name]
+            s.stamp(current)
+            s.record("DELETED", current)
+            return self._send(200, status(200, "", "deleted") | {"status": "Success"})
+        return self._no_route(method, f"{SLICES}/{name}")
+
+    def _patch_status(self, key: tuple[str, str], query: dict[str, list[str]]) -> None:
         """PATCH .../resourceclaims/<name>/status as the real server answers an apply."""
         s = self.store
-        if len(parts) != 8 or parts[5] != "resourceclaims" or parts[7] != "status":
-            return self._send(404, _status(404, "NotFound", "the server could not find the "
-                                           "requested resource"))  # fmt: skip
         if self.headers.get("Content-Type") != "application/apply-patch+yaml":
-            return self._send(415, _status(415, "UnsupportedMediaType", "the body of the "
-                                           "request was in an unknown format"))  # fmt: skip
-        query = parse_qs(url.query)
+            return self._send(415, status(415, "UnsupportedMediaType", "the body of the "
+                                          "request was in an unknown format"))  # fmt: skip
         manager = query.get("fieldManager", [""])[0]
         if not manager:
-            return self._send(422, _status(422, "Invalid", "PatchOptions.meta.k8s.io is "
-                                           "invalid: fieldManager: Required value"))  # fmt: skip
-        key = (parts[4], parts[6])
+            return self._send(422, status(422, "Invalid", "PatchOptions.meta.k8s.io is "
+                                          "invalid: fieldManager: Required value"))  # fmt: skip
         if key not in s.claims:
-            return self._send(404, _status(404, "NotFound", f'resourceclaims.resource.k8s.io '
-                                           f'"{key[1]}" not found'))  # fmt: skip
+            return self._send(404, status(404, "NotFound", f'resourceclaims.resource.k8s.io '
+                                          f'"{key[1]}" not found'))  # fmt: skip
         if s.fail_status > 0:
             s.fail_status -= 1
-            return self._send(500, _status(500, "InternalError", "etcdserver: request timed out"))
-        body = yaml.safe_load(self._raw) or {}
+            return self._send(500, status(500, "InternalError", "etcdserver: request timed out"))
+        try:
+            body = yaml.safe_load(self._raw) or {}
+        except yaml.YAMLError as exc:
+            raise BadRequest(400, "BadRequest", f"error decoding YAML: {exc}") from None
+        if not isinstance(body, dict) or not isinstance(body.get("status") or {}, dict):
+            raise BadRequest(400, "BadRequest", "the apply configuration is not an object")
         uid = (body.get("metadata") or {}).get("uid")
         stored_uid = s.claims[key]["metadata"].get("uid")
         if uid and uid != stored_uid and s.uid_as_invalid:
-            return self._send(422, _status(422, "Invalid", f'ResourceClaim.resource.k8s.io '
-                                           f'"{key[1]}" is invalid: metadata.uid: Invalid '
-                                           f'value: "{uid}": field is immutable'))  # fmt: skip
+            return self._send(422, status(422, "Invalid", f'ResourceClaim.resource.k8s.io '
+                                          f'"{key[1]}" is invalid: metadata.uid: Invalid '
+                                          f'value: "{uid}": field is immutable'))  # fmt: skip
         if uid and uid != stored_uid:
-            return self._send(409, _status(409, "Conflict", "Operation cannot be fulfilled on "
-                                           f'resourceclaims.resource.k8s.io "{key[1]}": '
-                                           f"Precondition failed: UID in precondition: {uid}, "
-                                           f"UID in object meta: {stored_uid}"))  # fmt: skip
-        devices = list((body.get("status") or {}).get("devices") or [])
+            return self._send(409, status(409, "Conflict", "Operation cannot be fulfilled on "
+                                          f'resourceclaims.resource.k8s.io "{key[1]}": '
+                                          f"Precondition failed: UID in precondition: {uid}, "
+                                          f"UID in object meta: {stored_uid}"))  # fmt: skip
+        devices = (body.get("status") or {}).get("devices") or []
+        if not isinstance(devices, list):
+            raise BadRequest(422, "Invalid", "status.devices: Invalid value: expected a list")
         force = query.get("force", [""])[0] == "true"
-        code, answer = s.apply_status(key, manager, devices, force)
+        code, answer = s.apply_status(key, manager, list(devices), force)
         return self._send(code, answer)
 
     def _peer_name(self) -> str:
@@ -360,32 +429,31 @@ class Handler(BaseHTTPRequestHandler):
         except (OSError, ValueError):
             return True
 
-    def _gated(self, obj: dict[str, Any]) -> tuple[int, str, str] | None:
+    def _gated(self, obj: Object) -> None:
         """Apply the store's missing gates to a slice being written (lock held)."""
-        for device in obj.get("spec", {}).get("devices") or []:
+        for device in (obj.get("spec") or {}).get("devices") or []:
             for name, refusal in self.store.refuse.items():
                 if name in json.dumps(device):
-                    return refusal
+                    raise BadRequest(*refusal)
             for name in self.store.drop_device_fields:
                 device.pop(name, None)
-        return None
 
-    def _watch(self, query: dict[str, list[str]], matches: Any) -> None:
+    def _watch(self, query: dict[str, list[str]], matches: Callable[[Object], bool]) -> None:
         """Stream slice events after resourceVersion until timeoutSeconds (lock held)."""
         s = self.store
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["5"])[0])
         if since < s.compacted and s.gone_as_status:
-            return self._send(410, _status(410, "Gone", f"too old resource version: {since}"))
+            return self._send(410, status(410, "Gone", f"too old resource version: {since}"))
 
-        def line(body: dict[str, Any]) -> None:
+        def line(body: Object) -> None:
             data = json.dumps(body).encode() + b"\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
         gone = None
         if since < s.compacted:
-            gone = _status(410, "Expired", f"too old resource version: {since} ({s.compacted})")
+            gone = status(410, "Expired", f"too old resource version: {since} ({s.compacted})")
         s.lock.release()  # socket I/O without the lock (see _route)
         try:
             self.send_response(200)
@@ -442,35 +510,3 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_PATCH(self) -> None:
         self._route("PATCH")
-
-
-@contextmanager
-def fake_apiserver(
-    directory: Path, tls: ssl.SSLContext | None = None
-) -> Iterator[tuple[Store, Path]]:
-    """Serve on 127.0.0.1 (https with `tls`); yields the store and a kubeconfig file pointing
-    at it (with no CA: tests that use TLS write their own)."""
-    store = Store()
-    handler = type("BoundHandler", (Handler,), {"store": store})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    host, port = server.server_address[:2]
-    scheme = "https" if tls is not None else "http"
-    kubeconfig = directory / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": f"{scheme}://{host}:{port}"}}],
-        "users": [{"name": "fake", "user": {}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-    }))  # fmt: skip
-    try:
-        yield store, kubeconfig
-    finally:
-        with store.lock:
-            store.closed = True
-            store.changed.notify_all()
-        server.shutdown()
-        server.server_close()
