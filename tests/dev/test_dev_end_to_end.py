@@ -23,6 +23,8 @@ import pytest
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.dev.apiserver.client import ClusterClient
+from dracpu.dev.layout import RunLayout
 
 FIXTURE = "xeon-2s-ht"  # 2 sockets x 10 cores x 2 threads, one NUMA node per socket
 
@@ -172,7 +174,17 @@ def test_claims_restart_and_clean_stop(run: Run) -> None:
     assert released.returncode == 0, released.stderr
     assert [c["uid"] for c in run.get("/v1/claims")["claims"]] == [second["uid"]]
     assert not (run.root / "cdi" / f"dra.k8s.io-cpu_claim-{first['uid']}.json").exists()
-    assert not (run.root / "cluster/resourceclaims/default/cpus-1.yaml").exists()
+    fake = ClusterClient(RunLayout.at(run.root).apiserver_kubeconfig)
+    try:
+        assert not fake.claim_exists("default", "cpus-1")
+        # The plugin's status entry is on the claim it still holds.
+        entries = wait_for(
+            lambda: fake.read_claim("default", "numa-one")["status"].get("devices"),
+            "the claim's status.devices entry",
+        )
+        assert [e["data"]["cpuset"] for e in entries] == [second["cpuset"]]
+    finally:
+        fake.close()
     assert cpus[first["uid"]].issubset(CPUSet.parse(run.get("/v1/shared-pool")["cpus"]))
 
     # SIGKILL the allocator, the one writer of allocation state: it is restarted, and it

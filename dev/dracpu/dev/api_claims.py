@@ -5,9 +5,9 @@ NodePrepareResources / NodeUnprepareResources by namespace, name and the claim's
 
 from __future__ import annotations
 
-from dracpu.core.errors import InvalidInputError, UnavailableError
-from dracpu.dev.names import check_name
+from dracpu.core.errors import UnavailableError
 from dracpu.dev.layout import RunLayout
+from dracpu.dev.names import check_name
 from dracpu.dev.sim_clients import KubeletClient
 from dracpu.dev.up import run_status
 

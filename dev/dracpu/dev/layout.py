@@ -1,8 +1,8 @@
 """Where everything of one local run lives: the run folder and the paths derived from it.
 
 One run folder holds the sockets, the kubelet root, the NRI socket, the CDI specs, the
-allocator's state and the kubeconfig of the API-server fake, so a run needs no root and leaves nothing
-outside that folder.
+allocator's state and the kubeconfig of the API-server fake, so a run needs no root and leaves
+nothing outside that folder.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`dev claim` and `dev release`: one claim's whole life, played by the scheduler (a claim
-created with an allocation in the run's API-server fake), the kubelet (NodePrepareResources through the
-kubelet simulator) and the runtime (a container with the claim's CDI env, created through the
-runtime simulator)."""
+created with an allocation in the run's API-server fake), the kubelet (NodePrepareResources
+through the kubelet simulator) and the runtime (a container with the claim's CDI env, created
+through the runtime simulator)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ from dracpu.core.errors import (
 )
 from dracpu.core.memory import binary_quantity
 from dracpu.core.names import check_uid
-from dracpu.dev.cdi_specs import resolve_env
 from dracpu.dev.apiserver.client import ClusterClient
+from dracpu.dev.cdi_specs import resolve_env
 from dracpu.dev.layout import RunLayout
 from dracpu.dev.names import check_name
 from dracpu.dev.scheduler import (

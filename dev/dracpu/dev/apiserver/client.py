@@ -4,6 +4,7 @@ claims read. Blocking calls over httpx: each is one short request to a local ser
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,38 @@ class ClusterClient:
         except NotFoundError:
             return False
         return True
+
+    def apply_claim_status(
+        self, namespace: str, name: str, manager: str, devices: list[Object]
+    ) -> Object:
+        """Server-side apply of the claim's status.devices as field manager `manager` (forced),
+        as a driver writes its entries."""
+        what = f"claim {namespace}/{name}"
+        try:
+            response = self._http.patch(
+                self._claim_path(namespace, name) + "/status",
+                params={"fieldManager": manager, "force": "true"},
+                headers={"Content-Type": "application/apply-patch+yaml"},
+                content=json.dumps({"status": {"devices": devices}}),  # JSON is YAML too
+            )
+        except httpx.HTTPError as exc:
+            raise UnavailableError(f"{what}: API server {self.server}: {exc}") from None
+        if response.status_code >= 300:
+            raise _error(response, what)
+        answer: Object = response.json()
+        return answer
+
+    def create_slice(self, obj: Object) -> Object:
+        """Create a ResourceSlice as another writer would (its name or generateName kept)."""
+        return self._call("POST", f"{RESOURCE}/resourceslices", "create resourceslice", obj)
+
+    def replace_slice(self, obj: Object) -> Object:
+        """Replace a slice, guarded by the resourceVersion it carries."""
+        name = obj["metadata"]["name"]
+        return self._call("PUT", f"{RESOURCE}/resourceslices/{name}", f"slice {name}", obj)
+
+    def delete_slice(self, name: str) -> None:
+        self._call("DELETE", f"{RESOURCE}/resourceslices/{name}", f"slice {name}")
 
     def create_node(self, name: str, uid: str) -> Object:
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": uid}}

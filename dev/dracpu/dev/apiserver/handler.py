@@ -259,8 +259,11 @@ class Handler(BaseHTTPRequestHandler):
         if method == "PUT":
             sent = self._object("ResourceClaim")
             if sent["metadata"].get("name", key[1]) != key[1]:
-                raise BadRequest(400, "BadRequest", "the name of the object does not match "
-                                 f"the name on the URL ({key[1]})")
+                raise BadRequest(
+                    400,
+                    "BadRequest",
+                    f"the name of the object does not match the name on the URL ({key[1]})",
+                )
             if _stale(current, sent):
                 raise BadRequest(409, "Conflict", f"Operation cannot be fulfilled on {what}: "
                                  "the object has been modified; please apply your changes to "
@@ -271,8 +274,12 @@ class Handler(BaseHTTPRequestHandler):
                 replaced["metadata"] = dict(current["metadata"])
             else:
                 replaced = {**sent, "status": current.get("status") or {}}
-                replaced["metadata"] = {**sent["metadata"], "name": key[1],
-                                        "namespace": namespace, "uid": current["metadata"]["uid"]}
+                replaced["metadata"] = {
+                    **sent["metadata"],
+                    "name": key[1],
+                    "namespace": namespace,
+                    "uid": current["metadata"]["uid"],
+                }
             s.claims[key] = s.stamp(replaced)
             return self._send(200, replaced)
         if method == "DELETE" and len(rest) == 1:
@@ -315,9 +322,13 @@ class Handler(BaseHTTPRequestHandler):
         meta = current["metadata"]
         for field in ("uid", "resourceVersion"):
             if pre.get(field, meta[field]) != meta[field]:
-                raise BadRequest(409, "Conflict", f"Operation cannot be fulfilled on {what}: "
-                                 f"Precondition failed: {field} in precondition: "
-                                 f"{pre[field]}, {field} in object meta: {meta[field]}")
+                raise BadRequest(
+                    409,
+                    "Conflict",
+                    f"Operation cannot be fulfilled on {what}: "
+                    f"Precondition failed: {field} in precondition: "
+                    f"{pre[field]}, {field} in object meta: {meta[field]}",
+                )
 
     def _slices(self, method: str, rest: list[str], query: dict[str, list[str]]) -> None:
         s = self.store
@@ -413,8 +424,9 @@ class Handler(BaseHTTPRequestHandler):
     def _peer_name(self) -> str:
         if not isinstance(self.connection, ssl.SSLSocket):
             return ""
-        peer = self.connection.getpeercert() or {}
-        names = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
+        peer: dict[str, Any] = dict(self.connection.getpeercert() or {})
+        subject: tuple[tuple[tuple[str, str], ...], ...] = peer.get("subject", ())
+        names = [v for rdn in subject for k, v in rdn if k == "commonName"]
         return names[0] if names else ""
 
     def _client_gone(self) -> bool:
@@ -423,9 +435,10 @@ class Handler(BaseHTTPRequestHandler):
             readable, _, _ = select.select([self.connection], [], [], 0)
             if not readable:
                 return False
-            if isinstance(self.connection, ssl.SSLSocket):
-                return self.connection.recv(1) == b""
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
+            connection: socket.socket = self.connection
+            if isinstance(connection, ssl.SSLSocket):
+                return connection.recv(1) == b""
+            return connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):
             return True
 
