@@ -73,6 +73,12 @@ class Run:
         assert result.returncode == 0, result.stderr
         return fields(result.stdout)
 
+    def claim_names(self) -> list[str]:
+        """The ResourceClaims in the run's API-server fake, as namespace/name."""
+        with contextlib.closing(ClusterClient(RunLayout.at(self.root).apiserver_kubeconfig)) as api:
+            return sorted(f"{c['metadata']['namespace']}/{c['metadata']['name']}"
+                          for c in api.claims())  # fmt: skip
+
     def status(self) -> dict[str, Any]:
         document: dict[str, Any] = json.loads((self.root / "dev-up.json").read_text())
         return document
@@ -303,8 +309,7 @@ def test_individual_mode_hands_out_cpu_devices() -> None:
         # 8 CPUs, one kept for the shared pool, 3 claimed.
         assert too_many.stderr == "dracpu dev: 6 CPUs requested, 4 CPU devices are free\n"
         assert [c["uid"] for c in run.get("/v1/claims")["claims"]] == [first["uid"]]
-        claims = run.root / "cluster/resourceclaims/default"
-        assert sorted(p.name for p in claims.iterdir()) == ["cpus-1.yaml"]
+        assert run.claim_names() == ["default/cpus-1"]
 
 
 def test_machine_mode_takes_the_cpuset_from_the_claim_and_rolls_back_a_refusal() -> None:
@@ -317,8 +322,8 @@ def test_machine_mode_takes_the_cpuset_from_the_claim_and_rolls_back_a_refusal()
         taken = run.dev("claim", "--cpus", "1", "--cpuset", "5", "--name", "taken")
         assert taken.returncode == 2
         assert taken.stderr.count("\n") == 1 and "NodePrepareResources" in taken.stderr
-        # The refused claim was undone: no claim file, no allocation, no CDI spec.
-        assert not (run.root / "cluster/resourceclaims/default/taken.yaml").exists()
+        # The refused claim was undone: no ResourceClaim, no allocation, no CDI spec.
+        assert run.claim_names() == ["default/cpus-1"]
         assert [c["uid"] for c in run.get("/v1/claims")["claims"]] == [first["uid"]]
         assert [p.name for p in (run.root / "cdi").glob("dra.k8s.io-cpu_*")] == [
             f"dra.k8s.io-cpu_claim-{first['uid']}.json"

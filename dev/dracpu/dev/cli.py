@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 
 from dracpu.core.cli import ArgumentParser, run_async
@@ -166,13 +167,13 @@ def _add_claim_commands(commands: argparse._SubParsersAction[ArgumentParser]) ->
 
 
 def _add_apiserver(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
-    apiserver = commands.add_parser(
+    # Listed here; its own parser (`dracpu.dev.apiserver.server`) reads its flags (see main).
+    commands.add_parser(
         "apiserver",
         help="serve the in-memory API-server fake alone (dev up starts one itself); "
         "see dracpu dev apiserver --help",
         add_help=False,
     )
-    apiserver.add_argument("rest", nargs=argparse.REMAINDER)
 
 
 def build_parser() -> ArgumentParser:
@@ -251,11 +252,12 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "apiserver":  # a blocking server of its own, outside the event loop
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["apiserver"]:  # a blocking server of its own, outside the event loop
         from dracpu.dev.apiserver.server import main as serve
 
-        return serve(args.rest)
+        return serve(words[1:])
+    args = build_parser().parse_args(words)
     return run_async(lambda: _dispatch(args), PROG)
 
 

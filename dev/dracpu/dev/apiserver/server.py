@@ -17,6 +17,7 @@ from types import FrameType
 
 import yaml
 
+from dracpu.core.cli import ArgumentParser
 from dracpu.core.files import write_atomic
 from dracpu.dev.apiserver.handler import Handler
 from dracpu.dev.apiserver.store import Store
@@ -85,8 +86,8 @@ def _address(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(
         prog=PROG,
         description="an in-memory Kubernetes API server for the driver's development runs: "
         "the ResourceSlices, ResourceClaims, Nodes and Events the driver uses",
