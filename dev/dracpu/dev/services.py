@@ -43,6 +43,7 @@ class DevOptions:
     runtime_sim: bool = True
     kubeconfig: Path | None = None  # an outside API server, instead of the run's fake
     apiserver_address: str = "127.0.0.1:6443"  # where the fake listens (without `kubeconfig`)
+    apiserver_url: str | None = None  # the fake as its clients reach it, when not that address
 
 
 def api_url(address: str) -> str:
@@ -73,6 +74,7 @@ def service_commands(layout: RunLayout, options: DevOptions) -> dict[str, list[s
             options.apiserver_address,
             "--kubeconfig",
             str(layout.apiserver_kubeconfig),
+            *(["--server-url", options.apiserver_url] if options.apiserver_url else []),
         ],
         "topology": [
             "dracpu-topology",
