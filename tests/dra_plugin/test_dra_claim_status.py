@@ -5,7 +5,7 @@ The entries as built from the allocator's answer; the writer against the loopbac
 written after prepare, removed on unprepare, other writers' entries kept, failures retried in
 the background without delaying the prepare, a claim replaced under the same name left alone,
 and a server without the field detected once. Then the whole dra-plugin process against that
-server and against the cluster folder.
+server, in the test's process and as its own process beside another driver's entries.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""ResourceSlice publication into the local cluster folder, in every device mode.
+"""ResourceSlice publication into the API-server fake, in every device mode.
 
-Real topology, allocator and dra-plugin processes; the folder plays the API server.
+Real topology, allocator and dra-plugin processes; the fake (`dracpu.dev.apiserver`, a process)
+plays the API server.
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ Routes (resource.k8s.io/v1 and core/v1):
 A stale resourceVersion or a failed precondition is 409 Conflict, an absent object 404, a body
 that is not JSON (YAML for an apply) 400, an object missing a required field 422, each with a
 `Status` body whose message says why. Server-side apply of a claim's status.devices merges as
-the real server does for that list-map (`dracpu.core.status_apply`): entries keyed by (driver,
-pool, device, shareID), each owned by the field manager that applied it; without `force` an
-entry another manager owns is refused with 409; `metadata.uid` is a precondition; entries for
+the real server does for that list-map (`status_apply`): entries keyed by (driver, pool,
+device, shareID), each owned by the field manager that applied it; without `force` an entry
+another manager owns is refused with 409; `metadata.uid` is a precondition; entries for
 devices the claim was not allocated, more than 8 conditions or more than 10 KiB of data are
 refused (422). Slice watches stream from a resourceVersion (410 Gone for a version older than
 the last `Store.compact()`). Optionally over TLS, recording each request's bearer token and

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from dracpu.core.errors import ConflictError
-from dracpu.core.status_apply import DeviceKey, apply_devices, device_key
+from dracpu.dev.apiserver.status_apply import DeviceKey, apply_devices, device_key
 
 Object = dict[str, Any]
 ClaimKey = tuple[str, str]  # (namespace, name)
