@@ -107,6 +107,9 @@ def _stale(current: Object, sent: Object) -> bool:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # chunked watch streams
+    # Headers and body go out in separate writes: with Nagle's algorithm on, the body waits for
+    # the client's delayed ACK of the headers (40 ms on Linux) on every kept-alive request.
+    disable_nagle_algorithm = True
     store: Store
     _raw: bytes  # the request body as received
     _reply: tuple[int, bytes] | None  # status and body, written once the lock is released
