@@ -227,3 +227,13 @@ def test_an_address_it_cannot_listen_on_is_one_line(tmp_path: Path) -> None:
     assert run.stderr.count("\n") == 1
     assert run.stderr.startswith("dracpu dev apiserver: error: cannot listen on 192.0.2.1:1")
     assert not (tmp_path / "kc").exists()
+
+
+def test_a_long_run_remembers_only_the_newest_requests() -> None:
+    from dracpu.dev.apiserver.store import REQUESTS_KEPT, Store
+
+    store = Store()
+    for n in range(REQUESTS_KEPT + 5):
+        store.log_request("GET", f"/{n}", "", "")
+    assert len(store.requests) == len(store.credentials) == REQUESTS_KEPT
+    assert store.requests[0] == ("GET", "/5") and store.requests[-1][1] == f"/{REQUESTS_KEPT + 4}"

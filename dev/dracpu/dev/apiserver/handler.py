@@ -167,8 +167,7 @@ class Handler(BaseHTTPRequestHandler):
         parts = path.strip("/").split("/")
         query = parse_qs(url.query)
         s = self.store
-        s.requests.append((method, self.path))
-        s.credentials.append((self.headers.get("Authorization", ""), self._peer_name()))
+        s.log_request(method, self.path, self.headers.get("Authorization", ""), self._peer_name())
         if s.require_token and self.headers.get("Authorization") != s.require_token:
             return self._send(401, status(401, "Unauthorized", "Unauthorized"))
         if method == "GET" and path == GROUP:

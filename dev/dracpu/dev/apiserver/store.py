@@ -17,6 +17,8 @@ from dracpu.dev.apiserver.status_apply import DeviceKey, apply_devices, device_k
 
 Object = dict[str, Any]
 ClaimKey = tuple[str, str]  # (namespace, name)
+# Requests remembered for tests to read back; a long development run keeps only the newest.
+REQUESTS_KEPT = 10_000
 
 
 def status(code: int, reason: str, message: str) -> Object:
@@ -67,6 +69,13 @@ class Store:
         # answers an Event create when set.
         self.pod_events: list[Object] = []
         self.refuse_events: tuple[int, str, str] | None = None
+
+    def log_request(self, method: str, path: str, authorization: str, peer: str) -> None:
+        """Remember a request (lock held), and forget the oldest beyond REQUESTS_KEPT."""
+        self.requests.append((method, path))
+        self.credentials.append((authorization, peer))
+        if len(self.requests) > REQUESTS_KEPT:
+            del self.requests[:-REQUESTS_KEPT], self.credentials[:-REQUESTS_KEPT]
 
     def stamp(self, obj: Object) -> Object:
         self.version = next(self.versions)
