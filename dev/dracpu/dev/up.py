@@ -217,6 +217,8 @@ async def up(
             kubeconfig=Path(kubeconfig).absolute() if kubeconfig else None,
             apiserver_address=f"127.0.0.1:{free_port()}",
         )
+        # An earlier run's kubeconfig names a fake that is gone; this run's writes its own.
+        layout.apiserver_kubeconfig.unlink(missing_ok=True)
         sockets = owned_sockets(layout, kubelet_sim=kubelet_sim, runtime_sim=runtime_sim)
         for stale in remove_stale_sockets(sockets):
             report(f"removed stale socket {stale}")
