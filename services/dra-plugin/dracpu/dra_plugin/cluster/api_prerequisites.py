@@ -100,17 +100,22 @@ class APIPrerequisites:
         now = time.monotonic()
         if now < self._next_check:
             return False
-        self._next_check = now + self.recheck
         try:
             if not self._group_ok:
                 self._group_ok = await self._check_group()
             if self._group_ok and shared_devices and not self._sharing_ok:
                 self._sharing_ok = await self._check_sharing()
         except DracpuError as exc:
+            self._next_check = now + self.recheck
             log.warning("the API server's prerequisites not checked; checking again",
                         error=str(exc), retry_in=self.recheck)  # fmt: skip
             return False
-        return self._group_ok and (self._sharing_ok or not shared_devices)
+        ok = self._group_ok and (self._sharing_ok or not shared_devices)
+        if not ok:
+            # Only a "no" waits: devices that become shared later (a mode change) are checked
+            # at once, not a recheck interval after the last answer about unshared ones.
+            self._next_check = now + self.recheck
+        return ok
 
     async def _check_group(self) -> bool:
         versions = await self.api.group_versions("resource.k8s.io")
