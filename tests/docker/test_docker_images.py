@@ -32,10 +32,19 @@ NO_SOCKET_VOLUME = {
     "allocator": ("/run/dracpu/allocator.sock", []),
     "nri-plugin": ("/run/dracpu/nri-plugin.sock", []),
     # The DRA endpoint in the kubelet's plugin folder comes first; it needs a kubeconfig to
-    # load (its server is never reached before the socket is refused).
+    # load (its server is never reached before the socket is refused) and a /tmp to load it
+    # with (as under compose; without, that is the one line).
     "dra-plugin": (
         "/var/lib/kubelet/plugins/dra.cpu/dra.sock",
-        ["-v", "{kubeconfig}:/kubeconfig:ro", "{image}", "--kubeconfig", "/kubeconfig"],
+        [
+            "--tmpfs",
+            "/tmp",
+            "-v",
+            "{kubeconfig}:/kubeconfig:ro",
+            "{image}",
+            "--kubeconfig",
+            "/kubeconfig",
+        ],
     ),
 }
 
