@@ -1,6 +1,7 @@
 """The pod's footprint: resident memory of the five services, and start-up time of the CLI.
 
-Starts topology (on a sysfs fixture), allocator, dra-plugin (cluster folder), nri-plugin (no
+Starts topology (on a sysfs fixture), allocator, dra-plugin (against the API-server fake of
+`dracpu.dev.apiserver`, a process not counted in the pod), nri-plugin (no
 runtime: it waits for one, as in a pod whose runtime restarts) and api (loopback), the
 simulators off, exactly as `dracpu dev up` would. Prints each service's RSS, PSS and
 anonymous (Private_Dirty) memory, from /proc/<pid>/smaps_rollup, once all are ready and again
@@ -44,6 +45,8 @@ import yaml
 from harness.services import wait_serving
 
 from dracpu.core.driver import CPU_CAPACITY, DRIVER_NAME, numa_device_name
+from dracpu.dev.apiserver.client import ClusterClient
+from dracpu.dev.apiserver.process import FakeProcess
 from dracpu.topology.fixtures import write_fixture
 
 BIN = Path(sys.executable).parent
@@ -110,7 +113,7 @@ async def answers(url: str) -> bool:
     return True
 
 
-def write_claims(cluster: Path, count: int, numa_nodes: int) -> list[tuple[str, str, str]]:
+def write_claims(cluster: ClusterClient, count: int, numa_nodes: int) -> list[tuple[str, str, str]]:
     claims = []
     for i in range(count):
         uid, name = str(uuid.uuid4()), f"fp-{i}"
@@ -125,11 +128,10 @@ def write_claims(cluster: Path, count: int, numa_nodes: int) -> list[tuple[str, 
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": "bench", "uid": uid},
+            "spec": {"devices": {"requests": []}},
             "status": {"allocation": {"devices": {"results": [result]}}},
         }
-        path = cluster / "resourceclaims" / "bench" / f"{name}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(obj))
+        cluster.write_claim(obj)
         claims.append(("bench", name, uid))
     return claims
 
@@ -163,11 +165,12 @@ async def services(args: argparse.Namespace) -> None:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     log_file = root / "services.log"
     log = log_file.open("wb")
+    apiserver = FakeProcess(root / "apiserver")
     try:
         sysfs = write_fixture(args.fixture, root / "sys")
         config = root / "config.yaml"
         config.write_text(yaml.safe_dump({"hostnameOverride": NODE}))
-        cluster = root / "cluster"
+        cluster = apiserver.start().client()
         sock = {name: root / f"{name}.sock" for name in ("t", "a", "d", "n")}
         common = ["--config", str(config)]
 
@@ -189,7 +192,8 @@ async def services(args: argparse.Namespace) -> None:
         plugin = spawn("dra-plugin", [
             str(BIN / "dracpu-dra-plugin"), "--socket", str(sock["d"]),
             "--allocator-socket", str(sock["a"]), "--kubelet-root-dir", str(root / "k"),
-            "--cluster-dir", str(cluster), "--cdi-dir", str(root / "cdi"), *common])  # fmt: skip
+            "--kubeconfig", str(apiserver.kubeconfig), "--cdi-dir", str(root / "cdi"),
+            *common])  # fmt: skip
         await wait_serving(sock["d"], plugin, what="dra-plugin", log=log_file, timeout=60,
                            probe=functools.partial(healthy, sock["d"]))  # fmt: skip
         nri = spawn("nri-plugin", [
@@ -239,6 +243,7 @@ async def services(args: argparse.Namespace) -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        apiserver.stop()
         log.close()
         shutil.rmtree(root, ignore_errors=True)
 

@@ -1,7 +1,8 @@
 """NodePrepareResources round trip as the kubelet sees it.
 
 Starts the topology service (on the 1024-CPU fixture), the allocator and the dra-plugin as
-separate processes on temporary unix sockets, with a local cluster folder as the claim source,
+separate processes on temporary unix sockets, with the API-server fake (`dracpu.dev.apiserver`,
+one more process) as the claim source,
 and registers through the kubelet stand-in. Then times one NodePrepareResources call per claim
 (each asks for 1 CPU of a NUMA device): 1,000 claims one after another, and 1,000 claims from
 8 concurrent callers. Every prepare is durable (the allocator's CDI spec and claim record are
@@ -33,6 +34,8 @@ from harness.services import wait_serving
 
 from dracpu.core import rpc
 from dracpu.core.driver import CPU_CAPACITY, DRIVER_NAME, numa_device_name
+from dracpu.dev.apiserver.client import ClusterClient
+from dracpu.dev.apiserver.process import FakeProcess
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, RegisteredPlugin
 from dracpu.pb.allocator.v1 import allocator_pb2, allocator_pb2_grpc
 from dracpu.topology.fixtures import write_fixture
@@ -55,7 +58,7 @@ def report(label: str, samples: list[float], wall: float) -> None:
     )
 
 
-def write_claims(cluster: Path, prefix: str, count: int, numa_nodes: int) -> list[Claim]:
+def write_claims(cluster: ClusterClient, prefix: str, count: int, numa_nodes: int) -> list[Claim]:
     claims = []
     for i in range(count):
         uid, name = str(uuid.uuid4()), f"{prefix}-{i}"
@@ -63,6 +66,7 @@ def write_claims(cluster: Path, prefix: str, count: int, numa_nodes: int) -> lis
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": "bench", "uid": uid},
+            "spec": {"devices": {"requests": []}},
             "status": {
                 "allocation": {
                     "devices": {
@@ -79,9 +83,7 @@ def write_claims(cluster: Path, prefix: str, count: int, numa_nodes: int) -> lis
                 }
             },
         }
-        path = cluster / "resourceclaims" / "bench" / f"{name}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(obj))
+        cluster.write_claim(obj)
         claims.append(Claim("bench", name, uid))
     return claims
 
@@ -97,11 +99,12 @@ async def timed_prepare(plugin: RegisteredPlugin, claim: Claim, samples: list[fl
 async def run(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="pb", dir=args.base_dir))
     procs: list[subprocess.Popen[bytes]] = []
+    apiserver = FakeProcess(root / "apiserver")
     try:
         sysfs = write_fixture(args.fixture, root / "sys")
         config = root / "config.yaml"
         config.write_text(yaml.safe_dump({"hostnameOverride": NODE}))
-        cluster = root / "cluster"
+        cluster = apiserver.start().client()
         log_file = root / "services.log"
         log = log_file.open("wb")
 
@@ -120,8 +123,8 @@ async def run(args: argparse.Namespace) -> None:
         await wait_serving(root / "a.sock", alloc, what="allocator", log=log_file, timeout=60)
         plugin_proc = spawn([str(BIN / "dracpu-dra-plugin"), "--socket", str(root / "p.sock"),
                              "--allocator-socket", str(root / "a.sock"), "--kubelet-root-dir",
-                             str(root / "k"), "--cluster-dir", str(cluster), "--cdi-dir",
-                             str(root / "cdi"), "--config", str(config)])  # fmt: skip
+                             str(root / "k"), "--kubeconfig", str(apiserver.kubeconfig),
+                             "--cdi-dir", str(root / "cdi"), "--config", str(config)])  # fmt: skip
         await wait_serving(
             root / "p.sock", plugin_proc, what="dra-plugin", log=log_file, timeout=60
         )
@@ -186,6 +189,7 @@ async def run(args: argparse.Namespace) -> None:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        apiserver.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

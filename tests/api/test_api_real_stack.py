@@ -150,7 +150,7 @@ def test_health_readiness_and_versions(http: httpx.Client) -> None:
         (name, "SERVING") for name in SERVICES
     ]
     assert health["kubelet_registration"]["registered"] is True
-    assert health["kubelet_registration"]["claim_source"].startswith("cluster-dir:")
+    assert health["kubelet_registration"]["claim_source"] == "kubernetes"
     assert health["runtime"]["connected"] is True
     node = http.get("/v1/node").json()
     assert [v["service"] for v in node["versions"]] == ["api", *SERVICES]

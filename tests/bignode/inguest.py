@@ -45,7 +45,7 @@ from dracpu.allocator.domain.memory_flags import memory_flags
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import DracpuError
 from dracpu.dev import workloads
-from dracpu.dev.cluster_folder import ClusterFolder
+from dracpu.dev.apiserver.client import ClusterClient
 from dracpu.dev.layout import RunLayout
 from dracpu.dev.scheduler import allocate_claim, devices_of, memory_devices_of, results_of
 from dracpu.dev.sim_clients import KubeletClient
@@ -268,8 +268,9 @@ def shutdown(state: Path) -> None:
 
 
 def devices(state: Path) -> list[dict[str, Any]]:
-    """The devices the dra-plugin published (the newest ResourceSlices in the cluster folder)."""
-    found = devices_of(ClusterFolder(_layout().cluster_dir).slices())
+    """The devices the dra-plugin published (its ResourceSlices in the run's API-server fake)."""
+    with contextlib.closing(ClusterClient(_layout().apiserver_kubeconfig)) as cluster:
+        found = devices_of(cluster.slices())
     return [
         {"name": d.name, "numa": d.numa, "capacity": d.capacity}
         | {"cpu_ids": d.cpu_ids.format() if d.cpu_ids is not None else None}
@@ -354,12 +355,24 @@ def stale_claim(
     them, refuses it too, the prepare's error ("" when it succeeded; the claim is released
     again either way) and the claim's uid."""
     layout = _layout()
-    folder = ClusterFolder(layout.cluster_dir)
+    with contextlib.closing(ClusterClient(layout.apiserver_kubeconfig)) as cluster:
+        return _stale_claim(layout, cluster, name, cpus, pod_uid, numa, hugepages)
+
+
+def _stale_claim(
+    layout: RunLayout,
+    cluster: ClusterClient,
+    name: str,
+    cpus: int,
+    pod_uid: str,
+    numa: int,
+    hugepages: list[str],
+) -> dict[str, Any]:
     wants = memory_flags(None, hugepages)
-    cpu_devices, memory_devices = devices_of(folder.slices()), memory_devices_of(folder.slices())
+    cpu_devices, memory_devices = devices_of(cluster.slices()), memory_devices_of(cluster.slices())
     try:
         allocate_claim(
-            cpu_devices, memory_devices, results_of(folder.claims()), cpus, wants,
+            cpu_devices, memory_devices, results_of(cluster.claims()), cpus, wants,
             numa=numa,
         )  # fmt: skip
         scheduler = ""
@@ -371,7 +384,7 @@ def stale_claim(
         NAMESPACE, name, uid, cpus, results, cpu_devices[0].node, numa=numa, cpuset=None,
         pod_uid=pod_uid, memory=wants,
     )  # fmt: skip
-    folder.write_claim(document)
+    cluster.write_claim(document)
     kubelet = KubeletClient(layout.kubelet_sim_socket)
     try:
         asyncio.run(kubelet.prepare(NAMESPACE, name, uid))
@@ -380,7 +393,7 @@ def stale_claim(
     except DracpuError as exc:
         prepare = str(exc)
     finally:
-        folder.delete_claim(NAMESPACE, name)
+        cluster.delete_claim(NAMESPACE, name)
     return {"uid": uid, "scheduler": scheduler, "prepare": prepare}
 
 

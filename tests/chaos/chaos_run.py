@@ -37,6 +37,7 @@ from harness.realnode_stack import Stack
 from harness.waits import WaitTimeout, wait_for
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.dev.apiserver.client import ClusterClient
 from dracpu.dev.layout import RunLayout
 
 SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
@@ -310,8 +311,11 @@ class Chaos:
 
         kubelet = KubeletClient(self.layout.kubelet_sim_socket)
         asyncio.run(kubelet.unprepare(entry["namespace"], entry["name"], entry["uid"]))
-        claim_file = self.layout.cluster_dir / "resourceclaims" / entry["namespace"]
-        (claim_file / f"{entry['name']}.yaml").unlink(missing_ok=True)
+        cluster = ClusterClient(self.layout.apiserver_kubeconfig)
+        try:
+            cluster.delete_claim(entry["namespace"], entry["name"])
+        finally:
+            cluster.close()
         (self.layout.workloads_dir / f"{entry['namespace']}_{entry['name']}.json").unlink(
             missing_ok=True
         )

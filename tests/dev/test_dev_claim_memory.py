@@ -6,7 +6,6 @@ NUMA node with the amounts as consumed capacity."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,8 @@ import pytest
 from dracpu.allocator.domain.memory_flags import memory_flags
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InsufficientMemoryError
-from dracpu.dev.cluster_folder import ClusterFolder
+from dracpu.dev.apiserver.client import ClusterClient
+from dracpu.dev.apiserver.process import FakeProcess
 from dracpu.dev.scheduler import Result
 from dracpu.dev.workloads import claim_document, schedule
 
@@ -103,14 +103,20 @@ def node_slice() -> dict[str, Any]:
 
 
 def test_a_claim_with_memory_is_written_as_the_scheduler_allocates_it(tmp_path: Path) -> None:
-    folder = ClusterFolder(tmp_path)
-    folder.slices_dir.mkdir(parents=True)
-    (folder.slices_dir / "node-a.json").write_text(json.dumps(node_slice()))
+    with FakeProcess(tmp_path) as apiserver:
+        cluster = apiserver.client()
+        cluster.create_slice(node_slice())
+        scheduled_as_the_scheduler_does(cluster)
+
+
+def scheduled_as_the_scheduler_does(cluster: ClusterClient) -> None:
     wants = memory_flags("256Mi", ["2Mi=32Mi"])
     document, results = schedule(
-        folder, cpus=2, numa=1, name="c1", namespace="default", cpuset=None, memory=wants
+        cluster, cpus=2, numa=1, name="c1", namespace="default", cpuset=None, memory=wants
     )
-    assert folder.read_claim("default", "c1") == document
+    stored = cluster.read_claim("default", "c1")
+    assert (stored["spec"], stored["status"]) == (document["spec"], document["status"])
+    assert stored["metadata"]["uid"] == document["metadata"]["uid"]
     requests = document["spec"]["devices"]["requests"]
     assert requests[1] == {
         "name": "memory",
@@ -146,12 +152,12 @@ def test_a_claim_with_memory_is_written_as_the_scheduler_allocates_it(tmp_path: 
     # Node 1's 32Mi of 2 MiB pages are all taken now: a second claim there is refused, in one
     # line, and nothing is written; without --numa it goes to node 0.
     with pytest.raises(InsufficientMemoryError) as refused:
-        schedule(folder, cpus=1, numa=1, name="c2", namespace="default", cpuset=None,
+        schedule(cluster, cpus=1, numa=1, name="c2", namespace="default", cpuset=None,
                  memory=memory_flags(None, ["2Mi=2Mi"]))  # fmt: skip
     assert str(refused.value) == "memory-node-1 dra.cpu/hugepages2Mi: wants 2Mi, 0 free"
-    assert not folder.claim_path("default", "c2").exists()
+    assert not cluster.claim_exists("default", "c2")
     _, elsewhere = schedule(
-        folder, cpus=1, numa=None, name="c2", namespace="default", cpuset=None,
+        cluster, cpus=1, numa=None, name="c2", namespace="default", cpuset=None,
         memory=memory_flags(None, ["2Mi=2Mi"]),
     )  # fmt: skip
     assert [r.device for r in elsewhere] == ["cpudevnuma000", "memory-node-0"]

@@ -23,6 +23,8 @@ import pytest
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
+from dracpu.dev.apiserver.client import ClusterClient
+from dracpu.dev.layout import RunLayout
 
 FIXTURE = "xeon-2s-ht"  # 2 sockets x 10 cores x 2 threads, one NUMA node per socket
 
@@ -70,6 +72,12 @@ class Run:
         result = self.dev("claim", *args)
         assert result.returncode == 0, result.stderr
         return fields(result.stdout)
+
+    def claim_names(self) -> list[str]:
+        """The ResourceClaims in the run's API-server fake, as namespace/name."""
+        with contextlib.closing(ClusterClient(RunLayout.at(self.root).apiserver_kubeconfig)) as api:
+            return sorted(f"{c['metadata']['namespace']}/{c['metadata']['name']}"
+                          for c in api.claims())  # fmt: skip
 
     def status(self) -> dict[str, Any]:
         document: dict[str, Any] = json.loads((self.root / "dev-up.json").read_text())
@@ -172,7 +180,17 @@ def test_claims_restart_and_clean_stop(run: Run) -> None:
     assert released.returncode == 0, released.stderr
     assert [c["uid"] for c in run.get("/v1/claims")["claims"]] == [second["uid"]]
     assert not (run.root / "cdi" / f"dra.k8s.io-cpu_claim-{first['uid']}.json").exists()
-    assert not (run.root / "cluster/resourceclaims/default/cpus-1.yaml").exists()
+    fake = ClusterClient(RunLayout.at(run.root).apiserver_kubeconfig)
+    try:
+        assert not fake.claim_exists("default", "cpus-1")
+        # The plugin's status entry is on the claim it still holds.
+        entries = wait_for(
+            lambda: fake.read_claim("default", "numa-one")["status"].get("devices"),
+            "the claim's status.devices entry",
+        )
+        assert [e["data"]["cpuset"] for e in entries] == [second["cpuset"]]
+    finally:
+        fake.close()
     assert cpus[first["uid"]].issubset(CPUSet.parse(run.get("/v1/shared-pool")["cpus"]))
 
     # SIGKILL the allocator, the one writer of allocation state: it is restarted, and it
@@ -291,8 +309,7 @@ def test_individual_mode_hands_out_cpu_devices() -> None:
         # 8 CPUs, one kept for the shared pool, 3 claimed.
         assert too_many.stderr == "dracpu dev: 6 CPUs requested, 4 CPU devices are free\n"
         assert [c["uid"] for c in run.get("/v1/claims")["claims"]] == [first["uid"]]
-        claims = run.root / "cluster/resourceclaims/default"
-        assert sorted(p.name for p in claims.iterdir()) == ["cpus-1.yaml"]
+        assert run.claim_names() == ["default/cpus-1"]
 
 
 def test_machine_mode_takes_the_cpuset_from_the_claim_and_rolls_back_a_refusal() -> None:
@@ -305,8 +322,8 @@ def test_machine_mode_takes_the_cpuset_from_the_claim_and_rolls_back_a_refusal()
         taken = run.dev("claim", "--cpus", "1", "--cpuset", "5", "--name", "taken")
         assert taken.returncode == 2
         assert taken.stderr.count("\n") == 1 and "NodePrepareResources" in taken.stderr
-        # The refused claim was undone: no claim file, no allocation, no CDI spec.
-        assert not (run.root / "cluster/resourceclaims/default/taken.yaml").exists()
+        # The refused claim was undone: no ResourceClaim, no allocation, no CDI spec.
+        assert run.claim_names() == ["default/cpus-1"]
         assert [c["uid"] for c in run.get("/v1/claims")["claims"]] == [first["uid"]]
         assert [p.name for p in (run.root / "cdi").glob("dra.k8s.io-cpu_*")] == [
             f"dra.k8s.io-cpu_claim-{first['uid']}.json"

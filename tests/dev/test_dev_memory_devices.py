@@ -26,7 +26,8 @@ from harness.slice_rules import qualified_name_refusal, slice_refusals
 from harness.waits import wait_for
 
 from dracpu.core.memory import binary_quantity
-from dracpu.dev.cluster_folder import ClusterFolder
+from dracpu.dev.apiserver.client import ClusterClient
+from dracpu.dev.layout import RunLayout
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -63,7 +64,11 @@ class Run:
         )
 
     def slices(self) -> list[dict[str, Any]]:
-        return ClusterFolder(self.root / "cluster").slices()
+        cluster = ClusterClient(RunLayout.at(self.root).apiserver_kubeconfig)
+        try:
+            return cluster.slices()
+        finally:
+            cluster.close()
 
 
 @contextlib.contextmanager

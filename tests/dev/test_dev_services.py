@@ -9,7 +9,7 @@ import pytest
 
 from dracpu.core.errors import InvalidInputError
 from dracpu.dev.layout import RunLayout
-from dracpu.dev.services import SERVICES, DevOptions, service_commands
+from dracpu.dev.services import SERVICES, SIMULATORS, DevOptions, service_commands
 
 LAYOUT = RunLayout.at("/tmp/dracpu-dev-test")
 OPTIONS = DevOptions(sysfs_root=Path("/tmp/dracpu-dev-test/sysfs"))
@@ -65,7 +65,8 @@ def test_clients_find_their_peers(service: str, peer_flags: set[str]) -> None:
         ("allocator", "--state-dir", "state"),
         ("allocator", "--cdi-dir", "cdi"),
         ("dra-plugin", "--kubelet-root-dir", "kubelet"),
-        ("dra-plugin", "--cluster-dir", "cluster"),
+        ("dra-plugin", "--kubeconfig", "apiserver/kubeconfig"),
+        ("apiserver", "--kubeconfig", "apiserver/kubeconfig"),
         ("dra-plugin", "--cdi-dir", "cdi"),
         ("nri-plugin", "--nri-socket", "nri/nri.sock"),
         ("runtime-sim", "--nri-socket", "nri/nri.sock"),
@@ -77,16 +78,24 @@ def test_paths_live_in_the_run_folder(service: str, flag: str, path: str) -> Non
     assert argv[flag] == str(LAYOUT.root / path)
 
 
-def test_a_kubeconfig_replaces_the_cluster_folder_for_the_dra_plugin_only() -> None:
+def test_an_outside_kubeconfig_replaces_the_fake_for_the_dra_plugin_only() -> None:
     options = DevOptions(sysfs_root=Path("/sys"), kubeconfig=Path("/etc/kube/admin.conf"))
     commands = service_commands(LAYOUT, options)
     plugin = flags(commands["dra-plugin"])
     assert plugin["--kubeconfig"] == "/etc/kube/admin.conf"
-    assert "--cluster-dir" not in plugin
+    assert "apiserver" not in commands  # no fake beside a real API server
     assert "kubelet-sim" in commands  # it still plays prepare for the API server's claims
     assert all(
         "--kubeconfig" not in argv for name, argv in commands.items() if name != "dra-plugin"
     )
+
+
+def test_the_fake_starts_first_and_only_the_dra_plugin_talks_to_it() -> None:
+    commands = service_commands(LAYOUT, OPTIONS)
+    assert next(iter(commands)) == "apiserver"
+    assert flags(commands["apiserver"])["--address"] == OPTIONS.apiserver_address
+    assert [name for name, argv in commands.items()
+            if str(LAYOUT.apiserver_kubeconfig) in argv] == ["apiserver", "dra-plugin"]  # fmt: skip
 
 
 def test_api_binds_the_requested_address() -> None:
@@ -97,7 +106,7 @@ def test_api_binds_the_requested_address() -> None:
 def test_config_and_verbosity_reach_every_service_but_not_the_simulators() -> None:
     options = DevOptions(sysfs_root=Path("/sys"), config=Path("/etc/x.yaml"), verbosity=4)
     for name, argv in service_commands(LAYOUT, options).items():
-        expected = {} if name.endswith("-sim") else {"--config": "/etc/x.yaml", "-v": "4"}
+        expected = {} if name in SIMULATORS else {"--config": "/etc/x.yaml", "-v": "4"}
         assert {k: v for k, v in flags(argv).items() if k in ("--config", "-v")} == expected
 
 

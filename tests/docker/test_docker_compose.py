@@ -16,6 +16,7 @@ from harness.compose_stack import Stack, leftovers
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 
 LONG_RUNNING = [
+    "apiserver",
     "topology",
     "allocator",
     "runtime-sim",

@@ -5,8 +5,12 @@ folder a service says so in one line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from harness.docker_engine import SERVICES, Engine
+
+from dracpu.dev.apiserver.server import kubeconfig_text
 
 # The first test builds every image (minutes, cold); the stack takes a minute to start.
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
@@ -27,11 +31,20 @@ NO_SOCKET_VOLUME = {
     "topology": ("/run/dracpu/topology.sock", []),
     "allocator": ("/run/dracpu/allocator.sock", []),
     "nri-plugin": ("/run/dracpu/nri-plugin.sock", []),
-    # The DRA endpoint in the kubelet's plugin folder comes first; a cluster folder on a
-    # tmpfs stands in for the API server.
+    # The DRA endpoint in the kubelet's plugin folder comes first; it needs a kubeconfig to
+    # load (its server is never reached before the socket is refused) and a /tmp to load it
+    # with (as under compose; without, that is the one line).
     "dra-plugin": (
         "/var/lib/kubelet/plugins/dra.cpu/dra.sock",
-        ["--tmpfs", "/cluster", "{image}", "--cluster-dir", "/cluster"],
+        [
+            "--tmpfs",
+            "/tmp",
+            "-v",
+            "{kubeconfig}:/kubeconfig:ro",
+            "{image}",
+            "--kubeconfig",
+            "/kubeconfig",
+        ],
     ),
 }
 
@@ -109,10 +122,16 @@ def test_size_of_each_images_own_layers(images: Engine, service: str) -> None:
 
 
 @pytest.mark.parametrize("service", sorted(NO_SOCKET_VOLUME))
-def test_read_only_root_without_a_socket_volume_is_one_line(images: Engine, service: str) -> None:
+def test_read_only_root_without_a_socket_volume_is_one_line(
+    images: Engine, service: str, tmp_path: Path
+) -> None:
     socket, extra = NO_SOCKET_VOLUME[service]
     image = images.image(service)
-    tail = [arg.replace("{image}", image) for arg in extra] if extra else [image]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text("http://127.0.0.1:1"))
+    kubeconfig.chmod(0o644)
+    tail = [arg.replace("{image}", image).replace("{kubeconfig}", str(kubeconfig))
+            for arg in extra] if extra else [image]  # fmt: skip
     result = images.docker(
         "run",
         "--rm",

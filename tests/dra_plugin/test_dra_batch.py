@@ -14,7 +14,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-import yaml
 from harness.dra_plugin_node import Node, claim, result
 
 from dracpu.dev.kubelet_sim import Claim, KubeletSim, PrepareResult
@@ -60,17 +59,14 @@ def node(huge_sysfs: Path) -> Iterator[Node]:
 
 
 def write_claims(node: Node, count: int) -> list[Claim]:
-    """`count` allocated one-CPU claims spread over the NUMA nodes' devices, as files of the
-    cluster folder the dra-plugin reads."""
-    directory = node.cluster / "resourceclaims" / "default"
-    directory.mkdir(parents=True, exist_ok=True)
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    """`count` allocated one-CPU claims spread over the NUMA nodes' devices, in the API
+    server the dra-plugin reads."""
     made = []
     for i in range(count):
         name, uid = f"batch-{i:04d}", str(uuid.uuid4())
         device = f"cpudevnuma{i % NUMA_NODES:03d}"
         document = claim(name, uid, [result(device, cpus=1)])
-        (directory / f"{name}.yaml").write_text(yaml.dump(document, Dumper=dumper))
+        node.write_claim(document)
         made.append(Claim("default", name, uid))
     return made
 

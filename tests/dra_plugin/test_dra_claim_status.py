@@ -5,7 +5,7 @@ The entries as built from the allocator's answer; the writer against the loopbac
 written after prepare, removed on unprepare, other writers' entries kept, failures retried in
 the background without delaying the prepare, a claim replaced under the same name left alone,
 and a server without the field detected once. Then the whole dra-plugin process against that
-server and against the cluster folder.
+server, in the test's process and as its own process beside another driver's entries.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 from harness.dra_plugin_node import NODE, NODE_UID, Node, claim, result
-from harness.fake_apiserver import Store, fake_apiserver
 from harness.waits import eventually
 
 from dracpu.core import __version__
+from dracpu.dev.apiserver import Store, fake_apiserver
 from dracpu.dev.kubelet_sim import Claim, KubeletSim
 from dracpu.dra_plugin.cluster.api_features import CLAIM_DEVICE_STATUS, FeatureSupport
 from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
@@ -272,10 +272,8 @@ async def test_the_plugin_process_writes_and_removes_the_status(node: Node) -> N
                              "metadata": {"name": NODE, "uid": NODE_UID}}  # fmt: skip
         await node.start_topology()
         await node.start_allocator()
-        argv = node.plugin_argv()
-        i = argv.index("--cluster-dir")
-        del argv[i : i + 2]
-        node._spawn("plugin", [*argv, "--kubeconfig", str(kubeconfig)])
+        node.use_apiserver(kubeconfig)
+        node._spawn("plugin", node.plugin_argv())
         await node.wait_serving("plugin", node.sock("plugin"))
         plugin = await KubeletSim(node.kubelet_root).register("dra.cpu", timeout=15)
         u = str(uuid.uuid4())
@@ -327,10 +325,8 @@ async def test_a_write_left_undone_at_a_restart_is_caught_up(node: Node) -> None
                              "metadata": {"name": NODE, "uid": NODE_UID}}  # fmt: skip
         await node.start_topology()
         await node.start_allocator()
+        node.use_apiserver(kubeconfig)
         argv = node.plugin_argv()
-        i = argv.index("--cluster-dir")
-        del argv[i : i + 2]
-        argv += ["--kubeconfig", str(kubeconfig)]
         node._spawn("plugin", argv)
         await node.wait_serving("plugin", node.sock("plugin"))
         store.fail_status = 10**6  # every status write fails while this plugin runs
@@ -354,17 +350,18 @@ async def test_a_write_left_undone_at_a_restart_is_caught_up(node: Node) -> None
         assert entry["conditions"][0]["status"] == "True" and entry["data"]["cpuset"]
 
 
-async def test_the_cluster_folder_keeps_other_managers_entries(started: Node) -> None:
+async def test_the_plugin_process_keeps_other_drivers_entries(started: Node) -> None:
     u = str(uuid.uuid4())
     obj = claim("f", u, [result("cpudevnuma000", cpus=1), result("nic0", driver="net.x")])
-    obj["status"]["devices"] = [{"driver": "net.x", "pool": NODE, "device": "nic0"}]
     started.write_claim(obj)
+    # The other driver applies its entry as its own field manager.
+    theirs = {"driver": "net.x", "pool": NODE, "device": "nic0"}
+    started.cluster.apply_claim_status("default", "f", "net.x", [theirs])
     plugin = await KubeletSim(started.kubelet_root).register("dra.cpu", timeout=15)
     assert (await plugin.prepare([Claim("default", "f", u)]))[u].error == ""
-    path = started.cluster / "resourceclaims" / "default" / "f.yaml"
 
     async def drivers() -> list[str]:
-        devices = yaml.safe_load(path.read_text())["status"].get("devices") or []
+        devices = started.read_claim("default", "f")["status"].get("devices") or []
         return sorted(d["driver"] for d in devices)
 
     async def both() -> bool:

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import yaml
 from harness.dra_plugin_node import NODE
-from harness.fake_apiserver import Store, fake_apiserver
 from harness.pki import PKI, make_pki
 from harness.waits import eventually
 from kubernetes.config import incluster_config
@@ -28,6 +27,7 @@ from dracpu.core.errors import (
     NotFoundError,
     UnavailableError,
 )
+from dracpu.dev.apiserver import Store, fake_apiserver
 from dracpu.dra_plugin.cluster.api_access import in_cluster
 from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 from dracpu.dra_plugin.cluster.objects import WatchExpiredError

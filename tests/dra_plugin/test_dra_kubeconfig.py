@@ -327,3 +327,26 @@ def test_a_reload_runs_the_exec_plugin_again(tmp_path: Path) -> None:
     assert access.reload() is True
     assert bearer(access) == "Bearer two"
     assert os.environ.get("KUBERNETES_EXEC_INFO") is None  # the plugin's, not ours
+
+
+def test_no_usable_temporary_folder_is_one_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read-only root without a /tmp volume: the loader's private folder has nowhere to go.
+    import tempfile
+
+    from dracpu.dev.apiserver.server import kubeconfig_text
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text("http://127.0.0.1:1"))
+
+    def nowhere() -> str:
+        raise FileNotFoundError(2, "No usable temporary directory found in ['/tmp']")
+
+    monkeypatch.setattr(tempfile, "gettempdir", nowhere)
+    with pytest.raises(ConfigError) as refused:
+        load_kubeconfig(kubeconfig)
+    assert str(refused.value) == (
+        f"cannot load kubeconfig {kubeconfig}: [Errno 2] No usable temporary directory found "
+        "in ['/tmp']"
+    )

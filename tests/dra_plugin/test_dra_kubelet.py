@@ -89,7 +89,7 @@ async def test_registration_advertises_both_dra_versions_and_health(started: Nod
     assert await registration_health(started) == "SERVING"
     view = await status(started)
     assert (view.node_name, view.registration_error) == (NODE, "")
-    assert view.claim_source == f"cluster-dir:{started.cluster}"
+    assert view.claim_source == "kubernetes"
     await plugin.close()
 
 
@@ -515,8 +515,8 @@ async def test_stale_sockets_are_replaced(node: Node) -> None:
 def test_kubelet_root_too_long_is_refused_with_the_budget(tmp_path: Path) -> None:
     root = "/tmp/" + "k" * 90
     run = subprocess.run(
-        [str(BIN / "dracpu-dra-plugin"), "--kubelet-root-dir", root, "--cluster-dir", str(tmp_path),
-         "--socket", str(tmp_path / "p.sock")],
+        [str(BIN / "dracpu-dra-plugin"), "--kubelet-root-dir", root,
+         "--kubeconfig", str(tmp_path / "kc"), "--socket", str(tmp_path / "p.sock")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert run.returncode == 2

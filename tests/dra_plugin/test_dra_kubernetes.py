@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from harness.dra_plugin_node import NODE, NODE_UID, Node, claim, result
-from harness.fake_apiserver import fake_apiserver
 from harness.waits import eventually
 
 from dracpu.core.errors import ConfigError, ConflictError, NotFoundError, UnavailableError
+from dracpu.dev.apiserver import fake_apiserver
 from dracpu.dev.kubelet_sim import Claim, KubeletSim
 from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 from dracpu.dra_plugin.publishing.publisher import SlicePublisher
@@ -81,10 +81,8 @@ async def test_plugin_process_against_the_api_server(node: Node) -> None:
                              "metadata": {"name": NODE, "uid": NODE_UID}}  # fmt: skip
         await node.start_topology()
         await node.start_allocator()
-        argv = node.plugin_argv()
-        i = argv.index("--cluster-dir")
-        del argv[i : i + 2]
-        node._spawn("plugin", [*argv, "--kubeconfig", str(kubeconfig)])
+        node.use_apiserver(kubeconfig)
+        node._spawn("plugin", node.plugin_argv())
         await node.wait_serving("plugin", node.sock("plugin"))
 
         async def published() -> bool:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 from harness.dra_plugin_node import NODE_UID
-from harness.fake_apiserver import fake_apiserver
 from harness.log_lines import captured
 from harness.loop_faults import NODE, LoopFault, no_shutdown_errors, services, survives
 
+from dracpu.dev.apiserver import fake_apiserver
 from dracpu.dra_plugin.runtime import LOOPS
 
 pytestmark = pytest.mark.timeout(120)

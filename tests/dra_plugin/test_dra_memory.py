@@ -9,7 +9,6 @@ import json
 import uuid
 from typing import Any
 
-import yaml
 from harness.dra_plugin_node import Node, claim, result
 from harness.waits import eventually
 
@@ -35,10 +34,9 @@ async def test_a_placed_claim_shows_its_memory_nodes_in_metadata_and_status(
     document = json.loads((metadata / "metadata.json").read_text())
     (device,) = document["requests"][0]["devices"]
     assert device["attributes"]["dra.cpu/memoryNodes"] == {"string": "1"}
-    path = started.cluster / "resourceclaims" / "default" / "mem.yaml"
 
     async def data() -> dict[str, Any] | None:
-        devices = yaml.safe_load(path.read_text())["status"].get("devices") or []
+        devices = started.read_claim("default", "mem")["status"].get("devices") or []
         return devices[0]["data"] if devices else None
 
     written = await eventually(data, "the claim's status.devices entry")

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from harness.dra_plugin_node import NODE, NODE_UID, Node
-from harness.fake_apiserver import Store, fake_apiserver
 from harness.waits import eventually
 
 from dracpu.core import rpc
@@ -24,6 +23,7 @@ from dracpu.core.prerequisites import (
     Prerequisite,
     Prerequisites,
 )
+from dracpu.dev.apiserver import Store, fake_apiserver
 from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.pod_events import MET, MISSING, PodEvents, PodIdentity
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2, dra_plugin_pb2_grpc
@@ -275,10 +275,10 @@ async def _start_against(node: Node, store: Store, kubeconfig: Any) -> None:
                          "metadata": {"name": NODE, "uid": NODE_UID}}  # fmt: skip
     await node.start_topology()
     await node.start_allocator()
-    argv = node.plugin_argv("--nri-plugin-socket", str(node.root / "no-nri-plugin.sock"))
-    i = argv.index("--cluster-dir")
-    del argv[i : i + 2]
-    node._spawn("plugin", [*argv, "--kubeconfig", str(kubeconfig)])
+    node.use_apiserver(kubeconfig)
+    node._spawn(
+        "plugin", node.plugin_argv("--nri-plugin-socket", str(node.root / "no-nri-plugin.sock"))
+    )
     await node.wait_serving("plugin", node.sock("plugin"))
 
 

@@ -1,6 +1,7 @@
-"""ResourceSlice publication into the local cluster folder, in every device mode.
+"""ResourceSlice publication into the API-server fake, in every device mode.
 
-Real topology, allocator and dra-plugin processes; the folder plays the API server.
+Real topology, allocator and dra-plugin processes; the fake (`dracpu.dev.apiserver`, a process)
+plays the API server.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from harness.dra_plugin_node import NODE, NODE_UID, Node
 from harness.waits import eventually
 
@@ -130,17 +130,15 @@ async def test_list_attributes_halve_the_slice_size(big_sysfs: Path) -> None:
         node.close()
 
 
-async def test_resync_repairs_deleted_and_edited_slices_and_keeps_other_drivers(
+async def test_deleted_and_edited_slices_are_repaired_and_other_drivers_kept(
     node: Node,
 ) -> None:
     node.configure(cpuDeviceMode="individual")
-    directory = node.cluster / "resourceslices"
-    directory.mkdir(parents=True)
     # Left over from an earlier run (older generation, another naming) and another driver's.
     stale = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": "dra.cpu-node-a-x1", "uid": "u-stale", "resourceVersion": "7"},
+        "metadata": {"name": "dra.cpu-node-a-x1"},
         "spec": {
             "driver": "dra.cpu",
             "nodeName": NODE,
@@ -151,7 +149,7 @@ async def test_resync_repairs_deleted_and_edited_slices_and_keeps_other_drivers(
     foreign = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": "gpu-slice", "uid": "u-gpu", "resourceVersion": "1"},
+        "metadata": {"name": "gpu-slice"},
         "spec": {
             "driver": "gpu.example.com",
             "nodeName": NODE,
@@ -159,8 +157,8 @@ async def test_resync_repairs_deleted_and_edited_slices_and_keeps_other_drivers(
             "devices": [{"name": "gpu0"}],
         },
     }
-    (directory / "dra.cpu-node-a-x1.yaml").write_text(yaml.safe_dump(stale))
-    (directory / "gpu-slice.yaml").write_text(yaml.safe_dump(foreign))
+    node.cluster.create_slice(stale)
+    node.cluster.create_slice(foreign)
     await node.start()
 
     def ours(slices: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -171,22 +169,19 @@ async def test_resync_repairs_deleted_and_edited_slices_and_keeps_other_drivers(
     )
     (mine,) = ours(slices)
     assert mine["spec"]["pool"]["generation"] == 4  # above everything seen before
-    assert (directory / "gpu-slice.yaml").exists()
+    assert any(s["metadata"]["name"] == "gpu-slice" for s in slices)
 
-    # Someone deletes our slice: the periodic resync recreates it.
-    (directory / f"{mine['metadata']['name']}.yaml").unlink()
+    # Someone deletes our slice: the plugin publishes it again.
+    node.cluster.delete_slice(mine["metadata"]["name"])
     slices = await published(node, lambda s: len(ours(s)) == 1, "slice recreated")
     (mine,) = ours(slices)
     check_pool([mine], 128)
 
-    # Someone edits it: the resync puts the devices back.
-    path = directory / f"{mine['metadata']['name']}.yaml"
-    edited = yaml.safe_load(path.read_text())
-    edited["spec"]["devices"] = edited["spec"]["devices"][:3]
-    edited["metadata"]["resourceVersion"] = str(int(edited["metadata"]["resourceVersion"]) + 1)
-    path.write_text(yaml.safe_dump(edited))
-    await published(node, lambda s: device_count(ours(s)) == 39, "edited slice repaired")
-    assert (directory / "gpu-slice.yaml").exists()
+    # Someone edits it: the plugin puts the devices back.
+    mine["spec"]["devices"] = mine["spec"]["devices"][:3]
+    node.cluster.replace_slice(mine)
+    slices = await published(node, lambda s: device_count(ours(s)) == 39, "edited slice repaired")
+    assert any(s["metadata"]["name"] == "gpu-slice" for s in slices)
 
 
 async def test_plugin_started_before_the_allocator_publishes_once_it_is_up(node: Node) -> None:

@@ -234,20 +234,25 @@ def test_any_sequence_of_device_sets_converges(steps: list[tuple[int, bool, int]
         assert server.sync(desired).empty
 
 
-async def test_folder_names_slices_like_the_api_server_even_for_long_node_names(
+async def test_slices_named_by_the_api_server_for_long_node_names_plan_to_nothing(
     tmp_path: Any,
 ) -> None:
-    from dracpu.dra_plugin.cluster.folder import ClusterFolder
+    from dracpu.dev.apiserver import fake_apiserver
+    from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 
     node = "n" * 80
-    folder = ClusterFolder(tmp_path)
     owner = Owner(node, "uid")
     todo = plan(
         [], chunk_devices(devices(300)), driver="dra.cpu", node=node, pool=node, owner=owner
     )
-    for obj in todo.create:
-        await folder.create_slice(obj)
-    stored = await folder.list_slices("dra.cpu", node)
+    with fake_apiserver(tmp_path) as (_, kubeconfig):
+        api = KubernetesAPI(str(kubeconfig))
+        try:
+            for obj in todo.create:
+                await api.create_slice(obj)
+            stored = await api.list_slices("dra.cpu", node)
+        finally:
+            await api.aclose()
     names = sorted(s["metadata"]["name"] for s in stored)
     assert [len(n) for n in names] == [63, 63, 63]
     assert [n[:6] for n in names] == ["00000-", "00001-", "00002-"]

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.fake_apiserver import fake_apiserver
 
+from dracpu.dev.apiserver import fake_apiserver
 from dracpu.dra_plugin.uninstall_check import ClaimedPod, claimed_pods
 
 pytestmark = pytest.mark.timeout(120)

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from harness.dra_plugin_node import NODE, NODE_UID
-from harness.fake_apiserver import Store, fake_apiserver
 from harness.waits import eventually, never
 
 from dracpu.core.errors import InvalidInputError, NotFoundError
+from dracpu.dev.apiserver import Store, fake_apiserver
 from dracpu.dra_plugin.cluster.api_features import FeatureSupport
 from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
 from dracpu.dra_plugin.common.waits import wait_set
@@ -217,7 +217,9 @@ async def test_refused_list_attributes_are_left_out_with_the_server_message(
 async def test_errors_carry_the_server_reason(tmp_path: Path) -> None:
     with fake_apiserver(tmp_path) as (store, kubeconfig):
         api = KubernetesAPI(str(kubeconfig))
-        with pytest.raises(NotFoundError, match="404 Not Found: resourceclaims c1 not found"):
+        with pytest.raises(
+            NotFoundError, match=r'404 Not Found: resourceclaims\.resource\.k8s\.io "c1" not found'
+        ):
             await api.get_claim("ns", "c1")
         store.refuse["cpudev"] = (403, "Forbidden", "node x may not publish this")
         pool = {"name": NODE, "generation": 1, "resourceSliceCount": 1}

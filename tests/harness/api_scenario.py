@@ -143,7 +143,7 @@ def scenario() -> dict[str, object]:
                     published_generation=7,
                     slice_count=1,
                     last_published_at_unix=1_780_000_100,
-                    claim_source="cluster-dir:/tmp/cluster",
+                    claim_source="kubernetes",
                     slice_sync="resync",
                     missing_api_features=[
                         dra_plugin_pb2.MissingApiFeature(

@@ -116,10 +116,14 @@ class ServiceSet:
 
 
 class PodServices(ServiceSet):
-    """The real services (and the kubelet and runtime simulators they talk to), started one by
-    one from the dev runner's command lines, without its supervisor: a stopped one stays down."""
+    """The real services (and the API-server fake, the kubelet and runtime simulators they talk
+    to), started one by one from the dev runner's command lines, without its supervisor: a
+    stopped one stays down."""
 
-    ORDER = ("topology", "allocator", "runtime-sim", "nri-plugin", "dra-plugin", "kubelet-sim")
+    ORDER = (
+        "apiserver", "topology", "allocator", "runtime-sim", "nri-plugin", "dra-plugin",
+        "kubelet-sim",
+    )  # fmt: skip
 
     def __init__(self, workdir: Path, fixture: str = FIXTURE) -> None:
         from dracpu.dev.layout import RunLayout
@@ -139,6 +143,25 @@ class PodServices(ServiceSet):
 
     def command(self, service: str) -> list[str]:
         return self.commands[service]
+
+    def wait_serving(self, service: str) -> None:
+        if service != "apiserver":
+            return super().wait_serving(service)
+        from dracpu.dev.readiness import is_ready
+        from dracpu.dev.services import readiness
+
+        ready = readiness(service, self.layout, "")
+        asyncio.run(
+            wait_serving(
+                self.layout.apiserver_kubeconfig,
+                self.processes[service],
+                what=service,
+                log=self.log_path(service),
+                timeout=START_DEADLINE,
+                probe=lambda: is_ready(ready),
+            )
+        )
+        return None
 
     def start_all(self) -> None:
         for service in self.ORDER:

@@ -1,6 +1,7 @@
 """The dra-plugin tier's node: the topology service on a sysfs fixture, the allocator on it
-and the dra-plugin on a kubelet root and cluster folder, as processes on short temporary unix
-sockets; and the ResourceClaims of that node as the API server stores them.
+and the dra-plugin on a kubelet root, as processes on short temporary unix sockets, with the
+API-server fake (`dracpu.dev.apiserver`) as one more process, holding the node's Node object,
+its ResourceClaims as the API server stores them and the slices the plugin publishes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from dracpu.dev.apiserver.client import ClusterClient
+from dracpu.dev.apiserver.process import FakeProcess
 from dracpu.topology.fixtures import write_fixture
 from harness.services import wait_serving
 
@@ -30,17 +33,33 @@ class Node:
         self.root = Path(tempfile.mkdtemp(prefix="dp", dir="/tmp"))
         self.sysfs = sysfs or write_fixture(fixture, self.root / "sys")
         self.kubelet_root = self.root / "k"
-        self.cluster = self.root / "c"
         self.cdi = self.root / "cdi"
         self.state = self.root / "state"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        (self.cluster / "nodes").mkdir(parents=True)
-        (self.cluster / "nodes" / f"{NODE}.yaml").write_text(
-            yaml.safe_dump(
-                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": NODE_UID}}
-            )
-        )
+        # The fake's process, started with the first use of the API server; or None when the
+        # test serves one itself (`use_apiserver`).
+        self.apiserver: FakeProcess | None = FakeProcess(self.root / "apiserver")
+        self.kubeconfig = self.apiserver.kubeconfig
+        self._cluster: ClusterClient | None = None
         self.configure()
+
+    def use_apiserver(self, kubeconfig: Path) -> None:
+        """The plugin talks to this API server (a test's own, in its process), not the fake's
+        process; the test puts the Node object there itself."""
+        self.apiserver = None
+        self.kubeconfig = kubeconfig
+
+    @property
+    def cluster(self) -> ClusterClient:
+        """The API server, as the scheduler and the users see it (the fake started if needed)."""
+        if self._cluster is None:
+            if self.apiserver is not None:
+                self.apiserver.start()
+                self._cluster = self.apiserver.client()
+                self._cluster.create_node(NODE, NODE_UID)
+            else:
+                self._cluster = ClusterClient(self.kubeconfig)
+        return self._cluster
 
     def sock(self, name: str) -> Path:
         return self.root / f"{name}.sock"
@@ -78,10 +97,11 @@ class Node:
         ]  # fmt: skip
 
     def plugin_argv(self, *extra: str) -> list[str]:
+        self.cluster  # noqa: B018 - the API server answers before the plugin loads its kubeconfig
         return [
             str(BIN / "dracpu-dra-plugin"), "--socket", str(self.sock("plugin")),
             "--allocator-socket", str(self.sock("allocator")),
-            "--kubelet-root-dir", str(self.kubelet_root), "--cluster-dir", str(self.cluster),
+            "--kubelet-root-dir", str(self.kubelet_root), "--kubeconfig", str(self.kubeconfig),
             "--cdi-dir", str(self.cdi), "--config", str(self.root / "config.yaml"),
             "--poll-interval", "0.2", "--resync-interval", "1", "-v", "4", *extra,
         ]  # fmt: skip
@@ -122,23 +142,25 @@ class Node:
             proc.send_signal(signal.SIGTERM)
         for proc in running:
             _reap(proc)
+        if self._cluster is not None and self.apiserver is None:
+            self._cluster.close()
+        if self.apiserver is not None:
+            self.apiserver.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def write_claim(self, claim: dict[str, Any]) -> None:
-        meta = claim["metadata"]
-        path = self.cluster / "resourceclaims" / meta["namespace"] / f"{meta['name']}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(claim))
+    def write_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
+        """Create the claim (replacing one of that name) with its status, as the scheduler
+        leaves it; answers it as stored."""
+        return self.cluster.write_claim(claim)
+
+    def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.cluster.read_claim(namespace, name)
 
     def delete_claim(self, namespace: str, name: str) -> None:
-        (self.cluster / "resourceclaims" / namespace / f"{name}.yaml").unlink()
+        self.cluster.delete_claim(namespace, name)
 
     def slices(self) -> list[dict[str, Any]]:
-        directory = self.cluster / "resourceslices"
-        if not directory.is_dir():
-            return []
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        return [yaml.load(p.read_text(), Loader=loader) for p in sorted(directory.glob("*.yaml"))]
+        return self.cluster.slices()
 
 
 def claim(

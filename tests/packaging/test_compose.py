@@ -82,6 +82,8 @@ LAYOUT = RunLayout.at(RUN_DIR)
 OPTIONS = DevOptions(
     sysfs_root=LAYOUT.sysfs_dir,
     api_address="0.0.0.0:8080",
+    apiserver_address="0.0.0.0:6443",
+    apiserver_url="http://apiserver:6443",
     config=Path(CONFIG),
     verbosity=int(ENV["DRACPU_LOG_LEVEL"]),
 )
@@ -134,6 +136,8 @@ def test_health_check_is_the_dev_runners_readiness(name: str) -> None:
         assert test[3] == "--url"
         # Same port and path; inside the container the check dials loopback.
         wanted = re.sub(r"^http://[^:/]+", "", ready.http_url)
+        if ready.kubeconfig is not None:  # the path, on the server the kubeconfig names
+            wanted = ":" + OPTIONS.apiserver_address.rpartition(":")[2] + ready.http_url
         assert re.sub(r"^http://[^:/]+", "", test[4]) == wanted
 
 
@@ -288,15 +292,17 @@ def test_the_dev_cli_service_claims_on_the_stacks_run_folder() -> None:
     service = ON_DEMAND["dev"]
     assert service["entrypoint"] == ["dracpu", "dev", "--compose"]
     assert COMPOSE_RUN_DIR == RUN_DIR
-    # What a claim reads and writes: the simulators' sockets, the cluster folder (slices
-    # in, claims out), the CDI specs the kubelet simulator's prepare wrote, its own records.
+    # What a claim reads and writes: the simulators' sockets, the API-server fake's kubeconfig
+    # (slices in, claims out, over HTTP), the CDI specs the kubelet simulator's prepare wrote,
+    # its own records.
     assert set(mounts("dev")) == {
         LAYOUT.sockets.as_posix(),
-        LAYOUT.cluster_dir.as_posix(),
+        LAYOUT.apiserver_kubeconfig.parent.as_posix(),
         LAYOUT.cdi_dir.as_posix(),
         LAYOUT.workloads_dir.as_posix(),
     }
     assert mounts("dev")[LAYOUT.cdi_dir.as_posix()][1] is True
+    assert mounts("dev")[LAYOUT.apiserver_kubeconfig.parent.as_posix()] == ("apiserver", True)
     assert service["user"] == "65532:65532"
     assert service["read_only"] is True
     assert service["cap_drop"] == ["ALL"]

@@ -19,8 +19,6 @@ HARNESS = TESTS / "harness"
 WAITS = HARNESS / "waits.py"
 # Loops that read a clock and are no wait, each with the reason.
 CLOCK_LOOPS = {
-    "harness/fake_apiserver.py": "a watch held open until its timeoutSeconds, as the API server "
-    "holds one: the stand-in's behaviour, not a test waiting",
     "nri_plugin/test_nri_push.py": "the stand-in runtime applies updates until its request "
     "deadline, as the runtime's ttrpc context does: the peer's behaviour, not a test waiting",
 }

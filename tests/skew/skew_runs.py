@@ -36,11 +36,14 @@ class Run:
 
 
 def running(base: Build, head: Build) -> Iterator[Run]:
-    """Every process from `base` (the simulators from this checkout: they play the kubelet and
-    the runtime), with three claims, their containers and a shared container."""
+    """Every process from `base` (the simulators and the API-server fake from this checkout:
+    they play the kubelet, the runtime and the API server), with three claims, their containers
+    and a shared container."""
     root = Path(tempfile.mkdtemp(dir="/tmp", prefix="dracpu-skew-"))
     sysfs = write_fixture(FIXTURE, root / "sysfs")
-    builds = {name: base for name in SERVICES} | {"kubelet-sim": head, "runtime-sim": head}
+    builds = {name: base for name in SERVICES} | {
+        "apiserver": head, "kubelet-sim": head, "runtime-sim": head,
+    }  # fmt: skip
     stack = Stack(root / "run", sysfs, free_port(), builds)
     keep = True
     try:

@@ -83,6 +83,12 @@ def build_commands(
     commands: dict[str, list[str]] = json.loads(result.stdout)
     for argv in commands.values():
         argv[0] = str(build.python if argv[0] == "python" else build.bin / argv[0])
+    plugin = commands.get("dra-plugin", [])
+    if "--cluster-dir" in plugin:
+        # A release whose dev runner gave its dra-plugin a cluster folder: that build reads the
+        # API server too, so it is pointed at the run's API-server fake (from this checkout).
+        at = plugin.index("--cluster-dir")
+        plugin[at : at + 2] = ["--kubeconfig", str(layout.apiserver_kubeconfig)]
     return commands
 
 

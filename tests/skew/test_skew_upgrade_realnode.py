@@ -75,7 +75,7 @@ class Sampler(threading.Thread):
 def walk(release: Build, head: Build) -> Iterator[tuple[Stack, ContainerdNode]]:
     require_realnode()
     base = Path(tempfile.mkdtemp(prefix="dracpu-up-", dir="/tmp"))
-    builds = {name: release for name in DRIVER_SERVICES} | {"kubelet-sim": head}
+    builds = {name: release for name in DRIVER_SERVICES} | {"apiserver": head, "kubelet-sim": head}
     stack = Stack(base / "rd", Path("/sys"), api_port(), builds, runtime_sim=False)
     node = ContainerdNode(base / "node", stack.layout.root)
     failed = True

@@ -1,12 +1,13 @@
-"""`dev prepare` and `dev unprepare`: with `dev up --kubeconfig`, the real scheduler allocates
-ResourceClaims in the API server and the kubelet simulator plays the kubelet's part for them:
+"""`dev prepare` and `dev unprepare`: the kubelet simulator plays the kubelet's part for a
+ResourceClaim of the run's API server (with `dev up --kubeconfig`, the real scheduler allocates
+them there; else any claim created allocated in the run's fake):
 NodePrepareResources / NodeUnprepareResources by namespace, name and the claim's current UID."""
 
 from __future__ import annotations
 
-from dracpu.core.errors import InvalidInputError, UnavailableError
-from dracpu.dev.cluster_folder import check_name
+from dracpu.core.errors import UnavailableError
 from dracpu.dev.layout import RunLayout
+from dracpu.dev.names import check_name
 from dracpu.dev.sim_clients import KubeletClient
 from dracpu.dev.up import run_status
 
@@ -19,10 +20,7 @@ def _kubeconfig(layout: RunLayout) -> str:
         raise UnavailableError(f"dracpu dev up on {layout.root} is still starting")
     kubeconfig = str(status.get("kubeconfig") or "")
     if not kubeconfig:
-        raise InvalidInputError(
-            f"the dev up on {layout.root} uses its cluster folder, not an API server: "
-            "use dracpu dev claim / release"
-        )
+        raise UnavailableError(f"dracpu dev up on {layout.root} recorded no kubeconfig")
     if "kubelet-sim" not in status.get("services", {}):
         raise UnavailableError("the dev up runs without the kubelet simulator (--no-kubelet-sim)")
     return kubeconfig

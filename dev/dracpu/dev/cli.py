@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 
 from dracpu.core.cli import ArgumentParser, run_async
@@ -51,7 +52,8 @@ def _run_dir(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--run-dir",
         metavar="DIR",
-        help="run folder: sockets, kubelet root, NRI socket, CDI, state, cluster folder "
+        help="run folder: sockets, kubelet root, NRI socket, CDI, state, the API-server fake's "
+        "kubeconfig "
         f"(default {default_run_dir()})",
     )
 
@@ -72,8 +74,8 @@ def _add_up(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
     up.add_argument(
         "--kubeconfig",
         metavar="FILE",
-        help="publish slices to and read claims from this API server instead of the run "
-        "folder's cluster folder (the kubelet simulator still prepares: dracpu dev prepare)",
+        help="publish slices to and read claims from this API server instead of the run's "
+        "in-memory fake (the kubelet simulator still prepares: dracpu dev prepare)",
     )
     up.add_argument(
         "--no-kubelet-sim",
@@ -170,6 +172,16 @@ def _add_claim_commands(commands: argparse._SubParsersAction[ArgumentParser]) ->
     unprepare.add_argument("--namespace", default="default", metavar="NS")
 
 
+def _add_apiserver(commands: argparse._SubParsersAction[ArgumentParser]) -> None:
+    # Listed here; its own parser (`dracpu.dev.apiserver.server`) reads its flags (see main).
+    commands.add_parser(
+        "apiserver",
+        help="serve the in-memory API-server fake alone (dev up starts one itself); "
+        "see dracpu dev apiserver --help",
+        add_help=False,
+    )
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument(
@@ -181,6 +193,7 @@ def build_parser() -> ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_up(commands)
     _add_claim_commands(commands)
+    _add_apiserver(commands)
     status = commands.add_parser("status", help="show the services of a running dev up")
     _run_dir(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -246,7 +259,12 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["apiserver"]:  # a blocking server of its own, outside the event loop
+        from dracpu.dev.apiserver.server import main as serve
+
+        return serve(words[1:])
+    args = build_parser().parse_args(words)
     return run_async(lambda: _dispatch(args), PROG)
 
 

@@ -1,8 +1,8 @@
 """Where everything of one local run lives: the run folder and the paths derived from it.
 
 One run folder holds the sockets, the kubelet root, the NRI socket, the CDI specs, the
-allocator's state and the local cluster folder, so a run needs no root and leaves nothing
-outside that folder.
+allocator's state and the kubeconfig of the API-server fake, so a run needs no root and leaves
+nothing outside that folder.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dracpu.core.cluster_folder import ClusterFolderLayout
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import InvalidInputError
 from dracpu.core.sockets import ALLOCATOR_READ_ONLY_SOCKET, socket_file
@@ -86,8 +85,9 @@ class RunLayout:
         return self.root / "state"
 
     @property
-    def cluster_dir(self) -> Path:
-        return self.root / "cluster"
+    def apiserver_kubeconfig(self) -> Path:
+        """Written by the run's API-server fake (`dracpu.dev.apiserver`) once it listens."""
+        return self.root / "apiserver" / "kubeconfig"
 
     @property
     def sysfs_dir(self) -> Path:
@@ -146,8 +146,7 @@ class RunLayout:
             self.nri_socket.parent,
             self.cdi_dir,
             self.state_dir,
-            ClusterFolderLayout(self.cluster_dir).claims_dir,
-            ClusterFolderLayout(self.cluster_dir).slices_dir,
+            self.apiserver_kubeconfig.parent,
             self.logs_dir,
             self.workloads_dir,
         ]

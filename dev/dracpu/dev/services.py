@@ -16,6 +16,7 @@ from dracpu.dev.readiness import Readiness
 
 # Start order: each one's dependencies come before it.
 SERVICES = (
+    "apiserver",
     "topology",
     "allocator",
     "runtime-sim",
@@ -24,9 +25,9 @@ SERVICES = (
     "kubelet-sim",
     "api",
 )
-SIMULATORS = frozenset({"runtime-sim", "kubelet-sim"})
+SIMULATORS = frozenset({"apiserver", "runtime-sim", "kubelet-sim"})
 
-# argv[0] of the simulators: they are modules, not console scripts.
+# argv[0] of the simulators (the API-server fake among them): modules, not console scripts.
 PYTHON = "python"
 
 
@@ -40,7 +41,9 @@ class DevOptions:
     verbosity: int = 0
     kubelet_sim: bool = True
     runtime_sim: bool = True
-    kubeconfig: Path | None = None  # the dra-plugin talks to this API server, not the folder
+    kubeconfig: Path | None = None  # an outside API server, instead of the run's fake
+    apiserver_address: str = "127.0.0.1:6443"  # where the fake listens (without `kubeconfig`)
+    apiserver_url: str | None = None  # the fake as its clients reach it, when not that address
 
 
 def api_url(address: str) -> str:
@@ -63,6 +66,16 @@ def service_commands(layout: RunLayout, options: DevOptions) -> dict[str, list[s
     sock = layout.socket
     common = _common(options)
     commands: dict[str, list[str]] = {
+        "apiserver": [
+            PYTHON,
+            "-m",
+            "dracpu.dev.apiserver",
+            "--address",
+            options.apiserver_address,
+            "--kubeconfig",
+            str(layout.apiserver_kubeconfig),
+            *(["--server-url", options.apiserver_url] if options.apiserver_url else []),
+        ],
         "topology": [
             "dracpu-topology",
             "--socket",
@@ -110,11 +123,8 @@ def service_commands(layout: RunLayout, options: DevOptions) -> dict[str, list[s
             str(sock("allocator")),
             "--kubelet-root-dir",
             str(layout.kubelet_root),
-            *(
-                ["--kubeconfig", str(options.kubeconfig)]
-                if options.kubeconfig
-                else ["--cluster-dir", str(layout.cluster_dir)]
-            ),
+            "--kubeconfig",
+            str(options.kubeconfig or layout.apiserver_kubeconfig),
             "--cdi-dir",
             str(layout.cdi_dir),
             *common,
@@ -144,6 +154,8 @@ def service_commands(layout: RunLayout, options: DevOptions) -> dict[str, list[s
             *common,
         ],
     }
+    if options.kubeconfig is not None:
+        del commands["apiserver"]
     if not options.runtime_sim:
         del commands["runtime-sim"]
     if not options.kubelet_sim:
@@ -163,6 +175,8 @@ def readiness(
         return Readiness(grpc_socket=layout.socket(name), any_status=True)
     if name == "api":
         return Readiness(http_url=f"{url}/healthz")
+    if name == "apiserver":
+        return Readiness(kubeconfig=layout.apiserver_kubeconfig, http_url="/apis/resource.k8s.io")
     if name == "kubelet-sim":
         return Readiness(grpc_socket=layout.kubelet_sim_socket)
     if name == "runtime-sim":

@@ -43,6 +43,14 @@ def parse_address(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port_text)
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, kept for the API-server fake across its restarts."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def check_port_free(address: str) -> None:
     host, port = parse_address(address)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -140,12 +148,11 @@ def remove_stale_sockets(sockets: list[Path]) -> list[Path]:
 
 
 def forget_earlier_runs(layout: RunLayout) -> None:
-    """Empty what earlier runs left: claims, allocator state, CDI specs, the simulated
-    runtime's containers, workloads, logs."""
+    """Empty what earlier runs left: allocator state, CDI specs, the simulated runtime's
+    containers, workloads, logs (the claims lived in the API-server fake's memory)."""
     for directory in (
         layout.state_dir,
         layout.cdi_dir,
-        layout.cluster_dir,
         layout.workloads_dir,
         layout.logs_dir,
     ):
@@ -208,7 +215,10 @@ async def up(
             kubelet_sim=kubelet_sim,
             runtime_sim=runtime_sim,
             kubeconfig=Path(kubeconfig).absolute() if kubeconfig else None,
+            apiserver_address=f"127.0.0.1:{free_port()}",
         )
+        # An earlier run's kubeconfig names a fake that is gone; this run's writes its own.
+        layout.apiserver_kubeconfig.unlink(missing_ok=True)
         sockets = owned_sockets(layout, kubelet_sim=kubelet_sim, runtime_sim=runtime_sim)
         for stale in remove_stale_sockets(sockets):
             report(f"removed stale socket {stale}")
@@ -229,7 +239,8 @@ async def _supervise(
         status_extra={
             "run_dir": str(layout.root),
             "api_url": url,
-            "kubeconfig": str(options.kubeconfig or ""),
+            "kubeconfig": str(options.kubeconfig or layout.apiserver_kubeconfig),
+            "apiserver": "outside" if options.kubeconfig else "fake",
         },
     )
     loop = asyncio.get_running_loop()

@@ -1,7 +1,7 @@
 """`dev claim` and `dev release`: one claim's whole life, played by the scheduler (a claim
-with an allocation in the cluster folder), the kubelet (NodePrepareResources through the
-kubelet simulator) and the runtime (a container with the claim's CDI env, created through the
-runtime simulator)."""
+created with an allocation in the run's API-server fake), the kubelet (NodePrepareResources
+through the kubelet simulator) and the runtime (a container with the claim's CDI env, created
+through the runtime simulator)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,10 @@ from dracpu.core.errors import (
 )
 from dracpu.core.memory import binary_quantity
 from dracpu.core.names import check_uid
+from dracpu.dev.apiserver.client import ClusterClient
 from dracpu.dev.cdi_specs import resolve_env
-from dracpu.dev.cluster_folder import ClusterFolder, check_name
 from dracpu.dev.layout import RunLayout
+from dracpu.dev.names import check_name
 from dracpu.dev.scheduler import (
     Result,
     allocate_claim,
@@ -105,7 +106,7 @@ def require_running(layout: RunLayout, *, compose: bool = False) -> set[str]:
         )
     if not status:
         raise UnavailableError(f"dracpu dev up on {layout.root} is still starting")
-    if status.get("kubeconfig"):
+    if status.get("apiserver") == "outside":
         raise InvalidInputError(
             f"the dev up on {layout.root} uses the API server of {status['kubeconfig']}: "
             "create ResourceClaims there and use dracpu dev prepare / unprepare"
@@ -129,9 +130,18 @@ def scheduling(layout: RunLayout, *, compose: bool = False) -> Iterator[None]:
         yield
 
 
-def next_name(folder: ClusterFolder, namespace: str) -> str:
+def cluster_client(layout: RunLayout) -> ClusterClient:
+    """The run's API-server fake, through the kubeconfig it wrote in the run folder."""
+    if not layout.apiserver_kubeconfig.exists():
+        raise UnavailableError(
+            f"no API-server fake serves {layout.root}: {layout.apiserver_kubeconfig} is missing"
+        )
+    return ClusterClient(layout.apiserver_kubeconfig)
+
+
+def next_name(cluster: ClusterClient, namespace: str) -> str:
     number = 1
-    while folder.claim_path(namespace, f"cpus-{number}").exists():
+    while cluster.claim_exists(namespace, f"cpus-{number}"):
         number += 1
     return f"cpus-{number}"
 
@@ -238,7 +248,7 @@ def _reserved_pod(claim: dict[str, Any]) -> str:
 
 
 def schedule(
-    folder: ClusterFolder,
+    cluster: ClusterClient,
     *,
     cpus: int,
     numa: int | None,
@@ -250,18 +260,18 @@ def schedule(
     memory: Mapping[str, int] | None = None,
     shared_pool: str | None = None,
 ) -> tuple[dict[str, Any], list[Result]]:
-    """Allocate a claim as the scheduler would, from the folder's slices and the allocations of
-    its claims, and write it there allocated; answers the claim and its results."""
-    if folder.claim_path(namespace, name).exists():
+    """Allocate a claim as the scheduler would, from the API server's slices and the allocations
+    of its claims, and create it there allocated; answers the claim and its results."""
+    if cluster.claim_exists(namespace, name):
         raise ConflictError(f"claim {namespace}/{name} already exists")
-    devices = devices_of(folder.slices())
+    devices = devices_of(cluster.slices())
     if cpuset is not None:
         # The external allocator's part: a device whose CPU list attribute holds the cpuset.
         devices = for_cpuset(devices, cpuset)
     results = allocate_claim(
         devices,
-        memory_devices_of(folder.slices()) if memory else [],
-        results_of(folder.claims()),
+        memory_devices_of(cluster.slices()) if memory else [],
+        results_of(cluster.claims()),
         cpus,
         memory or {},
         numa=numa,
@@ -290,7 +300,7 @@ def schedule(
         memory=memory,
         shared_pool=shared_pool,
     )
-    folder.write_claim(claim)
+    cluster.write_claim(claim)
     return claim, results
 
 
@@ -334,13 +344,13 @@ async def claim(
         raise InvalidInputError(f"--cpuset {cpuset} has {len(exact)} CPUs, --cpus says {cpus}")
     wants = memory_flags(memory, hugepages)
     processes = require_running(layout, compose=compose)
-    folder = ClusterFolder(layout.cluster_dir)
+    cluster = cluster_client(layout)
     kubelet = KubeletClient(layout.kubelet_sim_socket)
     runtime = RuntimeClient(layout.runtime_sim_socket)
     with scheduling(layout, compose=compose):
-        name = name or next_name(folder, namespace)
+        name = name or next_name(cluster, namespace)
         document, results = schedule(
-            folder,
+            cluster,
             cpus=cpus,
             numa=numa,
             name=name,
@@ -363,7 +373,7 @@ async def claim(
     )
     if "kubelet-sim" in processes:
         workload = await _prepare_and_run(
-            layout, folder, workload, kubelet, runtime if "runtime-sim" in processes else None
+            layout, cluster, workload, kubelet, runtime if "runtime-sim" in processes else None
         )
     path = _record_path(layout, namespace, name)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -377,7 +387,7 @@ async def claim(
 
 async def _prepare_and_run(
     layout: RunLayout,
-    folder: ClusterFolder,
+    cluster: ClusterClient,
     workload: Workload,
     kubelet: KubeletClient,
     runtime: RuntimeClient | None,
@@ -388,7 +398,7 @@ async def _prepare_and_run(
     try:
         cdi_ids = await kubelet.prepare(namespace, name, uid)
     except DracpuError:
-        folder.delete_claim(namespace, name)
+        cluster.delete_claim(namespace, name)
         raise
     try:
         # What the runtime injects from the CDI spec before it calls NRI CreateContainer.
@@ -398,7 +408,7 @@ async def _prepare_and_run(
             return workload
         container = Container.of(
             container_id=uuid.uuid4().hex,
-            pod_uid=_reserved_pod(folder.read_claim(namespace, name)),
+            pod_uid=_reserved_pod(cluster.read_claim(namespace, name)),
             pod_namespace=namespace,
             pod_name=f"{name}-pod",
             container_name="main",
@@ -406,7 +416,7 @@ async def _prepare_and_run(
         cpus = await runtime.create_container(container, env)
     except DracpuError:
         await kubelet.unprepare(namespace, name, uid)
-        folder.delete_claim(namespace, name)
+        cluster.delete_claim(namespace, name)
         raise
     return replace(workload, container=container, container_cpus=cpus)
 
@@ -421,7 +431,7 @@ async def release(
     check_name("namespace", namespace)
     check_name("claim name", name)
     processes = require_running(layout, compose=compose)
-    folder = ClusterFolder(layout.cluster_dir)
+    cluster = cluster_client(layout)
     kubelet = KubeletClient(layout.kubelet_sim_socket)
     runtime = RuntimeClient(layout.runtime_sim_socket)
     record_path = _record_path(layout, namespace, name)
@@ -431,7 +441,7 @@ async def release(
     uid: str | None = record["uid"] if record else None
     if uid is None:
         try:
-            uid = str(folder.read_claim(namespace, name)["metadata"]["uid"])
+            uid = str(cluster.read_claim(namespace, name)["metadata"]["uid"])
         except NotFoundError:
             raise NotFoundError(f"claim {namespace}/{name} not found") from None
     if record is not None and record.get("container") and "runtime-sim" in processes:
@@ -442,7 +452,7 @@ async def release(
             await runtime.remove_container(container)
     if "kubelet-sim" in processes:
         await kubelet.unprepare(namespace, name, uid)
-    folder.delete_claim(namespace, name)
+    cluster.delete_claim(namespace, name)
     record_path.unlink(missing_ok=True)
     cpus = f" cpuset={record['cpuset']}" if record and record.get("cpuset") else ""
     return f"released claim={namespace}/{name} uid={uid}{cpus}"

@@ -91,7 +91,7 @@ class KubeletRegistration(Model):
     last_published_at: datetime | None
     claim_source: str
     slice_sync: str = Field(
-        description="watch (the API server's changes are watched) or resync (cluster folder)"
+        description="watch (the API server's changes are watched) or resync (listed periodically)"
     )
     node_uid: str = Field(description="the Node owning the ResourceSlices; empty when none")
     missing_api_features: list[MissingApiFeature] = Field(

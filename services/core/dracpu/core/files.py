@@ -14,12 +14,10 @@ What each caller chose, and why:
 - the dra-plugin's device metadata and its CDI spec (`dracpu.dra_plugin.kubelet.metadata`):
   durable. The kubelet holds the CDI id once the prepare is answered and starts containers
   with it after a node crash without preparing again (its checkpoint says prepared).
-- the cluster folder's objects the plugin writes (`dracpu.dra_plugin.cluster.folder`: slices,
-  claim status): not durable. A development stand-in for the API server; the plugin writes
-  them again after its restart, as it republishes to a real API server.
-- the claims a developer creates in the cluster folder (`dracpu.dev.cluster_folder`) and the
-  runtime stand-in's containers (`dracpu.dev.runtime_process`): durable. They are the input a
-  restarted development node starts from, as a cluster's objects and a runtime's are.
+- the runtime stand-in's containers (`dracpu.dev.runtime_process`): durable. They are the
+  input a restarted development node starts from, as a runtime's are.
+- the kubeconfig the API-server fake writes (`dracpu.dev.apiserver`): not durable. It names a
+  process a power cut ends, and is written again when the fake starts.
 - the development supervisor's status file (`dracpu.dev.supervisor`): not durable. It is
   rewritten on every change and describes processes a power cut ends.
 """

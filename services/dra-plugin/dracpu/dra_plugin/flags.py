@@ -14,7 +14,6 @@ from dracpu.dra_plugin.common.intervals import (
     POLL_INTERVAL,
     REGISTRATION_TIMEOUT,
     RESEND_INTERVAL,
-    RESYNC_INTERVAL,
     WATCH_RESYNC_INTERVAL,
 )
 from dracpu.dra_plugin.kubelet.metadata_versions import DEFAULT_METADATA_VERSIONS, parse_versions
@@ -36,11 +35,6 @@ def build_parser() -> ArgumentParser:
         help="the nri-plugin's status socket: its missing prerequisites become Events on the pod",
     )
     p.add_argument("--kubelet-root-dir", default=DEFAULT_KUBELET_ROOT, metavar="DIR")
-    p.add_argument(
-        "--cluster-dir",
-        metavar="DIR",
-        help="local cluster folder (claims read, slices written) instead of the API server",
-    )
     p.add_argument("--cdi-dir", default="/var/run/cdi", metavar="DIR", help="metadata CDI specs")
     p.add_argument(
         "--registration-timeout",
@@ -61,8 +55,8 @@ def build_parser() -> ArgumentParser:
         "--resync-interval",
         type=float,
         metavar="SECONDS",
-        help=f"re-check the slices this often (default {WATCH_RESYNC_INTERVAL:g} against the API "
-        f"server, where a watch reports changes at once; {RESYNC_INTERVAL:g} with --cluster-dir)",
+        help=f"re-check the slices this often (default {WATCH_RESYNC_INTERVAL:g}: a watch "
+        "reports changes at once)",
     )
     p.add_argument(
         "--metadata-versions",

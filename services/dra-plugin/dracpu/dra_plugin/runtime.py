@@ -74,7 +74,7 @@ class Plugin:
     node: str
     paths: KubeletPaths
     cluster: Cluster
-    api: KubernetesAPI | None  # None with --cluster-dir
+    api: KubernetesAPI
     metrics: PluginMetrics
     allocator: AllocatorClient
     device_health: DeviceHealth
@@ -101,26 +101,16 @@ def _build(args: argparse.Namespace) -> Plugin:
     paths.check()
     driver_config.log_effective(cfg)
     node = cfg.node_name()
-    cluster: Cluster
-    api: KubernetesAPI | None = None
-    watch: SliceWatch | None = None
-    if args.cluster_dir:
-        from dracpu.dra_plugin.cluster.folder import ClusterFolder  # development runs only
+    from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI  # heavy: not for --help
 
-        cluster = ClusterFolder(args.cluster_dir)
-    else:
-        from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
-
-        api = KubernetesAPI(cfg.kubeconfig)
-        cluster = api
-        watch = SliceWatch(api, DRIVER_NAME, node)
+    api = KubernetesAPI(cfg.kubeconfig)
+    cluster: Cluster = api
+    watch = SliceWatch(api, DRIVER_NAME, node)
 
     metrics = PluginMetrics()
     events = PodEvents(api, PodIdentity.from_env(), node)
     verdicts = Prerequisites(on_change=lambda v: events.report("dra-plugin", v))
-    checks = None
-    if api is not None:
-        checks = APIPrerequisites(api, verdicts, driver=DRIVER_NAME, node=node)
+    checks = APIPrerequisites(api, verdicts, driver=DRIVER_NAME, node=node)
     features = FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name))
     allocator = AllocatorClient(args.allocator_socket, deadline=ALLOCATOR_DEADLINE)
     device_health = DeviceHealth(node, args.health_interval)
@@ -315,8 +305,7 @@ async def _shutdown(
         with contextlib.suppress(OSError):
             socket.unlink()
     await plugin.allocator.close()
-    if plugin.api is not None:
-        await plugin.api.aclose()
+    await plugin.api.aclose()
 
 
 async def serve(args: argparse.Namespace) -> int:

@@ -165,9 +165,12 @@ def in_cluster(
 def load_kubeconfig(path: Path) -> APIAccess:
     """The current context of a kubeconfig file."""
     source = f"kubeconfig {path}"
-    # Made by the client's loader only when the file has inline certificates or keys.
-    private = Path(tempfile.gettempdir()) / f"dracpu-kube-{os.getpid()}-{secrets.token_hex(8)}"
+    private: Path | None = None
     try:
+        # Made by the client's loader only when the file has inline certificates or keys; the
+        # temporary folder must be writable all the same (none is: "No usable temporary
+        # directory", one line).
+        private = Path(tempfile.gettempdir()) / f"dracpu-kube-{os.getpid()}-{secrets.token_hex(8)}"
         document = _checked(_read(path))
         loader = KubeConfigLoader(
             config_dict=document,
@@ -183,7 +186,8 @@ def load_kubeconfig(path: Path) -> APIAccess:
             raise ConfigException(f"exec credential plugin failed: {errors[-1]}")
         _tls_loads(configuration)
     except (ConfigException, OSError, UnicodeDecodeError, ValueError, KeyError) as exc:
-        shutil.rmtree(private, ignore_errors=True)
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
         raise ConfigError(f"cannot load {source}: {_one_line(exc)}") from None
     return APIAccess(source, configuration, loader.load_and_set, private)
 

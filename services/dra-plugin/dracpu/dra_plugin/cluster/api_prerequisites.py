@@ -136,20 +136,24 @@ class APIPrerequisites:
         now = time.monotonic()
         if now < self._next_check:
             return False
-        self._next_check = now + self.recheck
         try:
             if not self._group_ok:
                 self._group_ok = await self._check_group()
             if self._group_ok and shared_devices and not self._sharing_ok:
                 self._sharing_ok = await self._check_sharing()
         except DracpuError as exc:
+            self._next_check = now + self.recheck
             log.warning("the API server's prerequisites not checked; checking again",
                         error=str(exc), retry_in=self.recheck)  # fmt: skip
             return False
         ready = self._group_ok and (self._sharing_ok or not shared_devices)
-        if ready:
-            await self._taints_due()
-        return ready
+        if not ready:
+            # Only a "no" waits: devices that become shared later (a mode change) are checked
+            # at once, not a recheck interval after the last answer about unshared ones.
+            self._next_check = now + self.recheck
+            return False
+        await self._taints_due()
+        return True
 
     @property
     def taints_kept(self) -> bool | None:

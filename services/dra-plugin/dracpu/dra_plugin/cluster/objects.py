@@ -1,8 +1,9 @@
 """What the dra-plugin needs from the cluster, behind one small interface.
 
-Two implementations: the Kubernetes API server (`cluster.apiserver`) and a local cluster
-folder (`cluster.folder`) used by the dev runner and the tests. Objects are plain
-dicts in the API's JSON shape, so everything above this interface is the same for both.
+Implemented by the Kubernetes API server's client (`cluster.apiserver`), whichever server it
+talks to (a real one, or the in-memory fake of `dracpu.dev.apiserver` in development runs and
+tests); unit tests put small in-memory implementations behind it. Objects are plain dicts in
+the API's JSON shape.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class Cluster(Protocol):
     UnavailableError when the backend cannot be reached."""
 
     def describe(self) -> str:
-        """`kubernetes` or `cluster-dir:<path>`, for status pages and logs."""
+        """Where the objects come from (`kubernetes`), for status pages and logs."""
         ...
 
     async def get_claim(self, namespace: str, name: str) -> Object: ...
@@ -67,7 +68,7 @@ class WatchExpiredError(DracpuError):
 
 class SliceWatcher(Protocol):
     """A cluster that can list this node's slices with a resourceVersion and watch from it
-    (the API server); one that cannot (a cluster folder) is re-listed periodically."""
+    (the API server); one that cannot is re-listed periodically."""
 
     async def list_slices_at(self, driver: str, node: str) -> tuple[list[Object], str]: ...
 

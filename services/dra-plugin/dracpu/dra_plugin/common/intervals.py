@@ -9,7 +9,7 @@ RESEND_INTERVAL = 10.0
 REGISTRATION_TIMEOUT = 30.0
 # ResourceSlices: ask the allocator for its devices this often.
 POLL_INTERVAL = 2.0
-RESYNC_INTERVAL = 30.0  # cluster folder: list and compare
+RESYNC_INTERVAL = 30.0  # a cluster without a watch: list and compare
 WATCH_RESYNC_INTERVAL = 600.0  # API server: safety net only, the watch does the work
 
 # How long an allocator call is retried while the allocator restarts, when no kubelet call

@@ -47,7 +47,7 @@ class ClaimRef:
 
     def check(self) -> ClaimRef:
         """The kubelet's names as the API server accepts them: a namespace or name with '/'
-        or '..' would otherwise turn into a path outside the metadata or cluster folders."""
+        or '..' would otherwise turn into a path outside the metadata folder."""
         check_namespace(self.namespace, "claim namespace")
         check_object_name(self.name, "claim name")
         check_uid(self.uid)

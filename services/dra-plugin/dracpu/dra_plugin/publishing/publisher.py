@@ -1,11 +1,12 @@
 """Keeps the node's ResourceSlices equal to the allocator's devices.
 
-Polls the allocator's device list (a local call) and applies the plan from `publishing.slices`
-whenever the devices or the slices change. Against the API server the slices are known from a
-list + watch (`publishing.slice_watch`): a change by someone else wakes the publisher at once,
-and the periodic resync only re-plans against that cache and re-reads the Node, so a quiet node
-costs the API server one watch request every few minutes. A cluster folder has no watch and is
-listed at every resync instead.
+Polls the allocator's device list (a local call) and applies the plan from
+`publishing.slices` whenever the devices or the slices change. Against the API server
+the slices are known from a list + watch (`publishing.slice_watch`): a change by
+someone else wakes the publisher at once, and the periodic resync only re-plans against that
+cache and re-reads the Node, so a quiet node costs the API server one watch request every few
+minutes. A cluster given without a watch (the unit tests' in-memory ones) is listed at every
+resync instead.
 
 The Node's UID is the slices' owner (they are garbage-collected with it). It is read again
 whenever someone else deleted our slices (the garbage collector does when the Node was

@@ -1,6 +1,5 @@
 """Server-side apply of a ResourceClaim's `status.devices`, as the API server merges that
-list-map: the one implementation of it for every stand-in of the API server (the cluster
-folder `dracpu dev up` uses, the tests' HTTP fake).
+list-map, for the API-server fake.
 
 Entries are keyed by (driver, pool, device, shareID), each owned by the field manager that
 applied it last. An apply by a manager replaces that manager's entries with the ones it names

@@ -1,5 +1,5 @@
-"""Server-side apply of status.devices as the API server merges that list-map: the one merge the
-cluster folder and the tests' API server fake share."""
+"""Server-side apply of status.devices as the API server merges that list-map, the merge the
+API-server fake answers an apply with."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dracpu.core.errors import ConflictError
-from dracpu.core.status_apply import apply_devices, device_key
+from dracpu.dev.apiserver.status_apply import apply_devices, device_key
 
 
 def entry(device: str, ready: str = "True", share: str = "") -> dict[str, Any]:

@@ -1,0 +1,3 @@
+from dracpu.dev.apiserver.server import main
+
+raise SystemExit(main())
