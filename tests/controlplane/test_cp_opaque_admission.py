@@ -158,6 +158,7 @@ BUILDERS = {"ResourceClaim": resource_claim, "ResourceClaimTemplate": claim_temp
 PREFIXES = {"ResourceClaim": "spec.devices", "ResourceClaimTemplate": "spec.spec.devices"}
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("kind", sorted(BUILDERS))
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_create_is_refused_exactly_when_the_driver_refuses_naming_the_same_field(
