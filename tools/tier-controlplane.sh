@@ -44,7 +44,7 @@ bootstrap() {
     log tier-controlplane "building kubernetes $KUBE_VERSION and etcd $ETCD_VERSION (cold: ~15 min on 2 cores)"
     KUBE_VERSION="$KUBE_VERSION" bash "$here/build-kubernetes.sh" all
     if [[ "$KUBE_OLDEST" != "$KUBE_VERSION" ]]; then
-        log tier-controlplane "building $OLDEST_BINARIES $KUBE_OLDEST (cold: ~8 min on 2 cores)"
+        log tier-controlplane "building $OLDEST_BINARIES $KUBE_OLDEST (cold: 7 min of CPU, 4-20 min on 2 cores by their load)"
         KUBE_VERSION="$KUBE_OLDEST" KUBE_BINARIES="$OLDEST_BINARIES" bash "$here/build-kubernetes.sh" kube
     fi
 }
