@@ -12,7 +12,7 @@ PYTEST_ARGS ?= -rfEs
 # Go lives in /usr/local/go/bin on the project machines; login shells are not assumed.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: run test check venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down bignode-up bignode-down e2e release
+.PHONY: run test check compat venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down bignode-up bignode-down e2e release
 
 run: venv protos
 	$(BIN)/dracpu dev up $(RUN_ARGS)
@@ -25,6 +25,13 @@ test: venv protos lint typecheck peers chromium real-peers
 
 check: venv protos lint typecheck
 	bash tools/run-tests.sh local $(PYTEST_ARGS)
+
+# The compat checks of the control-plane tier on every Kubernetes release of
+# tools/kubernetes-versions (VERSIONS="1.34 1.36" for some), building the missing binaries first;
+# prints the table of results and writes it to build/compat/results.md.
+compat: venv protos
+	bash tools/install-helm.sh
+	$(PY) tools/compat.py $(VERSIONS)
 
 # The placement algorithm's hot modules compiled by mypyc, once per source, into the tool cache.
 venv: $(VENV)/.installed $(VENV)/.harness

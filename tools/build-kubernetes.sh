@@ -2,6 +2,9 @@
 # Builds the control-plane peers from the Go module proxy into the cache outside the clone:
 #   kubernetes-<v>/bin/{kube-apiserver,kube-scheduler,kube-controller-manager,kubelet,kubectl}
 #   etcd-<v>/bin/etcd
+# KUBE_VERSION picks the release (default: the newest of tools/kubernetes-versions),
+# KUBE_BINARIES which binaries (the older releases need only kube-apiserver and kube-scheduler:
+# tools/tier-controlplane.sh and tools/compat.sh ask for those).
 # k8s.io/kubernetes cannot be `go install`ed (its go.mod replaces the staging modules with local
 # paths), so a wrapper module is generated in the cache: it requires k8s.io/kubernetes and
 # replaces every staging module with its published v0.X.Y; each cmd/<binary>/main.go is the
@@ -10,7 +13,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
-KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+source "$here/kubernetes-versions.sh"
+KUBE_VERSION="${KUBE_VERSION:-$(kube_newest)}"
 ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
 KUBE_BINARIES="${KUBE_BINARIES:-kube-apiserver kube-scheduler kube-controller-manager kubelet kubectl}"
 need_go build-kubernetes

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # A loopback-only Kubernetes control plane for tests: etcd, kube-apiserver, kube-scheduler and
 # kube-controller-manager from the cache (tools/build-kubernetes.sh), certificates made with
-# openssl, everything under one folder.
+# openssl, everything under one folder. KUBE_VERSION picks the release (default: the newest of
+# tools/kubernetes-versions). A release built without kube-controller-manager (the older ones:
+# the compat checks need none) runs without it; `up` then creates the default ServiceAccount
+# itself.
 #
 #   tools/controlplane.sh up DIR [extra kube-apiserver flags...]
 #   tools/controlplane.sh down DIR
@@ -36,7 +39,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
-KUBE_VERSION="${KUBE_VERSION:-v1.37.2}"
+source "$here/kubernetes-versions.sh"
+KUBE_VERSION="${KUBE_VERSION:-$(kube_newest)}"
 ETCD_VERSION="${ETCD_VERSION:-v3.7.3}"
 BIN="${DRACPU_CP_BIN:-$(cache_dir kubernetes "$KUBE_VERSION")/bin}"
 ETCD="${DRACPU_CP_ETCD:-$(cache_dir etcd "$ETCD_VERSION")/bin/etcd}"
@@ -51,6 +55,7 @@ FEATURE_GATES="${DRACPU_CP_FEATURE_GATES:-}"
 CLIENT_QPS="${DRACPU_CP_CLIENT_QPS:-}"
 CLIENT_BURST="${DRACPU_CP_CLIENT_BURST:-}"
 PROCESSES="etcd apiserver scheduler controller-manager"
+[[ -x "$BIN/kube-controller-manager" ]] || PROCESSES="etcd apiserver scheduler"
 
 LOG_PREFIX=controlplane
 
@@ -170,6 +175,17 @@ etcd_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/d
 apiserver_ready() { [[ "$(api "$1" /readyz)" == ok ]]; }
 default_sa() { api "$1" /api/v1/namespaces/default/serviceaccounts/default | grep -q '"kind": *"ServiceAccount"'; }
 
+# create_default_sa DIR: what the controller-manager's ServiceAccount controller does for
+# namespace default, for a control plane without one (pods need their ServiceAccount to exist).
+create_default_sa() {
+    default_sa "$1" && return
+    curl -sS --max-time 5 --cacert "$1/pki/ca.crt" --cert "$1/pki/admin.crt" --key "$1/pki/admin.key" \
+        -H 'Content-Type: application/json' -X POST \
+        -d '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}' \
+        "https://127.0.0.1:$APISERVER_PORT/api/v1/namespaces/default/serviceaccounts" >/dev/null 2>&1
+    default_sa "$1"
+}
+
 all_running() {
     local name
     for name in $PROCESSES; do pid_of "$1" "$name" >/dev/null || return 1; done
@@ -199,8 +215,8 @@ EOF
 cmd_up() {
     local dir="$1" pki name
     shift
-    for name in kube-apiserver kube-scheduler kube-controller-manager; do
-        [[ -x "$BIN/$name" ]] || die "$BIN/$name missing (run tools/build-kubernetes.sh)"
+    for name in kube-apiserver kube-scheduler; do
+        [[ -x "$BIN/$name" ]] || die "$BIN/$name missing (run KUBE_VERSION=$KUBE_VERSION tools/build-kubernetes.sh)"
     done
     [[ -x "$ETCD" ]] || die "$ETCD missing (run tools/build-kubernetes.sh)"
     command -v openssl >/dev/null || die "openssl not found"
@@ -209,7 +225,7 @@ cmd_up() {
     dir="$(cd "$dir" && pwd)"
     pki="$dir/pki"
     local wanted
-    wanted="$(printf '%s\n' "$APISERVER_PORT" "$ETCD_PORT" "gates=$FEATURE_GATES" \
+    wanted="$(printf '%s\n' "$BIN" "$APISERVER_PORT" "$ETCD_PORT" "gates=$FEATURE_GATES" \
         "client=$CLIENT_QPS/$CLIENT_BURST" "$@")"
     if all_running "$dir" && [[ "$(cat "$dir/apiserver.args" 2>/dev/null)" == "$wanted" ]] \
         && apiserver_ready "$dir"; then
@@ -263,18 +279,22 @@ cmd_up() {
         --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" --leader-elect=false \
         ${FEATURE_GATES:+"--feature-gates=$FEATURE_GATES"} \
         ${CLIENT_QPS:+"--kube-api-qps=$CLIENT_QPS"} ${CLIENT_BURST:+"--kube-api-burst=$CLIENT_BURST"}
-    start "$dir" controller-manager "$BIN/kube-controller-manager" \
-        --kubeconfig="$dir/controller-manager.kubeconfig" \
-        --authentication-kubeconfig="$dir/controller-manager.kubeconfig" \
-        --authorization-kubeconfig="$dir/controller-manager.kubeconfig" \
-        --bind-address=127.0.0.1 --secure-port="$CONTROLLER_MANAGER_PORT" --leader-elect=false \
-        --root-ca-file="$pki/ca.crt" --service-account-private-key-file="$pki/sa.key" \
-        --use-service-account-credentials=true \
-        --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
-        --service-cluster-ip-range="$SERVICE_CIDR" \
-        ${FEATURE_GATES:+"--feature-gates=$FEATURE_GATES"} \
-        ${CLIENT_QPS:+"--kube-api-qps=$CLIENT_QPS"} ${CLIENT_BURST:+"--kube-api-burst=$CLIENT_BURST"}
-    wait_for "$dir" "the default ServiceAccount" controller-manager default_sa "$dir"
+    if [[ "$PROCESSES" == *controller-manager* ]]; then
+        start "$dir" controller-manager "$BIN/kube-controller-manager" \
+            --kubeconfig="$dir/controller-manager.kubeconfig" \
+            --authentication-kubeconfig="$dir/controller-manager.kubeconfig" \
+            --authorization-kubeconfig="$dir/controller-manager.kubeconfig" \
+            --bind-address=127.0.0.1 --secure-port="$CONTROLLER_MANAGER_PORT" --leader-elect=false \
+            --root-ca-file="$pki/ca.crt" --service-account-private-key-file="$pki/sa.key" \
+            --use-service-account-credentials=true \
+            --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
+            --service-cluster-ip-range="$SERVICE_CIDR" \
+            ${FEATURE_GATES:+"--feature-gates=$FEATURE_GATES"} \
+            ${CLIENT_QPS:+"--kube-api-qps=$CLIENT_QPS"} ${CLIENT_BURST:+"--kube-api-burst=$CLIENT_BURST"}
+        wait_for "$dir" "the default ServiceAccount" controller-manager default_sa "$dir"
+    else
+        wait_for "$dir" "the default ServiceAccount" apiserver create_default_sa "$dir"
+    fi
     pid_of "$dir" scheduler >/dev/null || die "kube-scheduler exited (log: $dir/logs/scheduler.log)"
     say "up in $dir: https://127.0.0.1:$APISERVER_PORT, KUBECONFIG=$dir/admin.kubeconfig"
 }

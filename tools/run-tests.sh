@@ -3,6 +3,8 @@
 #   local  the tests that need neither root nor a real peer, spread over the machine's cores;
 #   peers  the real-peer tiers (Docker engine, containerd node, control plane, cluster, chaos,
 #          skew, big node), one test at a time: they share the node's runtime and ports;
+#   compat the control-plane tier's compat checks again, on the oldest Kubernetes release of
+#          tools/kubernetes-versions (the peers phase ran the whole tier on the newest);
 #   crio   the real-node tier and one one-node-cluster scenario again, on CRI-O
 #          (DRACPU_RUNTIME=crio; without root or CRI-O they skip, saying why).
 # usage: tools/run-tests.sh local|all [pytest args...]
@@ -31,6 +33,9 @@ status=0
 run_phase local -n "$workers" --dist worksteal --durations=15 -m "not ($PEER_MARKERS)" "$@" || status=$?
 if [ "$phases" = all ]; then
     run_phase peers --durations=40 -m "$PEER_MARKERS" "$@" || { [ "$status" -ne 0 ] || status=$?; }
+    oldest=$(source tools/kubernetes-versions.sh && kube_oldest)
+    DRACPU_KUBE_VERSION=$oldest run_phase "compat on Kubernetes $oldest" --durations=10 -m compat \
+        tests/controlplane "$@" || { [ "$status" -ne 0 ] || status=$?; }
     DRACPU_RUNTIME=crio run_phase crio --durations=10 tests/realnode \
         tests/e2e/test_e2e_scenarios.py::test_grouped_claim_pins_and_the_shared_pool_steps_aside \
         "$@" || { [ "$status" -ne 0 ] || status=$?; }

@@ -185,6 +185,7 @@ def test_the_driver_writes_the_slices_of_its_own_node(
     assert not cp.items("resourceslices", selector="metadata.name=vap-own")
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize(
     ("name", "node", "driver", "message"),
     [

@@ -194,6 +194,7 @@ def our_status_writes(cp: Any, name: str) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.compat
 async def test_status_written_kept_across_a_restart_and_removed_on_unprepare(
     control_plane: ControlPlane, running_stack: DriverStack
 ) -> None:

@@ -65,6 +65,7 @@ def cdi_cpus(stack: DriverStack, uid: str) -> CPUSet:
     return CPUSet.parse(value)
 
 
+@pytest.mark.compat
 async def test_capacity_of_a_grouped_device_is_allocated_and_prepared(
     control_plane: ControlPlane, grouped: DriverStack
 ) -> None:
@@ -97,6 +98,7 @@ async def test_capacity_of_a_grouped_device_is_allocated_and_prepared(
         await kubelet.close()
 
 
+@pytest.mark.compat
 async def test_a_numa_selector_and_match_attribute_pick_devices_of_one_node(
     control_plane: ControlPlane, individual: DriverStack
 ) -> None:

@@ -24,6 +24,7 @@ MODES = {
 }
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("mode", list(MODES))
 async def test_every_mode_is_accepted_by_the_api_server(
     control_plane: ControlPlane, stacks: list[DriverStack], mode: str

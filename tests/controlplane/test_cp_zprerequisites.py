@@ -16,7 +16,8 @@ from harness.waits import eventually, never, wait_for
 from dracpu.core.prerequisites import CONSUMABLE_CAPACITY, DEVICE_TAINTS, RESOURCE_API
 from dracpu.pb.dra_plugin.v1 import dra_plugin_pb2
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(600)]
+# compat: on 1.34 and 1.35 this is what an API server left at its defaults does.
+pytestmark = [pytest.mark.controlplane, pytest.mark.compat, pytest.mark.timeout(600)]
 CONTROL_PLANE_FLAGS = ("--feature-gates=DRAConsumableCapacity=false",)
 NAMESPACE = "default"
 GATE_FLAG = "--feature-gates=DRAConsumableCapacity=true"

@@ -7,7 +7,9 @@
 
 Every tier and benchmark imports it as `from harness.control_plane import ControlPlane`.
 Ports come from the DRACPU_CP_*_PORT environment variables (see tools/controlplane.sh);
-binaries from the cache that tools/build-kubernetes.sh fills.
+binaries from the cache that tools/build-kubernetes.sh fills, of the release DRACPU_KUBE_VERSION
+names (harness.kubernetes_versions; default the newest), started with the feature gates
+tools/kubernetes-versions names for it.
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ from typing import Any
 
 import yaml
 
+from harness.kubernetes_versions import NEWEST, selected
 from harness.paths import CACHE
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tools" / "controlplane.sh"
-KUBE_VERSION = "v1.37.2"
+RELEASE = selected()
+KUBE_VERSION = RELEASE.version
 ETCD_VERSION = "v3.7.3"
 KUBE_BIN = CACHE / f"kubernetes-{KUBE_VERSION}" / "bin"
 ETCD_BIN = CACHE / f"etcd-{ETCD_VERSION}" / "bin" / "etcd"
-KUBECTL = Path(os.environ.get("DRACPU_CP_KUBECTL", str(KUBE_BIN / "kubectl")))
+NEWEST_BIN = CACHE / f"kubernetes-{NEWEST.version}" / "bin"
+KUBECTL = Path(os.environ.get("DRACPU_CP_KUBECTL", str(NEWEST_BIN / "kubectl")))
 
 
 class CommandError(ChildProcessError):
@@ -39,20 +44,15 @@ class CommandError(ChildProcessError):
 
 
 def missing_binaries() -> str:
-    """Why the control plane cannot start here, or "" when it can."""
-    absent = [
-        str(p)
-        for p in (
-            KUBE_BIN / "kube-apiserver",
-            KUBE_BIN / "kube-scheduler",
-            KUBE_BIN / "kube-controller-manager",
-            KUBECTL,
-            ETCD_BIN,
-        )
-        if not p.exists()
-    ]
+    """Why the control plane cannot start here, or "" when it can. An older release is built
+    without kube-controller-manager (the compat checks need none)."""
+    wanted = [KUBE_BIN / "kube-apiserver", KUBE_BIN / "kube-scheduler", KUBECTL, ETCD_BIN]
+    if RELEASE == NEWEST:
+        wanted.append(KUBE_BIN / "kube-controller-manager")
+    absent = [str(p) for p in wanted if not p.exists()]
     if absent:
-        return f"control plane binaries not built ({', '.join(absent)}; run make real-peers)"
+        how = "make real-peers" if RELEASE == NEWEST else f"make compat VERSIONS={KUBE_VERSION}"
+        return f"control plane binaries not built ({', '.join(absent)}; run {how})"
     return ""
 
 
@@ -61,7 +61,12 @@ class ControlPlane:
 
     def __init__(self, root: Path, env: Mapping[str, str] | None = None) -> None:
         self.root = root
-        self.env = {**os.environ, **(env or {})}
+        release = {
+            "KUBE_VERSION": KUBE_VERSION,
+            "DRACPU_CP_BIN": str(KUBE_BIN),
+            "DRACPU_CP_FEATURE_GATES": RELEASE.gates,
+        }
+        self.env = {**release, **os.environ, **(env or {})}
         self.flags: tuple[str, ...] = ()
 
     # ---- lifecycle ---------------------------------------------------------------------
