@@ -18,7 +18,7 @@ from dracpu.allocator.servicer import (
     ReadOnlyAllocatorServicer,
 )
 from dracpu.core import config as driver_config
-from dracpu.core import operation
+from dracpu.core import footprint, operation
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, DracpuError, UnimplementedError
 from dracpu.core.log import get_logger
@@ -215,6 +215,7 @@ async def serve(args: argparse.Namespace) -> int:
         await node.start(machine)
         await health.set(True)
         await ro_health.set(True)
+        footprint.settle()
         log.info(
             0,
             "allocator serving",

@@ -29,7 +29,7 @@ from dracpu.api.routers import (
     topology,
 )
 from dracpu.api.state import ApiState
-from dracpu.core import __version__
+from dracpu.core import __version__, footprint
 from dracpu.core.config import DriverConfig
 from dracpu.core.supervisor import Supervisor
 
@@ -46,6 +46,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: ApiState = app.state.api
     loops = Supervisor("api")
     loops.start("health-watch", state.backends.follow_health)
+    footprint.settle()
     yield
     await loops.stop()
     await state.backends.close()

@@ -21,6 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from dracpu.core import config as driver_config
+from dracpu.core import footprint
 from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError, UnavailableError
@@ -210,6 +211,7 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin, loops: Superv
         supervisor=loops,
     )
     await view_health.set(True)
+    footprint.settle()
     log.info(
         2,
         "dra-plugin serving",

@@ -10,7 +10,7 @@ import asyncio
 
 import grpc
 
-from dracpu.core import __version__
+from dracpu.core import __version__, footprint
 from dracpu.core.config import load, log_effective
 from dracpu.core.log import get_logger
 from dracpu.core.metrics import exposition, service_registry
@@ -64,6 +64,7 @@ async def serve(args: argparse.Namespace) -> int:
         supervisor=loops,
     )
     await health.set(True)
+    footprint.settle()
     log.info(
         0,
         "serving",
