@@ -86,13 +86,8 @@ class SlicePublisher:
         self.node = node
         self.cluster = cluster
         self.on_devices = on_devices
-        # Given no feed, the publisher follows the allocator itself.
-        self._owns_feed = feed is None
-        if feed is None:
-            if allocator is None:
-                raise ValueError("a slice publisher needs an allocator or a device feed")
-            feed = DeviceFeed(allocator, poll_interval)
-        self.feed = feed
+        self._owns_feed = feed is None  # then the publisher follows the allocator itself
+        self.feed = feed or _feed_of(allocator, poll_interval)
         default_resync = WATCH_RESYNC_INTERVAL if watch is not None else RESYNC_INTERVAL
         self.resync_interval = resync_interval or default_resync
         self.watch = watch
@@ -317,6 +312,12 @@ class SlicePublisher:
 
     def _note_features(self) -> None:
         self.state.missing_features = list(self.features.missing.values())
+
+
+def _feed_of(allocator: AllocatorClient | DeviceSource | None, poll_interval: float) -> DeviceFeed:
+    if allocator is None:
+        raise ValueError("a slice publisher needs an allocator or a device feed")
+    return DeviceFeed(allocator, poll_interval)
 
 
 def _devices(obj: Object) -> list[dict[str, Any]]:
