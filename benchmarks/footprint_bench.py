@@ -1,4 +1,5 @@
-"""The pod's footprint: resident memory of the five services, and start-up time of the CLI.
+"""The pod's footprint: idle CPU and resident memory of the five services, and start-up time of
+the CLI.
 
 Starts topology (on a sysfs fixture), allocator, dra-plugin (against the API-server fake of
 `dracpu.dev.apiserver`, a process not counted in the pod), nri-plugin (no
@@ -8,6 +9,13 @@ anonymous (Private_Dirty) memory, from /proc/<pid>/smaps_rollup, once all are re
 after 1,000 claims were prepared through the dra-plugin by the kubelet stand-in (and
 /v1/devices and /v1/claims read once through the api), and whether the pod's total PSS meets
 the target.
+
+Idle CPU: once all are ready (and a --settle pause), each process's user + system time from
+/proc/<pid>/stat over --idle seconds in which nothing changes, in millicores (1 = a thousandth
+of a CPU), with its thread count. Meanwhile the bench probes the services as the kubelet does
+with the chart's defaults (helm/dra-driver-cpu/values.yaml `probes`: /livez of each gRPC
+service's probe listener at the liveness period, the api's /healthz and /readyz at theirs), so
+the figure includes what the probes cost the pod; the bench's own time is not counted.
 
 PSS is the figure to total: RSS counts every shared page (libpython, gRPC's cygrpc, libcrypto)
 in full in every process that maps it, PSS divides it among them. The bench itself loads no
@@ -19,6 +27,7 @@ Then times every command that talks to no service (`dracpu --help`, `dracpu vers
 fresh process, median and p99 over --runs runs each, against the start-up target.
 
 Usage: python benchmarks/footprint_bench.py [--fixture NAME] [--claims N] [--runs N]
+                                             [--idle SECONDS] [--settle SECONDS]
                                              [--port PORT] [--base-dir DIR] [--skip-services]
                                              [--skip-cli]
 """
@@ -29,6 +38,7 @@ import argparse
 import asyncio
 import functools
 import json
+import os
 import resource
 import shutil
 import signal
@@ -37,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -67,8 +78,12 @@ CLI_COMMANDS = (
     *((f"dracpu-{service}", "--version") for service in SERVICES),
 )
 # The targets: the five services idle (simulators off) and a command that talks to no service.
-TARGET_PSS_MB = 150.0
+TARGET_PSS_MB = 100.0
+TARGET_IDLE_MILLICORES = 2.0
 TARGET_CLI_MS = 150.0
+CHART_VALUES = Path(__file__).resolve().parent.parent / "helm/dra-driver-cpu/values.yaml"
+# The probe listeners' ports of the four gRPC services (the api answers on --port).
+PROBE_PORTS = {"topology": 1, "allocator": 2, "dra-plugin": 3, "nri-plugin": 4}
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -81,6 +96,80 @@ MEMORY_KINDS = (
     ("PSS", "Pss", "shared pages divided among the processes mapping them: the one to total"),
     ("anon", "Private_Dirty", "memory only this process holds (heap, Python objects, stacks)"),
 )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system time of every thread of the process so far (/proc/<pid>/stat fields 14
+    and 15, after the command name, which may hold spaces)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def threads(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[17])
+
+
+def probe_periods() -> dict[str, float]:
+    """The chart's default probe periods: liveness (every container, the api's own) and the
+    api's readiness."""
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    probes, api = values["probes"], (values["api"].get("probes") or {})
+    return {
+        "liveness": float(probes["liveness"]["periodSeconds"]),
+        "api-liveness": float(
+            (api.get("liveness") or {}).get("periodSeconds", probes["liveness"]["periodSeconds"])
+        ),
+        "readiness": float(
+            (api.get("readiness") or {}).get("periodSeconds", probes["readiness"]["periodSeconds"])
+        ),
+    }
+
+
+async def kubelet_probes(base: str, probe_base: int) -> None:
+    """GET each probe at its period, as the kubelet would, until cancelled."""
+    periods = probe_periods()
+    urls = [(f"{base}/healthz", periods["api-liveness"]), (f"{base}/readyz", periods["readiness"])]
+    urls += [
+        (f"http://127.0.0.1:{probe_base + offset}/livez", periods["liveness"])
+        for offset in PROBE_PORTS.values()
+    ]
+
+    async def every(url: str, period: float) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(http_get, url)
+            except urllib.error.HTTPError:
+                pass  # answered (the api's /readyz says 503 while the nri-plugin has no runtime)
+            except OSError as exc:
+                print(f"probe {url} failed: {exc}", file=sys.stderr)
+            await asyncio.sleep(period)
+
+    async with asyncio.TaskGroup() as group:
+        for url, period in urls:
+            group.create_task(every(url, period))
+
+
+async def idle_cpu(
+    procs: dict[str, subprocess.Popen[bytes]], seconds: float, base: str, probe_base: int
+) -> float:
+    """Each process's CPU over `seconds` of idleness with the kubelet's probes running; prints
+    one line per service and the total, returns the total in millicores."""
+    probes = asyncio.create_task(kubelet_probes(base, probe_base))
+    before = {name: cpu_seconds(proc.pid) for name, proc in procs.items()}
+    started = time.monotonic()
+    await asyncio.sleep(seconds)
+    elapsed = time.monotonic() - started
+    used = {name: cpu_seconds(proc.pid) - before[name] for name, proc in procs.items()}
+    probes.cancel()
+    await asyncio.gather(probes, return_exceptions=True)
+    millicores = {name: 1000 * value / elapsed for name, value in used.items()}
+    parts = "  ".join(f"{name}={value:6.2f}" for name, value in millicores.items())
+    total = sum(millicores.values())
+    print(f"CPU  millicores idle {elapsed:5.0f} s  {parts}  total={total:6.2f}")
+    counts = {name: threads(proc.pid) for name, proc in procs.items()}
+    parts = "  ".join(f"{name}={count}" for name, count in counts.items())
+    print(f"threads              {parts}  total={sum(counts.values())}")
+    return total
 
 
 def memory_mb(pid: int) -> dict[str, float]:
@@ -173,6 +262,10 @@ async def services(args: argparse.Namespace) -> None:
         cluster = apiserver.start().client()
         sock = {name: root / f"{name}.sock" for name in ("t", "a", "d", "n")}
         common = ["--config", str(config)]
+        probe_base = args.port + 10
+
+        def probe(name: str) -> list[str]:
+            return ["--probe-address", f"127.0.0.1:{probe_base + PROBE_PORTS[name]}"]
 
         def spawn(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
             procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -180,26 +273,27 @@ async def services(args: argparse.Namespace) -> None:
 
         topology = spawn("topology", [
             str(BIN / "dracpu-topology"), "--socket", str(sock["t"]),
-            "--sysfs-root", str(sysfs), *common])  # fmt: skip
+            "--sysfs-root", str(sysfs), *probe("topology"), *common])  # fmt: skip
         await wait_serving(sock["t"], topology, what="topology", log=log_file, timeout=60,
                            probe=functools.partial(healthy, sock["t"]))  # fmt: skip
         allocator = spawn("allocator", [
             str(BIN / "dracpu-allocator"), "--socket", str(sock["a"]),
             "--topology-socket", str(sock["t"]), "--state-dir", str(root / "state"),
-            "--cdi-dir", str(root / "cdi"), *common])  # fmt: skip
+            "--cdi-dir", str(root / "cdi"), *probe("allocator"), *common])  # fmt: skip
         await wait_serving(sock["a"], allocator, what="allocator", log=log_file, timeout=60,
                            probe=functools.partial(healthy, sock["a"]))  # fmt: skip
         plugin = spawn("dra-plugin", [
             str(BIN / "dracpu-dra-plugin"), "--socket", str(sock["d"]),
             "--allocator-socket", str(sock["a"]), "--kubelet-root-dir", str(root / "k"),
             "--kubeconfig", str(apiserver.kubeconfig), "--cdi-dir", str(root / "cdi"),
+            *probe("dra-plugin"),
             *common])  # fmt: skip
         await wait_serving(sock["d"], plugin, what="dra-plugin", log=log_file, timeout=60,
                            probe=functools.partial(healthy, sock["d"]))  # fmt: skip
         nri = spawn("nri-plugin", [
             str(BIN / "dracpu-nri-plugin"), "--socket", str(sock["n"]),
             "--allocator-socket", str(sock["a"]), "--nri-socket", str(root / "nri.sock"),
-            *common])  # fmt: skip
+            *probe("nri-plugin"), *common])  # fmt: skip
         base = f"http://127.0.0.1:{args.port}"
         api = spawn("api", [
             str(BIN / "dracpu-api"), "--bind-address", f"127.0.0.1:{args.port}",
@@ -221,6 +315,17 @@ async def services(args: argparse.Namespace) -> None:
             f"TARGET idle PSS total <= {TARGET_PSS_MB:g} MB (simulators off): {verdict} "
             f"({idle:.1f} MB)"
         )
+        if args.idle:
+            await asyncio.sleep(args.settle)
+            cpu = await idle_cpu(procs, args.idle, base, probe_base)
+            verdict = "met" if cpu <= TARGET_IDLE_MILLICORES else "NOT met"
+            print(
+                f"TARGET idle CPU total <= {TARGET_IDLE_MILLICORES:g} millicores: {verdict} "
+                f"({cpu:.2f})"
+            )
+            print_memory(f"after {args.idle:g} s idle", procs)
+        if not args.claims:
+            return
 
         numa = len(list((sysfs / "devices/system/node").glob("node[0-9]*")))
         claims = write_claims(cluster, args.claims, numa)
@@ -284,6 +389,8 @@ def main() -> None:
     parser.add_argument("--fixture", default="big-1024")
     parser.add_argument("--claims", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--idle", type=float, default=120.0, help="seconds of idle CPU (0: none)")
+    parser.add_argument("--settle", type=float, default=10.0, help="seconds before measuring")
     parser.add_argument("--port", type=int, default=22080)
     parser.add_argument("--base-dir", default="/tmp")
     parser.add_argument("--skip-services", action="store_true")

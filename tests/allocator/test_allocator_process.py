@@ -298,19 +298,19 @@ async def test_waits_for_the_topology_service(short_tmp: Path) -> None:
             stop(topology)
 
 
-async def test_follows_cpus_going_offline(short_tmp: Path) -> None:
+async def test_follows_cpus_going_offline_and_pushes_the_new_devices(short_tmp: Path) -> None:
     sysfs = write_fixture("xeon-2s-ht", short_tmp / "sys")
     topology_socket = short_tmp / "t.sock"
+    # The topology service re-reads its fixture often (no uevent announces a fixture's change)
+    # and pushes what it finds; the allocator does not ask.
     topology = spawn(
         "dracpu.topology.main",
-        ["--socket", str(topology_socket), "--sysfs-root", str(sysfs)],
+        ["--socket", str(topology_socket), "--sysfs-root", str(sysfs), "--watch-interval", "0.2"],
         short_tmp / "topology.log",
     )
     allocator = spawn(
         "dracpu.allocator.main",
-        allocator_args(
-            short_tmp, "--topology-socket", str(topology_socket), "--topology-refresh", "0.2"
-        ),
+        allocator_args(short_tmp, "--topology-socket", str(topology_socket)),
         short_tmp / "allocator.log",
     )
     try:
@@ -320,6 +320,8 @@ async def test_follows_cpus_going_offline(short_tmp: Path) -> None:
         async with channel(short_tmp / "a.sock") as chan:
             stub = allocator_pb2_grpc.AllocatorStub(chan)
             before = await stub.ListDevices(pb.ListDevicesRequest())
+            watch = stub.WatchDevices(pb.WatchDevicesRequest(), timeout=30)
+            assert await watch.read() == before
             claim = (await stub.Prepare(grouped("u", "20", device="cpudevnuma001"))).claim
             assert claim.cpus == "10-19,30-39"
             # CPU 39 goes offline: the kernel's online list shrinks (replaced in one step, so
@@ -339,6 +341,12 @@ async def test_follows_cpus_going_offline(short_tmp: Path) -> None:
             )
             assert devices.generation > before.generation
             assert capacities["cpudevnuma000"] == "19"  # CPU 0 kept for the shared pool
+            # The watch sent it: the new devices, then the one holding CPU 39 Unhealthy.
+            pushed = await watch.read()
+            while pushed.health["cpudevnuma001"].status != "Unhealthy":
+                pushed = await watch.read()
+            assert pushed.devices == devices.devices and pushed.generation == devices.generation
+            watch.cancel()
             pool = await stub.GetSharedPool(pb.GetSharedPoolRequest())
             assert pool.online == "0-38" and pool.cpus == "0-9,20-29"
             # The claim keeps its CPUs, the offline one included, and says so in the log.

@@ -14,6 +14,7 @@ from dracpu.core.errors import ConfigError, ConflictError, NotFoundError, Unavai
 from dracpu.dev.apiserver import fake_apiserver
 from dracpu.dev.kubelet_sim import Claim, KubeletSim
 from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
+from dracpu.dra_plugin.common.device_feed import DeviceFeed
 from dracpu.dra_plugin.publishing.publisher import SlicePublisher
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 
@@ -39,7 +40,7 @@ async def test_claims_nodes_and_slices_through_the_client(tmp_path: Path) -> Non
             driver="dra.cpu",
             node=NODE,
             cluster=api,
-            allocator=None,  # type: ignore[arg-type]
+            feed=DeviceFeed(None),  # type: ignore[arg-type]  # sync() alone asks nothing
         )
         await publisher.sync(devices)
         slices = sorted(store.slices.values(), key=lambda s: s["metadata"]["name"])

@@ -1,5 +1,6 @@
 """Slices kept by list + watch against a loopback API server: repairs without a timer, 410
-Gone, the Node's UID followed, features the server lacks left out once, its reasons logged."""
+Gone, the Node's UID followed, features the server lacks left out once, its reasons logged; the
+allocator's devices followed on its watch, or asked periodically from one without it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from harness.dra_plugin_node import NODE, NODE_UID
 from harness.waits import eventually, never
 
-from dracpu.core.errors import InvalidInputError, NotFoundError
+from dracpu.core.errors import InvalidInputError, NotFoundError, UnimplementedError
 from dracpu.dev.apiserver import Store, fake_apiserver
 from dracpu.dra_plugin.cluster.api_features import FeatureSupport
 from dracpu.dra_plugin.cluster.apiserver import KubernetesAPI
@@ -28,7 +29,8 @@ TEARDOWN = 10.0  # seconds a cancelled publisher and its watch may take to end
 
 
 class Devices:
-    """An allocator stand-in: list_devices answers whatever `current` holds."""
+    """An allocator stand-in of an older release (no device watch): list_devices answers
+    whatever `current` holds."""
 
     def __init__(self, count: int, **extra: Any) -> None:
         self.current = pb.DeviceList(generation=1, driver="dra.cpu")
@@ -45,6 +47,23 @@ class Devices:
     async def list_devices(self, deadline: float | None = None) -> pb.DeviceList:
         self.asked += 1
         return self.current
+
+    async def watch_devices(self) -> AsyncIterator[pb.DeviceList]:
+        raise UnimplementedError("watch the devices: Method not found!")
+        yield self.current  # never reached: the yield makes this a stream, as the client's
+
+
+class PushingDevices(Devices):
+    """An allocator stand-in with the device watch: every list put in `pushed` is sent."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.pushed: asyncio.Queue[pb.DeviceList] = asyncio.Queue()
+        self.pushed.put_nowait(self.current)
+
+    async def watch_devices(self) -> AsyncIterator[pb.DeviceList]:
+        while True:
+            yield await self.pushed.get()
 
 
 async def soon(check: Callable[[], Any], what: str) -> Any:
@@ -127,6 +146,34 @@ async def test_a_slice_deleted_or_edited_by_someone_else_is_repaired_without_a_r
         )
 
 
+async def test_devices_the_allocator_pushes_are_published_without_asking_for_them(
+    tmp_path: Path,
+) -> None:
+    devices = PushingDevices(4)
+    async with publishing(tmp_path, devices) as (store, publisher, _):
+        await soon(lambda: _count(store, 4), what="4 devices published")
+        grown = pb.DeviceList()
+        grown.CopyFrom(devices.current)
+        grown.generation = 2
+        grown.devices.add(name="cpudev004")
+        devices.pushed.put_nowait(grown)
+        await soon(lambda: _count(store, 5), what="the pushed fifth device published")
+        assert publisher.feed.mode == "watch"
+        assert devices.asked == 0
+
+
+async def test_an_allocator_without_the_device_watch_is_asked_for_its_devices(
+    tmp_path: Path,
+) -> None:
+    devices = Devices(4)
+    async with publishing(tmp_path, devices) as (store, publisher, _):
+        await soon(lambda: _count(store, 4), what="4 devices published")
+        assert publisher.feed.mode == "poll"
+        devices.current.devices.add(name="cpudev004")
+        devices.current.generation = 2
+        await soon(lambda: _count(store, 5), what="the fifth device, asked for, published")
+
+
 async def test_a_compacted_resource_version_relists(tmp_path: Path) -> None:
     async with publishing(tmp_path, Devices(4), watch=0.5) as (store, _, watch):
         await soon(lambda: _count(store, 4), what="slices")
@@ -161,8 +208,7 @@ async def test_slices_of_the_old_node_are_reowned_at_the_resync(tmp_path: Path) 
     async with publishing(tmp_path, Devices(4)) as (store, publisher, _):
         await soon(lambda: _count(store, 4), what="slices")
         node(store, NEW_UID)
-        publisher.resync_interval = 0.2
-        publisher._next_resync = 0
+        publisher.resync_every(0.2)
 
         def reowned() -> bool:
             (mine,) = ours(store)
@@ -181,8 +227,7 @@ async def test_a_dropped_node_allocatable_mapping_is_noticed_once_and_not_rewrit
         store.drop_device_fields.add("nodeAllocatableResources")
         await soon(lambda: missing, what="the dropped field noticed")
         before = writes(store)
-        publisher.resync_interval = 0.1
-        publisher._next_resync = 0
+        publisher.resync_every(0.1)
         await soon(lambda: publisher.state.syncs >= 5, what="several resyncs")
         assert writes(store) == before  # nothing to rewrite: the field is left out now
         assert missing == ["nodeAllocatableResources"]

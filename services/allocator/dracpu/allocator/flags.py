@@ -58,7 +58,8 @@ def build_parser() -> ArgumentParser:
         type=refresh_interval,
         default=30.0,
         metavar="SECONDS",
-        help="how often to have the topology service re-read sysfs for changes (0: never)",
+        help="how often to have a topology service without the inventory watch (an older "
+        "release) re-read sysfs (0: follow no topology changes)",
     )
     add_probe_flag(parser)
     add_config_flags(parser)

@@ -18,12 +18,13 @@ from dracpu.allocator.servicer import (
     ReadOnlyAllocatorServicer,
 )
 from dracpu.core import config as driver_config
-from dracpu.core import operation
+from dracpu.core import footprint, operation
 from dracpu.core.cpuset import CPUSet
-from dracpu.core.errors import ConfigError, DracpuError
+from dracpu.core.errors import ConfigError, DracpuError, UnimplementedError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 from dracpu.core.metrics import exposition, service_registry
+from dracpu.core.retry import Backoff
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
 from dracpu.core.signals import stop_event
 from dracpu.core.sockets import ALLOCATOR_READ_ONLY_SOCKET
@@ -32,25 +33,67 @@ from dracpu.pb.allocator.v1 import allocator_pb2_grpc
 
 log = get_logger(__name__)
 
-# The allocator's long-running loop (with a topology socket and --topology-refresh > 0).
+# The allocator's long-running loop (with a topology socket and --topology-refresh > 0): the
+# topology service's inventory followed as it changes.
 LOOPS = ("topology-refresh",)
 
 
+async def _follow_topology(node: NodeAllocator, socket: str, fallback: float) -> None:
+    """Apply every inventory the topology service pushes. A stream that breaks is opened again
+    with backoff; failing to open it makes the devices Unknown until it opens. A topology
+    service of an older release has no watch: it is asked to rediscover every `fallback`
+    seconds instead, until an error (it restarted, perhaps a newer release)."""
+    backoff = Backoff(initial=0.2, maximum=5.0)
+    while True:
+        received = False
+        try:
+            async for machine in topology_client.watch(socket):
+                received = True
+                backoff.reset()
+                if isinstance(machine, str):
+                    log.info(2, "the topology service cannot read sysfs", error=machine)
+                    await node.topology_unreadable(machine)
+                    continue
+                # Each change is one operation: the topology service's lines carry its opID.
+                with operation.bound(operation.new_id()):
+                    await _apply(node, machine)
+            error = "the topology service ended the watch"
+        except UnimplementedError:
+            log.info(0, "the topology service has no watch (an older release); asking it to "
+                     "rediscover periodically instead", interval_s=fallback)  # fmt: skip
+            await _refresh_loop(node, socket, fallback)
+            continue
+        except DracpuError as exc:
+            error = str(exc)
+            if not received:
+                await node.topology_unreadable(error)
+        delay = backoff.next_delay()
+        log.info(2, "topology watch ended; opening it again", error=error, retry_in=delay)
+        await asyncio.sleep(delay)
+
+
 async def _refresh_loop(node: NodeAllocator, socket: str, interval: float) -> None:
+    """Rediscover every `interval` seconds until a refresh fails."""
     while True:
         await asyncio.sleep(interval)
         # Each refresh is one operation: the topology service's lines for it carry its opID.
         with operation.bound(operation.new_id()):
-            await _refresh(node, socket)
+            if not await _refresh(node, socket):
+                return
 
 
-async def _refresh(node: NodeAllocator, socket: str) -> None:
+async def _refresh(node: NodeAllocator, socket: str) -> bool:
     try:
         machine = await topology_client.fetch(socket, rediscover=True)
     except DracpuError as exc:
         log.info(2, "topology refresh failed; keeping the current inventory", error=str(exc))
         await node.topology_unreadable(str(exc))
-        return
+        return False
+    await _apply(node, machine)
+    return True
+
+
+async def _apply(node: NodeAllocator, machine: Machine) -> None:
     try:
         await node.update_topology(machine)
     except DracpuError as exc:
@@ -172,6 +215,7 @@ async def serve(args: argparse.Namespace) -> int:
         await node.start(machine)
         await health.set(True)
         await ro_health.set(True)
+        footprint.settle()
         log.info(
             0,
             "allocator serving",
@@ -182,7 +226,7 @@ async def serve(args: argparse.Namespace) -> int:
         if machine_from_file is None and args.topology_refresh > 0:
             loops.start(
                 "topology-refresh",
-                lambda: _refresh_loop(node, args.topology_socket, args.topology_refresh),
+                lambda: _follow_topology(node, args.topology_socket, args.topology_refresh),
             )
         await stop.wait()
     finally:

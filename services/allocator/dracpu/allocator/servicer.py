@@ -32,6 +32,21 @@ class AllocatorServicer(allocator_pb2_grpc.AllocatorServicer):  # type: ignore[m
         return wire.device_list(model, generation, self.node.device_health)
 
     @rpc_errors
+    async def WatchDevices(
+        self, request: allocator_pb2.WatchDevicesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[allocator_pb2.DeviceList]:
+        last = b""
+        while True:
+            changed = self.node.devices_changed()
+            model, generation = self.node.devices
+            current = wire.device_list(model, generation, self.node.device_health)
+            encoded = current.SerializeToString(deterministic=True)
+            if encoded != last:
+                last = encoded
+                yield current
+            await changed.wait()
+
+    @rpc_errors
     async def Prepare(
         self, request: allocator_pb2.PrepareRequest, context: grpc.aio.ServicerContext
     ) -> allocator_pb2.PrepareResponse:

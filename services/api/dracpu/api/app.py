@@ -29,17 +29,26 @@ from dracpu.api.routers import (
     topology,
 )
 from dracpu.api.state import ApiState
-from dracpu.core import __version__
+from dracpu.core import __version__, footprint
 from dracpu.core.config import DriverConfig
+from dracpu.core.supervisor import Supervisor
 
 # In this order in the OpenAPI document.
 ROUTERS = (node, topology, devices, claims, pools, containers, health, metrics, pages)
 
 
+# The api's one long-running loop: every service's health followed (`Backends.follow_health`).
+LOOPS = ("health-watch",)
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    yield
     state: ApiState = app.state.api
+    loops = Supervisor("api")
+    loops.start("health-watch", state.backends.follow_health)
+    footprint.settle()
+    yield
+    await loops.stop()
     await state.backends.close()
 
 

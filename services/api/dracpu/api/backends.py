@@ -2,7 +2,9 @@
 call bounded by a short deadline.
 
 Every failure except "not found" becomes `BackendUnavailable` naming the service and the
-reason, and is remembered as the service's last error for /v1/health.
+reason, and is remembered as the service's last error for /v1/health. Each service's health is
+followed on its Health.Watch stream, so /readyz, which the kubelet asks every few seconds,
+calls no service while the streams are open.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dracpu.core.clients.nri_plugin import NRIPluginClient
 from dracpu.core.clients.topology import TopologyClient
 from dracpu.core.errors import DracpuError, NotFoundError, UnavailableError
 from dracpu.core.log import get_logger
+from dracpu.core.retry import Backoff
 from dracpu.core.rpc import DEFAULT_SOCKETS
 from dracpu.pb.allocator.v1 import allocator_pb2
 from dracpu.pb.common.v1 import info_pb2
@@ -34,6 +37,8 @@ T = TypeVar("T")
 
 # Slack on top of the gRPC deadline before the api gives up on its own.
 _BACKSTOP = 0.5
+# The longest wait before a broken health watch is opened again (meanwhile /readyz asks).
+HEALTH_WATCH_MAX_DELAY = 5.0
 
 
 class BackendUnavailable(UnavailableError):
@@ -57,6 +62,9 @@ class Backend:
         self.timeout = timeout
         self.last_error: str | None = None
         self.last_error_at: float | None = None
+        # The health status the service last pushed on its Health.Watch stream; None while
+        # no stream is open (then `health` asks).
+        self.pushed_health: str | None = None
 
     def target(self) -> str:
         """The socket dialled (the allocator's client may choose another, see its `target`)."""
@@ -92,6 +100,24 @@ class Backend:
     async def health(self) -> str:
         """The gRPC health status name of the whole server ("" service)."""
         return await self.request("Health.Check", self.client.health)
+
+    async def follow_health(self) -> None:
+        """Keep `pushed_health` current from the service's Health.Watch stream, opened again
+        with backoff whenever it breaks."""
+        backoff = Backoff(initial=0.2, maximum=HEALTH_WATCH_MAX_DELAY)
+        while True:
+            try:
+                async for status in self.client.watch_health():
+                    backoff.reset()
+                    self.pushed_health = status
+                error = "the service ended the health watch"
+            except DracpuError as exc:
+                error = str(exc)
+            self.pushed_health = None
+            delay = backoff.next_delay()
+            log.info(4, "health watch ended; opening it again", service=self.service,
+                     error=error, retry_in=delay)  # fmt: skip
+            await asyncio.sleep(delay)
 
     async def version(self) -> info_pb2.VersionInfo:
         return await self.request("Info.GetVersion", self.client.version)
@@ -186,6 +212,12 @@ class Backends:
 
     def __iter__(self) -> Iterator[Backend]:
         return iter((self.topology, self.allocator, self.dra_plugin, self.nri_plugin))
+
+    async def follow_health(self) -> None:
+        """Every service's pushed health (`Backend.follow_health`), until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            for backend in self:
+                group.create_task(backend.follow_health(), name=f"health-watch-{backend.service}")
 
     async def close(self) -> None:
         for backend in self:

@@ -9,11 +9,15 @@ import contextlib
 import logging
 import signal
 import socket
+import time
 from collections.abc import Iterator
+from email.utils import formatdate
+from types import FrameType
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
 
 from dracpu.api.app import create_app
 from dracpu.api.backends import Backends
@@ -41,6 +45,7 @@ class HeaderDeadline(H11Protocol):  # type: ignore[misc]
         self._arm()
 
     def data_received(self, data: bytes) -> None:
+        _refresh_date(self.server_state, self.config)
         super().data_received(data)
         if self.conn.their_state is h11.IDLE:
             if self._header_timer is None:
@@ -66,8 +71,35 @@ class HeaderDeadline(H11Protocol):  # type: ignore[misc]
             self.transport.close()
 
 
+def _refresh_date(state: ServerState, config: uvicorn.Config) -> None:
+    """The Date header of the responses, refreshed as requests arrive rather than by a timer
+    (uvicorn's wakes the process ten times a second)."""
+    now = int(time.time())
+    if now != _date_second[0]:
+        _date_second[0] = now
+        date = [(b"date", formatdate(now, usegmt=True).encode())] if config.date_header else []
+        state.default_headers = date + config.encoded_headers
+
+
+_date_second = [-1]
+
+
 class _Server(uvicorn.Server):
-    """uvicorn re-raises SIGTERM after a graceful shutdown; a clean stop should exit 0."""
+    """uvicorn re-raises SIGTERM after a graceful shutdown; a clean stop should exit 0. Its
+    main loop wakes ten times a second to refresh the Date header and look for an exit; here
+    it sleeps until told to exit (the Date header follows the requests, `_refresh_date`)."""
+
+    _exit: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        self._exit = asyncio.Event()
+        while not await self.on_tick(0):
+            await self._exit.wait()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self._exit is not None:
+            self._exit.set()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

@@ -90,6 +90,13 @@ class UnavailableError(DracpuError):
     http_status = 503
 
 
+class UnimplementedError(DracpuError):
+    """The peer does not have the call: it is of an older release."""
+
+    grpc_status = "UNIMPLEMENTED"
+    http_status = 501
+
+
 class StateError(DracpuError):
     """Durable state (checkpoint, CDI files) cannot be read or written."""
 
@@ -113,6 +120,7 @@ _BY_CODE: dict[str, type[DracpuError]] = {
     "UNAVAILABLE": UnavailableError,
     "DEADLINE_EXCEEDED": UnavailableError,
     "INTERNAL": StateError,
+    "UNIMPLEMENTED": UnimplementedError,
 }
 
 # The classes a status can name across a gRPC hop: this module's, by name.

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from dracpu.core.changes import Changes
 from dracpu.core.log import get_logger
 from dracpu.pb.common.v1 import prerequisite_pb2
 
@@ -56,6 +57,7 @@ class Prerequisites:
     def __init__(self, on_change: Callable[[Prerequisite], None] = lambda p: None) -> None:
         self._verdicts: dict[str, Prerequisite] = {}
         self._on_change = on_change
+        self.changes = Changes()  # wakes the WatchPrerequisites streams
 
     def met(self, name: str, message: str) -> Prerequisite:
         return self._record(name, True, message)
@@ -85,4 +87,5 @@ class Prerequisites:
         else:
             log.info(2, f"prerequisite met: {message}", prerequisite=name)
         self._on_change(verdict)
+        self.changes.notify()
         return verdict

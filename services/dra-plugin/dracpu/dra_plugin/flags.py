@@ -50,7 +50,14 @@ def build_parser() -> ArgumentParser:
         metavar="SECONDS",
         help="device health resend interval (the lease is twice this)",
     )
-    p.add_argument("--poll-interval", type=float, default=POLL_INTERVAL, metavar="SECONDS")
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=POLL_INTERVAL,
+        metavar="SECONDS",
+        help="how often to ask an allocator without the device watch (an older release) for "
+        "its devices",
+    )
     p.add_argument(
         "--resync-interval",
         type=float,

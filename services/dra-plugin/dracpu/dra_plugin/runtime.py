@@ -21,6 +21,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from dracpu.core import config as driver_config
+from dracpu.core import footprint
 from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError, UnavailableError
@@ -34,8 +35,9 @@ from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.objects import Cluster
 from dracpu.dra_plugin.cluster.pod_events import PodEvents, PodIdentity
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
-from dracpu.dra_plugin.common.intervals import ALLOCATOR_DEADLINE, LIST_DEVICES_DEADLINE
-from dracpu.dra_plugin.common.nri_status import nri_prerequisites
+from dracpu.dra_plugin.common.device_feed import DeviceFeed
+from dracpu.dra_plugin.common.intervals import ALLOCATOR_DEADLINE
+from dracpu.dra_plugin.common.nri_status import follow_nri_prerequisites
 from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
 from dracpu.dra_plugin.kubelet.health import DeviceHealth
 from dracpu.dra_plugin.kubelet.metadata import MetadataWriter
@@ -64,7 +66,6 @@ API_VERSION = "dracpu.dra_plugin.v1"
 VIEW_SERVICE = "dracpu.dra_plugin.v1.DRAPluginView"
 REGISTRATION_HEALTH = "kubelet-registration"
 STATUS_FLUSH = 5.0  # seconds
-NRI_STATUS_POLL = 10.0  # seconds between reads of the nri-plugin's prerequisites
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Plugin:
     api: KubernetesAPI
     metrics: PluginMetrics
     allocator: AllocatorClient
+    devices: DeviceFeed
     device_health: DeviceHealth
     node_service: NodeService
     registration: PluginRegistration
@@ -113,6 +115,7 @@ def _build(args: argparse.Namespace) -> Plugin:
     checks = APIPrerequisites(api, verdicts, driver=DRIVER_NAME, node=node)
     features = FeatureSupport(on_missing=lambda m: metrics.feature_missing(m.name))
     allocator = AllocatorClient(args.allocator_socket, deadline=ALLOCATOR_DEADLINE)
+    devices = DeviceFeed(allocator, args.poll_interval)
     device_health = DeviceHealth(node, args.health_interval)
     status = ClaimStatusWriter(
         cluster, driver=DRIVER_NAME, node=node, features=features, metrics=metrics
@@ -134,9 +137,9 @@ def _build(args: argparse.Namespace) -> Plugin:
         driver=DRIVER_NAME,
         node=node,
         cluster=cluster,
-        allocator=allocator,
-        on_devices=device_health.set_devices,
+        feed=devices,
         poll_interval=args.poll_interval,
+        on_devices=device_health.set_devices,
         resync_interval=args.resync_interval,
         watch=watch,
         features=features,
@@ -150,6 +153,7 @@ def _build(args: argparse.Namespace) -> Plugin:
         api=api,
         metrics=metrics,
         allocator=allocator,
+        devices=devices,
         device_health=device_health,
         node_service=node_service,
         registration=registration,
@@ -200,6 +204,7 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin, loops: Superv
         supervisor=loops,
     )
     await view_health.set(True)
+    footprint.settle()
     log.info(
         2,
         "dra-plugin serving",
@@ -226,6 +231,7 @@ async def _track_registration(registration: PluginRegistration, view_health: Hea
 # them; nri-prerequisites only runs where Events can be written (an API server and POD_NAME).
 LOOPS = (
     "registration-watchdog",
+    "device-feed",
     "slice-publisher",
     "claim-status",
     "claim-status-catch-up",
@@ -245,33 +251,22 @@ def _start_loops(
         lambda: registration.watchdog(plugin.paths.registrar_dir, args.registration_timeout),
         once=True,
     )
+    loops.start("device-feed", plugin.devices.run)
     loops.start("slice-publisher", plugin.publisher.run)
     loops.start("claim-status", plugin.status.run)
     loops.start("claim-status-catch-up", lambda: _catch_up(plugin), once=True)
     loops.start(
         "registration-health", lambda: _track_registration(registration, servers.view_health)
     )
-    loops.start(
-        "device-health",
-        lambda: plugin.device_health.follow(
-            lambda: plugin.allocator.list_devices(LIST_DEVICES_DEADLINE), args.poll_interval
-        ),
-    )
+    loops.start("device-health", lambda: plugin.device_health.follow(plugin.devices))
     loops.start("pod-events", plugin.events.run)
     if plugin.events.writable:
         loops.start(
             "nri-prerequisites",
-            lambda: _relay_nri_prerequisites(args.nri_plugin_socket, plugin.events),
+            lambda: follow_nri_prerequisites(
+                args.nri_plugin_socket, lambda verdict: plugin.events.report("nri-plugin", verdict)
+            ),
         )
-
-
-async def _relay_nri_prerequisites(socket: str, events: PodEvents) -> None:
-    """The nri-plugin's verdicts on the runtime (NRI, CDI) as Events on the pod: it has no
-    API access of its own."""
-    while True:
-        for verdict in await nri_prerequisites(socket) or []:
-            events.report("nri-plugin", verdict)
-        await asyncio.sleep(NRI_STATUS_POLL)
 
 
 async def _catch_up(plugin: Plugin) -> None:

@@ -8,7 +8,7 @@ import os
 
 import grpc
 
-from dracpu.core import __version__
+from dracpu.core import __version__, footprint
 from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.config import load, log_effective
 from dracpu.core.driver import DRIVER_NAME
@@ -119,6 +119,7 @@ async def serve(args: argparse.Namespace) -> int:
     loops.start("detach-retry", plugin.detaches.run)
     loops.start("adopted-moves", plugin.move_adopted)
     loops.start("health", follow_health)
+    footprint.settle()
 
     stop = stop_event()
     await stop.wait()

@@ -3,8 +3,11 @@ shows of this service."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
+from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import rpc_errors
 from dracpu.nri_plugin.cpu_plugin import CPUPlugin
 from dracpu.nri_plugin.transport.stub import PluginStub
@@ -53,3 +56,17 @@ class NRIPluginView(nri_plugin_pb2_grpc.NRIPluginViewServicer):  # type: ignore[
             shared_pool_generation=max(self._plugin.pool_generation, 0),
             prerequisites=checks.prerequisites.protos() if checks is not None else [],
         )
+
+    @rpc_errors
+    async def WatchPrerequisites(
+        self,
+        request: nri_plugin_pb2.WatchPrerequisitesRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[nri_plugin_pb2.PrerequisiteList]:
+        checks = self._plugin.state.prerequisites
+        # Nothing judged here (no checks): an empty list, which never changes.
+        verdicts = checks.prerequisites if checks is not None else Prerequisites()
+        while True:
+            changed = verdicts.changes.next()
+            yield nri_plugin_pb2.PrerequisiteList(prerequisites=verdicts.protos())
+            await changed.wait()

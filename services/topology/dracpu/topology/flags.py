@@ -12,7 +12,8 @@ from dracpu.core.flags import add_config_flags, add_probe_flag
 from dracpu.core.sockets import DEFAULT_SOCKETS
 
 PROG = "dracpu-topology"
-WATCH_INTERVAL = 2.0
+# The safety re-read: the kernel's uevents announce CPU changes; this catches what none says.
+WATCH_INTERVAL = 60.0
 
 
 def build_parser() -> ArgumentParser:
@@ -28,7 +29,7 @@ def build_parser() -> ArgumentParser:
         type=float,
         default=WATCH_INTERVAL,
         metavar="SECONDS",
-        help=f"how often to check the online, isolated and nohz_full lists for changes "
+        help=f"how often to re-read sysfs besides the kernel's CPU uevents "
         f"(0: never; default {WATCH_INTERVAL})",
     )
     add_probe_flag(parser)

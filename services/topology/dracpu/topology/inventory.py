@@ -1,5 +1,6 @@
-"""The topology service's inventory: the current discovery result, rediscovered on request and
-whenever the kernel's online, isolated or nohz_full list changes."""
+"""The topology service's inventory: the current discovery result, rediscovered on request,
+whenever the kernel announces a CPU, NUMA node or memory change (`uevents`), and at a slow
+safety re-read; every change wakes the WatchInventory streams."""
 
 from __future__ import annotations
 
@@ -7,16 +8,13 @@ import asyncio
 import time
 from pathlib import Path
 
+from dracpu.core.changes import Changes
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 from dracpu.pb.topology.v1 import topology_pb2
-from dracpu.topology.discovery import CPU_DIR, discover
+from dracpu.topology.discovery import discover
 from dracpu.topology.overlay import SysfsOverlay
-from dracpu.topology.sysfs import SysfsReader
-
-# The files whose change means the inventory may have changed.
-WATCHED = ("online", "isolated", "nohz_full")
 
 log = get_logger(__name__)
 
@@ -29,6 +27,10 @@ class Inventory:
         self.overlay = overlay
         self._lock = asyncio.Lock()
         self._message = self._encode(machine)
+        self.changes = Changes()
+        # Why the last rediscovery failed ("" when it did not); `message` is then the last
+        # inventory read.
+        self.unreadable = ""
 
     @staticmethod
     def _encode(machine: Machine) -> topology_pb2.Inventory:
@@ -40,29 +42,61 @@ class Inventory:
     def message(self) -> topology_pb2.Inventory:
         return self._message
 
+    def watched(self) -> topology_pb2.Inventory:
+        """What WatchInventory sends: the inventory, and why sysfs is unreadable if it is."""
+        if not self.unreadable:
+            return self._message
+        message = topology_pb2.Inventory()
+        message.CopyFrom(self._message)
+        message.unreadable = self.unreadable
+        return message
+
+    @staticmethod
+    def _content(message: topology_pb2.Inventory) -> bytes:
+        """What a watcher is told about: everything but the time of discovery."""
+        copy = topology_pb2.Inventory()
+        copy.CopyFrom(message)
+        copy.discovered_at_unix = 0
+        return copy.SerializeToString(deterministic=True)
+
     async def rediscover(self) -> topology_pb2.Inventory:
         async with self._lock:
-            previous = self._message.fingerprint
-            machine = await asyncio.to_thread(discover, self.root, self.overlay)
+            previous = self._message
+            try:
+                machine = await asyncio.to_thread(discover, self.root, self.overlay)
+            except DracpuError as exc:
+                if self.unreadable != str(exc):
+                    self.unreadable = str(exc)
+                    self.changes.notify()
+                raise
+            if self.unreadable:
+                self.unreadable = ""
+                self.changes.notify()
             self._message = self._encode(machine)
-            if machine.fingerprint != previous:
-                log.info(0, "inventory changed", previous=previous, fingerprint=machine.fingerprint)
+            if machine.fingerprint != previous.fingerprint:
+                log.info(0, "inventory changed", previous=previous.fingerprint,
+                         fingerprint=machine.fingerprint)  # fmt: skip
+            if self._content(self._message) != self._content(previous):
+                self.changes.notify()
             return self._message
 
-    def _watched(self, reader: SysfsReader) -> tuple[str, ...]:
-        return tuple(str(reader.text(f"{CPU_DIR}/{name}")) for name in WATCHED)
-
-    async def watch(self, interval: float) -> None:
-        """Rediscover whenever a watched list changes; a failed read keeps the last inventory
-        (callers of Rediscover see the error) and is retried at the next change."""
-        reader = SysfsReader(self.root, self.overlay)
-        last = self._watched(reader)
+    async def watch(self, kernel: asyncio.Event | None, interval: float) -> None:
+        """Rediscover whenever the kernel announces a change (`kernel`, set by
+        `uevents.KernelEvents`; None where uevents cannot be read) and every `interval` seconds
+        (0: never) as a safety net for what no uevent says. A failed read keeps the last
+        inventory (callers of Rediscover see the error) and is tried again at the next cue."""
+        if kernel is None and not interval:
+            return
         while True:
-            await asyncio.sleep(interval)
-            seen = self._watched(reader)
-            if seen == last:
-                continue
-            last = seen
+            if kernel is None:
+                await asyncio.sleep(interval)
+            else:
+                try:
+                    async with asyncio.timeout(interval or None):
+                        await kernel.wait()
+                except TimeoutError:
+                    pass
+                kernel.clear()
             try:
                 await self.rediscover()
             except DracpuError as exc:

@@ -1,6 +1,6 @@
 """The topology service at run time: discovery at start, the gRPC server over the Inventory
-(SERVING once discovery succeeded), the watch of the kernel's CPU lists, and the stop on SIGTERM
-or SIGINT.
+(SERVING once discovery succeeded), the kernel's uevents and the slow safety re-read, and the
+stop on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import asyncio
 
 import grpc
 
-from dracpu.core import __version__
+from dracpu.core import __version__, footprint
 from dracpu.core.config import load, log_effective
 from dracpu.core.log import get_logger
 from dracpu.core.metrics import exposition, service_registry
@@ -22,11 +22,13 @@ from dracpu.topology.discovery import check_root, discover
 from dracpu.topology.inventory import Inventory
 from dracpu.topology.overlay import read as read_overlay
 from dracpu.topology.servicer import TopologyServicer
+from dracpu.topology.uevents import KernelEvents
 
 SERVICE_NAME = "dracpu.topology.v1.Topology"
 API_VERSION = "dracpu.topology.v1"
 
-# The topology service's long-running loop (with --watch-interval).
+# The topology service's long-running loop: rediscovery at the kernel's uevents and every
+# --watch-interval seconds.
 LOOPS = ("sysfs-watch",)
 
 log = get_logger(__name__)
@@ -62,6 +64,7 @@ async def serve(args: argparse.Namespace) -> int:
         supervisor=loops,
     )
     await health.set(True)
+    footprint.settle()
     log.info(
         0,
         "serving",
@@ -71,10 +74,17 @@ async def serve(args: argparse.Namespace) -> int:
     )
 
     stop = stop_event()
-    if args.watch_interval:
-        loops.start("sysfs-watch", lambda: inventory.watch(args.watch_interval))
+    kernel = KernelEvents()
+    why = kernel.open()
+    if why:
+        log.info(0, "kernel uevents unavailable; re-reading sysfs periodically only",
+                 reason=why, interval_s=args.watch_interval)  # fmt: skip
+    seen = None if why else kernel.seen
+    if seen is not None or args.watch_interval:
+        loops.start("sysfs-watch", lambda: inventory.watch(seen, args.watch_interval))
     await stop.wait()
     await loops.stop()
+    kernel.close()
 
     log.info(0, "stopping", socket=args.socket)
     await stop_server(server, health, args.socket)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
 from dracpu.core.rpc import rpc_errors
@@ -24,3 +26,12 @@ class TopologyServicer(topology_pb2_grpc.TopologyServicer):  # type: ignore[misc
         self, request: topology_pb2.RediscoverRequest, context: grpc.aio.ServicerContext
     ) -> topology_pb2.Inventory:
         return await self._inventory.rediscover()
+
+    @rpc_errors
+    async def WatchInventory(
+        self, request: topology_pb2.WatchInventoryRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[topology_pb2.Inventory]:
+        while True:
+            changed = self._inventory.changes.next()
+            yield self._inventory.watched()
+            await changed.wait()

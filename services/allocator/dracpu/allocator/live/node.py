@@ -83,6 +83,10 @@ class NodeAllocator:
     def device_health(self) -> HealthBook:
         return self._live.health
 
+    def devices_changed(self) -> asyncio.Event:
+        """Set at the next change of the devices or their health (take it before reading)."""
+        return self._live.device_changes.next()
+
     # ---- start-up and topology ---------------------------------------------------------------
 
     async def start(self, machine: Machine) -> None:

@@ -17,6 +17,7 @@ from dracpu.allocator.domain.device_health import STATUSES, HealthBook, assess
 from dracpu.allocator.domain.devices import DeviceModel, DeviceOptions, build_devices
 from dracpu.allocator.store import checkpoint, records
 from dracpu.core import metrics
+from dracpu.core.changes import Changes
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, StateError, UnavailableError
 from dracpu.core.log import get_logger
@@ -128,6 +129,8 @@ class LiveState:
         self.devices = PublishedDevices()
         self._warned_shortfall = 0
         self._watchers: set[asyncio.Queue[SharedPoolView]] = set()
+        # Set at every publish and health assessment: WatchDevices compares and sends.
+        self.device_changes = Changes()
         self.metrics: dict[str, Any] = metrics.build("allocator", registry) if registry else {}
         self.health = HealthBook()
         self.topology_error = ""
@@ -206,6 +209,7 @@ class LiveState:
                 self._memory_metrics(state)
         if previous is None or previous.pool_generation != state.pool_generation:
             self._pool_changed(previous, state)
+        self.device_changes.notify()
         if previous is not None and (
             previous.pool_generation,
             previous.claims_generation,
@@ -259,6 +263,7 @@ class LiveState:
             before, state.devices, state.machine.cpu_set, self.topology_error, time.time()
         )
         self.health = after
+        self.device_changes.notify()
         for name, entry in after.entries.items():
             old = before.entries.get(name)
             if old is not None and (old.status, old.message) == (entry.status, entry.message):

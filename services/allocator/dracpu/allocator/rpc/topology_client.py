@@ -3,6 +3,8 @@ gatherinfo report / JSON `cpus` document for development and tests."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from dracpu.core.clients.topology import TopologyClient
 from dracpu.core.documents import read_yaml_file
 from dracpu.core.errors import DracpuError, UnavailableError
@@ -26,6 +28,19 @@ async def fetch(socket: str, timeout: float = 5.0, *, rediscover: bool = False) 
     if not inventory.cpus:
         raise UnavailableError(f"topology service at {socket} reports no CPUs")
     return Machine.from_proto(inventory)
+
+
+async def watch(socket: str) -> AsyncIterator[Machine | str]:
+    """The inventory now and at every change the topology service sees, or, while it cannot
+    read sysfs, why; `UnimplementedError` from a topology service of an older release."""
+    async with TopologyClient(socket, wait_for_ready=False) as client:
+        async for inventory in client.watch_inventory():
+            if inventory.unreadable:
+                yield inventory.unreadable
+                continue
+            if not inventory.cpus:
+                raise UnavailableError(f"topology service at {socket} reports no CPUs")
+            yield Machine.from_proto(inventory)
 
 
 async def wait_for_inventory(socket: str, max_delay: float = 5.0) -> Machine:

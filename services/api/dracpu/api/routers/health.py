@@ -115,6 +115,9 @@ async def _unready_loops(backend: Backend) -> list[models.UnreadyLoop]:
 
 
 async def _health(backend: Backend) -> str:
+    """The status the service pushed last, or, with no health watch open, asked now."""
+    if backend.pushed_health is not None:
+        return backend.pushed_health
     try:
         return await backend.health()
     except (BackendUnavailable, NotFoundError):

@@ -114,6 +114,14 @@ class AllocatorClient(ServiceClient):
         )
         return reply
 
+    async def watch_devices(self) -> AsyncIterator[allocator_pb2.DeviceList]:
+        """Every device list the allocator publishes, from the current one on; an allocator of
+        an older release raises `UnimplementedError`. An allocator not answering fails it at
+        once (the caller opens it again), rather than have it wait unbounded."""
+        call = self.stub.WatchDevices(allocator_pb2.WatchDevicesRequest(), wait_for_ready=False)
+        async for devices in rpc.stream(call, "watch the allocator's devices"):
+            yield devices
+
     async def list_claims(
         self, namespace: str = "", deadline: float | None = None
     ) -> allocator_pb2.ClaimList:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
@@ -170,6 +170,13 @@ class ServiceClient:
             stub=lambda connection: connection.health,
         )
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+    async def watch_health(self) -> AsyncIterator[str]:
+        """The whole server's health status name now and at every change (grpc.health.v1
+        Watch), for as long as the server runs."""
+        call = self._connected().health.Watch(health_pb2.HealthCheckRequest(service=""))
+        async for reply in rpc.stream(call, "watch the health"):
+            yield str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
     async def version(self) -> info_pb2.VersionInfo:
         reply: info_pb2.VersionInfo = await self.unary(

@@ -3,10 +3,12 @@ prerequisite verdicts), read by the api and by the dra-plugin."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
+from dracpu.core import rpc
 from dracpu.core.clients.base import ServiceClient
 from dracpu.pb.nri_plugin.v1 import nri_plugin_pb2, nri_plugin_pb2_grpc
 
@@ -36,3 +38,12 @@ class NRIPluginClient(ServiceClient):
             ),
         )
         return reply
+
+    async def watch_prerequisites(self) -> AsyncIterator[nri_plugin_pb2.PrerequisiteList]:
+        """The prerequisite verdicts now and at every change; an nri-plugin of an older
+        release raises `UnimplementedError`."""
+        call = self.stub.WatchPrerequisites(
+            nri_plugin_pb2.WatchPrerequisitesRequest(), wait_for_ready=self.wait_for_ready
+        )
+        async for verdicts in rpc.stream(call, "watch the prerequisites"):
+            yield verdicts

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
+from dracpu.core import rpc
 from dracpu.core.clients.base import ServiceClient
 from dracpu.pb.topology.v1 import topology_pb2, topology_pb2_grpc
 
@@ -36,3 +38,12 @@ class TopologyClient(ServiceClient):
                 ),
             )
         return reply
+
+    async def watch_inventory(self) -> AsyncIterator[topology_pb2.Inventory]:
+        """The inventory now and at every change; a topology service of an older release
+        raises `UnimplementedError`."""
+        call = self.stub.WatchInventory(
+            topology_pb2.WatchInventoryRequest(), wait_for_ready=self.wait_for_ready
+        )
+        async for inventory in rpc.stream(call, "watch the topology"):
+            yield inventory

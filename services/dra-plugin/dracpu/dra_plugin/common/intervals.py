@@ -7,15 +7,16 @@ from __future__ import annotations
 RESEND_INTERVAL = 10.0
 # Warn when the kubelet has not registered the plugin by then.
 REGISTRATION_TIMEOUT = 30.0
-# ResourceSlices: ask the allocator for its devices this often.
-POLL_INTERVAL = 2.0
+# ResourceSlices and device health follow the allocator's WatchDevices stream; an allocator
+# of an older release has none, and its device list is asked this often instead.
+POLL_INTERVAL = 10.0
 RESYNC_INTERVAL = 30.0  # a cluster without a watch: list and compare
 WATCH_RESYNC_INTERVAL = 600.0  # API server: safety net only, the watch does the work
 
 # How long an allocator call is retried while the allocator restarts, when no kubelet call
 # bounds it: a call outside a kubelet request (catching up at start) ...
 ALLOCATOR_DEADLINE = 30.0
-# ... the device list, polled again soon anyway ...
+# ... the device list, asked again soon anyway ...
 LIST_DEVICES_DEADLINE = 5.0
 # ... and the claims read once at start, which may wait for an allocator still recovering.
 LIST_CLAIMS_DEADLINE = 60.0

@@ -1,8 +1,9 @@
-"""Waiting for an asyncio.Event with a time limit, without losing a cancellation."""
+"""Waiting for asyncio.Events with a time limit, without losing a cancellation."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 
 async def wait_set(event: asyncio.Event, timeout: float | None) -> bool:
@@ -17,3 +18,14 @@ async def wait_set(event: asyncio.Event, timeout: float | None) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def wait_any(events: Sequence[asyncio.Event], timeout: float | None) -> bool:
+    """Wait until one of `events` is set or `timeout` seconds pass; True when one is set."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    return bool(done)

@@ -3,21 +3,22 @@ dracpu.dra_plugin.servicer) streams.
 
 The allocator judges health from the topology (its DeviceList `health` map): Unhealthy while
 CPUs of a device are offline or gone, Unknown while the topology cannot be read, Healthy
-otherwise. The plugin follows that map and streams it; against an allocator that predates the
-map, every published device is Healthy. The kubelet marks a device Unknown when it is not
-refreshed within health_check_timeout_seconds, so full snapshots go out every 10 s with a 20 s
-lease (the reference driver's numbers), and at once when anything changes.
+otherwise. The plugin follows that map (`common.device_feed`) and streams it; against an
+allocator that predates the map, every published device is Healthy. The kubelet marks a device
+Unknown when it is not refreshed within health_check_timeout_seconds, so full snapshots go out
+every 10 s with a 20 s lease (the reference driver's numbers), and at once when anything
+changes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
+from dracpu.dra_plugin.common.device_feed import DeviceFeed
 from dracpu.dra_plugin.common.intervals import RESEND_INTERVAL
 from dracpu.dra_plugin.common.waits import wait_set
 
@@ -68,25 +69,23 @@ class DeviceHealth:
             return dict(self.reported)
         return {name: ("HEALTHY", MESSAGE) for name in self.devices}
 
-    async def follow(self, list_devices: Callable[[], Awaitable[Any]], interval: float) -> None:
-        """Poll the allocator's DeviceList for health; an unreachable allocator leaves the last
-        answer in place (the topology, not the allocator, decides a device's health)."""
+    async def follow(self, feed: DeviceFeed) -> None:
+        """Take the health of every device list the allocator publishes; an unreachable
+        allocator leaves the last answer in place (the topology, not the allocator, decides a
+        device's health)."""
         while not self._stopped:
-            try:
-                reply = await list_devices()
-            except DracpuError as exc:
-                log.info(4, "device health not refreshed", error=str(exc))
-            else:
-                if reply.health:
-                    self.set_reported(
-                        {
-                            name: (_STATUS.get(entry.status, "UNKNOWN"), entry.message)
-                            for name, entry in reply.health.items()
-                        }
-                    )
-                else:
-                    self.set_reported(None)
-            await asyncio.sleep(interval)
+            changed = feed.changes.next()
+            reply = feed.latest
+            if reply is not None and reply.health:
+                self.set_reported(
+                    {
+                        name: (_STATUS.get(entry.status, "UNKNOWN"), entry.message)
+                        for name, entry in reply.health.items()
+                    }
+                )
+            elif reply is not None:
+                self.set_reported(None)
+            await changed.wait()
 
     def stop(self) -> None:
         self._stopped = True

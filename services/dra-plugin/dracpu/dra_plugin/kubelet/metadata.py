@@ -8,6 +8,7 @@ kubeletplugin/metadata.go writes it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -134,7 +135,48 @@ class MetadataWriter:
         pod_claim: str | None,
         by_request: Mapping[str, Sequence[MetadataDevice]],
     ) -> dict[str, str]:
-        """Write every request's files; returns base request name -> metadata CDI device id."""
+        """Write every request's files, one after another; returns base request name ->
+        metadata CDI device id."""
+        files, ids = self._files(claim, pod_claim, by_request)
+        try:
+            for path, data in files:
+                write_atomic(path, data, durable=True, mode=0o644)
+        except OSError as exc:
+            raise StateError(f"claim {claim}: write device metadata: {exc}") from None
+        return ids
+
+    async def write_together(
+        self,
+        claim: ClaimRef,
+        pod_claim: str | None,
+        by_request: Mapping[str, Sequence[MetadataDevice]],
+    ) -> dict[str, str]:
+        """`write`, off the event loop, every file in a thread of its own so that their fsyncs
+        overlap (a prepare waits for the slowest one, not for their sum)."""
+        files, ids = self._files(claim, pod_claim, by_request)
+        written = await asyncio.gather(
+            *(
+                asyncio.to_thread(write_atomic, path, data, durable=True, mode=0o644)
+                for path, data in files
+            ),
+            return_exceptions=True,
+        )
+        for outcome in written:
+            if isinstance(outcome, OSError):
+                raise StateError(f"claim {claim}: write device metadata: {outcome}") from None
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return ids
+
+    def _files(
+        self,
+        claim: ClaimRef,
+        pod_claim: str | None,
+        by_request: Mapping[str, Sequence[MetadataDevice]],
+    ) -> tuple[list[tuple[Path, bytes]], dict[str, str]]:
+        """Each request's metadata file and its CDI spec, as (path, content), their folders
+        made; and base request name -> metadata CDI device id."""
+        files: list[tuple[Path, bytes]] = []
         ids: dict[str, str] = {}
         try:
             claim_dir = self.claim_dir(claim.namespace, claim.name)
@@ -150,18 +192,20 @@ class MetadataWriter:
                 _make_dir(host_path.parent)
                 # Durable, as its CDI spec is: the kubelet keeps the CDI id once the claim is
                 # prepared and starts containers with it after a node crash.
-                write_atomic(host_path, stream.encode(), durable=True, mode=0o644)
+                files.append((host_path, stream.encode()))
                 device = cdi.Device(
                     f"{claim.uid}_{request}",
                     mounts=(
                         cdi.Mount(str(host_path), self.container_path(claim, pod_claim, request)),
                     ),
                 )
-                cdi.write_spec(self.cdi_file(claim.uid, request), self.cdi_kind, [device])
+                files.append(
+                    (self.cdi_file(claim.uid, request), cdi.spec_bytes(self.cdi_kind, [device]))
+                )
                 ids[request] = cdi.device_id(self.cdi_kind, device.name)
         except OSError as exc:
             raise StateError(f"claim {claim}: write device metadata: {exc}") from None
-        return ids
+        return files, ids
 
     def remove(self, claim: ClaimRef) -> None:
         """Remove the claim's metadata; nothing there is fine."""

@@ -203,7 +203,7 @@ class NodeService:
             )
             for d in response.devices
         ]
-        self._attach_metadata(ref, claim, request, response, devices)
+        await self._attach_metadata(ref, claim, request, response, devices)
         if log.enabled(2):
             log.info(
                 2,
@@ -219,7 +219,7 @@ class NodeService:
                 log.info(4, "device prepared", claim=str(ref), device=d.device_name, cpus=d.cpus)
         return PrepareOutcome(devices=devices)
 
-    def _attach_metadata(
+    async def _attach_metadata(
         self,
         ref: ClaimRef,
         claim: ResourceClaim,
@@ -244,7 +244,7 @@ class NodeService:
                         pool=prepared.pool_name, name=prepared.device_name, attributes=attrs
                     )
                 )
-        ids = self.metadata.write(ref, pod_claim, by_request)
+        ids = await self.metadata.write_together(ref, pod_claim, by_request)
         injected: set[str] = set()
         for device in devices:
             for name in device.request_names:

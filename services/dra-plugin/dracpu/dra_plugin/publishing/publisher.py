@@ -1,7 +1,8 @@
 """Keeps the node's ResourceSlices equal to the allocator's devices.
 
-Polls the allocator's device list (a local call) and applies the plan from
-`publishing.slices` whenever the devices or the slices change. Against the API server
+Follows the allocator's device list (`common.device_feed`: pushed by the allocator, nothing
+asked while nothing changes) and applies the plan from `publishing.slices` whenever the devices
+or the slices change. Against the API server
 the slices are known from a list + watch (`publishing.slice_watch`): a change by
 someone else wakes the publisher at once, and the periodic resync only re-plans against that
 cache and re-reads the Node, so a quiet node costs the API server one watch request every few
@@ -14,7 +15,7 @@ recreated), at each resync, and every OWNER_RETRY seconds while there is no Node
 written into every slice. Fields the API server lacks are left out once it shows it lacks them
 (`cluster.api_features`); nothing is published while the API server lacks what the devices
 need (`cluster.api_prerequisites`), nor while the kubelet's own CPU or Memory Manager places
-containers (`kubelet.resource_managers`, read again at every poll: slices already written are
+containers (`kubelet.resource_managers`, read again every poll interval: slices already written are
 then deleted, and published again once the kubelet runs neither). Devices the node cannot give
 carry the driver's taints (`publishing.taints`), unless the server drops taints. Failures and
 write conflicts are retried with exponential backoff. Slices are left in place at shutdown: the
@@ -38,13 +39,13 @@ from dracpu.core.retry import Backoff
 from dracpu.dra_plugin.cluster.api_features import DEVICE_TAINTS, FeatureSupport, MissingFeature
 from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.objects import Cluster, Object
+from dracpu.dra_plugin.common.device_feed import DeviceFeed, DeviceSource
 from dracpu.dra_plugin.common.intervals import (
-    LIST_DEVICES_DEADLINE,
     POLL_INTERVAL,
     RESYNC_INTERVAL,
     WATCH_RESYNC_INTERVAL,
 )
-from dracpu.dra_plugin.common.waits import wait_set
+from dracpu.dra_plugin.common.waits import wait_any, wait_set
 from dracpu.dra_plugin.kubelet.resource_managers import ResourceManagers
 from dracpu.dra_plugin.publishing.slice_watch import SliceWatch
 from dracpu.dra_plugin.publishing.slices import Owner, Plan, chunk_documents, device_json, plan
@@ -55,6 +56,8 @@ log = get_logger(__name__)
 
 OWNER_RETRY = 30.0
 MAX_BACKOFF = 60.0
+# While the API server lacks what the devices need, look again this often.
+PREREQUISITES_RECHECK = 2.0
 
 
 @dataclass
@@ -77,7 +80,8 @@ class SlicePublisher:
         driver: str,
         node: str,
         cluster: Cluster,
-        allocator: AllocatorClient,
+        allocator: AllocatorClient | DeviceSource | None = None,
+        feed: DeviceFeed | None = None,
         on_devices: Callable[[Sequence[str]], None] = lambda names: None,
         poll_interval: float = POLL_INTERVAL,
         resync_interval: float | None = None,
@@ -90,9 +94,10 @@ class SlicePublisher:
         self.driver = driver
         self.node = node
         self.cluster = cluster
-        self.allocator = allocator
         self.on_devices = on_devices
-        self.poll_interval = poll_interval
+        self._owns_feed = feed is None  # then the publisher follows the allocator itself
+        self.feed = feed or _feed_of(allocator, poll_interval)
+        self.kubelet_recheck = poll_interval  # the kubelet's checkpoints are read this often
         default_resync = WATCH_RESYNC_INTERVAL if watch is not None else RESYNC_INTERVAL
         self.resync_interval = resync_interval or default_resync
         self.watch = watch
@@ -109,30 +114,49 @@ class SlicePublisher:
         # Device name -> the device as last published: the taints' timeAdded, and the devices
         # withdrawn for offline CPUs, come from it (from the slices found, after a restart).
         self._published: dict[str, dict[str, Any]] = {}
+        self._wake = asyncio.Event()  # the resync's timing changed
+
+    def resync_every(self, seconds: float) -> None:
+        """Resync every `seconds` from now on, the first at once."""
+        self.resync_interval = seconds
+        self._next_resync = 0.0
+        self._wake.set()
 
     @property
     def mode(self) -> str:
         return "watch" if self.watch is not None else "resync"
 
     async def run(self) -> None:
-        """Publish until cancelled, with the slice watch alongside: an unexpected error of
-        either ends both (the supervisor starts them again)."""
-        if self.watch is None:
-            await self._publish_loop()
-            return
-        async with asyncio.TaskGroup() as both:
-            both.create_task(self.watch.run(), name="slice-watch")
-            both.create_task(self._publish_loop(), name="slice-publish")
+        """Publish until cancelled, with the slice watch (and the device feed, when the
+        publisher owns it) alongside: an unexpected error of one ends all (the supervisor
+        starts them again)."""
+        async with asyncio.TaskGroup() as tasks:
+            if self._owns_feed:
+                tasks.create_task(self.feed.run(), name="device-feed")
+            if self.watch is not None:
+                tasks.create_task(self.watch.run(), name="slice-watch")
+            tasks.create_task(self._publish_loop(), name="slice-publish")
+
+    async def _devices(self) -> tuple[allocator_pb2.DeviceList, asyncio.Event]:
+        """The allocator's latest devices (waiting for the first), and the event set when the
+        next arrive."""
+        while True:
+            changed = self.feed.changes.next()
+            if self.feed.latest is not None:
+                return self.feed.latest, changed
+            await wait_set(changed, 1.0)
+            if self.feed.latest is None and self.feed.last_error:
+                self.state.last_error = self.feed.last_error
 
     async def _publish_loop(self) -> None:
         backoff = Backoff(initial=1.0, maximum=MAX_BACKOFF)
         while True:
+            devices, next_devices = await self._devices()
             try:
                 if not self._kubelet_allows():
                     await self._withdraw()
-                    await asyncio.sleep(self.poll_interval)
+                    await wait_set(next_devices, self.kubelet_recheck)
                     continue
-                devices = await self.allocator.list_devices(LIST_DEVICES_DEADLINE)
                 fingerprint = devices.SerializeToString(deterministic=True)
                 now = time.monotonic()
                 resync = now >= self._next_resync
@@ -144,14 +168,14 @@ class SlicePublisher:
                     or self._owner_missing_due(now)
                 ):
                     if not await self._prerequisites_met(devices):
-                        await asyncio.sleep(self.poll_interval)
+                        await wait_set(next_devices, PREREQUISITES_RECHECK)
                         continue
                     await self.sync(devices, reread_owner=resync)
                     self._fingerprint = fingerprint
                     if resync:
                         self._next_resync = time.monotonic() + self.resync_interval
                 backoff.reset()
-                await self._pause(self.poll_interval)
+                await self._pause(next_devices)
             except DracpuError as exc:
                 self.state.last_error = str(exc)
                 self._again = True  # whatever woke us was consumed: try again regardless
@@ -209,13 +233,22 @@ class SlicePublisher:
         read_at = self._owner_read_at
         return self._owner is None and (read_at is None or now - read_at >= self.owner_retry)
 
-    async def _pause(self, seconds: float) -> None:
-        """Sleep, but wake as soon as the watch reports a change by someone else."""
-        if self.watch is None or self._again:
-            if not self._again:
-                await asyncio.sleep(seconds)
+    async def _pause(self, next_devices: asyncio.Event) -> None:
+        """Wait for new devices, a change of the slices by someone else, or the next periodic
+        duty (the resync; the Node's owner reference while it is missing)."""
+        if self._again:
             return
-        await wait_set(self.watch.changed, seconds)
+        now = time.monotonic()
+        due = self._next_resync
+        if self._owner is None and self._owner_read_at is not None:
+            due = min(due, self._owner_read_at + self.owner_retry)
+        if self.resource_managers is not None:
+            due = min(due, now + self.kubelet_recheck)  # the kubelet's checkpoints, read again
+        events = [next_devices, self._wake]
+        if self.watch is not None:
+            events.append(self.watch.changed)
+        await wait_any(events, max(0.0, due - now))
+        self._wake.clear()
 
     async def _owner_reference(self, reread: bool) -> Owner | None:
         watch = self.watch
@@ -340,6 +373,12 @@ class SlicePublisher:
         checks = self.prerequisites
         if not self.features.supports(DEVICE_TAINTS) and checks and checks.taints_kept is not False:
             checks.taints_dropped()  # a real write showed it first: one verdict, one Event
+
+
+def _feed_of(allocator: AllocatorClient | DeviceSource | None, poll_interval: float) -> DeviceFeed:
+    if allocator is None:
+        raise ValueError("a slice publisher needs an allocator or a device feed")
+    return DeviceFeed(allocator, poll_interval)
 
 
 def _devices(obj: Object) -> list[dict[str, Any]]:
