@@ -77,7 +77,7 @@ def chart(control_plane: ControlPlane) -> Iterator[list[dict[str, Any]]]:
     # helm install learns the served APIs from discovery; `helm template` is told them.
     assert served_policy_api(control_plane), "the server does not serve the policy API"
     rendered = subprocess.run(
-        [str(HELM), "template", RELEASE, str(CHART), "--namespace", CHART_NAMESPACE,
+        [str(HELM), "template", RELEASE, str(CHART), "--no-hooks", "--namespace", CHART_NAMESPACE,
          "--kube-version", KUBE_VERSION, "--api-versions", VAP_RESOURCE],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
@@ -282,7 +282,7 @@ def test_the_network_policy_is_accepted_as_rendered(
     assert stored["spec"]["podSelector"] == rendered["spec"]["podSelector"]
     assert stored["spec"]["policyTypes"] == ["Ingress"]
     shown = subprocess.run(
-        [str(HELM), "template", RELEASE, str(CHART), "--namespace", CHART_NAMESPACE,
+        [str(HELM), "template", RELEASE, str(CHART), "--no-hooks", "--namespace", CHART_NAMESPACE,
          "--kube-version", KUBE_VERSION, "--show-only", "templates/daemonset.yaml"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip

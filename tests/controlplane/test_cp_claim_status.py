@@ -110,7 +110,7 @@ def driver_token(
     if not HELM.exists():
         pytest.skip(f"helm not installed at {HELM} (run make helm-bin)")
     rendered = subprocess.run(
-        [str(HELM), "template", RELEASE, str(CHART), "--namespace", CHART_NAMESPACE,
+        [str(HELM), "template", RELEASE, str(CHART), "--no-hooks", "--namespace", CHART_NAMESPACE,
          "--kube-version", KUBE_VERSION, "--api-versions", VAP_RESOURCE],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip

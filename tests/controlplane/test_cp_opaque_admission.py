@@ -103,7 +103,7 @@ def refused(cp: ControlPlane, obj: dict[str, Any]) -> str:
 
 def rendered_policy() -> list[dict[str, Any]]:
     text = subprocess.run(
-        [str(HELM), "template", RELEASE, str(CHART), "--namespace", CHART_NAMESPACE,
+        [str(HELM), "template", RELEASE, str(CHART), "--no-hooks", "--namespace", CHART_NAMESPACE,
          "--kube-version", KUBE_VERSION],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip

@@ -34,7 +34,7 @@ def chart_rbac(control_plane: ControlPlane) -> list[dict[str, object]]:
     if not HELM.exists():
         pytest.skip(f"helm not installed at {HELM} (run make helm-bin)")
     rendered = subprocess.run(
-        [str(HELM), "template", RELEASE, str(CHART), "--namespace", CHART_NAMESPACE,
+        [str(HELM), "template", RELEASE, str(CHART), "--no-hooks", "--namespace", CHART_NAMESPACE,
          "--kube-version", KUBE_VERSION],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
