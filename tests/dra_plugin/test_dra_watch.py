@@ -46,7 +46,9 @@ class Devices:
 
     async def list_devices(self, deadline: float | None = None) -> pb.DeviceList:
         self.asked += 1
-        return self.current
+        answer = pb.DeviceList()
+        answer.CopyFrom(self.current)  # a new message per call, as over gRPC
+        return answer
 
     async def watch_devices(self) -> AsyncIterator[pb.DeviceList]:
         raise UnimplementedError("watch the devices: Method not found!")

@@ -33,7 +33,6 @@ from typing import Any
 from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
 from dracpu.core.log import get_logger
-from dracpu.core.prerequisites import DEVICE_TAINTS as TAINTS_VERDICT
 from dracpu.core.prerequisites import Prerequisite
 from dracpu.core.retry import Backoff
 from dracpu.dra_plugin.cluster.api_features import DEVICE_TAINTS, FeatureSupport, MissingFeature
@@ -47,6 +46,8 @@ from dracpu.dra_plugin.common.intervals import (
 )
 from dracpu.dra_plugin.common.waits import wait_any, wait_set
 from dracpu.dra_plugin.kubelet.resource_managers import ResourceManagers
+from dracpu.dra_plugin.publishing.gate import PublishGate
+from dracpu.dra_plugin.publishing.owner import NodeOwner
 from dracpu.dra_plugin.publishing.slice_watch import SliceWatch
 from dracpu.dra_plugin.publishing.slices import Owner, Plan, chunk_documents, device_json, plan
 from dracpu.dra_plugin.publishing.taints import tainted
@@ -102,12 +103,11 @@ class SlicePublisher:
         self.resync_interval = resync_interval or default_resync
         self.watch = watch
         self.features = features or FeatureSupport()
-        self.owner_retry = owner_retry
         self.prerequisites = prerequisites
         self.resource_managers = resource_managers
+        self.gate = PublishGate(self.features, prerequisites, resource_managers)
         self.state = PublishState()
-        self._owner: Owner | None = None
-        self._owner_read_at: float | None = None
+        self.owner = NodeOwner(cluster, node, owner_retry)
         self._fingerprint = b""
         self._next_resync = 0.0
         self._again = False  # a feature turned out missing, or a sync failed: sync once more
@@ -165,7 +165,7 @@ class SlicePublisher:
                     or resync
                     or self._again
                     or self._slices_changed()
-                    or self._owner_missing_due(now)
+                    or self.owner.missing_due(now)
                 ):
                     if not await self._prerequisites_met(devices):
                         await wait_set(next_devices, PREREQUISITES_RECHECK)
@@ -186,34 +186,19 @@ class SlicePublisher:
                 await asyncio.sleep(delay)
 
     async def _prerequisites_met(self, devices: allocator_pb2.DeviceList) -> bool:
-        """Whether the API server has what these devices need; until it has, nothing is
-        written (a device no claim can be allocated only hides why pods stay Pending)."""
-        checks = self.prerequisites
-        if checks is None:
-            return True
-        shared = any(d.allow_multiple_allocations for d in devices.devices)
-        if await checks.satisfied(shared):
-            if checks.taints_kept is False:
-                verdict = checks.prerequisites.get(TAINTS_VERDICT)
-                self.features.lacking(
-                    DEVICE_TAINTS, verdict.message if verdict else "",
-                    "the API server lacks device taints; publishing without them",
-                )  # fmt: skip
-                self._note_features()
-            return True
-        missing = [p.message for p in checks.prerequisites.all() if not p.ok]
-        self.state.last_error = "; ".join(missing) or "the API server's prerequisites unknown"
-        return False
+        refusal = await self.gate.api_refusal(devices)
+        self._note_features()
+        if refusal is not None:
+            self.state.last_error = refusal
+        return refusal is None
 
     def _kubelet_allows(self) -> bool:
-        """Whether the kubelet leaves containers' cpusets to this driver; when it does not,
-        the next allowed round publishes whatever changed meanwhile."""
-        managers = self.resource_managers
-        if managers is None or managers.allow_publishing():
-            return True
-        self.state.last_error = "; ".join(managers.missing())
-        self._again = True
-        return False
+        """When the kubelet does not, the next allowed round publishes what changed meanwhile."""
+        refusal = self.gate.kubelet_refusal()
+        if refusal is not None:
+            self.state.last_error = refusal
+            self._again = True
+        return refusal is None
 
     async def _withdraw(self) -> None:
         """Delete the node's slices (claims already prepared keep their CPUs)."""
@@ -229,10 +214,6 @@ class SlicePublisher:
     def _slices_changed(self) -> bool:
         return self.watch is not None and self.watch.changed.is_set()
 
-    def _owner_missing_due(self, now: float) -> bool:
-        read_at = self._owner_read_at
-        return self._owner is None and (read_at is None or now - read_at >= self.owner_retry)
-
     async def _pause(self, next_devices: asyncio.Event) -> None:
         """Wait for new devices, a change of the slices by someone else, or the next periodic
         duty (the resync; the Node's owner reference while it is missing)."""
@@ -240,8 +221,9 @@ class SlicePublisher:
             return
         now = time.monotonic()
         due = self._next_resync
-        if self._owner is None and self._owner_read_at is not None:
-            due = min(due, self._owner_read_at + self.owner_retry)
+        look = self.owner.next_look()
+        if look is not None:
+            due = min(due, look)
         if self.resource_managers is not None:
             due = min(due, now + self.kubelet_recheck)  # the kubelet's checkpoints, read again
         events = [next_devices, self._wake]
@@ -255,31 +237,12 @@ class SlicePublisher:
         if watch is not None and watch.deleted_by_others:
             reread = True  # the garbage collector deletes our slices when the Node is replaced
             watch.deleted_by_others = False
-        known = self._owner is not None or not self._owner_missing_due(time.monotonic())
-        if not reread and self._owner_read_at is not None and known:
-            return self._owner
-        uid = await self.cluster.node_uid(self.node)
-        self._owner_read_at = time.monotonic()
-        previous = self._owner
-        self._owner = Owner(self.node, uid) if uid else None
-        if uid and previous is not None and previous.uid != uid:
-            log.info(2, "the Node was recreated; slices follow its new UID", node=self.node,
-                     old_uid=previous.uid, uid=uid)  # fmt: skip
-        elif uid is None and (previous is not None or self.state.syncs == 0):
-            log.info(2, "no Node object found; slices carry no owner reference", node=self.node)
-        self.state.owner_uid = uid or ""
-        return self._owner
+        owner = await self.owner.reference(reread, first=self.state.syncs == 0)
+        self.state.owner_uid = owner.uid if owner else ""
+        return owner
 
     async def _existing(self) -> list[Object]:
-        if self.watch is None:
-            return await self.cluster.list_slices(self.driver, self.node)
-        if not self.watch.synced.is_set():
-            # Give the first list a moment; then say why there is nothing to compare against.
-            await wait_set(self.watch.synced, 5)
-        if not self.watch.synced.is_set():
-            reason = self.watch.stats.last_error or "no answer yet"
-            raise UnavailableError(f"ResourceSlices not listed yet: {reason}")
-        return self.watch.snapshot()
+        return await existing_slices(self.cluster, self.watch, self.driver, self.node)
 
     async def sync(self, devices: allocator_pb2.DeviceList, *, reread_owner: bool = False) -> None:
         if self.watch is not None:
@@ -340,24 +303,10 @@ class SlicePublisher:
         self.on_devices([d.name for d in devices.devices])
 
     async def _apply(self, todo: Plan) -> None:
-        for obsolete in todo.delete:
-            meta = obsolete.get("metadata") or {}
-            name = str(meta.get("name"))
-            await self.cluster.delete_slice(
-                name, str(meta.get("uid")), str(meta.get("resourceVersion"))
-            )
-            self.state.writes += 1
-            if self.watch is not None:
-                self.watch.forget(name)
-            log.info(4, "deleted ResourceSlice", name=name)
-        for updated in todo.update:
-            stored = await self.cluster.update_slice(updated)
-            self._stored(updated, stored)
-            log.info(4, "updated ResourceSlice", name=(updated.get("metadata") or {}).get("name"))
-        for created in todo.create:
-            stored = await self.cluster.create_slice(created)
-            self._stored(created, stored)
-            log.info(4, "created ResourceSlice", name=(stored.get("metadata") or {}).get("name"))
+        await apply_plan(self.cluster, self.watch, todo, deleted=self._deleted, stored=self._stored)
+
+    def _deleted(self) -> None:
+        self.state.writes += 1
 
     def _stored(self, sent: Object, stored: Object) -> None:
         self.state.writes += 1
@@ -370,9 +319,49 @@ class SlicePublisher:
 
     def _note_features(self) -> None:
         self.state.missing_features = list(self.features.missing.values())
-        checks = self.prerequisites
-        if not self.features.supports(DEVICE_TAINTS) and checks and checks.taints_kept is not False:
-            checks.taints_dropped()  # a real write showed it first: one verdict, one Event
+        self.gate.taints_seen_dropped()
+
+
+async def existing_slices(
+    cluster: Cluster, watch: SliceWatch | None, driver: str, node: str
+) -> list[Object]:
+    """The node's slices: the watch's cache once it has listed (waiting a moment for the first
+    list), or a list where there is no watch."""
+    if watch is None:
+        return await cluster.list_slices(driver, node)
+    if not watch.synced.is_set():
+        await wait_set(watch.synced, 5)
+    if not watch.synced.is_set():
+        reason = watch.stats.last_error or "no answer yet"
+        raise UnavailableError(f"ResourceSlices not listed yet: {reason}")
+    return watch.snapshot()
+
+
+async def apply_plan(
+    cluster: Cluster,
+    watch: SliceWatch | None,
+    todo: Plan,
+    *,
+    deleted: Callable[[], None],
+    stored: Callable[[Object, Object], None],
+) -> None:
+    """Write a plan: its deletes (each counted by `deleted`), then its updates and creates
+    (each handed to `stored` with the server's copy)."""
+    for obsolete in todo.delete:
+        meta = obsolete.get("metadata") or {}
+        name = str(meta.get("name"))
+        await cluster.delete_slice(name, str(meta.get("uid")), str(meta.get("resourceVersion")))
+        deleted()
+        if watch is not None:
+            watch.forget(name)
+        log.info(4, "deleted ResourceSlice", name=name)
+    for updated in todo.update:
+        stored(updated, await cluster.update_slice(updated))
+        log.info(4, "updated ResourceSlice", name=(updated.get("metadata") or {}).get("name"))
+    for created in todo.create:
+        copy = await cluster.create_slice(created)
+        stored(created, copy)
+        log.info(4, "created ResourceSlice", name=(copy.get("metadata") or {}).get("name"))
 
 
 def _feed_of(allocator: AllocatorClient | DeviceSource | None, poll_interval: float) -> DeviceFeed:
