@@ -168,7 +168,7 @@ def start(state: Path, config: str = "", runtime: str = "containerd") -> dict[st
         config_file = BASE / "config.yaml"
         config_file.write_text(config or DEFAULT_CONFIG)
         head = _head()
-        builds = {name: head for name in (*skew_stack.DRIVER_SERVICES, "kubelet-sim")}
+        builds = {name: head for name in (*skew_stack.DRIVER_SERVICES, "apiserver", "kubelet-sim")}
         stack = Stack(
             BASE / "rd", Path("/sys"), free_port(), builds, runtime_sim=False, config=config_file
         )
