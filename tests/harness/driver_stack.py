@@ -87,8 +87,10 @@ class DriverStack:
         common = ["--config", str(self.root / "config.yaml")]
         self._spawn(
             "topology",
+            # A fixture's sysfs sends no uevents: re-read it every 2 s, so a test's hotplug
+            # reaches the slices as the kernel's uevent would make it.
             [str(BIN / "dracpu-topology"), "--socket", str(self.sock("topology")),
-             "--sysfs-root", str(self.sysfs)],
+             "--sysfs-root", str(self.sysfs), "--watch-interval", "2"],
         )  # fmt: skip
         await self._ready("topology")
         self._spawn(
