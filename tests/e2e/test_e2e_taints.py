@@ -46,7 +46,10 @@ def clean(driver: Cluster) -> Iterator[Cluster]:
 
 
 def _api(node: Cluster, path: str) -> Any:
-    reply = httpx.get(f"http://127.0.0.1:{node.api_port}{path}", timeout=10)
+    """The driver's api on its pod IP (the test runs on the node, beside the pod network)."""
+    pod = node.driver_pod()
+    assert pod is not None, "no driver pod"
+    reply = httpx.get(f"http://{pod['status']['podIP']}:{node.api_port}{path}", timeout=10)
     reply.raise_for_status()
     return reply.json()
 
