@@ -101,3 +101,15 @@ def driver(cluster: Cluster) -> Iterator[Cluster]:
     say(f"driver pod: last container started {started}, Ready at {ready['lastTransitionTime']}")
     wait_for(lambda: cluster.published(), "ResourceSlice published", timeout=60, interval=0.3)
     yield cluster
+
+
+@pytest.fixture
+def installed(driver: Cluster) -> Cluster:
+    """The chart installed and publishing before the test, installed again when an earlier
+    module uninstalled it (test_e2e_scenarios.py's last test does)."""
+    if driver.driver_pod() is None:
+        with step(f"helm install {driver.chart.name} again (an earlier module uninstalled it)"):
+            driver.install()
+        wait_for(driver.driver_ready, "driver pod Ready", timeout=120, interval=0.3)
+    wait_for(lambda: driver.published(), "ResourceSlice published", timeout=60, interval=0.3)
+    return driver

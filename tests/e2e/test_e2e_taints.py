@@ -38,7 +38,8 @@ RULE_KEY = "example.com/maintenance"
 
 
 @pytest.fixture
-def clean(driver: Cluster) -> Iterator[Cluster]:
+def clean(installed: Cluster) -> Iterator[Cluster]:
+    driver = installed
     yield driver
     driver.kubectl("delete", "devicetaintrule", RULE, "--ignore-not-found")
     driver.kubectl("delete", "pods", "--all", "-n", "default", "--wait=true", "--timeout=120s")
