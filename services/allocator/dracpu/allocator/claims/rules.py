@@ -10,8 +10,9 @@ were read there; an entry no rule reads (one for another request) is never refus
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from dracpu.allocator.algorithm import Policy
 from dracpu.allocator.domain import opaque_words as words
@@ -28,6 +29,8 @@ from dracpu.allocator.domain.shared_pool import DEFAULT as DEFAULT_SHARED_POOL
 from dracpu.core.config import MemoryPlacement
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import InvalidInputError
+
+T = TypeVar("T")
 
 
 def _checked(entry: ParsedConfig) -> ClaimParameters:
@@ -157,29 +160,30 @@ def memory_placement(
 ) -> MemoryPlacement:
     """`cpuConfig.memoryPlacement` for `request`: the claim's config over the class's (the
     first of either that sets it), else the driver's `default`."""
-    matching = _matching(config, request)
-    for source in (FROM_CLAIM, FROM_CLASS):
-        for entry in matching:
-            if entry.source != source:
-                continue
-            value = _checked(entry).memory_placement
-            if value is not None:
-                return value
-    return default
+    value: MemoryPlacement | None = _first_set(config, request, lambda c: c.memory_placement)
+    return default if value is None else value
 
 
 def includes_pool(config: ClaimConfig, request: str) -> bool:
     """`cpuConfig.sharedPool` for `request` is `include`: the claim's config over the class's
     (the first of either that sets it); unset is `exclude`."""
+    value = _first_set(config, request, lambda c: c.shared_pool)
+    return (DEFAULT_SHARED_POOL if value is None else value) == "include"
+
+
+def _first_set(
+    config: ClaimConfig, request: str, read: Callable[[ClaimParameters], T | None]
+) -> T | None:
+    """The first value `read` finds set for `request`, the claim's entries before the class's."""
     matching = _matching(config, request)
     for source in (FROM_CLAIM, FROM_CLASS):
         for entry in matching:
             if entry.source != source:
                 continue
-            value = _checked(entry).shared_pool
+            value = read(_checked(entry))
             if value is not None:
-                return value == "include"
-    return DEFAULT_SHARED_POOL == "include"
+                return value
+    return None
 
 
 def shared_pool(config: ClaimConfig, requests: Iterable[str]) -> bool:
