@@ -16,7 +16,7 @@
 #                                     (tools/cluster.sh image-disk: the sandbox and driver images
 #                                     of this checkout in a containerd root) and the driver images'
 #                                     archive, building the disk when missing; cached in
-#                                     ${DRACPU_CACHE}/bignode-disk/, one disk kept
+#                                     ${DRACPU_CACHE}/bignode-disk/, the newest four kept
 #
 # containerd and runc come from the real-node tier (tools/tier-realnode.sh bootstrap). The guest
 # sees the host's / read-only over virtio-9p (with a tmpfs overlay: it writes nothing back but
@@ -202,14 +202,19 @@ disk() {
     key="$(stat -c '%n %s %Y' "$archive" "$sandbox" | sha256sum | cut -c1-16)"
     dir="$DRACPU_CACHE/bignode-disk"
     out="$dir/images-$key.ext4"
+    mkdir -p "$dir"
+    # Guests of several checkouts may run at once: one disk built at a time, the newest four kept
+    # (a running guest holds its own open, so removing an older one never pulls it from under it).
+    exec 8>"$dir/.lock"
+    flock 8
     if [[ ! -f "$out" ]]; then
-        mkdir -p "$dir"
         tmp="$(mktemp -d /tmp/dracpu-image-disk.XXXXXX)"
         say "building the guest node's image disk from $(basename "$archive")"
         DRACPU_CLUSTER_DIR="$tmp" DRACPU_CLUSTER_IMAGES="$archive" \
             bash "$HERE/cluster.sh" image-disk "$out" >&2 || { rm -rf "$tmp"; die "image disk failed"; }
         rm -rf "$tmp"
-        find "$dir" -name 'images-*.ext4' ! -name "$(basename "$out")" -delete
+        find "$dir" -maxdepth 1 -name 'images-*.ext4' -printf '%T@ %p\n' \
+            | sort -rn | tail -n +5 | cut -d' ' -f2- | xargs -r rm -f
     fi
     printf '%s\n%s\n' "$out" "$archive"
 }

@@ -248,6 +248,11 @@ cmd_images() {
     tag="$(project_version)"
     key="$(printf '%s %s\n' "$(base_key)" "$(bash "$HERE/build-images.sh" key)" | sha256sum | cut -c1-16)"
     archive="$DRACPU_CACHE/images/dracpu-images-$tag-$key.tar"
+    # Checkouts building at once on one machine share the engine and the archive folder: one
+    # build at a time, and the engine stopped only by the build that started it.
+    mkdir -p "$DRACPU_CACHE/images"
+    exec 9>"$DRACPU_CACHE/images/.lock"
+    flock 9
     if [[ -f "$archive" ]]; then
         say "images cached in $archive"
         printf '%s\n' "$archive"
@@ -265,9 +270,9 @@ cmd_images() {
     say "saving ${images[*]}"
     docker save -o "$archive.partial" "${images[@]}"
     mv "$archive.partial" "$archive"
-    # Older archives (other build inputs): the newest three stay.
+    # Older archives (other build inputs): the newest six stay.
     find "$DRACPU_CACHE/images" -maxdepth 1 -name 'dracpu-images-*.tar' -printf '%T@ %p\n' \
-        | sort -rn | tail -n +4 | cut -d' ' -f2- | xargs -r rm -f
+        | sort -rn | tail -n +7 | cut -d' ' -f2- | xargs -r rm -f
     ((started)) && cmd_stop
     say "archive $archive ($(du -m "$archive" | cut -f1) MB)"
     printf '%s\n' "$archive"
