@@ -309,6 +309,33 @@ async def test_unprepare_is_idempotent_and_needs_no_claim_object(started: Node) 
     await plugin.close()
 
 
+async def test_an_unprepare_whose_metadata_cannot_be_removed_fails_after_the_release(
+    started: Node,
+) -> None:
+    """The metadata is removed while the allocator releases the claim: a removal that fails
+    is the claim's error, the CPUs are released all the same, and the kubelet's retry ends
+    it once the folder can go."""
+    plugin = await register(started)
+    c = uid()
+    started.write_claim(claim("stuck", c, [result("cpudevnuma000", cpus=1)]))
+    assert (await plugin.prepare([Claim("default", "stuck", c)]))[c].error == ""
+    claim_dir = started.kubelet_root / "plugins/dra.cpu/dra-device-metadata/default_stuck"
+    moved = claim_dir.with_name("moved")
+    claim_dir.rename(moved)
+    claim_dir.write_text("not a folder")  # what rmtree cannot remove
+
+    error = (await plugin.unprepare([Claim("default", "stuck", c)]))[c]
+    assert "remove device metadata" in error
+    assert not (started.cdi / f"dra.k8s.io-cpu_claim-{c}.json").exists()  # released
+
+    claim_dir.unlink()
+    moved.rename(claim_dir)
+    assert await plugin.unprepare([Claim("default", "stuck", c)]) == {c: ""}
+    assert not claim_dir.exists()
+    assert not (started.cdi / f"dra.cpu_metadata_{c}_cpus.json").exists()
+    await plugin.close()
+
+
 async def test_allocator_restart_between_calls(started: Node) -> None:
     plugin = await register(started)
     first, second, third = uid(), uid(), uid()

@@ -5,6 +5,8 @@ compose need a default tag) says the same, and the installed package reports it.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -38,3 +40,15 @@ def test_every_copy_of_the_version_is_pyprojects(where: str) -> None:
 
 def test_the_installed_package_reports_pyprojects_version() -> None:
     assert dracpu.core.__version__ == VERSION
+
+
+def test_the_version_is_read_without_importlib_metadata() -> None:
+    """importlib.metadata (email, zipfile, csv) would stay in every service's memory."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, dracpu.core; print(sorted(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded = done.stdout
+    assert "'importlib.metadata'" not in loaded and "'email'" not in loaded, loaded

@@ -66,24 +66,32 @@ def test_a_process_killed_between_write_and_rename_leaves_the_old_file(tmp_path:
 
 
 def _recording_fsync(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What each fsync and fdatasync call synced, in order: `file data` (fdatasync of a
+    file), `file` (fsync of a file) or `folder`."""
     synced: list[str] = []
-    real = os.fsync
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
 
     def fsync(fd: int) -> None:
         mode = os.fstat(fd).st_mode
         synced.append("folder" if stat.S_ISDIR(mode) else "file")
-        real(fd)
+        real_fsync(fd)
+
+    def fdatasync(fd: int) -> None:
+        mode = os.fstat(fd).st_mode
+        synced.append("folder data" if stat.S_ISDIR(mode) else "file data")
+        real_fdatasync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
     return synced
 
 
-def test_a_durable_write_syncs_the_file_then_its_folder(
+def test_a_durable_write_syncs_the_file_data_then_its_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced = _recording_fsync(monkeypatch)
     write_atomic(tmp_path / "claim.json", b"{}", durable=True)
-    assert synced == ["file", "folder"]
+    assert synced == ["file data", "folder"]
 
 
 def test_a_write_that_need_not_be_durable_syncs_nothing(

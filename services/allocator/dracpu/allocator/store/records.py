@@ -4,7 +4,7 @@ the claims it changes, whatever the number of claims on the node.
 Layout under the state dir:
 
 - `claims/<uid>.json`: one claim record (format version + SHA-256 checksum), written
-  atomically (temp file, fsync, rename, fsync of the directory) and removed on unprepare.
+  atomically (temp file, fdatasync, rename, fsync of the directory) and removed on unprepare.
 - `node.json`: what belongs to the node rather than a claim (device generation and
   fingerprint, the configuration it was built with), written at start and on topology changes.
 - `generations`: the pool and claims generations, overwritten in place on every change

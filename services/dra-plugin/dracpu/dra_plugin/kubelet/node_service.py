@@ -306,10 +306,20 @@ class NodeService:
         try:
             ref.check()
             async with self._locks.hold(ref.uid), self._calls:
-                response = await self.allocator.unprepare(
-                    ref.uid, budget.left() if budget else None
-                )
-                self.metadata.remove(ref)
+                # The device metadata is removed in a thread while the allocator removes its
+                # files: an unprepare waits for the slower of the two, not for their sum. A
+                # failed unprepare is retried by the kubelet, which starts no container of a
+                # claim it unprepares, so the metadata may go first.
+                removal = asyncio.create_task(asyncio.to_thread(self.metadata.remove, ref))
+                try:
+                    response = await self.allocator.unprepare(
+                        ref.uid, budget.left() if budget else None
+                    )
+                finally:
+                    await asyncio.wait([removal])
+                    removal_failed = removal.exception()
+                if removal_failed is not None:
+                    raise removal_failed
                 if self.status is not None:
                     self.status.removed(ref)
         except Exception as exc:
