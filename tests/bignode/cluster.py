@@ -238,6 +238,16 @@ class GuestCluster(Cluster):
                 return self._views[key]
         raise AssertionError(f"no running container {key} in the guest: {sorted(self._views)}")
 
+    def refresh(self) -> None:
+        """The next container read takes a fresh snapshot (for waits on a change the test did
+        not make through kubectl: an eviction, the driver moving a container)."""
+        self._views = None
+
+    def api(self, path: str) -> Any:
+        """GET `path` of the driver's api, asked in the guest (the driver's pod is on the
+        node's network)."""
+        return self.guest.call("driver_api", port=self.api_port, path=path)
+
     def online(self) -> CPUSet:
         if self._online is None:
             self._online = CPUSet.parse(self.guest.call("kernel")["online"])

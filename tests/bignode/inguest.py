@@ -25,6 +25,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -607,6 +608,94 @@ def cluster_containers(state: Path) -> dict[str, dict[str, Any]]:
                 "env": dict(e.decode().partition("=")[::2] for e in environ if b"=" in e),
             }
     return views
+
+
+def cpu_online(state: Path, cpu: int, online: bool) -> str:
+    """CPU `cpu` taken offline or brought back (its sysfs `online` file, as the kernel's CPU
+    hotplug does it); answers the kernel's list of online CPUs afterwards."""
+    (Path(f"/sys/devices/system/cpu/cpu{cpu}") / "online").write_text("1\n" if online else "0\n")
+    return Path("/sys/devices/system/cpu/online").read_text().strip()
+
+
+def driver_api(state: Path, port: int, path: str) -> Any:
+    """GET `path` of the driver's api, which the driver's host-network pod serves on the
+    node's `port`; its JSON."""
+    url = f"http://127.0.0.1:{port}{path}"
+    with urllib.request.urlopen(url, timeout=60) as reply:
+        return json.loads(reply.read())
+
+
+# Processes that are a container's runtime, not the container: runc's init runs in the
+# container's cgroup before runc has written its cpuset (then execs the container's command).
+RUNTIME_COMMS = ("runc:[0:PARENT]", "runc:[1:CHILD]", "runc:[2:INIT]", "runc")
+_watch: dict[str, Any] = {}
+
+
+def _pod_cgroup_cpus() -> dict[str, CPUSet]:
+    """Every process in a cgroup of the kubelet's pods, by that cgroup's last name (a
+    container's or a sandbox's id, or `pod<uid>`): the CPUs the kernel lets it run on, its
+    Cpus_allowed_list with its cgroup's cpuset.cpus.effective; read from /proc and the cgroup
+    files alone (no process started), so it can be sampled often."""
+    seen: dict[str, CPUSet] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, LookupError, ValueError):  # ended in between
+            cgroup = (entry / "cgroup").read_text().strip().rpartition("::")[2]
+            if "/kubepods" not in cgroup or (entry / "comm").read_text().strip() in RUNTIME_COMMS:
+                continue
+            cpus = CPUSet.parse(_status_field(int(entry.name), "Cpus_allowed_list"))
+            effective = CGROUP_ROOT / cgroup.lstrip("/") / "cpuset.cpus.effective"
+            cpus = cpus | CPUSet.parse(effective.read_text())
+            name = cgroup.rstrip("/").rpartition("/")[2]
+            seen[name] = seen.get(name, CPUSet()) | cpus
+    return seen
+
+
+def watch_start(state: Path, interval: float = 0.1) -> bool:
+    """Sample every pod process's CPUs (`_pod_cgroup_cpus`) every `interval` seconds in a
+    thread until `watch_stop`, keeping for each cgroup every CPU it was ever seen on."""
+    watch_stop(state)
+    stop = threading.Event()
+    union: dict[str, CPUSet] = {}
+    counts = {"samples": 0}
+
+    def sample() -> None:
+        while not stop.is_set():
+            for name, cpus in _pod_cgroup_cpus().items():
+                union[name] = union.get(name, CPUSet()) | cpus
+            counts["samples"] += 1
+            stop.wait(interval)
+
+    thread = threading.Thread(target=sample, name="cpu-watch", daemon=True)
+    _watch.update(stop=stop, thread=thread, union=union, counts=counts)
+    thread.start()
+    return True
+
+
+def watch_stop(state: Path) -> dict[str, Any]:
+    """Stop the sampler; every CPU each container was seen on, by `namespace/pod/container`
+    (its cgroup named by its id: crictl, every state), the number of samples, and what was
+    seen in cgroups that are no container (sandboxes, pod cgroups), by name."""
+    if not _watch:
+        return {"containers": {}, "samples": 0, "others": {}}
+    _watch["stop"].set()
+    _watch["thread"].join(timeout=60)
+    union: dict[str, CPUSet] = _watch["union"]
+    samples = _watch["counts"]["samples"]
+    _watch.clear()
+    listed = json.loads(_crictl("ps", "-a", "-o", "json"))["containers"]
+    keys = ("pod.namespace", "pod.name", "container.name")
+    names = {c["id"]: "/".join(c["labels"][f"io.kubernetes.{k}"] for k in keys) for c in listed}
+    containers: dict[str, str] = {}
+    others: dict[str, str] = {}
+    for cgroup_name, cpus in union.items():
+        if cgroup_name in names:
+            key = names[cgroup_name]
+            containers[key] = (CPUSet.parse(containers.get(key, "")) | cpus).format()
+        else:
+            others[cgroup_name] = cpus.format()
+    return {"containers": containers, "samples": samples, "others": others}
 
 
 # -- the upgrade walk-through --------------------------------------------------------------------

@@ -8,10 +8,13 @@ The node runs the xeon-2s-ht fixture, grouped by NUMA node: cpudevnuma000 = CPUs
 cpudevnuma001 = CPUs 10-19,30-39. Claims select NUMA node 1 by the standard numaNode
 attribute, so the tainted device is the only one they could get.
 
-kube-scheduler 1.37.2 does not name a device taint in its reason: a tainted device is simply
-not a candidate (taintPreventsAllocation in k8s.io/dynamic-resource-allocation's allocator), so
-the pod's reason is "cannot allocate all claims"; the same claim with a toleration allocated
-at once shows the taint was what stood in the way.
+kube-scheduler 1.37.2 does not name a device taint anywhere in its refusal: the structured
+allocator skips a device whose taint the request does not tolerate without a word or an error
+(taintPreventsAllocation, allocator_stable.go; its caller logs only `Device not usable` with the
+device's ID, at -v=7), and the DRA plugin's Filter reports "cannot allocate all claims"
+(dynamicresources.go), which becomes the pod's PodScheduled message and its FailedScheduling
+Event. The tests quote that whole message, and the same claim with a toleration allocated at
+once shows the taint was what stood in the way.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ NODE = "taints-grouped"
 NUMA1 = 'device.attributes["resource.kubernetes.io"].numaNode == 1'
 OFFLINE_TOLERATION = {"key": "dra.cpu/offline", "operator": "Exists", "effect": "NoSchedule"}
 RULE_KEY = "example.com/maintenance"
-# What kube-scheduler 1.37.2 says of a pod whose claim no device can satisfy.
+# What kube-scheduler 1.37.2's DRA plugin says of a node none of whose devices can satisfy the
+# pod's claims (dynamicresources.go, Filter).
 UNSCHEDULABLE = "cannot allocate all claims"
 
 
@@ -80,6 +84,32 @@ def _unschedulable_reason(cp: ControlPlane, name: str) -> str:
     return ""
 
 
+def _refusal(cp: ControlPlane) -> str:
+    """kube-scheduler 1.37.2's whole message for a pod bound by its node selector to a node
+    that cannot allocate its claim: FitError.Error (pkg/scheduler/framework/types.go), a
+    histogram of the nodes' reasons (this node the DRA plugin's, the others the tier registered
+    NodeAffinity's), then the preemption's own (defaultpreemption PostFilter)."""
+    nodes = len(cp.items("nodes"))
+    reasons = [f"1 {UNSCHEDULABLE}"]
+    if nodes > 1:
+        reasons.append(f"{nodes - 1} node(s) didn't match Pod's node affinity/selector")
+    return (
+        f"0/{nodes} nodes are available: {', '.join(sorted(reasons))}. preemption: "
+        f"0/{nodes} nodes are available: {nodes} Preemption is not helpful for scheduling."
+    )
+
+
+def _refused(cp: ControlPlane, name: str) -> str:
+    """The scheduler's refusal of pod `name`, once both its PodScheduled condition and its
+    FailedScheduling Event (what `kubectl describe pod` lists) say it; they say the same."""
+    reason = wait_for(lambda: _unschedulable_reason(cp, name), "the scheduler's refusal",
+                      timeout=60, interval=0.2)  # fmt: skip
+    (event, *_) = wait_for(lambda: cp.events(NAMESPACE, name), "the FailedScheduling Event",
+                           timeout=60, interval=0.2)  # fmt: skip
+    assert event == reason, (event, reason)
+    return reason
+
+
 def _delete(cp: ControlPlane, *names: str) -> None:
     """No kubelet runs these pods: they go at once (forced), their claims once released."""
     for name in names:
@@ -109,9 +139,8 @@ async def test_a_device_with_offline_cpus_keeps_new_claims_off_unless_they_toler
         await stays_unchanged(cp, NODE)  # the server's copy equals ours: no rewrite loop
 
         cp.create(_numa1_claim("offline-plain"), pod("offline-plain", "offline-plain", NODE))
-        reason = wait_for(lambda: _unschedulable_reason(cp, "offline-plain"),
-                          "the scheduler's refusal", timeout=60, interval=0.2)  # fmt: skip
-        assert UNSCHEDULABLE in reason, reason
+        reason = _refused(cp, "offline-plain")
+        assert reason == _refusal(cp)  # the whole of it: no word of the taint
         assert allocation(cp, "offline-plain") is None
 
         cp.create(_numa1_claim("offline-tolerating", [OFFLINE_TOLERATION]),
@@ -147,9 +176,7 @@ def test_a_device_taint_rule_on_one_numa_node_keeps_new_claims_to_the_other(
     cp.create(_rule("NoSchedule"))
     try:
         cp.create(_numa1_claim("drained-plain"), pod("drained-plain", "drained-plain", NODE))
-        reason = wait_for(lambda: _unschedulable_reason(cp, "drained-plain"),
-                          "the scheduler's refusal", timeout=60, interval=0.2)  # fmt: skip
-        assert UNSCHEDULABLE in reason, reason
+        assert _refused(cp, "drained-plain") == _refusal(cp)  # nor is the rule
 
         # Without the NUMA selector a claim goes to the other device.
         two = {"requests": {"dra.cpu/cpu": "2"}}
