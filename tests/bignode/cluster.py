@@ -220,10 +220,12 @@ class GuestCluster(Cluster):
         host_network = ("hostNetwork=true", f"api.port={self.api_port}")
         return super().chart_values(*SLOW_NODE_VALUES, *host_network, *extra)
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 300.0
+    ) -> str:
         if args[:1] != ("get",):
             self._views = None  # the containers may change: read them afresh
-        return super().kubectl(*args, stdin=stdin, check=check)
+        return super().kubectl(*args, stdin=stdin, check=check, timeout=timeout)
 
     def container(self, pod: str, container: str, namespace: str) -> dict[str, Any]:
         """The guest's view of one running container. One snapshot of all of them serves the
@@ -283,8 +285,20 @@ def clear(cluster: GuestCluster, idle: dict[str, int]) -> None:
     (the driver released their claims: under emulation that comes a while after the API
     objects are gone)."""
     cluster.guest.check()  # a hung node answers no delete: fail now, not after the timeouts
+    # Under emulation a loaded machine takes minutes to stop a pod's containers: the wait is
+    # the machine's, scaled from its speed.
+    wait = budget(POD_TIMEOUT)
     for kind in ("pods", "resourceclaims"):
-        cluster.kubectl("delete", kind, "--all", "-n", "default", "--wait=true", "--timeout=300s")
+        cluster.kubectl(
+            "delete",
+            kind,
+            "--all",
+            "-n",
+            "default",
+            "--wait=true",
+            f"--timeout={wait:.0f}s",
+            timeout=wait + 60,
+        )
     wait_for(
         lambda: published_capacity(cluster) == idle,
         f"the node to publish {idle} again (the earlier test's claims released)",

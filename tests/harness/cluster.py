@@ -55,9 +55,11 @@ def step(name: str) -> Iterator[None]:
     say(f"{name} ({time.monotonic() - started:.1f} s)")
 
 
-def run(argv: Sequence[str], *, stdin: str | None = None, check: bool = True) -> str:
+def run(
+    argv: Sequence[str], *, stdin: str | None = None, check: bool = True, timeout: float = 300.0
+) -> str:
     done = subprocess.run(
-        list(argv), input=stdin, capture_output=True, text=True, timeout=300, check=False
+        list(argv), input=stdin, capture_output=True, text=True, timeout=timeout, check=False
     )
     if check and done.returncode != 0:
         raise CommandError(f"{shlex.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
@@ -112,9 +114,14 @@ class Cluster:
 
     # ---- tools --------------------------------------------------------------------------------
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 300.0
+    ) -> str:
         return run(
-            [self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args], stdin=stdin, check=check
+            [self.kubectl_bin, "--kubeconfig", self.kubeconfig, *args],
+            stdin=stdin,
+            check=check,
+            timeout=timeout,
         )
 
     @contextmanager
