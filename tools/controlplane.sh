@@ -321,6 +321,10 @@ cmd_stop() {
 
 cmd_resume() {
     local dir="$1" name argv
+    [[ -f "$dir/controlplane.env" ]] || die "resume: no control plane was started in $dir"
+    # The ports `up` was given, whatever this environment says.
+    APISERVER_PORT="$(sed -n 's/^DRACPU_CP_APISERVER_PORT=//p' "$dir/controlplane.env")"
+    ETCD_PORT="$(sed -n 's/^DRACPU_CP_ETCD_PORT=//p' "$dir/controlplane.env")"
     for name in $PROCESSES; do
         pid_of "$dir" "$name" >/dev/null && continue
         [[ -f "$dir/$name.argv" ]] || die "resume: no recorded command line of $name in $dir"

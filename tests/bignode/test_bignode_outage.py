@@ -193,8 +193,6 @@ def outage(guest_cluster: GuestCluster, idle_capacity: dict[str, int]) -> Iterat
             )
         finally:
             record.converged_in = time.monotonic() - back
-        # Some blinking container's starts after the outage too, on the API server's watch.
-        time.sleep(BLINK_SECONDS)
     finally:
         if not resumed:
             _controlplane("resume", str(cp_dir))
