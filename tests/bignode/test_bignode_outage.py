@@ -30,7 +30,15 @@ from typing import Any
 import pytest
 from bignode.cluster import POD_TIMEOUT, GuestCluster, clear, published_capacity
 from e2e.scenarios import start_pod
-from harness.cluster import NAMESPACE, ROOT, claim_cpus, claim_manifest, cpus_request, pod_manifest
+from harness.cluster import (
+    NAMESPACE,
+    ROOT,
+    claim_cpus,
+    claim_manifest,
+    cpus_request,
+    pod_manifest,
+)
+from harness.control_plane import CommandError
 from harness.speed import budget
 from harness.waits import wait_for
 
@@ -156,6 +164,13 @@ def outage(guest_cluster: GuestCluster, idle_capacity: dict[str, int]) -> Iterat
     cluster = guest_cluster
     clear(cluster, idle_capacity)
     held = _start_workload(cluster)
+    # The dra-plugin writes each claim's status.devices after its prepare: all written first.
+    wait_for(
+        lambda: all(_claim_status(cluster, claim)["devices"] for claim in CLAIM_SIZES),
+        "every claim's status.devices written",
+        timeout=POD_TIMEOUT,
+        interval=1,
+    )
     record = Outage(
         slices_before=published_capacity(cluster),
         claims_before={claim: _claim_status(cluster, claim) for claim in CLAIM_SIZES},
@@ -179,9 +194,12 @@ def outage(guest_cluster: GuestCluster, idle_capacity: dict[str, int]) -> Iterat
         back = time.monotonic()
 
         def converged() -> bool:
-            if published_capacity(cluster) != record.slices_before:
+            try:
+                if published_capacity(cluster) != record.slices_before:
+                    return False
+                record.claims_after = {c: _claim_status(cluster, c) for c in CLAIM_SIZES}
+            except CommandError:  # the API server still warming up
                 return False
-            record.claims_after = {c: _claim_status(cluster, c) for c in CLAIM_SIZES}
             return record.claims_after == record.claims_before
 
         try:
