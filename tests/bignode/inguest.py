@@ -658,6 +658,19 @@ def _container_processes() -> dict[str, tuple[int, str]]:
     return found
 
 
+def _process_cpus(pid: int) -> tuple[CPUSet, CPUSet, CPUSet]:
+    """A process's Cpus_allowed_list, its cgroup's cpuset.cpus.effective, and the CPUs of the
+    claims its environment names (DRA_CPUSET_<uid>)."""
+    allowed = CPUSet.parse(_status_field(pid, "Cpus_allowed_list"))
+    effective = CPUSet.parse(CGROUPS.cpus(pid))
+    held = CPUSet()
+    for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        key, _, value = item.decode(errors="replace").partition("=")
+        if key.startswith("DRA_CPUSET_"):
+            held = held | CPUSet.parse(value)
+    return allowed, effective, held
+
+
 def _sample(claims: dict[str, CPUSet], record: dict[str, Any]) -> None:
     """One sample: each container's Cpus_allowed_list (equal, when read, to its cgroup's
     cpuset.cpus.effective) against the claims it holds (DRA_CPUSET_<uid> in its environment)."""
@@ -668,16 +681,9 @@ def _sample(claims: dict[str, CPUSet], record: dict[str, Any]) -> None:
         all_claimed = all_claimed | cpus
     for cid, (pid, path) in _container_processes().items():
         try:
-            allowed = CPUSet.parse(_status_field(pid, "Cpus_allowed_list"))
-            effective = CPUSet.parse(CGROUPS.cpus(pid))
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            allowed, effective, held = _process_cpus(pid)
         except (OSError, LookupError, DracpuError):
             continue  # ended in between
-        held = CPUSet()
-        for item in environ:
-            key, _, value = item.decode(errors="replace").partition("=")
-            if key.startswith("DRA_CPUSET_"):
-                held = held | CPUSet.parse(value)
         seen = record["containers"].setdefault(
             cid,
             {"cgroup": path, "first_seen": now, "claimed": held.format(), "pinned_at": None,
