@@ -10,6 +10,13 @@
 #   tools/controlplane.sh down DIR
 #   tools/controlplane.sh client DIR NAME CN [ORG]   client cert + DIR/NAME.kubeconfig
 #   tools/controlplane.sh status DIR                  exit 0 when every process runs
+#   tools/controlplane.sh stop DIR NAME...            the named processes (etcd, apiserver,
+#                                                     scheduler, controller-manager) stopped by
+#                                                     PID, their data kept: an outage
+#   tools/controlplane.sh resume DIR                  every stopped process started again with
+#                                                     the command line it had and its data (etcd's
+#                                                     kept: the cluster's state is what it was);
+#                                                     returns once /readyz answers ok
 #
 # Ports (loopback only) come from the environment, defaults in parentheses:
 #   DRACPU_CP_ETCD_PORT (16379), DRACPU_CP_ETCD_PEER_PORT (16380),
@@ -60,7 +67,7 @@ PROCESSES="etcd apiserver scheduler controller-manager"
 LOG_PREFIX=controlplane
 
 usage() {
-    die "usage: controlplane.sh up DIR [apiserver flags...] | down DIR | status DIR | client DIR NAME CN [ORG]"
+    die "usage: controlplane.sh up DIR [apiserver flags...] | down DIR | status DIR | stop DIR NAME... | resume DIR | client DIR NAME CN [ORG]"
 }
 
 # pid_of DIR NAME: the recorded PID if that process is alive and was started for DIR.
@@ -148,6 +155,8 @@ start() { # DIR NAME argv...
     local dir="$1" name="$2"
     shift 2
     : > "$dir/logs/$name.log"
+    # The command line, one argument per NUL-ended field, for `resume`.
+    printf '%s\0' "$@" > "$dir/$name.argv"
     start_recorded "$dir/$name.pid" "$dir/logs/$name.log" "$dir/" "$@"
 }
 
@@ -299,6 +308,37 @@ cmd_up() {
     say "up in $dir: https://127.0.0.1:$APISERVER_PORT, KUBECONFIG=$dir/admin.kubeconfig"
 }
 
+cmd_stop() {
+    local dir="$1" name
+    shift
+    for name in "$@"; do
+        [[ " $PROCESSES " == *" $name "* ]] || die "stop: no process '$name' (one of: $PROCESSES)"
+        pid_of "$dir" "$name" >/dev/null || die "stop: $name is not running in $dir"
+        stop_recorded "$dir/$name.pid" "$dir/" "$name" 30
+        say "$name stopped"
+    done
+}
+
+cmd_resume() {
+    local dir="$1" name argv
+    [[ -f "$dir/controlplane.env" ]] || die "resume: no control plane was started in $dir"
+    # The ports `up` was given, whatever this environment says.
+    APISERVER_PORT="$(sed -n 's/^DRACPU_CP_APISERVER_PORT=//p' "$dir/controlplane.env")"
+    ETCD_PORT="$(sed -n 's/^DRACPU_CP_ETCD_PORT=//p' "$dir/controlplane.env")"
+    for name in $PROCESSES; do
+        pid_of "$dir" "$name" >/dev/null && continue
+        [[ -f "$dir/$name.argv" ]] || die "resume: no recorded command line of $name in $dir"
+        mapfile -d '' -t argv < "$dir/$name.argv"
+        echo "--- resumed" >> "$dir/logs/$name.log"
+        start_recorded "$dir/$name.pid" "$dir/logs/$name.log" "$dir/" "${argv[@]}"
+        case "$name" in
+            etcd) wait_for "$dir" "etcd health" etcd etcd_healthy ;;
+            apiserver) wait_for "$dir" "apiserver /readyz" apiserver apiserver_ready "$dir" ;;
+        esac
+        say "$name started again"
+    done
+}
+
 cmd_status() {
     local dir="$1" name pid status=0
     for name in $PROCESSES; do
@@ -323,6 +363,8 @@ case "$command" in
         stop_all "$(cd "$dir" && pwd)"
         ;;
     status) cmd_status "$(cd "$dir" && pwd)" ;;
+    stop) cmd_stop "$(cd "$dir" && pwd)" "$@" ;;
+    resume) cmd_resume "$(cd "$dir" && pwd)" ;;
     client)
         [[ $# -ge 2 ]] || usage
         dir="$(cd "$dir" && pwd)"

@@ -7,6 +7,7 @@ A request is one JSON line, the answer one JSON line on the same connection:
   {"op": "sh", "argv": [...], "timeout": s}        -> {"ok": {"rc": n, "stdout": "", "stderr": ""}}
   {"op": "call", "fn": "name", "kwargs": {...}}    -> {"ok": <what inguest.<name> returned>}
   {"op": "poweroff"}                               -> {"ok": true}, then the guest powers off
+  {"op": "reboot"}                                 -> {"ok": true}, then the guest reboots (reset)
 A failure answers {"error": "<type>: <message>"}. Connections are served at once, each
 request in a thread of its own, so a sampler can read the kernel while a step runs.
 
@@ -68,6 +69,10 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stat
                 await writer.drain()
                 inguest.shutdown(state=state)
                 os._exit(0)  # stage 2 powers the guest off when this process is gone
+            if request.get("op") == "reboot":
+                writer.write(b'{"ok": true}\n')
+                await writer.drain()
+                inguest.reboot(state=state)  # does not return
             try:
                 if request.get("op") == "ping":
                     answer = {"ok": ping()}

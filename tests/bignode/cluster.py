@@ -51,7 +51,7 @@ SLOW_NODE_VALUES = (
 )
 # Under emulation a claimed pod takes 10-40 s from apply to Running, a driver pod minutes.
 POD_TIMEOUT = 300.0
-DRIVER_TIMEOUT = 900.0
+DRIVER_TIMEOUT = float(os.environ.get("DRACPU_BIGNODE_DRIVER_TIMEOUT", "900"))
 
 
 def prerequisites() -> str:

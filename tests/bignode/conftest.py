@@ -98,11 +98,16 @@ TIER = TierEnd(Path(__file__).parent)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Among this tier's tests (in their place in the session: the hook sees every item),
     modules that need another driver configuration run after the others, so the bed restarts
-    once, and the cluster's modules last, as the bed does not come back after them."""
+    once, and the cluster's modules last, as the bed does not come back after them; a module
+    marked LAST (the reboot, which ends the cluster's state as the others know it) after all."""
 
-    def order(item: pytest.Item) -> tuple[bool, str]:
+    def order(item: pytest.Item) -> tuple[bool, str, bool]:
         module = getattr(item, "module", None)
-        return (getattr(module, "IN_CLUSTER", False), getattr(module, "DRIVER_CONFIG", ""))
+        return (
+            getattr(module, "IN_CLUSTER", False),
+            getattr(module, "DRIVER_CONFIG", ""),
+            getattr(module, "LAST", False),
+        )
 
     slots = [index for index, item in enumerate(items) if TIER.ours(item)]
     for index, item in zip(slots, sorted((items[i] for i in slots), key=order), strict=True):

@@ -268,6 +268,16 @@ def shutdown(state: Path) -> None:
     stop(state)
 
 
+def reboot(state: Path) -> None:
+    """The guest rebooted at once, as `reboot -f` does: the file systems synced, nothing
+    stopped first (the containers, containerd, the kubelet and the driver die with the
+    machine); qemu resets it and the kernel boots again."""
+    subprocess.run(["sync"], check=False, timeout=120)
+    subprocess.run(["/bin/busybox", "reboot", "-f"], check=False, timeout=60)
+    time.sleep(60)  # the reset comes first
+    raise RuntimeError("the guest did not reboot")
+
+
 def devices(state: Path) -> list[dict[str, Any]]:
     """The devices the dra-plugin published (its ResourceSlices in the run's API-server fake)."""
     with contextlib.closing(ClusterClient(_layout().apiserver_kubeconfig)) as cluster:
@@ -517,18 +527,15 @@ IMAGE_DISK = Path("/dev/vda")
 def cluster_node(state: Path, kubeconfig: str, images: str, node_name: str) -> dict[str, Any]:
     """The bed stopped (the guest has room for one driver); then the node of the guest's
     cluster: the image disk mounted as containerd's root (its import stamps make the imports
-    no-ops), containerd with NRI timeouts of 30 s and a pod network on a CNI bridge, and the
-    kubelet on cgroup v2 listening on NODE_IP:KUBELET_PORT (`tools/cluster.sh node`),
-    registering with the host's API server through `kubeconfig`."""
+    no-ops) and holding what a node keeps across a reboot, containerd with NRI timeouts of 30 s
+    and a pod network on a CNI bridge, and the kubelet on cgroup v2 listening on
+    NODE_IP:KUBELET_PORT (`tools/bignode/node.sh up`, which saves these settings on the disk for
+    the next boot and runs `tools/cluster.sh node`), registering with the host's API server
+    through `kubeconfig`."""
     stop(state)
     began = time.monotonic()
     if not IMAGE_DISK.is_block_device():
         raise RuntimeError("no image disk: the guest was booted without one")
-    containerd = CLUSTER_DIR / "containerd"
-    containerd.mkdir(parents=True, exist_ok=True)
-    if not os.path.ismount(containerd):
-        subprocess.run(["mount", "-t", "ext4", "-o", "noatime", str(IMAGE_DISK), str(containerd)],
-                       check=True, capture_output=True, text=True)  # fmt: skip
     env = {
         **os.environ,
         "DRACPU_CLUSTER_DIR": str(CLUSTER_DIR),
@@ -541,19 +548,19 @@ def cluster_node(state: Path, kubeconfig: str, images: str, node_name: str) -> d
         "DRACPU_CLUSTER_NRI_TIMEOUT": NRI_TIMEOUT,
     }
     done = subprocess.run(
-        ["bash", str(REPO / "tools/cluster.sh"), "node"],
+        ["bash", str(REPO / "tools/bignode/node.sh"), "up"],
         env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     if done.returncode != 0:
-        raise RuntimeError(f"tools/cluster.sh node: {done.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"tools/bignode/node.sh up: {done.stderr.strip()[-2000:]}")
     return {"seconds": round(time.monotonic() - began, 1), "log": done.stderr.splitlines()}
 
 
-def cluster_logs(state: Path) -> list[str]:
-    """The cluster node's logs into the state folder (`logs/cluster/`: containerd's and the
+def cluster_logs(state: Path, into: str = "cluster") -> list[str]:
+    """The cluster node's logs into the state folder (`logs/<into>/`: containerd's and the
     kubelet's, and every container's from /var/log/pods), where the host reads them after the
-    guest is gone. Answers the files copied."""
-    target = state / "logs" / "cluster"
+    guest is gone (or rebooted: they are on its /run). Answers the files copied."""
+    target = state / "logs" / into
     target.mkdir(parents=True, exist_ok=True)
     copied = []
     sources = [*(CLUSTER_DIR / "logs").glob("*.log"), *Path("/var/log/pods").glob("*/*/*.log")]
@@ -669,6 +676,126 @@ def watch_start(state: Path, interval: float = 0.1) -> bool:
 
     thread = threading.Thread(target=sample, name="cpu-watch", daemon=True)
     _watch.update(stop=stop, thread=thread, union=union, counts=counts)
+
+
+def container_attempts(state: Path) -> dict[str, dict[str, Any]]:
+    """Every running container of the guest's kubelet, by `namespace/pod/container`: its id
+    and attempt (the kubelet's restart count of that container, as the runtime has it)."""
+    listed = json.loads(_crictl("ps", "--state", "running", "-o", "json"))["containers"]
+    found: dict[str, dict[str, Any]] = {}
+    for item in listed:
+        labels = item["labels"]
+        key = "/".join(
+            labels[f"io.kubernetes.{k}"] for k in ("pod.namespace", "pod.name", "container.name")
+        )
+        found[key] = {"id": item["id"], "attempt": int(item["metadata"].get("attempt", 0))}
+    return found
+
+
+def uptime(state: Path) -> float:
+    """Seconds since the guest's kernel started."""
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+# -- the node's containers sampled from the kernel alone ----------------------------------------
+
+# A sample every this many seconds (a walk of /proc: no process started).
+SAMPLE_INTERVAL = 0.5
+_sampler: dict[str, Any] = {}
+
+
+def _container_processes() -> dict[str, tuple[int, str]]:
+    """The first process of every kubelet container, by its cgroup's last component (the
+    container id), with that cgroup's path; sandboxes' pause processes left out."""
+    found: dict[str, tuple[int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            line = (entry / "cgroup").read_text().strip().splitlines()[-1]
+            path = line.split("::", 1)[-1]
+            if "kubepods" not in path or (entry / "comm").read_text().strip() == "pause":
+                continue
+            found.setdefault(path.rsplit("/", 1)[-1], (int(entry.name), path))
+    return found
+
+
+def _process_cpus(pid: int) -> tuple[CPUSet, CPUSet, CPUSet]:
+    """A process's Cpus_allowed_list, its cgroup's cpuset.cpus.effective, and the CPUs of the
+    claims its environment names (DRA_CPUSET_<uid>)."""
+    allowed = CPUSet.parse(_status_field(pid, "Cpus_allowed_list"))
+    effective = CPUSet.parse(CGROUPS.cpus(pid))
+    held = CPUSet()
+    for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        key, _, value = item.decode(errors="replace").partition("=")
+        if key.startswith("DRA_CPUSET_"):
+            held = held | CPUSet.parse(value)
+    return allowed, effective, held
+
+
+def _sample(claims: dict[str, CPUSet], record: dict[str, Any]) -> None:
+    """One sample: each container's Cpus_allowed_list (equal, when read, to its cgroup's
+    cpuset.cpus.effective) against the claims it holds (DRA_CPUSET_<uid> in its environment)."""
+    now = float(Path("/proc/uptime").read_text().split()[0])
+    record["samples"] += 1
+    all_claimed = CPUSet()
+    for cpus in claims.values():
+        all_claimed = all_claimed | cpus
+    for cid, (pid, path) in _container_processes().items():
+        try:
+            allowed, effective, held = _process_cpus(pid)
+        except (OSError, LookupError, DracpuError):
+            continue  # ended in between
+        seen = record["containers"].setdefault(
+            cid,
+            {"cgroup": path, "first_seen": now, "claimed": held.format(), "pinned_at": None,
+             "off_samples": 0, "samples": 0},
+        )  # fmt: skip
+        seen["samples"] += 1
+        seen["last_seen"] = now
+        seen["cpus"] = allowed.format()
+        if allowed != effective:
+            continue  # moving between the two reads
+        # Off its cpuset: a claimed container on other CPUs than its claims', an unclaimed one
+        # on a claim's CPUs. On CPUs of a claim it does not hold: a violation at any time.
+        off = allowed != held if held else bool(allowed & all_claimed)
+        others = all_claimed - held
+        if held and allowed & others:
+            record["violations"].append(
+                {"at": now, "container": cid, "cpus": allowed.format(),
+                 "holds": held.format(), "of_other_claims": (allowed & others).format()}
+            )  # fmt: skip
+        if off:
+            seen["off_samples"] += 1
+        elif seen["pinned_at"] is None:
+            seen["pinned_at"] = now
+
+
+def sampler_start(state: Path, claims: dict[str, str]) -> bool:
+    """Sample every kubelet container's kernel view each SAMPLE_INTERVAL in a thread of the
+    agent until `sampler_stop`: `claims` (claim uid to CPUs) are the CPUs no container but the
+    claim's holders may run on. Reads /proc and the cgroup tree only: no process started."""
+    sampler_stop(state)
+    held = {uid: CPUSet.parse(cpus) for uid, cpus in claims.items()}
+    record: dict[str, Any] = {
+        "started_at": float(Path("/proc/uptime").read_text().split()[0]),
+        "samples": 0,
+        "containers": {},
+        "violations": [],
+        "errors": [],
+    }
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            try:
+                _sample(held, record)
+            except Exception as exc:  # kept and answered: the test fails on it
+                record["errors"].append(f"{type(exc).__name__}: {exc}")
+            stop.wait(SAMPLE_INTERVAL)
+
+    thread = threading.Thread(target=run, name="sampler", daemon=True)
+    _sampler.update(record=record, stop=stop, thread=thread)
     thread.start()
     return True
 
@@ -696,6 +823,24 @@ def watch_stop(state: Path) -> dict[str, Any]:
         else:
             others[cgroup_name] = cpus.format()
     return {"containers": containers, "samples": samples, "others": others}
+
+
+def sampler_stop(state: Path) -> dict[str, Any] | None:
+    """Stop the sampler; what it recorded (None when none ran)."""
+    if not _sampler:
+        return None
+    _sampler["stop"].set()
+    _sampler["thread"].join(60)
+    record: dict[str, Any] = _sampler["record"]
+    _sampler.clear()
+    return record
+
+
+def read_files(state: Path, pattern: str) -> dict[str, str]:
+    """The text of every file matching the glob `pattern` (an absolute path), by path; '' for
+    what is not a regular file (a socket: there or not)."""
+    found = sorted(Path("/").glob(pattern.lstrip("/")))
+    return {str(path): path.read_text() if path.is_file() else "" for path in found}
 
 
 # -- the upgrade walk-through --------------------------------------------------------------------

@@ -239,3 +239,43 @@ def test_an_interrupt_while_the_logs_are_saved_still_stops_the_guest_and_the_con
     with pytest.raises(KeyboardInterrupt):
         cluster_module.bring_down(node)
     assert stopped == ["guest", "control plane down"]
+
+
+def test_a_reboot_in_the_guest_resets_the_machine_and_a_panic_halts_it(argv: list[str]) -> None:
+    assert "-no-reboot" not in argv  # qemu would exit instead of booting the kernel again
+    (line,) = option(argv, "-append")
+    assert "panic=0" in line.split()  # no reboot loop: the console's report says hung
+
+
+def rebooting_agent() -> socket.socket:
+    """An agent that answers pings with an uptime of 500 s until it is asked to reboot, then
+    stays silent for a moment and answers with the uptime of a fresh boot."""
+    server = socket.create_server(("127.0.0.1", 0))
+    rebooted = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn, conn.makefile("rwb") as stream:
+            for line in stream:
+                op = json.loads(line)["op"]
+                if op == "reboot":
+                    stream.write(b'{"ok": true}\n')
+                    stream.flush()
+                    rebooted.set()
+                    return
+                uptime = 4.5 if rebooted.is_set() else 500.0
+                stream.write(json.dumps({"ok": {"uptime": uptime, "cpus": 8}}).encode() + b"\n")
+                stream.flush()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                threading.Thread(target=answer, args=(server.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+def test_a_reboot_returns_once_the_agent_of_the_next_boot_answers(tmp_path: Path) -> None:
+    with rebooting_agent() as agent:
+        guest = Guest(tmp_path, agent.getsockname()[1])
+        assert guest.reboot(timeout=10) == 4.5

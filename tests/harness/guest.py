@@ -154,7 +154,7 @@ class Guest:
         if kernel is None:
             raise GuestError("no guest kernel in the cache (run tools/tier-bignode.sh bootstrap)")
         append = (
-            "console=ttyS0 quiet loglevel=4 panic=-1 "
+            "console=ttyS0 quiet loglevel=4 panic=0 "
             f"dracpu.state={self.shared} dracpu.stage2={REPO}/tools/bignode/stage2.sh "
             f"dracpu.cache={CACHE}"
         )
@@ -182,7 +182,10 @@ class Guest:
             *("-numa", "dist,src=0,dst=1,val=20"),
             *("-kernel", str(kernel / "vmlinux"), "-initrd", str(kernel / "initrd.gz")),
             *("-append", append, "-display", "none", "-monitor", "none"),
-            *("-nodefaults", "-no-reboot"),
+            # No -no-reboot: a reboot in the guest resets the machine and boots the kernel
+            # again, the disk's writes kept (`reboot`); a panic halts it (panic=0), and the
+            # console's report makes it a hung guest (`diagnose`).
+            "-nodefaults",
             *("-serial", f"file:{self.console}"),
             *("-serial", f"unix:{self.shell_socket},server=on,wait=off"),
             "-virtfs",
@@ -248,6 +251,29 @@ class Guest:
         if self.process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(5)  # reaped: no zombie left either
+
+    def reboot(self, timeout: float = BOOT_TIMEOUT) -> float:
+        """Reboot the guest from inside (the agent's `reboot`: sync, then `reboot -f`) and wait
+        for the agent of the next boot; the guest's uptime when it first answers (seconds since
+        that boot's kernel started)."""
+        before = float(self._exchange({"op": "ping"}, self.ping_timeout)["uptime"])
+        with contextlib.suppress(OSError, GuestError, ValueError):
+            self._exchange({"op": "reboot"}, 30)
+
+        def booted_again() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                raise GuestError(f"qemu exited with {self.process.returncode}: {self.tail()}")
+            try:
+                self.pinged = self._exchange({"op": "ping"}, timeout=5)
+            except (OSError, GuestError, ValueError):
+                return False
+            return float(self.pinged["uptime"]) < before
+
+        try:
+            wait_for(booted_again, "the agent after the reboot", timeout=timeout, interval=0.5)
+        except WaitTimeout:
+            raise GuestError(f"the guest did not come back from a reboot: {self.tail()}") from None
+        return float(self.pinged["uptime"])
 
     def _powered_off(self) -> bool:
         if self.process is not None:

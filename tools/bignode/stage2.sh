@@ -2,7 +2,9 @@
 # The big-node guest's second stage, PID 1 in the overlay root (the host's userland, read-only
 # underneath): cgroup v2 with the cpuset, cpu, memory and pids controllers for the children,
 # the loopback and the user-mode network's address, a shell on the second serial port, and the
-# agent (tests/bignode/agent.py) on the forwarded port. When the agent ends the guest powers off.
+# agent (tests/bignode/agent.py) on the forwarded port; a node's containerd and kubelet when
+# the image disk holds one. When the agent ends the guest powers off; a reboot (the agent's
+# `reboot`) resets the machine and boots it again.
 STATE="$1"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
@@ -52,6 +54,13 @@ heartbeat() {
 heartbeat &
 # A shell for people: `tools/tier-bignode.sh shell` attaches to this port.
 (while :; do setsid --ctty bash -i </dev/ttyS1 >/dev/ttyS1 2>&1; sleep 1; done) &
+# The init system's part of a node: when the image disk holds a node's settings (the guest was
+# the cluster's node before this boot), containerd and the kubelet start again with them
+# (tools/bignode/node.sh boot; nothing when it holds none).
+(
+    bash "$ROOT/tools/bignode/node.sh" boot >> "$STATE/node-boot.log" 2>&1
+    say "node boot ended with $?"
+) &
 say "agent starting (checkout $ROOT)"
 # The venv has tests/ on its path (make venv); the agent's in-guest half imports the skew
 # tier's modules by their own names.
