@@ -2,9 +2,9 @@
 mounted into the driver pod) writes its own node's objects and is refused the other node's,
 by the API server itself, keyed on the node name the bound token carries (the chart's admission
 policy for slices; for a claim's status the authorizer's `associated-node:` verbs, which the
-chart's role grants, ahead of the chart's policy). Each refusal is quoted as the API server words it; each is paired with the same
-request for the caller's own node, which the API server accepts (a server-side dry run), so
-the refusal is the node's and not the request's."""
+chart's role grants, ahead of the chart's policy). Each refusal is quoted as the API server
+words it; each is paired with the same request for the caller's own node, which the API server
+accepts (a server-side dry run), so the refusal is the node's and not the request's."""
 
 from __future__ import annotations
 
