@@ -19,7 +19,11 @@
 #                            what an operator's `systemctl stop|start kubelet` does
 #   tools/cluster.sh node    the node alone (containerd + kubelet) for a control plane elsewhere:
 #                            it registers with DRACPU_CLUSTER_NODE_KUBECONFIG's API server (the
-#                            big-node guest's node, its control plane on the host)
+#                            big-node guest's node, its control plane on the host). With
+#                            DRACPU_CLUSTER_SERVICE_UPSTREAM (HOST:PORT, the API server as this
+#                            node reaches it) the node puts the `kubernetes` Service address on
+#                            its loopback, relays it there and routes its pods to it, as `up`
+#                            does on the host: pods on the pod network reach the API server
 #   tools/cluster.sh image-disk FILE
 #                            an ext4 image of a containerd root holding the sandbox and driver
 #                            images and their import stamps, for a node that mounts it at
@@ -561,8 +565,16 @@ cmd_node() {
             [[ -x "$CNI_BIN/$t" ]] || die "node: the pod network needs the CNI plugin $CNI_BIN/$t (tools/build-containerd.sh)"
         done
     fi
+    local upstream="${DRACPU_CLUSTER_SERVICE_UPSTREAM:-}"
     mkdir -p "$RUN" "$DIR/logs"
+    [[ -z "$upstream" ]] || POD_ROUTES=", \"routes\": [{\"dst\": \"$SERVICE_IP/32\"}]"
     write_configs
+    if [[ -n "$upstream" ]]; then
+        # The kubelet's own connections to the Service address take the relay too.
+        ip addr replace "$SERVICE_IP/32" dev lo
+        start forward python3 "$HERE/tcp-forward.py" "$SERVICE_IP:443" "$upstream" "$DIR"
+        say "relaying $SERVICE_IP:443 to $upstream"
+    fi
     start_containerd 120
     t=$SECONDS
     import_archive sandbox "$SANDBOX_ARCHIVE"

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 phases=$1
 shift
 PYTEST=${PYTEST:-.venv/bin/pytest}
-PEER_MARKERS="docker or realnode or controlplane or e2e or chaos or skew or peer or slow or bignode"
+PEER_MARKERS="docker or realnode or controlplane or e2e or chaos or skew or peer or slow or bignode or fleet"
 workers=${DRACPU_TEST_WORKERS:-$(nproc)}
 
 run_phase() {

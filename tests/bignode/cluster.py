@@ -106,9 +106,10 @@ def egress_config(folder: Path) -> tuple[Path, Path]:
     return config, socket_path
 
 
-def start_egress_proxy(guest: Guest, socket_path: Path) -> subprocess.Popen[bytes]:
+def start_egress_proxy(guest: Guest, socket_path: Path, *more: str) -> subprocess.Popen[bytes]:
     """tools/tcp-forward.py connect on `socket_path`: the kubelet's address to its forward on
-    the host's loopback; dies with this process. Returned once it listens."""
+    the host's loopback, and the `more` mappings (`HOST:PORT=TARGET`: other nodes' kubelets);
+    dies with this process. Returned once it listens."""
     log = (guest.state / "egress-proxy.log").open("ab")
     proxy = subprocess.Popen(
         children.tied_to_parent(
@@ -118,6 +119,7 @@ def start_egress_proxy(guest: Guest, socket_path: Path) -> subprocess.Popen[byte
                 "connect",
                 str(socket_path),
                 f"{KUBELET_ADDRESS}=127.0.0.1:{guest.kubelet_port}",
+                *more,
             ],
             signal.SIGKILL,
         ),

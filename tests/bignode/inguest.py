@@ -524,14 +524,22 @@ REPO = Path(__file__).resolve().parents[2]
 IMAGE_DISK = Path("/dev/vda")
 
 
-def cluster_node(state: Path, kubeconfig: str, images: str, node_name: str) -> dict[str, Any]:
+def cluster_node(
+    state: Path,
+    kubeconfig: str,
+    images: str,
+    node_name: str,
+    pod_cidr: str = POD_CIDR,
+    service_upstream: str = "",
+) -> dict[str, Any]:
     """The bed stopped (the guest has room for one driver); then the node of the guest's
     cluster: the image disk mounted as containerd's root (its import stamps make the imports
     no-ops) and holding what a node keeps across a reboot, containerd with NRI timeouts of 30 s
-    and a pod network on a CNI bridge, and the kubelet on cgroup v2 listening on
+    and a pod network on a CNI bridge (`pod_cidr`), and the kubelet on cgroup v2 listening on
     NODE_IP:KUBELET_PORT (`tools/bignode/node.sh up`, which saves these settings on the disk for
     the next boot and runs `tools/cluster.sh node`), registering with the host's API server
-    through `kubeconfig`."""
+    through `kubeconfig`. With `service_upstream` the node relays the `kubernetes` Service
+    address to it, for its pods (DRACPU_CLUSTER_SERVICE_UPSTREAM)."""
     stop(state)
     began = time.monotonic()
     if not IMAGE_DISK.is_block_device():
@@ -544,8 +552,9 @@ def cluster_node(state: Path, kubeconfig: str, images: str, node_name: str) -> d
         "DRACPU_CLUSTER_NODE_NAME": node_name,
         "DRACPU_CLUSTER_NODE_IP": NODE_IP,
         "DRACPU_CLUSTER_KUBELET_PORT": str(KUBELET_PORT),
-        "DRACPU_CLUSTER_POD_CIDR": POD_CIDR,
+        "DRACPU_CLUSTER_POD_CIDR": pod_cidr,
         "DRACPU_CLUSTER_NRI_TIMEOUT": NRI_TIMEOUT,
+        "DRACPU_CLUSTER_SERVICE_UPSTREAM": service_upstream,
     }
     done = subprocess.run(
         ["bash", str(REPO / "tools/bignode/node.sh"), "up"],

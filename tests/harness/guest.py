@@ -10,7 +10,10 @@ all ending on the host's loopback: 127.0.0.1:<port> on the host to the agent in 
 reaches it there through its egress proxy: tests/bignode/cluster.py), and the guest's
 10.96.0.1:443 (the `kubernetes` Service address; the user-mode network is 10.96.0.0/24, the
 guest 10.96.0.15) to the API server of the guest's cluster on 127.0.0.1:<apiserver_port>
-(tools/tcp-forward.py relaying each connection). With `disk`, an image disk
+(tools/tcp-forward.py relaying each connection); 10.96.0.4:443 is a second address of that
+forward, for a node whose pods need the Service address itself: it puts 10.96.0.1 on its own
+relay, which dials the API server there (`tools/cluster.sh node` with
+DRACPU_CLUSTER_SERVICE_UPSTREAM, the fleet's node). With `disk`, an image disk
 (tools/tier-bignode.sh disk) is the guest's /dev/vda, its writes kept in qemu (snapshot).
 
 qemu's PID is recorded in `state/qemu.pid`; `Guest.stop()` asks the agent to power off and
@@ -49,6 +52,7 @@ GUEST_PORT = 7390
 BOOT_TIMEOUT = float(os.environ.get("DRACPU_BIGNODE_BOOT_TIMEOUT", "180"))
 APISERVER_PORT = int(os.environ.get("DRACPU_BIGNODE_APISERVER_PORT", "36443"))
 SERVICE_ADDRESS = "10.96.0.1:443"  # in the guest: the `kubernetes` Service, forwarded
+APISERVER_ALIAS = "10.96.0.4:443"  # in the guest: the same forward, for a relay of the Service
 # The guest's cluster node (tests/bignode/inguest.py cluster_node): its address on qemu's
 # user-mode network, its kubelet's port there, and the range of its pod network's bridge.
 NODE_IP = "10.96.0.15"
@@ -163,7 +167,8 @@ class Guest:
             "user,id=n0,restrict=on,net=10.96.0.0/24,host=10.96.0.2,dns=10.96.0.3,"
             f"hostfwd=tcp:127.0.0.1:{self.port}-:{GUEST_PORT},"
             f"hostfwd=tcp:127.0.0.1:{self.kubelet_port}-{KUBELET_ADDRESS},"
-            f"guestfwd=tcp:{SERVICE_ADDRESS}-cmd:{relay}"
+            f"guestfwd=tcp:{SERVICE_ADDRESS}-cmd:{relay},"
+            f"guestfwd=tcp:{APISERVER_ALIAS}-cmd:{relay}"
         )
         disk = []
         if self.disk is not None:

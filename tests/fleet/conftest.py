@@ -1,0 +1,117 @@
+"""Fixtures of the fleet tier: the host's cluster and the 8-CPU guest as its second node, the
+chart installed on both (tests/fleet/fleet.py), and the claimed pods every module reads. All of
+it goes down after the tier's last test: the guest powered off, `tools/cluster.sh down`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from bignode.cluster import POD_TIMEOUT, image_disk, prerequisites
+from fleet.nodes import (
+    APISERVER_PORT,
+    GUEST_POD,
+    HOST_ENV,
+    HOST_POD,
+    Fleet,
+    bring_down,
+    bring_up,
+)
+from harness.cluster import ROOT, claim_manifest, cpus_request, pod_manifest, say, step
+from harness.guest import Guest
+from harness.guest import missing as guest_missing
+from harness.release_dist import make_release
+from harness.speed import budget
+from harness.tier_end import TierEnd
+from harness.waits import wait_for
+from tiers import require_root
+
+TIER = TierEnd(Path(__file__).parent)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if report.failed and TIER.ours(item):
+        item.session.fleet_failed = True  # type: ignore[attr-defined]
+    return report
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    TIER.after(item, nextitem)
+
+
+def _missing() -> str:
+    """'' when the fleet can run here, else why not (one line)."""
+    reasons = [guest_missing(), prerequisites()]
+    done = subprocess.run(
+        ["bash", str(ROOT / "tools/cluster.sh"), "missing"],
+        capture_output=True, text=True, env={**os.environ, **HOST_ENV}, check=False,
+    )  # fmt: skip
+    reasons += done.stdout.splitlines()
+    return "; ".join(r for r in reasons if r)
+
+
+@pytest.fixture(scope="session")
+def fleet(request: pytest.FixtureRequest) -> Iterator[Fleet]:
+    """The fleet up and the chart Ready on both nodes; everything stopped after the tier."""
+    require_root("fleet")
+    reason = _missing()
+    if reason:
+        pytest.skip(f"fleet tier: {reason}")
+    with step("fleet: the release in dist/ (tools/release.sh)"):
+        dist = make_release()
+    with step("fleet: the guest's image disk (tools/tier-bignode.sh disk)"):
+        disk, images = image_disk()
+    state = Path(tempfile.mkdtemp(prefix="dracpu-fleet-", dir="/tmp"))
+    guest = Guest(state, disk=disk, apiserver_port=APISERVER_PORT)
+    began = time.monotonic()
+    with pytest.MonkeyPatch.context() as patch:
+        up = bring_up(guest, images, dist, state, patch.setenv)
+        say(f"fleet up in {time.monotonic() - began:.1f} s")
+        down = TIER.at_end(lambda: bring_down(up))
+        try:
+            yield up
+        finally:
+            down()
+    if getattr(request.session, "fleet_failed", False):
+        say(f"kept {state} (console.log, guest/logs)")
+    else:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def idle(fleet: Fleet) -> dict[str, dict[str, int]]:
+    """What each node publishes with nothing claimed, read before the first claim."""
+    return {node: fleet.capacity_of(node) for node in fleet.nodes}
+
+
+@pytest.fixture(scope="session")
+def claimed(fleet: Fleet, idle: dict[str, dict[str, int]]) -> Iterator[Fleet]:
+    """Two claimed pods, running for the rest of the tier: `pinned-host` with one CPU on the
+    host (its node selected), `pinned-guest` with four, which only the guest's NUMA node 1
+    device offers (the scheduler's choice)."""
+    host_spec = {"hostNetwork": False, "nodeSelector": {"kubernetes.io/hostname": fleet.host.node}}
+    with step("fleet: a claimed pod on each node Running"):
+        for name, count, spec in ((HOST_POD, 1, host_spec), (GUEST_POD, 4, {"hostNetwork": False})):
+            fleet.host.apply(claim_manifest(name, [cpus_request(count)]))
+            fleet.host.apply(pod_manifest(name, [("work", ["cpus"])], [("cpus", name)],
+                                          extra_spec=spec))  # fmt: skip
+        wait_for(
+            lambda: all(fleet.host.running(p) for p in (HOST_POD, GUEST_POD)) or None,
+            "both claimed pods Running",
+            timeout=budget(POD_TIMEOUT),
+            interval=1.0,
+        )
+    yield fleet
+    with step("fleet: claimed pods removed"):
+        for kind in ("pods", "resourceclaims"):
+            fleet.host.kubectl("delete", kind, "--all", "-n", "default", "--wait=true",
+                               "--timeout=300s", check=False)  # fmt: skip
