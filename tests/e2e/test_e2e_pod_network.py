@@ -7,49 +7,17 @@ no NetworkPolicy, so a refused peer is not tested here: the policy object is."""
 from __future__ import annotations
 
 import ipaddress
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness.cluster import NAMESPACE, RELEASE, TEST_IMAGE, Cluster, step
+from harness.cluster import NAMESPACE, RELEASE, Cluster, step
+from harness.scraper import assert_scraped, scraper_manifest
 from harness.waits import wait_for
 
 pytestmark = pytest.mark.e2e
 
 SCRAPER = "metrics-scraper"
-HEALTH_MARK = "--- /v1/health ---"
-
-
-def scraper_manifest(address: str, port: int) -> str:
-    """A pod of the release's namespace, on the pod network, fetching what Prometheus would
-    (busybox's nc: the image's static wget crashes with a segmentation fault)."""
-
-    def get(path: str) -> str:
-        request = f"GET {path} HTTP/1.0\\r\\nHost: {address}\\r\\n\\r\\n"
-        # stdin kept open: with it closed at once the api answered nothing.
-        return f"(printf '{request}'; sleep 5) | nc -w 20 {address} {port}"
-
-    script = f"{get('/metrics')} && echo '{HEALTH_MARK}' && {get('/v1/health')}"
-    return json.dumps({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": SCRAPER, "namespace": NAMESPACE},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "scrape", "image": TEST_IMAGE, "imagePullPolicy": "Never",
-                            "command": ["sh", "-c", script]}],
-        },
-    })  # fmt: skip
-
-
-def body(response: str) -> str:
-    """An HTTP response's body, once its status says 200."""
-    head, _, rest = response.replace("\r\n", "\n").partition("\n\n")
-    assert head.split("\n", 1)[0].split()[1:2] == ["200"], head
-    return rest
 
 
 @pytest.fixture
@@ -58,7 +26,9 @@ def scraped(driver: Cluster) -> Iterator[tuple[dict[str, Any], dict[str, Any], s
     pod = wait_for(driver.driver_ready, "driver pod Ready", timeout=120, interval=0.3)
     try:
         with step("a pod of the release's namespace scrapes the driver by pod IP"):
-            driver.apply(scraper_manifest(pod["status"]["podIP"], driver.api_port), NAMESPACE)
+            driver.apply(
+                scraper_manifest(SCRAPER, pod["status"]["podIP"], driver.api_port), NAMESPACE
+            )
 
             def ended() -> dict[str, Any] | None:
                 found = driver.get("pod", SCRAPER, NAMESPACE)
@@ -92,10 +62,7 @@ def test_the_driver_runs_on_the_pod_network_and_is_scraped_by_pod_ip(
     assert not scraper["spec"].get("hostNetwork")
     assert ipaddress.ip_address(scraper["status"]["podIP"]) in pods
     assert scraper["status"]["phase"] == "Succeeded", output
-    metrics, _, health = output.partition(HEALTH_MARK)
-    assert "# TYPE dra_cpu_" in body(metrics.strip())
-    services = {s["service"] for s in json.loads(body(health.strip()))["services"]}
-    assert {"topology", "allocator", "dra-plugin", "nri-plugin"} <= services
+    assert_scraped(output)
 
 
 def test_the_api_network_policy_selects_the_driver_pod(driver: Cluster) -> None:

@@ -7,13 +7,13 @@ pod IP from a pod of the release's namespace on its node."""
 from __future__ import annotations
 
 import ipaddress
-import json
 from typing import Any
 
 import pytest
 from fleet.nodes import GUEST_NODE, GUEST_POD, HOST_POD, Fleet
 from harness.cgroups import Cgroups, Layout
-from harness.cluster import NAMESPACE, RELEASE, TEST_IMAGE, claim_cpus, step
+from harness.cluster import NAMESPACE, RELEASE, claim_cpus, step
+from harness.scraper import assert_scraped, scraper_manifest
 from harness.speed import budget
 from harness.waits import wait_for
 
@@ -21,7 +21,6 @@ from dracpu.core.cpuset import CPUSet
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(2700)]
 
-HEALTH_MARK = "--- /v1/health ---"
 API_PORT = 8080  # the chart's default (healthzPort), on the pod's own IP
 
 
@@ -81,38 +80,6 @@ def test_a_claimed_pod_on_the_host_is_pinned_in_its_cgroup_v1_cpuset(claimed: Fl
     assert claim_cpus(claimed.host.env_of(HOST_POD, "work")) == cpus
 
 
-def scraper_manifest(name: str, node: str, address: str) -> str:
-    """A pod of the release's namespace on `node`'s pod network fetching what Prometheus would
-    from the driver at `address` (busybox's nc: the image's static wget crashes)."""
-
-    def get(path: str) -> str:
-        request = f"GET {path} HTTP/1.0\\r\\nHost: {address}\\r\\n\\r\\n"
-        # stdin kept open: with it closed at once the api answered nothing.
-        return f"(printf '{request}'; sleep 5) | nc -w 60 {address} {API_PORT}"
-
-    script = f"{get('/metrics')} && echo '{HEALTH_MARK}' && {get('/v1/health')}"
-    return json.dumps({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "scrape", "image": TEST_IMAGE, "imagePullPolicy": "Never",
-                            "command": ["sh", "-c", script]}],
-        },
-    })  # fmt: skip
-
-
-def body(response: str) -> str:
-    """An HTTP response's body, once its status says 200."""
-    head, _, rest = response.replace("\r\n", "\n").partition("\n\n")
-    assert head.split("\n", 1)[0].split()[1:2] == ["200"], head
-    return rest
-
-
 def test_each_driver_is_scraped_by_pod_ip_from_its_own_node(fleet: Fleet) -> None:
     drivers = fleet.ready_drivers()
     scrapers = {node: f"scraper-{i}" for i, node in enumerate(fleet.nodes)}
@@ -120,7 +87,8 @@ def test_each_driver_is_scraped_by_pod_ip_from_its_own_node(fleet: Fleet) -> Non
         with step("fleet: a scraper pod on each node fetches its driver's /metrics by pod IP"):
             for node, name in scrapers.items():
                 fleet.host.apply(
-                    scraper_manifest(name, node, drivers[node]["status"]["podIP"]), NAMESPACE
+                    scraper_manifest(name, drivers[node]["status"]["podIP"], API_PORT, node=node),
+                    NAMESPACE,
                 )
 
             def ended() -> dict[str, dict[str, Any]] | None:
@@ -136,10 +104,7 @@ def test_each_driver_is_scraped_by_pod_ip_from_its_own_node(fleet: Fleet) -> Non
             address = ipaddress.ip_address(scraper["status"]["podIP"])
             assert address in ipaddress.ip_network(fleet.cidrs[node]), (node, str(address))
             assert scraper["status"]["phase"] == "Succeeded", (node, output)
-            metrics, _, health = output.partition(HEALTH_MARK)
-            assert "# TYPE dra_cpu_" in body(metrics.strip()), node
-            services = {s["service"] for s in json.loads(body(health.strip()))["services"]}
-            assert {"topology", "allocator", "dra-plugin", "nri-plugin"} <= services, node
+            assert_scraped(output)
     finally:
         for name in scrapers.values():
             fleet.host.delete("pod", name, namespace=NAMESPACE)
