@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bignode.cluster import GuestCluster
 from harness.cluster import NAMESPACE, CommandError, claim_manifest, cpus_request, pod_manifest
+from harness.guest import GuestError
 from harness.kernel_judge import ApiView, Judge, Seen
 from harness.recorded_process import restart
 from harness.speed import budget
@@ -191,7 +192,12 @@ class Soak:
                 )
                 done, what = True, "apiserver"
             else:
-                answer = self.cluster.guest.call("cluster_fault", timeout=300, kind=kind)
+                try:
+                    answer = self.cluster.guest.call("cluster_fault", timeout=300, kind=kind)
+                except GuestError as exc:  # crictl while containerd restarts: another fault
+                    self.cluster.guest.check()  # but a hung guest ends the run
+                    self.report(f"soak: no {kind} fault now: {str(exc)[:200]}")
+                    continue
                 done, what = answer["done"], answer["what"]
             if done:
                 with self._lock:
@@ -214,20 +220,24 @@ class Soak:
                     return
                 unsettled = list(self.judge.unsettled)
             time.sleep(1.0)
+        self.cluster.guest.check()  # a hung guest is no node that failed to settle
         self.tally.unconverged += 1
         self.report(f"soak: not settled {self.bound:.0f} s after the last fault: {unsettled[:4]}")
 
     # ---- the run -------------------------------------------------------------------------
 
-    def run(self, faults: int, settle_every: int = 10) -> Tally:
+    def run(self, faults: int, settle_every: int = 10, minutes: float = 0.0) -> Tally:
+        """`faults` injected (or as many as `minutes` of faults allow, when given), a settle
+        after every `settle_every` and at the end, the workload's pods removed."""
         began = time.monotonic()
+        stop_at = began + minutes * 60 if minutes else float("inf")
         capped = self.cluster.guest.call("cluster_backoff", max_period=BACKOFF_MAX)
         self.report(f"soak: kubelet back-off capped at {BACKOFF_MAX}: {capped}")
         sampler = threading.Thread(target=self._sampler, name="soak-sampler", daemon=True)
         sampler.start()
         try:
             done_since_settle = 0
-            while sum(self.tally.faults.values()) < faults:
+            while sum(self.tally.faults.values()) < faults and time.monotonic() < stop_at:
                 time.sleep(self.rng.uniform(*FAULT_GAP))
                 if self.rng.random() < 0.4:
                     self._workload_step()
