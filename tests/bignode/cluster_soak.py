@@ -216,13 +216,19 @@ class Soak:
                 if self._settled_at > last:
                     took = self._settled_at - last
                     self.tally.convergence.append(took)
-                    self.report(f"soak: settled {took:.1f} s after the last fault")
+                    self.report(
+                        f"soak: settled {took:.1f} s after the last fault; "
+                        f"{self.judge.samples} samples, judge {self.judge.counts.as_numbers()}"
+                    )
                     return
                 unsettled = list(self.judge.unsettled)
             time.sleep(1.0)
         self.cluster.guest.check()  # a hung guest is no node that failed to settle
         self.tally.unconverged += 1
-        self.report(f"soak: not settled {self.bound:.0f} s after the last fault: {unsettled[:4]}")
+        self.report(
+            f"soak: not settled {self.bound:.0f} s after the last fault: {unsettled[:4]}; "
+            f"judge {self.judge.counts.offences()}"
+        )
 
     # ---- the run -------------------------------------------------------------------------
 
