@@ -640,7 +640,14 @@ def cluster_fault(state: Path, kind: str) -> dict[str, Any]:
                       "--name", f"^{kind}$", "--state", "running", "-q").split()  # fmt: skip
         if not ids:
             return {"done": False, "what": f"{kind}: not running"}
-        _crictl("stop", "--timeout", "0", ids[0])
+        try:
+            _crictl("stop", "--timeout", "0", ids[0])
+        except RuntimeError as exc:
+            # The SIGKILL is sent before containerd waits for the exit; on a saturated guest
+            # that wait outlasts crictl's deadline, and the container is gone all the same.
+            if "DeadlineExceeded" not in str(exc):
+                raise
+            return {"done": True, "what": f"{kind} {ids[0][:12]} (its exit confirmed late)"}
         return {"done": True, "what": f"{kind} {ids[0][:12]}"}
     if kind in ("kubelet", "containerd"):
         pid = restart(CLUSTER_DIR / "run" / f"{kind}.pid", CLUSTER_DIR / "logs" / f"{kind}.log")
