@@ -617,6 +617,9 @@ SOAK_SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
 SOAK_BACKOFF_LINE = "crashLoopBackOff: {maxContainerRestartPeriod: %s}\n"
 
 
+_soak_stopped: set[str] = set()  # the driver containers cluster_fault stopped
+
+
 def _kubelet_healthy() -> bool:
     healthz = f"http://127.0.0.1:{KUBELET_PORT - 2}/healthz"
     with (
@@ -638,8 +641,12 @@ def cluster_fault(state: Path, kind: str) -> dict[str, Any]:
     if kind in SOAK_SERVICES:
         ids = _crictl("ps", "--label", "io.kubernetes.pod.namespace=kube-system",
                       "--name", f"^{kind}$", "--state", "running", "-q").split()  # fmt: skip
+        # A container stopped already but whose exit the runtime has not processed yet is
+        # still listed running: a second stop of it would be no second fault.
+        ids = [i for i in ids if i not in _soak_stopped]
         if not ids:
             return {"done": False, "what": f"{kind}: not running"}
+        _soak_stopped.add(ids[0])
         try:
             _crictl("stop", "--timeout", "0", ids[0])
         except RuntimeError as exc:
