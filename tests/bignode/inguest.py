@@ -852,6 +852,77 @@ def read_files(state: Path, pattern: str) -> dict[str, str]:
     return {str(path): path.read_text() if path.is_file() else "" for path in found}
 
 
+SOAK_SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
+# The soak's kubelet restarts a killed container after at most this long (KubeletConfiguration
+# crashLoopBackOff.maxContainerRestartPeriod, the KubeletCrashLoopBackOffMax gate, beta and on
+# in 1.37): hundreds of kills would otherwise back off to the default 300 s each.
+SOAK_BACKOFF_LINE = "crashLoopBackOff: {maxContainerRestartPeriod: %s}\n"
+
+
+_soak_stopped: set[str] = set()  # the driver containers cluster_fault stopped
+
+
+def _kubelet_healthy() -> bool:
+    healthz = f"http://127.0.0.1:{KUBELET_PORT - 2}/healthz"
+    with (
+        contextlib.suppress(OSError, urllib.error.URLError),
+        urllib.request.urlopen(healthz, timeout=5),
+    ):
+        return True
+    return False
+
+
+def cluster_fault(state: Path, kind: str) -> dict[str, Any]:
+    """One fault to the node of the guest's cluster: a driver container (`kind` a service)
+    stopped with no grace, as a crash (crictl stop --timeout 0; the kubelet restarts it), or
+    the kubelet or containerd restarted as their service manager would (SIGTERM, then the
+    same command again: tools/cluster.sh records them). Answers whether it happened (a
+    container in its back-off is not running to be stopped) and what was hit."""
+    from harness.recorded_process import restart
+
+    if kind in SOAK_SERVICES:
+        ids = _crictl("ps", "--label", "io.kubernetes.pod.namespace=kube-system",
+                      "--name", f"^{kind}$", "--state", "running", "-q").split()  # fmt: skip
+        # A container stopped already but whose exit the runtime has not processed yet is
+        # still listed running: a second stop of it would be no second fault.
+        ids = [i for i in ids if i not in _soak_stopped]
+        if not ids:
+            return {"done": False, "what": f"{kind}: not running"}
+        _soak_stopped.add(ids[0])
+        try:
+            _crictl("stop", "--timeout", "0", ids[0])
+        except RuntimeError as exc:
+            # The SIGKILL is sent before containerd waits for the exit; on a saturated guest
+            # that wait outlasts crictl's deadline, and the container is gone all the same.
+            if "DeadlineExceeded" not in str(exc):
+                raise
+            return {"done": True, "what": f"{kind} {ids[0][:12]} (its exit confirmed late)"}
+        return {"done": True, "what": f"{kind} {ids[0][:12]}"}
+    if kind in ("kubelet", "containerd"):
+        pid = restart(CLUSTER_DIR / "run" / f"{kind}.pid", CLUSTER_DIR / "logs" / f"{kind}.log")
+        return {"done": True, "what": f"{kind} pid {pid}"}
+    raise ValueError(f"no fault {kind!r}: a service of {SOAK_SERVICES}, kubelet or containerd")
+
+
+def cluster_backoff(state: Path, max_period: str = "") -> dict[str, Any]:
+    """The kubelet's crash-loop back-off capped at `max_period` ('' restores the default),
+    the kubelet restarted with it and healthy again."""
+    from harness.recorded_process import restart
+
+    config = CLUSTER_DIR / "kubelet.yaml"
+    lines = [
+        line for line in config.read_text().splitlines(keepends=True)
+        if not line.startswith("crashLoopBackOff:")
+    ]  # fmt: skip
+    if max_period:
+        lines.append(SOAK_BACKOFF_LINE % max_period)
+    config.write_text("".join(lines))
+    began = time.monotonic()
+    restart(CLUSTER_DIR / "run" / "kubelet.pid", CLUSTER_DIR / "logs" / "kubelet.log")
+    wait_for(_kubelet_healthy, "the kubelet healthy", timeout=READY_TIMEOUT, interval=0.5)
+    return {"seconds": round(time.monotonic() - began, 1)}
+
+
 # -- the upgrade walk-through --------------------------------------------------------------------
 
 

@@ -1,0 +1,40 @@
+"""Faults at random instants on the guest's cluster, judged by a reader that is not the
+driver (harness.kernel_judge: the guest kernel and the API server only): each of the driver's
+five containers stopped with no grace, the kubelet and containerd restarted in the guest, the
+API server killed and started again, while claimed and shared pods are created and deleted
+(bignode.cluster_soak). The short soak of CI; benchmarks/guest_cluster_soak.py runs the long
+one."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from bignode.cluster import GuestCluster
+from bignode.cluster_soak import Soak, log_to
+
+pytestmark = [pytest.mark.bignode, pytest.mark.timeout(5400)]
+IN_CLUSTER = True  # conftest: after the bed's modules; the bed gives way to the cluster
+
+FAULTS = int(os.environ.get("DRACPU_SOAK_FAULTS", "50"))
+
+
+def test_fifty_faults_leave_no_cpu_in_two_claims_no_claim_lost_and_nothing_off_or_stuck(
+    in_cluster: GuestCluster,
+) -> None:
+    seed = int(os.environ.get("DRACPU_SOAK_SEED", random.randrange(1 << 32)))
+    report = log_to(in_cluster.guest.state / "soak.log")
+    report(f"soak: seed {seed} (DRACPU_SOAK_SEED replays it), {FAULTS} faults")
+    tally = Soak(in_cluster, seed, report).run(FAULTS)
+    report(f"soak: {tally.summary()}")
+    assert tally.offences == [], tally.offences
+    assert tally.counts == {
+        "cpus_in_two_claims": 0,
+        "off_cpuset_past_bound": 0,
+        "acknowledged_claims_lost": 0,
+        "pods_stuck": 0,
+    }
+    assert sum(tally.faults.values()) >= FAULTS
+    assert tally.operations["claimed"] > 0 and tally.operations["delete"] > 0, tally.operations
+    assert tally.convergence, "no settle after the faults was ever reached"

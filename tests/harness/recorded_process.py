@@ -1,0 +1,79 @@
+"""Restarting a process that a tool started detached and recorded in a PID file (tools/lib.sh
+start_recorded: tools/controlplane.sh's API server, tools/cluster.sh's containerd and kubelet),
+as a service manager restarts a unit: the process is signalled, waited for, and started again
+with the same command line, environment and working directory, its output appended to the
+same log, the new PID recorded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.waits import wait_for
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a running process was started with, read from /proc before it is stopped."""
+
+    pid: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+def read_recorded(pidfile: Path) -> Recorded:
+    """The recorded process, alive; a RuntimeError in one line when it is not."""
+    try:
+        pid = int(pidfile.read_text().strip())
+        proc = Path(f"/proc/{pid}")
+        argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        raw = (proc / "environ").read_bytes().split(b"\0")
+        cwd = os.readlink(proc / "cwd")
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"no running process recorded in {pidfile}: {exc}") from None
+    if not argv:
+        raise RuntimeError(f"the process recorded in {pidfile} (pid {pid}) has exited")
+    env = dict(e.decode().partition("=")[::2] for e in raw if b"=" in e)
+    return Recorded(pid, argv, env, cwd)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")  # a zombie no longer runs; its parent reaps it
+
+
+def restart(pidfile: Path, log: Path, *, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+    """`sig` to the recorded process (SIGKILL after `timeout`), then the same command started
+    again detached; answers the new PID (written to `pidfile`)."""
+    was = read_recorded(pidfile)
+    os.kill(was.pid, sig)
+    try:
+        wait_for(lambda: _gone(was.pid), f"pid {was.pid} to exit", timeout=timeout, interval=0.1)
+    except AssertionError:
+        os.kill(was.pid, signal.SIGKILL)
+        wait_for(lambda: _gone(was.pid), f"pid {was.pid} killed", timeout=30, interval=0.1)
+    with log.open("ab") as out:
+        out.write(f"--- restarted at {time.strftime('%H:%M:%S')} ---\n".encode())
+        out.flush()
+        started = subprocess.Popen(
+            was.argv,
+            env=was.env,
+            cwd=was.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    # Reaped when it ends, so a later stop sees it gone rather than a zombie.
+    threading.Thread(target=started.wait, name=f"reap-{started.pid}", daemon=True).start()
+    pidfile.write_text(f"{started.pid}\n")
+    return started.pid
