@@ -685,6 +685,8 @@ def watch_start(state: Path, interval: float = 0.1) -> bool:
 
     thread = threading.Thread(target=sample, name="cpu-watch", daemon=True)
     _watch.update(stop=stop, thread=thread, union=union, counts=counts)
+    thread.start()
+    return True
 
 
 def container_attempts(state: Path) -> dict[str, dict[str, Any]]:
@@ -715,7 +717,8 @@ _sampler: dict[str, Any] = {}
 
 def _container_processes() -> dict[str, tuple[int, str]]:
     """The first process of every kubelet container, by its cgroup's last component (the
-    container id), with that cgroup's path; sandboxes' pause processes left out."""
+    container id), with that cgroup's path; sandboxes' pause processes and runc's own (in the
+    cgroup before the container's command runs, without its environment) left out."""
     found: dict[str, tuple[int, str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -723,7 +726,8 @@ def _container_processes() -> dict[str, tuple[int, str]]:
         with contextlib.suppress(OSError):
             line = (entry / "cgroup").read_text().strip().splitlines()[-1]
             path = line.split("::", 1)[-1]
-            if "kubepods" not in path or (entry / "comm").read_text().strip() == "pause":
+            comm = (entry / "comm").read_text().strip()
+            if "kubepods" not in path or comm == "pause" or comm in RUNTIME_COMMS:
                 continue
             found.setdefault(path.rsplit("/", 1)[-1], (int(entry.name), path))
     return found

@@ -218,8 +218,9 @@ def _print_times(reboot: Reboot, wall: float) -> None:
 
 def test_a_reboot_loses_the_nodes_run_folder_and_keeps_its_disk(rebooted: Reboot) -> None:
     at_boot = rebooted.at_boot
+    # The claims' CDI specs lived in /run: gone until the driver writes them again. (The NRI
+    # socket is no witness: containerd, started at boot, serves a new one before the agent.)
     assert not _spec_uids(at_boot["specs"]) & set(rebooted.uids.values()), at_boot["specs"]
-    assert not at_boot["nri_socket"]
     held = {v["claim"]: _claimed_cpus(v) for v in rebooted.before.values() if v["claim"]}
     assert _record_cpus(at_boot["records"]) == held
 
