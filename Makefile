@@ -12,7 +12,7 @@ PYTEST_ARGS ?= -rfEs
 # Go lives in /usr/local/go/bin on the project machines; login shells are not assumed.
 export PATH := $(CURDIR)/$(TOOLS)/bin:$(PATH):/usr/local/go/bin
 
-.PHONY: run test check compat venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down bignode-up bignode-down e2e release
+.PHONY: run test check compat fleet venv protos images lint typecheck unit peers real-peers helm-bin chromium clean format bench cluster-up cluster-down bignode-up bignode-down e2e release
 
 run: venv protos
 	$(BIN)/dracpu dev up $(RUN_ARGS)
@@ -32,6 +32,12 @@ check: venv protos lint typecheck
 compat: venv protos
 	bash tools/install-helm.sh
 	$(PY) tools/compat.py $(VERSIONS)
+
+# The fleet tier alone (the host on CRI-O and the big-node guest under one control plane), as
+# root after `make test`'s bootstrap; the peers phase of `make test` leaves it out.
+fleet: venv protos
+	bash tools/install-helm.sh
+	flock /tmp/dracpu-peers.lock $(BIN)/pytest -m fleet -p no:cacheprovider $(PYTEST_ARGS) -s tests/fleet
 
 # The placement algorithm's hot modules compiled by mypyc, once per source, into the tool cache.
 venv: $(VENV)/.installed $(VENV)/.harness
