@@ -52,15 +52,17 @@ def test_the_only_network_is_user_mode_restricted_with_forwards_to_the_hosts_loo
     assert netdev.startswith("user,") and fields["restrict"] == "on"
     assert (fields["net"], fields["host"]) == ("10.96.0.0/24", "10.96.0.2")
     # In: the host's 127.0.0.1:40123 to the agent, and 127.0.0.1:40250 to the cluster's
-    # kubelet on the guest's address. Out: only the `kubernetes` Service address, each
-    # connection relayed by a process on the host to the API server on its loopback.
+    # kubelet on the guest's address. Out: only the `kubernetes` Service address and a
+    # second address of the same forward (for a node's relay of the Service to its pods),
+    # each connection relayed by a process on the host to the API server on its loopback.
     assert [value for key, value in pairs if key == "hostfwd"] == [
         "tcp:127.0.0.1:40123-:7390",
         "tcp:127.0.0.1:40250-10.96.0.15:17250",
     ]
-    target, _, relay = fields["guestfwd"].partition("-cmd:")
-    assert target == "tcp:10.96.0.1:443"
-    assert relay.endswith("tools/tcp-forward.py - 127.0.0.1:40443")
+    forwards = [value.partition("-cmd:") for key, value in pairs if key == "guestfwd"]
+    assert [target for target, _, _ in forwards] == ["tcp:10.96.0.1:443", "tcp:10.96.0.4:443"]
+    for _, _, relay in forwards:
+        assert relay.endswith("tools/tcp-forward.py - 127.0.0.1:40443")
     assert not any(word.startswith(("tap", "bridge")) for word in option(argv, "-netdev"))
     assert "-nic" not in argv and "-net" not in argv
 

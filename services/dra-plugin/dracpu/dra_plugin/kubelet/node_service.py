@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from dracpu.core import operation
 from dracpu.core.clients.allocator import AllocatorClient, AllocatorUnavailableError
@@ -81,6 +82,25 @@ def _error_text(exc: BaseException) -> str:
     if isinstance(exc, DracpuError):
         return str(exc)
     return f"internal error: {type(exc).__name__}: {exc}"
+
+
+T = TypeVar("T")
+
+
+async def beside(call: Awaitable[T], work: Callable[[], None]) -> T:
+    """`call` awaited while `work` runs in a thread: the caller waits for the slower of the
+    two, not for their sum (an unprepare's device metadata removed while the allocator removes
+    its files; the kubelet starts no container of a claim it unprepares, and retries a failed
+    one, so the metadata may go first). `call`'s error first, then `work`'s."""
+    side = asyncio.create_task(asyncio.to_thread(work))
+    try:
+        result = await call
+    finally:
+        await asyncio.wait([side])
+    failed = side.exception()
+    if failed is not None:
+        raise failed
+    return result
 
 
 class NodeService:
@@ -306,20 +326,10 @@ class NodeService:
         try:
             ref.check()
             async with self._locks.hold(ref.uid), self._calls:
-                # The device metadata is removed in a thread while the allocator removes its
-                # files: an unprepare waits for the slower of the two, not for their sum. A
-                # failed unprepare is retried by the kubelet, which starts no container of a
-                # claim it unprepares, so the metadata may go first.
-                removal = asyncio.create_task(asyncio.to_thread(self.metadata.remove, ref))
-                try:
-                    response = await self.allocator.unprepare(
-                        ref.uid, budget.left() if budget else None
-                    )
-                finally:
-                    await asyncio.wait([removal])
-                    removal_failed = removal.exception()
-                if removal_failed is not None:
-                    raise removal_failed
+                response = await beside(
+                    self.allocator.unprepare(ref.uid, budget.left() if budget else None),
+                    lambda: self.metadata.remove(ref),
+                )
                 if self.status is not None:
                     self.status.removed(ref)
         except Exception as exc:
