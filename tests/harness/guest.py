@@ -229,7 +229,15 @@ class Guest:
         self.booted_in = time.monotonic() - began
         return self.booted_in
 
-    def _wait_agent(self, timeout: float) -> None:
+    def _wait_agent(
+        self,
+        timeout: float,
+        booted_before: float | None = None,
+        failure: str = "the guest's agent did not answer in time",
+    ) -> None:
+        """Until the agent answers a ping (with `booted_before`, only an agent whose uptime is
+        lower: the next boot's); GuestError with `failure` and the console's tail otherwise."""
+
         def answers() -> bool:
             if self.process is not None and self.process.poll() is not None:
                 raise GuestError(f"qemu exited with {self.process.returncode}: {self.tail()}")
@@ -237,12 +245,12 @@ class Guest:
                 self.pinged = self._exchange({"op": "ping"}, timeout=5)
             except (OSError, GuestError, ValueError):
                 return False
-            return True
+            return booted_before is None or float(self.pinged["uptime"]) < booted_before
 
         try:
             wait_for(answers, "the guest's agent", timeout=timeout, interval=0.5)
         except WaitTimeout:
-            raise GuestError(f"the guest's agent did not answer in time: {self.tail()}") from None
+            raise GuestError(f"{failure}: {self.tail()}") from None
 
     def stop(self, timeout: float = 30.0) -> None:
         """Ask the agent to power the guest off; kill qemu by its recorded PID after `timeout`."""
@@ -264,20 +272,7 @@ class Guest:
         before = float(self._exchange({"op": "ping"}, self.ping_timeout)["uptime"])
         with contextlib.suppress(OSError, GuestError, ValueError):
             self._exchange({"op": "reboot"}, 30)
-
-        def booted_again() -> bool:
-            if self.process is not None and self.process.poll() is not None:
-                raise GuestError(f"qemu exited with {self.process.returncode}: {self.tail()}")
-            try:
-                self.pinged = self._exchange({"op": "ping"}, timeout=5)
-            except (OSError, GuestError, ValueError):
-                return False
-            return float(self.pinged["uptime"]) < before
-
-        try:
-            wait_for(booted_again, "the agent after the reboot", timeout=timeout, interval=0.5)
-        except WaitTimeout:
-            raise GuestError(f"the guest did not come back from a reboot: {self.tail()}") from None
+        self._wait_agent(timeout, before, "the guest did not come back from a reboot")
         return float(self.pinged["uptime"])
 
     def _powered_off(self) -> bool:
