@@ -35,6 +35,8 @@ from dracpu.core.cpuset import CPUSet
 PROGRESS["tier"] = "bignode"
 NODE_NAME = "dracpu-bignode"
 GUEST_DIR = "/run/dracpu-node"  # inguest.CLUSTER_DIR
+# The chart's allocator.stateDir, bound from the node's disk (tools/bignode/node.sh).
+NODE_STATE_DIR = "/var/lib/dracpu"
 KUBE_BIN = CACHE / "kubernetes-v1.37.2" / "bin"
 HELM = ROOT / ".tools" / "bin" / "helm"
 # The chart's probe timings for a node this slow (emulated, and saturated by five Python
@@ -211,6 +213,9 @@ class GuestCluster(Cluster):
             }
         )
         self.guest = guest
+        # The chart's own state dir, which the node keeps on its disk across a reboot
+        # (tools/bignode/node.sh), not the harness's folder under the cluster's tmpfs.
+        self.state_dir = Path(NODE_STATE_DIR)
         self.api_port = int(os.environ.get("DRACPU_E2E_API_PORT", "17080"))
         self._online: CPUSet | None = None
         self._views: dict[str, dict[str, Any]] | None = None

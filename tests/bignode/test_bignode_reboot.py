@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from bignode.cluster import DRIVER_TIMEOUT, NODE_NAME, POD_TIMEOUT, GuestCluster, clear
+from bignode.cluster import (
+    DRIVER_TIMEOUT,
+    NODE_NAME,
+    NODE_STATE_DIR,
+    POD_TIMEOUT,
+    GuestCluster,
+    clear,
+)
 from e2e.scenarios import start_pod
 from harness.cluster import claim_cpus, claim_manifest, cpus_request, pod_manifest
 from harness.waits import wait_for
@@ -46,7 +53,7 @@ PODS = {
 CLAIM_SIZES = {"one-cpus": 2, "two-cpus": 2}
 CDI_SPECS = "/var/run/cdi/dra.k8s.io-cpu_claim-*.json"
 RUN_WITNESS = "/run/dracpu-reboot-witness"
-RECORDS = "/var/lib/dracpu/claims/*.json"
+RECORDS = f"{NODE_STATE_DIR}/claims/*.json"  # the driver's claim records, on the node's disk
 
 
 @dataclass
@@ -57,6 +64,7 @@ class Reboot:
     claims_before: dict[str, dict[str, Any]]  # claim name -> its status.allocation
     uids: dict[str, str]  # claim name -> uid
     at_boot: dict[str, Any]  # what the guest held when its agent first answered
+    records_before: dict[str, str]  # the claim records' files, by path
     after: dict[str, dict[str, Any]] = field(default_factory=dict)
     claims_after: dict[str, dict[str, Any]] = field(default_factory=dict)
     sampled: dict[str, Any] = field(default_factory=dict)
@@ -152,6 +160,7 @@ def rebooted(guest_cluster: GuestCluster, idle_capacity: dict[str, int]) -> Iter
     claims_before = {claim: _allocation(cluster, claim) for claim in CLAIM_SIZES}
     held = {v["claim"]: _claimed_cpus(v).format() for v in before.values() if v["claim"]}
     assert set(held) == set(uids.values()), (held, uids)
+    records_before = cluster.guest.call("read_files", pattern=RECORDS)
     # The node's logs of the first boot, before the reboot loses them with /run.
     cluster.guest.call("cluster_logs", into="cluster-before-reboot")
 
@@ -167,7 +176,13 @@ def rebooted(guest_cluster: GuestCluster, idle_capacity: dict[str, int]) -> Iter
         "witness": cluster.guest.call("read_files", pattern=RUN_WITNESS),
     }
     print(f"\nbignode: reboot: the guest's agent answers again, {uptime:.1f} s after boot")
-    reboot = Reboot(before=before, claims_before=claims_before, uids=uids, at_boot=at_boot)
+    reboot = Reboot(
+        before=before,
+        claims_before=claims_before,
+        uids=uids,
+        at_boot=at_boot,
+        records_before=records_before,
+    )
     cluster._views = None  # the node's containers are all new
 
     def node_ready() -> bool:
@@ -242,6 +257,7 @@ def test_the_claims_stay_allocated_and_their_records_are_honoured(rebooted: Rebo
         assert rebooted.claims_after[claim]["reserved_for"], claim
     # The records the disk kept: each claim's CPUs as its containers had them before.
     held = {v["claim"]: _claimed_cpus(v) for v in rebooted.before.values() if v["claim"]}
+    assert _record_cpus(rebooted.records_before) == held
     assert _record_cpus(rebooted.records_after) == held
 
 
