@@ -43,12 +43,18 @@ def read_recorded(pidfile: Path) -> Recorded:
     return Recorded(pid, argv, env, cwd)
 
 
-def _gone(pid: int) -> bool:
+def gone(pid: int) -> bool:
+    """The process no longer runs and holds nothing (its listening sockets among what it
+    held). A zombie is gone once its whole thread group is: a thread group leader that has
+    exited shows as a zombie while its other threads still run, the open files with them."""
+    proc = Path(f"/proc/{pid}")
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state not in ("Z", "X"):
+            return False
+        return [int(t) for t in os.listdir(proc / "task")] == [pid]
+    except (OSError, IndexError, ValueError):
         return True
-    return state in ("Z", "X")  # a zombie no longer runs; its parent reaps it
 
 
 def restart(pidfile: Path, log: Path, *, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
@@ -57,10 +63,10 @@ def restart(pidfile: Path, log: Path, *, sig: int = signal.SIGTERM, timeout: flo
     was = read_recorded(pidfile)
     os.kill(was.pid, sig)
     try:
-        wait_for(lambda: _gone(was.pid), f"pid {was.pid} to exit", timeout=timeout, interval=0.1)
+        wait_for(lambda: gone(was.pid), f"pid {was.pid} to exit", timeout=timeout, interval=0.1)
     except AssertionError:
         os.kill(was.pid, signal.SIGKILL)
-        wait_for(lambda: _gone(was.pid), f"pid {was.pid} killed", timeout=30, interval=0.1)
+        wait_for(lambda: gone(was.pid), f"pid {was.pid} killed", timeout=30, interval=0.1)
     with log.open("ab") as out:
         out.write(f"--- restarted at {time.strftime('%H:%M:%S')} ---\n".encode())
         out.flush()
