@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -45,6 +46,8 @@ def main() -> int:
         help="stop injecting faults after this long, whatever their number (default: no limit)",
     )
     args = parser.parse_args()
+    # Stopped (kill, a CI limit): the guest and the control plane are taken down all the same.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     reason = missing() or guest_cluster.prerequisites()
     if reason:
         print(f"guest_cluster_soak.py: error: {reason}", file=sys.stderr)

@@ -103,11 +103,10 @@ def spec_bytes(kind: str, devices: Sequence[Device]) -> bytes:
 
 
 def write_spec(path: str | os.PathLike[str], kind: str, devices: Sequence[Device]) -> None:
-    """Replace the spec file at `path` whole and durably (`dracpu.core.files.write_atomic`):
-    the runtime's CDI cache never loads a partial spec (the temp name ends in .tmp, which it
-    skips), and a spec whose device a container was given survives a crash. A missing folder
-    is made."""
-    write_atomic(path, spec_bytes(kind, devices), durable=True, mode=0o644)
+    """Replace the spec file at `path` whole (`dracpu.core.files.write_atomic`): the runtime's
+    CDI cache never loads a partial spec (the temp name ends in .tmp, which it skips). Not
+    durable: see `dracpu.core.files` for why no CDI spec is. A missing folder is made."""
+    write_atomic(path, spec_bytes(kind, devices), durable=False, mode=0o644)
 
 
 def check_spec(document: Mapping[str, Any]) -> None:

@@ -11,12 +11,18 @@ is the folder's fsync.
 
 What each caller chose, and why:
 
-- claim records, the node file and CDI specs of the allocator (`dracpu.allocator.store`):
-  durable. A prepare is acknowledged only after they are on disk; the state after a crash is
+- claim records and the node file of the allocator (`dracpu.allocator.store`): durable. A
+  prepare is acknowledged only after its record is on disk; the state after a crash is
   rebuilt from them.
-- the dra-plugin's device metadata and its CDI spec (`dracpu.dra_plugin.kubelet.metadata`):
-  durable. The kubelet holds the CDI id once the prepare is answered and starts containers
-  with it after a node crash without preparing again (its checkpoint says prepared).
+- CDI specs, the allocator's (`dracpu.allocator.store.cdi`) and the dra-plugin's with its
+  device metadata (`dracpu.dra_plugin.kubelet.metadata`): not durable. They are derived from
+  the records, and what a power cut takes from them is written again before a container is
+  given one: the allocator writes the spec of every record at start where it is missing or
+  differs, and the kubelet, restarted after the cut, prepares every claim again before it
+  starts a container (a claim it reads back from its checkpoint counts as not prepared). On
+  a node whose `/var/run` is a tmpfs the cut takes them all anyway. The allocator's spec is
+  still removed durably at unprepare, before the record: a spec left without its record would
+  be read back at start as a claim.
 - the runtime stand-in's containers (`dracpu.dev.runtime_process`): durable. They are the
   input a restarted development node starts from, as a runtime's are.
 - the kubeconfig the API-server fake writes (`dracpu.dev.apiserver`): not durable. It names a

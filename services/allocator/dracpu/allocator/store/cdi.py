@@ -48,8 +48,11 @@ def spec_file(cdi_dir: Path, uid: str, cpus: CPUSet) -> FileWrite:
     """The spec of claim `uid` holding `cpus`, as a file to write."""
     path = spec_path(cdi_dir, check_uid(uid))
     data = cdi_spec.spec_bytes(CDI_KIND, [spec_device(uid, cpus)])
-    # The temp name must not end in .json/.yaml, so runtimes never load a partial spec.
-    return FileWrite(path, data, "CDI spec", mode=0o644, temp_suffix=TEMP_SUFFIX)
+    # The temp name must not end in .json/.yaml, so runtimes never load a partial spec. Not
+    # durable: the claim record is, and a start writes again the spec of every record whose
+    # spec is missing or differs (store.recovery), before the kubelet, itself restarted after
+    # a power cut, prepares its claims again.
+    return FileWrite(path, data, "CDI spec", mode=0o644, temp_suffix=TEMP_SUFFIX, durable=False)
 
 
 def write_spec(cdi_dir: Path, uid: str, cpus: CPUSet) -> Path:

@@ -1,5 +1,6 @@
-"""The allocator's state files written together: each replaced whole and durably
-(`dracpu.core.files.write_atomic`), several at once so their fsyncs overlap."""
+"""The allocator's state files written together: each replaced whole
+(`dracpu.core.files.write_atomic`), durably unless the file says otherwise, several at once so
+their fsyncs overlap."""
 
 from __future__ import annotations
 
@@ -18,22 +19,27 @@ _OVERLAP = ThreadPoolExecutor(max_workers=4, thread_name_prefix="durable-write")
 
 @dataclass(frozen=True, slots=True)
 class FileWrite:
-    """One file to replace atomically: where, its bytes and mode, and what it is (for the
-    error)."""
+    """One file to replace atomically: where, its bytes and mode, what it is (for the error),
+    and whether it must be on disk when the write returns."""
 
     path: Path
     data: bytes
     what: str
     mode: int = 0o644
     temp_suffix: str = TEMP_SUFFIX
+    durable: bool = True
 
 
 def write_file(file: FileWrite) -> None:
-    """`file` replaced whole and durably (a prepare is acknowledged only once its files are on
-    disk); a failure is a StateError naming the file and the reason."""
+    """`file` replaced whole, and on disk when it says durable (a prepare is acknowledged only
+    once its record is); a failure is a StateError naming the file and the reason."""
     try:
         write_atomic(
-            file.path, file.data, durable=True, mode=file.mode, temp_suffix=file.temp_suffix
+            file.path,
+            file.data,
+            durable=file.durable,
+            mode=file.mode,
+            temp_suffix=file.temp_suffix,
         )
     except OSError as exc:
         raise StateError(f"cannot write {file.what} {file.path}: {exc.strerror or exc}") from None
@@ -49,7 +55,7 @@ def _written(file: FileWrite) -> StateError | None:
 
 def write_files(files: Sequence[FileWrite]) -> list[StateError | None]:
     """Each file written as `write_file` writes it, all at the same time so their fsyncs
-    overlap; each one's error, in order (None: durable). One failing leaves the others
+    overlap; each one's error, in order (None: written). One failing leaves the others
     written: the caller decides what to put back."""
     others = [_OVERLAP.submit(_written, file) for file in files[1:]]
     first = [_written(files[0])] if files else []

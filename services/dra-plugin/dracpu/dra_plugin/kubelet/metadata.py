@@ -140,7 +140,10 @@ class MetadataWriter:
         files, ids = self._files(claim, pod_claim, by_request)
         try:
             for path, data in files:
-                write_atomic(path, data, durable=True, mode=0o644)
+                # Atomic, not durable: after a power cut the kubelet prepares every claim
+                # again (a claim read back from its checkpoint counts as not prepared) and
+                # these files are written anew before any container gets the CDI id.
+                write_atomic(path, data, durable=False, mode=0o644)
         except OSError as exc:
             raise StateError(f"claim {claim}: write device metadata: {exc}") from None
         return ids
@@ -151,22 +154,8 @@ class MetadataWriter:
         pod_claim: str | None,
         by_request: Mapping[str, Sequence[MetadataDevice]],
     ) -> dict[str, str]:
-        """`write`, off the event loop, every file in a thread of its own so that their fsyncs
-        overlap (a prepare waits for the slowest one, not for their sum)."""
-        files, ids = self._files(claim, pod_claim, by_request)
-        written = await asyncio.gather(
-            *(
-                asyncio.to_thread(write_atomic, path, data, durable=True, mode=0o644)
-                for path, data in files
-            ),
-            return_exceptions=True,
-        )
-        for outcome in written:
-            if isinstance(outcome, OSError):
-                raise StateError(f"claim {claim}: write device metadata: {outcome}") from None
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return ids
+        """`write`, off the event loop."""
+        return await asyncio.to_thread(self.write, claim, pod_claim, by_request)
 
     def _files(
         self,
@@ -190,8 +179,6 @@ class MetadataWriter:
                 )
                 host_path = claim_dir / request / "metadata.json"
                 _make_dir(host_path.parent)
-                # Durable, as its CDI spec is: the kubelet keeps the CDI id once the claim is
-                # prepared and starts containers with it after a node crash.
                 files.append((host_path, stream.encode()))
                 device = cdi.Device(
                     f"{claim.uid}_{request}",
