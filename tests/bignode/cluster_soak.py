@@ -45,6 +45,8 @@ BOUND = 240.0
 BACKOFF_MAX = "10s"
 MAX_CLAIMED, MAX_SHARED = 3, 2
 SAMPLE_GAP = 1.0
+# The API server, killed, is started again as a static pod's kubelet would if that start fails.
+APISERVER_RESTART_SEC = 5.0
 FAULT_GAP = (0.5, 8.0)  # seconds between actions, uniform
 
 
@@ -114,7 +116,10 @@ class Soak:
         views = self.cluster.guest.call("cluster_containers", timeout=300)
         seen = [Seen.from_view(key, view) for key, view in views.items()]
         with self._lock:
+            before = set(self.judge.counts.offences())
             self.judge.sample(ApiView.from_list(listed), seen, time.time())
+            for offence in sorted(set(self.judge.counts.offences()) - before):
+                self.report(f"soak: COUNTED {offence}")
             self.tally.samples = self.judge.samples
             self._last_read_began = began
             if not self.judge.unsettled:
@@ -189,6 +194,7 @@ class Soak:
                     self.cp_dir / "apiserver.pid",
                     self.cp_dir / "logs" / "apiserver.log",
                     sig=signal.SIGKILL,
+                    restart_sec=APISERVER_RESTART_SEC,
                 )
                 done, what = True, "apiserver"
             else:

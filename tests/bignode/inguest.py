@@ -863,6 +863,10 @@ SOAK_SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
 SOAK_BACKOFF_LINE = "crashLoopBackOff: {maxContainerRestartPeriod: %s}\n"
 
 
+# As their packages' units restart them (Restart=always, RestartSec): a kubelet started while
+# containerd is not serving yet exits, and is started again.
+UNIT_RESTART_SEC = {"kubelet": 10.0, "containerd": 5.0}
+
 _soak_stopped: set[str] = set()  # the driver containers cluster_fault stopped
 
 
@@ -902,8 +906,12 @@ def cluster_fault(state: Path, kind: str) -> dict[str, Any]:
                 raise
             return {"done": True, "what": f"{kind} {ids[0][:12]} (its exit confirmed late)"}
         return {"done": True, "what": f"{kind} {ids[0][:12]}"}
-    if kind in ("kubelet", "containerd"):
-        pid = restart(CLUSTER_DIR / "run" / f"{kind}.pid", CLUSTER_DIR / "logs" / f"{kind}.log")
+    if kind in UNIT_RESTART_SEC:
+        pid = restart(
+            CLUSTER_DIR / "run" / f"{kind}.pid",
+            CLUSTER_DIR / "logs" / f"{kind}.log",
+            restart_sec=UNIT_RESTART_SEC[kind],
+        )
         return {"done": True, "what": f"{kind} pid {pid}"}
     raise ValueError(f"no fault {kind!r}: a service of {SOAK_SERVICES}, kubelet or containerd")
 
@@ -922,7 +930,11 @@ def cluster_backoff(state: Path, max_period: str = "") -> dict[str, Any]:
         lines.append(SOAK_BACKOFF_LINE % max_period)
     config.write_text("".join(lines))
     began = time.monotonic()
-    restart(CLUSTER_DIR / "run" / "kubelet.pid", CLUSTER_DIR / "logs" / "kubelet.log")
+    restart(
+        CLUSTER_DIR / "run" / "kubelet.pid",
+        CLUSTER_DIR / "logs" / "kubelet.log",
+        restart_sec=UNIT_RESTART_SEC["kubelet"],
+    )
     wait_for(_kubelet_healthy, "the kubelet healthy", timeout=READY_TIMEOUT, interval=0.5)
     return {"seconds": round(time.monotonic() - began, 1)}
 

@@ -329,9 +329,13 @@ class Judge:
                     if uid not in self.acknowledged:
                         continue
                     if failed:
-                        self.counts.claims_lost.add(f"{claim_key} (pod {key} Failed)")
+                        reason = pod.get("status", {}).get("reason", "")
+                        self.counts.claims_lost.add(f"{claim_key} (pod {key} Failed: {reason})")
                     elif uid not in granted:
-                        self.counts.claims_lost.add(f"{claim_key} (deallocated, pod {key} on)")
+                        phase = pod.get("status", {}).get("phase", "")
+                        self.counts.claims_lost.add(
+                            f"{claim_key} (deallocated, pod {key} on, {phase})"
+                        )
 
     def _judge_containers(
         self,

@@ -57,9 +57,20 @@ def gone(pid: int) -> bool:
         return True
 
 
-def restart(pidfile: Path, log: Path, *, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+def restart(
+    pidfile: Path,
+    log: Path,
+    *,
+    sig: int = signal.SIGTERM,
+    timeout: float = 60.0,
+    restart_sec: float | None = None,
+) -> int:
     """`sig` to the recorded process (SIGKILL after `timeout`), then the same command started
-    again detached; answers the new PID (written to `pidfile`)."""
+    again detached; answers the new PID (written to `pidfile`). With `restart_sec`, as a unit
+    with `Restart=on-failure` and that `RestartSec`: a start that exits with an error (a
+    kubelet whose runtime is not serving yet, a server whose port is still held) is started
+    again after that long, for as long as `pidfile` names it; a stop (a signal, a clean exit,
+    the PID file removed or naming another process) ends that."""
     was = read_recorded(pidfile)
     os.kill(was.pid, sig)
     try:
@@ -67,6 +78,18 @@ def restart(pidfile: Path, log: Path, *, sig: int = signal.SIGTERM, timeout: flo
     except AssertionError:
         os.kill(was.pid, signal.SIGKILL)
         wait_for(lambda: gone(was.pid), f"pid {was.pid} killed", timeout=30, interval=0.1)
+    started = _start(was, pidfile, log)
+    # Reaped when it ends, so a later stop sees it gone rather than a zombie.
+    threading.Thread(
+        target=_supervise,
+        args=(started, was, pidfile, log, restart_sec),
+        name=f"reap-{started.pid}",
+        daemon=True,
+    ).start()
+    return started.pid
+
+
+def _start(was: Recorded, pidfile: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         out.write(f"--- restarted at {time.strftime('%H:%M:%S')} ---\n".encode())
         out.flush()
@@ -79,7 +102,31 @@ def restart(pidfile: Path, log: Path, *, sig: int = signal.SIGTERM, timeout: flo
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    # Reaped when it ends, so a later stop sees it gone rather than a zombie.
-    threading.Thread(target=started.wait, name=f"reap-{started.pid}", daemon=True).start()
     pidfile.write_text(f"{started.pid}\n")
-    return started.pid
+    return started
+
+
+def _names(pidfile: Path, pid: int) -> bool:
+    try:
+        return pidfile.read_text().strip() == str(pid)
+    except OSError:
+        return False
+
+
+def _supervise(
+    started: subprocess.Popen[bytes],
+    was: Recorded,
+    pidfile: Path,
+    log: Path,
+    restart_sec: float | None,
+) -> None:
+    while True:
+        code = started.wait()
+        if restart_sec is None or code <= 0:
+            return
+        time.sleep(restart_sec)
+        if not _names(pidfile, started.pid):  # stopped, or restarted by someone else
+            return
+        with log.open("ab") as out:
+            out.write(f"--- exited with status {code}; starting again ---\n".encode())
+        started = _start(was, pidfile, log)

@@ -206,8 +206,8 @@ def test_an_acknowledged_claim_deallocated_or_its_pod_failed_is_lost() -> None:
     failed = pod("a", "a", phase="Failed")
     the_judge.sample(ApiView.from_list([grouped_slice(), allocated, failed]), [], T0 + 2)
     assert the_judge.counts.claims_lost == {
-        "default/a (deallocated, pod default/a on)",
-        "default/a (pod default/a Failed)",
+        "default/a (deallocated, pod default/a on, Running)",
+        "default/a (pod default/a Failed: )",
     }
 
 

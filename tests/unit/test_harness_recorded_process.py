@@ -11,10 +11,11 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
-from harness.recorded_process import gone
+from harness.recorded_process import gone, restart
 from harness.waits import wait_for
 
 # The exit(2) system call, which ends the calling thread only.
@@ -75,3 +76,52 @@ def test_a_zombie_leader_whose_threads_still_run_is_not_gone_and_still_holds_its
     finally:
         child.kill()
         child.wait()
+
+
+# Runs while `flag` exists; otherwise makes it and fails, as a kubelet started while its
+# runtime is not serving yet fails and serves at the next start.
+FAILS_ONCE = textwrap.dedent(
+    """
+    import os, sys, time
+    if not os.path.exists("flag"):
+        open("flag", "w").close()
+        sys.exit(1)
+    print("serving", flush=True)
+    time.sleep(3600)
+    """
+)
+
+
+def _running(pidfile: Path) -> int | None:
+    pid = int(pidfile.read_text())
+    return None if gone(pid) else pid
+
+
+def test_a_start_that_fails_is_started_again_and_a_stop_is_not(tmp_path: Path) -> None:
+    (tmp_path / "flag").touch()
+    first = subprocess.Popen(
+        [sys.executable, "-c", FAILS_ONCE],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert first.stdout is not None and first.stdout.readline() == b"serving\n"
+    pidfile, log = tmp_path / "unit.pid", tmp_path / "unit.log"
+    pidfile.write_text(f"{first.pid}\n")
+    (tmp_path / "flag").unlink()
+
+    failing = restart(pidfile, log, restart_sec=0.1)
+    first.wait()
+    wait_for(lambda: (_running(pidfile) or failing) != failing, "started again", timeout=30)
+    serving = _running(pidfile)
+    assert serving is not None and serving != failing
+    assert "exited with status 1; starting again" in log.read_text()
+
+    os.kill(serving, signal.SIGTERM)  # a stop: not started again
+    supervisor = f"reap-{failing}"
+    wait_for(
+        lambda: all(t.name != supervisor for t in threading.enumerate()),
+        "the supervision ended",
+        timeout=30,
+    )
+    assert gone(serving) and pidfile.read_text().strip() == str(serving)
