@@ -118,16 +118,26 @@ def published_devices(
     return devices
 
 
+def _results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The dra.cpu devices the claim is allocated, as the API server has them."""
+    allocation = claim.get("status", {}).get("allocation") or {}
+    return [r for r in allocation.get("devices", {}).get("results", []) if r["driver"] == DRIVER]
+
+
+def allocated(claims: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The uids of the claims allocated dra.cpu devices, published or not (a node's slices are
+    away for a while when its driver restarts: the kubelet removes them, the driver publishes
+    them again)."""
+    return {claim["metadata"]["uid"] for claim in claims if _results(claim)}
+
+
 def grants(
     claims: Iterable[Mapping[str, Any]], devices: Mapping[tuple[str, str], CPUSet]
 ) -> dict[str, Grant]:
     """Claim uid -> Grant, for every claim allocated dra.cpu devices that are published."""
     found: dict[str, Grant] = {}
     for claim in claims:
-        allocation = claim.get("status", {}).get("allocation") or {}
-        results = [
-            r for r in allocation.get("devices", {}).get("results", []) if r["driver"] == DRIVER
-        ]
+        results = _results(claim)
         if not results:
             continue
         within, count, names = CPUSet(), 0, []
@@ -278,7 +288,7 @@ class Judge:
                 held[s.key] = Grant("", "", CPUSet(), -1, ())  # claims not all resolvable
         uids = {f"{c['metadata']['namespace']}/{c['metadata']['name']}": c["metadata"]["uid"]
                 for c in api.claims}  # fmt: skip
-        self._judge_claims(pods, granted, uids, seen, held, now)
+        self._judge_claims(pods, granted, allocated(api.claims), uids, seen, held, now)
         self._judge_containers(pods, seen, held, now, unsettled)
         self._judge_pods(pods, seen, held, now, unsettled)
         self.unsettled = unsettled
@@ -287,6 +297,7 @@ class Judge:
         self,
         pods: Mapping[str, Mapping[str, Any]],
         granted: Mapping[str, Grant],
+        allocated_uids: set[str],
         uids: Mapping[str, str],
         seen: Sequence[Seen],
         held: Mapping[str, Grant],
@@ -331,7 +342,7 @@ class Judge:
                     if failed:
                         reason = pod.get("status", {}).get("reason", "")
                         self.counts.claims_lost.add(f"{claim_key} (pod {key} Failed: {reason})")
-                    elif uid not in granted:
+                    elif uid not in allocated_uids:
                         phase = pod.get("status", {}).get("phase", "")
                         self.counts.claims_lost.add(
                             f"{claim_key} (deallocated, pod {key} on, {phase})"

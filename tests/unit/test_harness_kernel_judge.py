@@ -211,6 +211,17 @@ def test_an_acknowledged_claim_deallocated_or_its_pod_failed_is_lost() -> None:
     }
 
 
+def test_an_allocated_claim_whose_slice_is_away_for_a_while_is_not_lost() -> None:
+    # The kubelet removes a node's slices while its driver restarts; the claims stay allocated.
+    the_judge = judge()
+    allocated = claim("a", [("cpudevnuma001", 2)])
+    the_judge.sample(
+        ApiView.from_list([grouped_slice(), allocated, pod("a", "a")]), [seen("a", "4-5")], T0
+    )
+    the_judge.sample(ApiView.from_list([allocated, pod("a", "a")]), [seen("a", "4-5")], T0 + 1)
+    assert the_judge.counts.claims_lost == set()
+
+
 def test_pods_not_running_or_not_gone_past_the_bound_are_stuck() -> None:
     the_judge = judge()
     pending = pod("p", phase="Pending", created=T0)
