@@ -5,8 +5,8 @@ separate processes on temporary unix sockets, with the API-server fake (`dracpu.
 one more process) as the claim source,
 and registers through the kubelet stand-in. Then times one NodePrepareResources call per claim
 (each asks for 1 CPU of a NUMA device): 1,000 claims one after another, and 1,000 claims from
-8 concurrent callers. Every prepare is durable (the allocator's CDI spec and claim record are
-fsynced) and writes the device metadata files. The sequential claims are then unprepared one
+8 concurrent callers. Every prepare is durable (the allocator's claim record is fsynced) and
+writes the CDI specs and the device metadata files. The sequential claims are then unprepared one
 by one, each NodeUnprepareResources timed the same way.
 
 For comparison it first times the allocator's Prepare and Unprepare alone (same socket, no
