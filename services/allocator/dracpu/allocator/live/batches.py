@@ -169,8 +169,8 @@ class PrepareBatches:
     async def _write_prepared(
         self, record: claims.ClaimRecord, before: claims.ClaimRecord | None
     ) -> None:
-        """A prepared claim's spec and record, written at the same time: their fsyncs overlap,
-        and start-up recovery completes either one found alone. The spec is written again even
+        """A prepared claim's spec and record (only the record synced; start-up recovery
+        completes either one found alone). The spec is written again even
         for a claim already prepared (it may have been lost, e.g. /var/run wiped); the record
         only when it changed. A failure puts back what this wrote."""
         live = self._live

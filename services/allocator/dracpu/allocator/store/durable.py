@@ -1,20 +1,14 @@
-"""The allocator's state files written together: each replaced whole
-(`dracpu.core.files.write_atomic`), durably unless the file says otherwise, several at once so
-their fsyncs overlap."""
+"""The allocator's state files: each replaced whole (`dracpu.core.files.write_atomic`), durably
+unless the file says otherwise."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from dracpu.core.errors import StateError
 from dracpu.core.files import TEMP_SUFFIX, write_atomic
-
-# Where the files of one `write_files` call beyond the first are written, so their fsyncs
-# overlap (the disk commits them together: about half the time of one after the other).
-_OVERLAP = ThreadPoolExecutor(max_workers=4, thread_name_prefix="durable-write")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +48,8 @@ def _written(file: FileWrite) -> StateError | None:
 
 
 def write_files(files: Sequence[FileWrite]) -> list[StateError | None]:
-    """Each file written as `write_file` writes it, all at the same time so their fsyncs
-    overlap; each one's error, in order (None: written). One failing leaves the others
-    written: the caller decides what to put back."""
-    others = [_OVERLAP.submit(_written, file) for file in files[1:]]
-    first = [_written(files[0])] if files else []
-    return first + [job.result() for job in others]
+    """Each file written as `write_file` writes it, one after another in the calling thread
+    (a prepare syncs one file, its record: nothing to overlap); each one's error, in order
+    (None: written). One failing leaves the others written: the caller decides what to put
+    back."""
+    return [_written(file) for file in files]

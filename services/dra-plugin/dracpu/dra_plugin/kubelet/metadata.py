@@ -148,7 +148,7 @@ class MetadataWriter:
             raise StateError(f"claim {claim}: write device metadata: {exc}") from None
         return ids
 
-    async def write_together(
+    async def write_off_loop(
         self,
         claim: ClaimRef,
         pod_claim: str | None,

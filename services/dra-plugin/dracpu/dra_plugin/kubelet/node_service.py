@@ -264,7 +264,7 @@ class NodeService:
                         pool=prepared.pool_name, name=prepared.device_name, attributes=attrs
                     )
                 )
-        ids = await self.metadata.write_together(ref, pod_claim, by_request)
+        ids = await self.metadata.write_off_loop(ref, pod_claim, by_request)
         injected: set[str] = set()
         for device in devices:
             for name in device.request_names:
