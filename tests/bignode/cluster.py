@@ -213,9 +213,7 @@ class GuestCluster(Cluster):
             }
         )
         self.guest = guest
-        # The chart's own state dir, which the node keeps on its disk across a reboot
-        # (tools/bignode/node.sh), not the harness's folder under the cluster's tmpfs.
-        self.state_dir = Path(NODE_STATE_DIR)
+        self.state_dir = Path(NODE_STATE_DIR)  # not the harness's folder on the guest's tmpfs
         self.api_port = int(os.environ.get("DRACPU_E2E_API_PORT", "17080"))
         self._online: CPUSet | None = None
         self._views: dict[str, dict[str, Any]] | None = None

@@ -863,8 +863,8 @@ SOAK_SERVICES = ("topology", "allocator", "dra-plugin", "nri-plugin", "api")
 SOAK_BACKOFF_LINE = "crashLoopBackOff: {maxContainerRestartPeriod: %s}\n"
 
 
-# As their packages' units restart them (Restart=always, RestartSec): a kubelet started while
-# containerd is not serving yet exits, and is started again.
+# The RestartSec of their packages' units, which start them again when a start fails: a
+# kubelet started while containerd is not serving yet exits, and is started again.
 UNIT_RESTART_SEC = {"kubelet": 10.0, "containerd": 5.0}
 
 _soak_stopped: set[str] = set()  # the driver containers cluster_fault stopped

@@ -43,16 +43,21 @@ def read_recorded(pidfile: Path) -> Recorded:
     return Recorded(pid, argv, env, cwd)
 
 
+def state(pid: int) -> str:
+    """The process's state letter in /proc/<pid>/stat (R, S, D, Z...); OSError when it has no
+    entry there."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
 def gone(pid: int) -> bool:
     """The process no longer runs and holds nothing (its listening sockets among what it
     held). A zombie is gone once its whole thread group is: a thread group leader that has
     exited shows as a zombie while its other threads still run, the open files with them."""
-    proc = Path(f"/proc/{pid}")
     try:
-        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state not in ("Z", "X"):
+        if state(pid) not in ("Z", "X"):
             return False
-        return [int(t) for t in os.listdir(proc / "task")] == [pid]
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")] == [pid]
     except (OSError, IndexError, ValueError):
         return True
 

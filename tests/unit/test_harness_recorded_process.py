@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from harness.recorded_process import gone, restart
+from harness.recorded_process import gone, restart, state
 from harness.waits import wait_for
 
 # The exit(2) system call, which ends the calling thread only.
@@ -33,10 +33,6 @@ LEADER_EXITS_FIRST = textwrap.dedent(
     ctypes.CDLL(None, use_errno=True).syscall(int(sys.argv[1]), 0)
     """
 )
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def _bindable(port: int) -> bool:
@@ -66,7 +62,7 @@ def test_a_zombie_leader_whose_threads_still_run_is_not_gone_and_still_holds_its
     try:
         assert child.stdout is not None
         port = int(child.stdout.readline())
-        wait_for(lambda: _state(child.pid) == "Z", "the leader a zombie", timeout=30)
+        wait_for(lambda: state(child.pid) == "Z", "the leader a zombie", timeout=30)
         assert len(os.listdir(f"/proc/{child.pid}/task")) == 2
         assert not gone(child.pid)
         assert not _bindable(port)  # what a restart at this moment would meet
