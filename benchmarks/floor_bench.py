@@ -24,13 +24,27 @@ pod's targets (idle CPU 2 millicores, memory 100 MiB):
 
 (each kind's figures the median of its processes; the total the sum of all five).
 
+With `--prepare N`, then the floor of a prepare's path in the same shape: a caller (a process
+of its own, as the kubelet is) makes N unary calls one after another to a first `grpc` process,
+which calls a second over its kept channel; the second writes a record of the call durably
+(a temp file, fdatasync, rename, fsync of the folder, as the allocator writes a claim record)
+and answers, and the first writes a small file atomically without a sync (as the CDI spec) and
+answers. Raw bytes, no protobuf, no claim read from an API server: less than a prepare does.
+Then the same calls removing each record durably (unlink, fsync of the folder: an unprepare's
+floor), the calls without any sync, and one hop alone. Prints mean, p50 and p99 in ms:
+
+    floor: path=<p> calls=<n> mean_ms=<x> p50_ms=<x> p99_ms=<x>
+
 Usage: python benchmarks/floor_bench.py [--idle SECONDS] [--settle SECONDS] [--kubernetes]
+                                        [--prepare N] [--state-dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,6 +73,79 @@ async def main() -> None:
     await server.wait_for_termination()
 
 asyncio.run(main())
+"""
+
+HOP_PROCESS = """
+import asyncio, os, sys, tempfile
+import grpc
+
+socket, upstream, folder = sys.argv[1], sys.argv[2], sys.argv[3]
+
+def write(name: str, data: bytes, durable: bool) -> None:
+    fd, temp = tempfile.mkstemp(dir=folder, prefix="." + name)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        if durable:
+            os.fdatasync(handle.fileno())
+    os.replace(temp, os.path.join(folder, name))
+    if durable:
+        directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+async def main() -> None:
+    channel = grpc.aio.insecure_channel("unix://" + upstream) if upstream else None
+    forward = channel.unary_unary("/floor.Hop/Call") if channel else None
+
+    async def call(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        name, _, flags = request.decode().partition(":")
+        if forward is not None:  # the first hop: the second's answer, then the spec
+            answer = await forward(request, timeout=30)
+            write(name + ".spec", answer * 8, durable=False)
+            return answer
+        if "durable" in flags:  # the second hop: the record
+            write(name + ".record", request * 8, durable=True)
+        elif "remove" in flags:  # the record removed, the removal made durable
+            try:
+                os.unlink(os.path.join(folder, name + ".record"))
+            except FileNotFoundError:
+                pass
+            directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        return request
+
+    handler = grpc.method_handlers_generic_handler(
+        "floor.Hop", {{"Call": grpc.unary_unary_rpc_method_handler(call)}}
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port("unix://" + socket)
+    await server.start()
+    await server.wait_for_termination()
+
+asyncio.run(main())
+"""
+
+CALLER = """
+import json, sys, time
+import grpc
+
+socket, calls, flags = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with grpc.insecure_channel("unix://" + socket) as channel:
+    call = channel.unary_unary("/floor.Hop/Call")
+    call(b"warm:" + flags.encode(), timeout=30)
+    took = []
+    for n in range(calls):
+        began = time.perf_counter()
+        call(f"claim-{{n}}:{{flags}}".encode(), timeout=30)
+        took.append(time.perf_counter() - began)
+print(json.dumps(took))
 """
 
 API_PROCESS = """
@@ -126,6 +213,47 @@ with grpc.insecure_channel("unix://" + sys.argv[1]) as channel:
 """
 
 
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def prepare_floor(calls: int, state_dir: Path, env: dict[str, str]) -> None:
+    """The two hops of a prepare's path, timed from a caller of their own (see the module
+    docstring); one line per path."""
+    with tempfile.TemporaryDirectory(prefix="dracpu-floor-") as sockets:
+        state = Path(tempfile.mkdtemp(prefix="dracpu-floor-", dir=state_dir))
+        second, first = Path(sockets) / "second.sock", Path(sockets) / "first.sock"
+        hops = []
+        try:
+            for socket, upstream in ((second, ""), (first, str(second))):
+                code = HOP_PROCESS.format()
+                argv = [sys.executable, "-c", code, str(socket), upstream, str(state)]
+                hops.append(subprocess.Popen(argv, env=env))
+                wait_for(socket.exists, f"{socket.name} listening", timeout=120)
+            paths = (
+                ("two_hops_durable_record", first, "durable"),
+                ("two_hops_durable_removal", first, "remove"),
+                ("two_hops_no_sync", first, ""),
+                ("one_hop_no_sync", second, ""),
+            )
+            for label, socket, flags in paths:
+                done = subprocess.run(
+                    [sys.executable, "-c", CALLER.format(), str(socket), str(calls), flags],
+                    env=env, capture_output=True, text=True, check=True, timeout=600,
+                )  # fmt: skip
+                ms = [t * 1000 for t in json.loads(done.stdout)]
+                print(
+                    f"floor: path={label} calls={calls} mean_ms={statistics.fmean(ms):.2f} "
+                    f"p50_ms={statistics.median(ms):.2f} p99_ms={percentile(ms, 0.99):.2f}"
+                )
+        finally:
+            for hop in hops:
+                hop.kill()
+                hop.wait(30)
+            shutil.rmtree(state, ignore_errors=True)
+
+
 def answers(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/node", timeout=5) as reply:
@@ -140,6 +268,15 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=10.0, help="pause before it (10 s)")
     parser.add_argument(
         "--kubernetes", action="store_true", help="the Kubernetes client in one gRPC process"
+    )
+    parser.add_argument(
+        "--prepare", type=int, default=300, help="calls of the prepare path's floor (0: none)"
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("/var/tmp"),
+        help="where the durable records go: a disk, as the allocator's state dir (/var/tmp)",
     )
     args = parser.parse_args()
     env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # as the images set it
@@ -192,6 +329,8 @@ def main() -> int:
         f"anon_mib={sum(anon):.1f} pss_mib={sum(pss):.1f} (targets 2 and 100; "
         f"idle window {seconds:.0f} s)"
     )
+    if args.prepare:
+        prepare_floor(args.prepare, args.state_dir, env)
     return 0
 
 
