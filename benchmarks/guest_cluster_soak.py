@@ -4,7 +4,8 @@ installed), then faults at random instants with claimed and shared pods created 
 throughout, judged by a reader of the guest kernel and the API server alone
 (tests/bignode/cluster_soak.py, tests/harness/kernel_judge.py). Prints the seed first, a line
 per fault and settle, and at the end the faults by kind, the judge's counts, the convergence
-times (median, p99, max) and the duration; exit status 1 when the judge counted anything.
+times (median, p99, max) and the duration; exit status 1 when the judge counted anything
+or a settle never came.
 
 Needs root and the big-node tier's tools (tools/tier-bignode.sh bootstrap, the Kubernetes
 binaries and helm). Guests run beside each other on their own ports
@@ -73,7 +74,7 @@ def main() -> int:
         report(f"guest cluster soak: {tally.summary()}")
         for offence in tally.offences:
             report(f"guest cluster soak: COUNTED {offence}")
-        failed = bool(tally.offences)
+        failed = bool(tally.offences) or tally.unconverged > 0
     finally:
         guest.stop()
         if not failed:

@@ -44,3 +44,4 @@ def test_fifty_faults_leave_no_cpu_in_two_claims_no_claim_lost_and_nothing_off_o
     assert sum(tally.faults.values()) >= FAULTS
     assert tally.operations["claimed"] > 0 and tally.operations["delete"] > 0, tally.operations
     assert tally.convergence, "no settle after the faults was ever reached"
+    assert tally.unconverged == 0, f"{tally.unconverged} settles never came"

@@ -260,6 +260,11 @@ class Judge:
         self._off_since: dict[str, float] = {}
         self._pinned_elsewhere_since: dict[str, float] = {}
         self.unsettled: list[str] = []  # what the latest sample found not yet as it should be
+        # Wall-clock time by which all of that must be as it should be, or be counted: each
+        # item's bound runs from the later of when it began (first seen off, created, deleted)
+        # and the last fault. 0 when the latest sample found everything settled.
+        self.settle_by = 0.0
+        self._since: list[float] = []  # when each unsettled item of the sample under way began
 
     def fault(self, at: float) -> None:
         self.last_fault = max(self.last_fault, at)
@@ -289,9 +294,11 @@ class Judge:
         uids = {f"{c['metadata']['namespace']}/{c['metadata']['name']}": c["metadata"]["uid"]
                 for c in api.claims}  # fmt: skip
         self._judge_claims(pods, granted, allocated(api.claims), uids, seen, held, now)
+        self._since = []
         self._judge_containers(pods, seen, held, now, unsettled)
         self._judge_pods(pods, seen, held, now, unsettled)
         self.unsettled = unsettled
+        self.settle_by = max([self.last_fault, *self._since]) + self.bound if unsettled else 0.0
 
     def _judge_claims(
         self,
@@ -385,6 +392,7 @@ class Judge:
             current.add(s.key)
             since = self._off_since.setdefault(s.key, now)
             unsettled.append(f"{s.key}: {why}")
+            self._since.append(since)
             if self._past_bound(since, now):
                 self.counts.off_cpuset.add(f"{s.key}: {why}")
         for key in set(self._off_since) - current:
@@ -409,6 +417,7 @@ class Judge:
             if deleted is not None:
                 grace = float(meta.get("deletionGracePeriodSeconds") or 0)
                 unsettled.append(f"{key}: deleted, still present")
+                self._since.append(deleted - grace)
                 if self._past_bound(deleted - grace, now):
                     self.counts.pods_stuck.add(f"{key} ({meta['uid']}): not gone")
                 continue
@@ -419,5 +428,6 @@ class Judge:
                 continue
             missing = sorted(wanted - running.get(key, set()))
             unsettled.append(f"{key}: {phase}, not running {missing}")
+            self._since.append(created)
             if self._past_bound(created, now):
                 self.counts.pods_stuck.add(f"{key} ({meta['uid']}): {phase}, not running {missing}")

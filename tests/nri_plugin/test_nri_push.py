@@ -43,6 +43,9 @@ class SlowRuntime:
     cost: float = 0.002  # seconds per update
     lose_answers: int = 0  # this many calls apply everything (however long) but never answer
     refuse: set[str] = field(default_factory=set)  # container ids whose update fails
+    # Container ids whose start has read their spec already but not yet run them: an update
+    # is taken into the spec alone (answered as applied), and they run on what they had.
+    starting: set[str] = field(default_factory=set)
     truth: dict[str, str] = field(default_factory=dict)
     calls: int = 0
 
@@ -61,6 +64,8 @@ class SlowRuntime:
             await asyncio.sleep(self.cost)
             if update.container_id in self.refuse:
                 failed.append(update)
+                continue
+            if update.container_id in self.starting:
                 continue
             self.truth[update.container_id] = update.linux.resources.cpu.cpus
         if lose or loop.time() > end:
@@ -168,6 +173,59 @@ async def test_refused_updates_are_found_by_splitting_and_retried() -> None:
     again = await plugin.push_once()
     assert (again.applied, again.pending) == (1, 0)
     assert set(runtime.truth.values()) == {SMALL}
+
+
+async def test_moves_answered_with_a_create_are_confirmed_by_a_push_of_their_own() -> None:
+    # A claimed container's CreateContainer shrank the pool; its answer carries the moves of
+    # the shared containers, and the runtime applies them after answering, telling nobody:
+    # one it could not apply (a container whose task did not answer in time, on a loaded
+    # node) must not stay on the old pool, which now holds the claim's CPUs.
+    runtime = SlowRuntime(cost=0.0)
+    allocator = PoolOnly()
+    plugin = await shared_plugin(runtime, allocator, 8)
+    await change_pool(plugin, allocator, SMALL, 2)
+    pod = api_pb2.PodSandbox(id="pod", uid="pod-uid", namespace="ns", name="pod")
+    new = api_pb2.Container(id="new", pod_sandbox_id="pod", name="new")
+    answer = await plugin.create_container(pod, new)
+    runtime.truth["new"] = answer.adjust.linux.resources.cpu.cpus
+    moves = {u.container_id: u.linux.resources.cpu.cpus for u in answer.update}
+    assert moves == {f"c{index:03d}": SMALL for index in range(8)}
+    lost = "c005"  # the one the runtime could not apply
+    runtime.truth.update({cid: cpus for cid, cpus in moves.items() if cid != lost})
+    assert runtime.truth[lost] == FULL
+    pusher = asyncio.create_task(plugin.push_pool_changes(retry_delay=0.02, max_delay=0.1))
+    try:
+        await converged(plugin, runtime, SMALL, timeout=20)
+        assert recorded(plugin) == runtime.truth
+    finally:
+        pusher.cancel()
+        await asyncio.gather(pusher, return_exceptions=True)
+
+
+async def test_a_move_taken_while_the_container_started_is_sent_again_once_it_runs() -> None:
+    # containerd takes an update of a container that does not run yet into its spec alone; a
+    # start that had read the spec already runs it on its creation's cpuset, though the update
+    # was answered as applied.
+    runtime = SlowRuntime(cost=0.0)
+    allocator = PoolOnly()
+    plugin = await shared_plugin(runtime, allocator, 4)  # created, none started yet
+    runtime.starting = set(runtime.truth)
+    await change_pool(plugin, allocator, SMALL, 2)
+    result = await plugin.push_once()
+    assert (result.applied, result.pending) == (4, 0)
+    assert set(runtime.truth.values()) == {FULL}  # answered, not applied
+    pusher = asyncio.create_task(plugin.push_pool_changes(retry_delay=0.02, max_delay=0.1))
+    try:
+        pod = api_pb2.PodSandbox(id="pod", uid="pod-uid", namespace="ns", name="pod")
+        for index in range(4):
+            ctr = api_pb2.Container(id=f"c{index:03d}", pod_sandbox_id="pod", name=f"c{index}")
+            runtime.starting.discard(ctr.id)
+            await plugin.post_start_container(pod, ctr)
+        await converged(plugin, runtime, SMALL, timeout=20)
+        assert recorded(plugin) == runtime.truth
+    finally:
+        pusher.cancel()
+        await asyncio.gather(pusher, return_exceptions=True)
 
 
 @pytest.mark.parametrize(

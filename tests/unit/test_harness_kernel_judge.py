@@ -136,6 +136,27 @@ def test_a_shared_container_on_a_claimed_cpu_counts_only_past_the_bound(
     assert the_judge.counts.offences() == counted
 
 
+def test_what_is_off_says_until_when_it_may_settle_before_it_counts() -> None:
+    # The fault storm ends at T0; the shared container is first seen on the claim's CPU 40 s
+    # later (the claim came after the last fault): its bound runs from then, not from the
+    # fault, and the soak's settle must wait that long to see it counted.
+    the_judge = judge()
+    the_judge.fault(T0)
+    api = ApiView.from_list(
+        [grouped_slice(), claim("a", [("cpudevnuma001", 2)]), pod("a", "a"), pod("s")]
+    )
+    the_judge.sample(api, [seen("a", "4-5"), seen("s", "0-3,6-7")], T0 + 20)
+    assert (the_judge.unsettled, the_judge.settle_by) == ([], 0.0)
+    the_judge.sample(api, [seen("a", "4-5"), seen("s", "0-3,5-7")], T0 + 40)
+    assert the_judge.settle_by == T0 + 40 + BOUND
+    the_judge.sample(api, [seen("a", "4-5"), seen("s", "0-3,5-7")], T0 + BOUND + 10)
+    assert the_judge.counts.offences() == []  # past the fault's bound, not its own
+    the_judge.sample(api, [seen("a", "4-5"), seen("s", "0-3,5-7")], T0 + 40 + BOUND + 1)
+    assert the_judge.counts.offences() == [
+        "off its cpuset: default/s/work: shared, on claimed CPUs 5"
+    ]
+
+
 def test_the_bound_runs_from_the_last_fault() -> None:
     the_judge = judge()
     api = ApiView.from_list([grouped_slice(), pod("s")])

@@ -166,10 +166,26 @@ class ContainerEvents:
         async with self._state.lock:
             if self._state.registry.set_state(ctr.id, "running"):
                 log.info(6, "container running", container=ctr.id)
+                self._move_again_if_moved_before_start(ctr.id)
             else:
                 # Neither its CreateContainer nor a Synchronize listed it: it was created while
                 # the plugin registered, and runs on whatever its spec allowed.
                 await self._adoptions.adopt(pod, ctr, "PostStartContainer")
+
+    def _move_again_if_moved_before_start(self, container_id: str) -> None:
+        """A container whose cpuset changed while it was being created or started may run on
+        its creation's (`ContainerRecord.moved_before_start`): now that it runs, its move is
+        marked unconfirmed, so the next pool push (where the runtime takes the plugin's own
+        UpdateContainers) or the next answer to the runtime sends it again. Called under the
+        lock."""
+        registry = self._state.registry
+        record = registry.get(container_id)
+        if record is None or not record.moved_before_start:
+            return
+        registry.put(replace(record, moved_before_start=False, confirmed=False))
+        log.info(2, "moved before its start: sending its cpuset again", container=container_id,
+                 cpus=record.cpus)  # fmt: skip
+        self._state.pool.changed.set()  # wakes the pusher
 
     async def stop_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container

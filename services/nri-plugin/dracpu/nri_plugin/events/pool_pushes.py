@@ -4,7 +4,9 @@ and every claimed container with the pool included onto its claims' CPUs and the
 The moves ride on the answer to the runtime's next CreateContainer (solicited), and, where the
 runtime is safe for it (dracpu.nri_plugin.transport.compat), go out at once as the plugin's own
 UpdateContainers calls, in batches paced to the runtime's cost (dracpu.nri_plugin.state.pacing).
-Until every shared container is confirmed on the pool, the pushes are sent again with backoff.
+Until every shared container is confirmed on the pool, the pushes are sent again with backoff;
+there, a solicited move counts as confirmed only once a push of the same cpuset was answered,
+since the runtime reports nothing of the moves it applies with an answer.
 """
 
 from __future__ import annotations
@@ -71,15 +73,25 @@ class PoolPushes:
 
     def solicited(self, exclude: str = "") -> list[api_pb2.ContainerUpdate]:
         """The updates of every shared container not on the current pool but `exclude`, for
-        the answer to a runtime request (recorded as applied: the runtime applies them with
-        it). Called under the lock."""
+        the answer to a runtime request. Called under the lock.
+
+        The runtime applies them after the answer and tells nobody how that went: one it
+        cannot apply (a container whose task does not answer in time under load) is only
+        logged on its side, and the container runs on its old cpuset. Where the plugin may
+        send its own UpdateContainers, whose answer lists the updates that failed, they are
+        recorded as not confirmed and the pusher sends them again (harmless where they were
+        applied) until the runtime has confirmed each; elsewhere nothing could confirm them,
+        and they are recorded as applied."""
         state = self._state
         pool = state.pool.cpus
         if pool is None:
             return []
         stale = state.registry.stale_shared(pool, exclude)
+        confirm = self._push is not None and state.unsolicited.enabled
         for record in stale:
-            state.registry.set_cpus(record.container_id, record.target(pool))
+            state.registry.set_cpus(record.container_id, record.target(pool), confirmed=not confirm)
+        if stale and confirm:
+            state.pool.changed.set()  # wakes the pusher (run)
         return [cpuset_update(r.container_id, r.target(pool)) for r in stale]
 
     async def run(self, retry_delay: float = 0.5, max_delay: float = 10.0) -> None:

@@ -28,6 +28,11 @@ class ContainerRecord:
     # A claimed container that runs on the shared pool too (`cpuConfig.sharedPool: include`):
     # its claims' CPUs, which it runs on with the pool; EMPTY for every other container.
     own: CPUSet = EMPTY
+    # `cpus` changed between its creation and its start. The runtime may have taken that
+    # update into the container's spec after its start had read the spec (containerd updates
+    # only the spec of a container not yet running): the container can run on its creation's
+    # cpuset whatever the answer said, so the move is sent again once it runs.
+    moved_before_start: bool = False
 
     @property
     def container_id(self) -> str:
@@ -133,7 +138,8 @@ class Registry:
             expected.confirmed,
         ):
             return False
-        self.put(replace(record, cpus=cpus, confirmed=confirmed))
+        moved = record.moved_before_start or (record.state == "created" and cpus != record.cpus)
+        self.put(replace(record, cpus=cpus, confirmed=confirmed, moved_before_start=moved))
         return True
 
     def set_state(self, container_id: str, state: str) -> bool:
