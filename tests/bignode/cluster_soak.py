@@ -188,29 +188,43 @@ class Soak:
         self.rng.shuffle(kinds)
         for kind in kinds:  # the first that can be done now
             at = time.time()
-            if kind == "apiserver":
-                # A crash: killed, then started again with the same command line.
-                restart(
-                    self.cp_dir / "apiserver.pid",
-                    self.cp_dir / "logs" / "apiserver.log",
-                    sig=signal.SIGKILL,
-                    restart_sec=APISERVER_RESTART_SEC,
-                )
-                done, what = True, "apiserver"
-            else:
-                try:
-                    answer = self.cluster.guest.call("cluster_fault", timeout=300, kind=kind)
-                except GuestError as exc:  # crictl while containerd restarts: another fault
-                    self.cluster.guest.check()  # but a hung guest ends the run
-                    self.report(f"soak: no {kind} fault now: {str(exc)[:200]}")
-                    continue
-                done, what = answer["done"], answer["what"]
-            if done:
+            # The judge hears of the fault before it is made: a sample read between the kill
+            # and the answer of the call that made it would otherwise judge its effect (a
+            # container gone, a pod not ready) by the bound of the fault before.
+            with self._lock:
+                before = self.judge.last_fault
+                self.judge.fault(at)
+            if not self._inject(kind):
                 with self._lock:
-                    self.judge.fault(at)
-                self.tally.faults[kind] += 1
-                self.report(f"soak: fault {sum(self.tally.faults.values())}: {what}")
-                return
+                    if self.judge.last_fault == at:
+                        self.judge.last_fault = before  # nothing was done
+                continue
+            return
+
+    def _inject(self, kind: str) -> bool:
+        """Fault `kind` now; False when it cannot be done now (the next kind is tried)."""
+        if kind == "apiserver":
+            # A crash: killed, then started again with the same command line.
+            restart(
+                self.cp_dir / "apiserver.pid",
+                self.cp_dir / "logs" / "apiserver.log",
+                sig=signal.SIGKILL,
+                restart_sec=APISERVER_RESTART_SEC,
+            )
+            what = "apiserver"
+        else:
+            try:
+                answer = self.cluster.guest.call("cluster_fault", timeout=300, kind=kind)
+            except GuestError as exc:  # crictl while containerd restarts: another fault
+                self.cluster.guest.check()  # but a hung guest ends the run
+                self.report(f"soak: no {kind} fault now: {str(exc)[:200]}")
+                return False
+            if not answer["done"]:
+                return False
+            what = answer["what"]
+        self.tally.faults[kind] += 1
+        self.report(f"soak: fault {sum(self.tally.faults.values())}: {what}")
+        return True
 
     def _settle(self) -> None:
         """Faults paused until the judge finds everything settled on reads begun after the
