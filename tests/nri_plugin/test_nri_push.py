@@ -10,6 +10,8 @@ partial failure answered as an error without the failed list.
 from __future__ import annotations
 
 import asyncio
+import functools
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +38,19 @@ class PoolOnly:
 
     async def shared_pool(self) -> allocator_pb2.SharedPool:
         return allocator_pb2.SharedPool(cpus=self.pool, generation=1)
+
+    async def reconcile(self, live: Sequence[str]) -> list[str]:
+        return []
+
+    async def adopt(
+        self, container: allocator_pb2.ContainerRef, claims: Mapping[str, CPUSet]
+    ) -> allocator_pb2.AdoptResponse:
+        """Every claim accepted on the CPUs the container's env names."""
+        return allocator_pb2.AdoptResponse(
+            outcomes=[allocator_pb2.AdoptOutcome(claim_uid=uid, accepted=True) for uid in claims],
+            cpus=functools.reduce(operator.or_, claims.values(), CPUSet()).format(),
+            shared_pool=allocator_pb2.SharedPool(cpus=self.pool, generation=1),
+        )
 
 
 @dataclass
@@ -215,6 +230,7 @@ async def test_a_move_taken_while_the_container_started_is_sent_again_once_it_ru
     assert (result.applied, result.pending) == (4, 0)
     assert set(runtime.truth.values()) == {FULL}  # answered, not applied
     pusher = asyncio.create_task(plugin.push_pool_changes(retry_delay=0.02, max_delay=0.1))
+    mover = asyncio.create_task(plugin.move_adopted())  # moves again what moved before its start
     try:
         pod = api_pb2.PodSandbox(id="pod", uid="pod-uid", namespace="ns", name="pod")
         for index in range(4):
@@ -225,7 +241,35 @@ async def test_a_move_taken_while_the_container_started_is_sent_again_once_it_ru
         assert recorded(plugin) == runtime.truth
     finally:
         pusher.cancel()
-        await asyncio.gather(pusher, return_exceptions=True)
+        mover.cancel()
+        await asyncio.gather(pusher, mover, return_exceptions=True)
+
+
+async def test_a_container_synchronized_while_it_started_is_moved_again_once_it_runs() -> None:
+    # The plugin registered while the runtime was starting a container: the Synchronize
+    # answer's update for it may reach its spec alone, so it is moved again at its start.
+    plugin = CPUPlugin(PoolOnly(pool=SMALL), unsolicited=UnsolicitedMode.ON)  # type: ignore[arg-type]
+    plugin.configure(RuntimeInfo("containerd", "v2.4.2", "v0.12.3", 5.0, 0.1))
+    pod = api_pb2.PodSandbox(id="pod", uid="pod-uid", namespace="ns", name="pod")
+    # A claimed one: its record holds its claim's CPUs before the update, as a shared one's
+    # does not.
+    starting = api_pb2.Container(
+        id="starting", pod_sandbox_id="pod", name="starting", state=api_pb2.CONTAINER_CREATED
+    )
+    starting.env.extend(["DRA_CPUSET_claim-a=0"])
+    starting.linux.resources.cpu.cpus = FULL
+    running = api_pb2.Container(
+        id="running", pod_sandbox_id="pod", name="running", state=api_pb2.CONTAINER_RUNNING
+    )
+    running.linux.resources.cpu.cpus = FULL
+    updates = await plugin.synchronize([pod], [starting, running])
+    assert {u.container_id: u.linux.resources.cpu.cpus for u in updates} == {
+        "starting": "0",
+        "running": SMALL,
+    }
+    assert not plugin.adoptions.pending
+    await plugin.post_start_container(pod, starting)
+    assert set(plugin.adoptions.pending) == {"starting"}
 
 
 @pytest.mark.parametrize(

@@ -201,6 +201,18 @@ class LateAdoptions:
         self._pending[ctr.id] = Adoption(name, ran_on, time.monotonic(), started)
         self._wake.set()
 
+    def move_again(self, record: ContainerRecord) -> None:
+        """A container the plugin knows, whose cpuset it sent while the runtime was creating
+        or starting it (`ContainerRecord.moved_before_start`): it may run on its creation's
+        cpuset, so it is moved onto its own now that it runs, as an adoption is. Called under
+        the lock."""
+        c = record.container
+        name = f"{c.pod_namespace}/{c.pod_name}/{c.container_name}"
+        log.info(2, "cpuset sent before its start: sending it again", container=name,
+                 container_id=record.container_id, cpus=record.cpus)  # fmt: skip
+        self._pending[record.container_id] = Adoption(name, "", time.monotonic(), 0.0)
+        self._wake.set()
+
     def forget(self, container_id: str) -> None:
         """The container stopped or was removed: nothing to move any more."""
         self._pending.pop(container_id, None)

@@ -173,19 +173,17 @@ class ContainerEvents:
                 await self._adoptions.adopt(pod, ctr, "PostStartContainer")
 
     def _move_again_if_moved_before_start(self, container_id: str) -> None:
-        """A container whose cpuset changed while it was being created or started may run on
-        its creation's (`ContainerRecord.moved_before_start`): now that it runs, its move is
-        marked unconfirmed, so the next pool push (where the runtime takes the plugin's own
-        UpdateContainers) or the next answer to the runtime sends it again. Called under the
-        lock."""
+        """A container whose cpuset was sent while it was being created or started may run on
+        its creation's (`ContainerRecord.moved_before_start`): now that it runs, it is moved
+        again, by the plugin's own UpdateContainers or a resynchronization as an adopted
+        container is (`adoption.LateAdoptions.move_again`). Called under the lock."""
         registry = self._state.registry
         record = registry.get(container_id)
         if record is None or not record.moved_before_start:
             return
-        registry.put(replace(record, moved_before_start=False, confirmed=False))
-        log.info(2, "moved before its start: sending its cpuset again", container=container_id,
-                 cpus=record.cpus)  # fmt: skip
-        self._state.pool.changed.set()  # wakes the pusher
+        record = replace(record, moved_before_start=False, confirmed=False)
+        registry.put(record)  # not known to run on it: no answer to the runtime settles it
+        self._adoptions.move_again(record)
 
     async def stop_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.cpuset import EMPTY
@@ -124,6 +124,12 @@ class Resync:
                     if record.exclusive and record.state != "created":
                         late.append(LatePin(record, ran_on, self._late_cause(record)))
                 registry.set_cpus(record.container_id, target)
+                if record.state == "created" and not same_cpus(ran_on, target):
+                    # Being created or started: the update may reach its spec alone, which
+                    # a start that read the spec already does not see; sent again at its start.
+                    moved = registry.get(record.container_id)
+                    if moved is not None:
+                        registry.put(replace(moved, moved_before_start=True))
             state.registry = registry
             state.overdue.clear()
             self._adoptions.synchronized({r.container_id: r for r in registry})
