@@ -126,6 +126,8 @@ class Adoption:
     ran_on: str  # the cpuset the runtime reported at the event ("" = none: every CPU)
     seen_at: float  # monotonic, when the plugin adopted it
     started_at: float  # wall clock, when the runtime started it (0: not reported)
+    # False: a container the plugin knew, sent its cpuset again once running (move_again).
+    adopted: bool = True
 
     def window(self) -> float:
         """Seconds the container has run off its cpuset: from its start when the runtime
@@ -210,7 +212,9 @@ class LateAdoptions:
         name = f"{c.pod_namespace}/{c.pod_name}/{c.container_name}"
         log.info(2, "cpuset sent before its start: sending it again", container=name,
                  container_id=record.container_id, cpus=record.cpus)  # fmt: skip
-        self._pending[record.container_id] = Adoption(name, "", time.monotonic(), 0.0)
+        self._pending[record.container_id] = Adoption(
+            name, "", time.monotonic(), 0.0, adopted=False
+        )
         self._wake.set()
 
     def forget(self, container_id: str) -> None:
@@ -238,7 +242,9 @@ class LateAdoptions:
         del self._pending[cid]
         record = self._state.registry.get(cid)
         log.warning(
-            "adopted container now on its cpuset; it ran off it until now",
+            "adopted container now on its cpuset; it ran off it until now"
+            if adoption.adopted
+            else "container moved again once running; it may have run off its cpuset until now",
             container=adoption.name,
             container_id=cid,
             cpus=record.cpus if record is not None else "",
