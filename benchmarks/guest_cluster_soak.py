@@ -9,7 +9,7 @@ or a settle never came.
 
 Needs root and the big-node tier's tools (tools/tier-bignode.sh bootstrap, the Kubernetes
 binaries and helm). Guests run beside each other on their own ports
-(DRACPU_BIGNODE_APISERVER_PORT, DRACPU_E2E_API_PORT):
+(DRACPU_BIGNODE_APISERVER_PORT):
 
 .venv/bin/python benchmarks/guest_cluster_soak.py [--faults N] [--seed N] [--settle-every N] \\
     [--minutes M]

@@ -1,12 +1,16 @@
 """The one-node cluster whose node is the big-node guest: the control plane of
 tools/controlplane.sh on the host's loopback, containerd + kubelet in the guest
 (`tools/cluster.sh node`, through inguest.cluster_node), the chart installed from the host with
-helm. The guest reaches the API server only at 10.96.0.1:443, which qemu relays to the host's
-loopback (tests/harness/guest.py). The API server reaches the kubelet (`kubectl logs`, `exec`,
-`port-forward`) at the node's address 10.96.0.15:17250 through its egress selector: every
-connection to the cluster is a CONNECT to a proxy on a unix socket (tools/tcp-forward.py
-connect), which relays the kubelet's address, and only that, to qemu's forward of it on the
-host's loopback. Pods without hostNetwork run on the guest's CNI bridge, 10.244.0.0/24.
+helm with its default values, the harness's paths and installation.md's slow-node values file.
+
+The guest reaches the API server only at 10.96.0.1:443, which qemu relays to the host's
+loopback (tests/harness/guest.py); its pods, the driver's among them, are on the guest's CNI
+bridge, 10.244.0.0/24, and reach the API server at the same address, which the node relays to
+qemu's second address of that forward (DRACPU_CLUSTER_SERVICE_UPSTREAM). The API server
+reaches the kubelet (`kubectl logs`, `exec`, `port-forward`) at the node's address
+10.96.0.15:17250 through its egress selector: every connection to the cluster is a CONNECT to a
+proxy on a unix socket (tools/tcp-forward.py connect), which relays the kubelet's address, and
+only that, to qemu's forward of it on the host's loopback.
 
 `GuestCluster` is the e2e harness's `Cluster` with the kernel truth read in the guest: every
 container's Cpus_allowed_list, cgroup v2 cpuset.cpus.effective and environment come from
@@ -17,6 +21,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,7 +30,7 @@ from typing import Any
 
 import yaml
 from harness.cluster import PROGRESS, ROOT, Cluster, say, step
-from harness.guest import CACHE, KUBELET_ADDRESS, SERVICE_ADDRESS, Guest
+from harness.guest import APISERVER_ALIAS, CACHE, KUBELET_ADDRESS, SERVICE_ADDRESS, Guest
 from harness.speed import budget
 from harness.waits import wait_for
 
@@ -39,21 +44,22 @@ GUEST_DIR = "/run/dracpu-node"  # inguest.CLUSTER_DIR
 NODE_STATE_DIR = "/var/lib/dracpu"
 KUBE_BIN = CACHE / "kubernetes-v1.37.2" / "bin"
 HELM = ROOT / ".tools" / "bin" / "helm"
-# The chart's probe timings for a node this slow (emulated, and saturated by five Python
-# services starting at once): what an operator of a slow or loaded node sets, no template
-# edited (docs/user/installation.md#probes, slow-node.yaml). The kubelet's own HTTP probes need
-# no more than time.
-SLOW_NODE_VALUES = (
-    "probes.startup.timeoutSeconds=30",
-    "probes.startup.periodSeconds=5",
-    "probes.startup.failureThreshold=120",
-    "probes.liveness.timeoutSeconds=30",
-    "probes.liveness.failureThreshold=5",
-    "probes.readiness.timeoutSeconds=30",
-)
+INSTALLATION = ROOT / "docs/user/installation.md"
 # Under emulation a claimed pod takes 10-40 s from apply to Running, a driver pod minutes.
 POD_TIMEOUT = 300.0
 DRIVER_TIMEOUT = float(os.environ.get("DRACPU_BIGNODE_DRIVER_TIMEOUT", "900"))
+
+
+def slow_node_values(target: Path) -> Path:
+    """The values file installation.md shows for a slow node (`# slow-node.yaml`: the probe
+    timings of a node this slow, emulated and saturated by five Python services starting at
+    once), written to `target` as an operator would save it: the page's block, word for word."""
+    text = INSTALLATION.read_text(encoding="utf-8")
+    found = re.search(r"```yaml\n(# slow-node\.yaml\n.*?)```", text, flags=re.DOTALL)
+    assert found, f"{INSTALLATION.name} shows no slow-node.yaml block"
+    target.write_text(found.group(1), encoding="utf-8")
+    assert "probes" in yaml.safe_load(found.group(1)), found.group(1)
+    return target
 
 
 def prerequisites() -> str:
@@ -214,16 +220,16 @@ class GuestCluster(Cluster):
         )
         self.guest = guest
         self.state_dir = Path(NODE_STATE_DIR)  # not the harness's folder on the guest's tmpfs
-        self.api_port = int(os.environ.get("DRACPU_E2E_API_PORT", "17080"))
         self._online: CPUSet | None = None
         self._views: dict[str, dict[str, Any]] | None = None
         self.down = False  # bring_down ran
         self.egress_proxy: subprocess.Popen[bytes] | None = None
 
     def chart_values(self, *extra: str) -> list[str]:
-        # The guest's driver stays on the host network, its api on a port of its own.
-        host_network = ("hostNetwork=true", f"api.port={self.api_port}")
-        return super().chart_values(*SLOW_NODE_VALUES, *host_network, *extra)
+        """The chart's defaults with this node's paths (the harness's), and the operator's
+        slow-node values file."""
+        values = slow_node_values(self.guest.state / "slow-node.yaml")
+        return [*super().chart_values(*extra), "-f", str(values)]
 
     def kubectl(
         self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 300.0
@@ -251,9 +257,13 @@ class GuestCluster(Cluster):
         self._views = None
 
     def api(self, path: str) -> Any:
-        """GET `path` of the driver's api, asked in the guest (the driver's pod is on the
-        node's network)."""
-        return self.guest.call("driver_api", port=self.api_port, path=path)
+        """GET `path` of the driver's api on its pod's IP, asked in the guest (the pod network
+        has no route out of it)."""
+        pod = self.driver_pod()
+        address = (pod or {}).get("status", {}).get("podIP")
+        if not address:
+            raise AssertionError(f"no driver pod with an IP to ask for {path}")
+        return self.guest.call("driver_api", address=address, port=self.api_port, path=path)
 
     def online(self) -> CPUSet:
         if self._online is None:
@@ -350,7 +360,11 @@ def _bring_up_node(
     node_kubeconfig(cp_dir, kubeconfig, env)
     with step("cluster: containerd + kubelet in the guest (bed stopped)"):
         started = guest.call(
-            "cluster_node", kubeconfig=str(kubeconfig), images=images, node_name=NODE_NAME
+            "cluster_node",
+            kubeconfig=str(kubeconfig),
+            images=images,
+            node_name=NODE_NAME,
+            service_upstream=APISERVER_ALIAS,  # the driver's pod reaches the API server
         )
     for line in started["log"]:
         say(f"  guest: {line}")

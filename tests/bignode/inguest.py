@@ -633,10 +633,10 @@ def cpu_online(state: Path, cpu: int, online: bool) -> str:
     return Path("/sys/devices/system/cpu/online").read_text().strip()
 
 
-def driver_api(state: Path, port: int, path: str) -> Any:
-    """GET `path` of the driver's api, which the driver's host-network pod serves on the
-    node's `port`; its JSON."""
-    url = f"http://127.0.0.1:{port}{path}"
+def driver_api(state: Path, address: str, port: int, path: str) -> Any:
+    """GET `path` of the driver's api, which the driver's pod serves on its pod IP `address`
+    and `port` (the pod network is reached from the guest alone); its JSON."""
+    url = f"http://{address}:{port}{path}"
     with urllib.request.urlopen(url, timeout=60) as reply:
         return json.loads(reply.read())
 

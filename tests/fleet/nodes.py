@@ -25,16 +25,20 @@ serves both, as /var/lib/kubelet does on a fleet of ordinary nodes."""
 from __future__ import annotations
 
 import contextlib
-import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from bignode import cluster as guest_cluster
-from bignode.cluster import GuestCluster, egress_config, node_kubeconfig, start_egress_proxy
+from bignode.cluster import (
+    GuestCluster,
+    egress_config,
+    node_kubeconfig,
+    slow_node_values,
+    start_egress_proxy,
+)
 from harness.cluster import NAMESPACE, PROGRESS, RELEASE, ROOT, Cluster, say, step
 from harness.guest import APISERVER_ALIAS, Guest
 from harness.release_dist import Dist
@@ -48,7 +52,6 @@ GUEST_CIDR = "10.244.1.0/24"
 HOST_NODE_IP = "198.18.20.1"  # tools/cluster.sh's default node address
 APISERVER_PORT = 17443  # tools/cluster.sh's default (DRACPU_CP_APISERVER_PORT)
 GUEST_NODE = guest_cluster.NODE_NAME
-INSTALLATION = ROOT / "docs/user/installation.md"
 # The tier's claimed pods (conftest `claimed`), each with a claim of its own name: one CPU on
 # the host, four that only the guest's NUMA node 1 device offers.
 HOST_POD = "pinned-host"
@@ -59,17 +62,6 @@ HOST_ENV = {
     "DRACPU_CLUSTER_DIR": str(CLUSTER_DIR),
     "DRACPU_CLUSTER_POD_CIDR": HOST_CIDR,
 }
-
-
-def slow_node_values(target: Path) -> Path:
-    """The values file installation.md shows for a slow node (`# slow-node.yaml`), written to
-    `target` as an operator would save it: the page's block, word for word."""
-    text = INSTALLATION.read_text(encoding="utf-8")
-    found = re.search(r"```yaml\n(# slow-node\.yaml\n.*?)```", text, flags=re.DOTALL)
-    assert found, f"{INSTALLATION.name} shows no slow-node.yaml block"
-    target.write_text(found.group(1), encoding="utf-8")
-    assert "probes" in yaml.safe_load(found.group(1)), found.group(1)
-    return target
 
 
 @dataclass
