@@ -11,7 +11,6 @@ cluster's own install (the page points at the install section for it)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from harness.cluster import (
     say,
     step,
 )
-from harness.page_steps import numbered_steps, run_step
+from harness.page_steps import Section, numbered_steps
 from harness.waits import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -50,19 +49,8 @@ def test_the_page_steps_are_the_ones_run_here() -> None:
 
 def test_uninstall_with_a_claimed_pod_as_the_page_says(cluster: Cluster) -> None:
     node = cluster
-    steps = dict(numbered_steps(PAGE, "## Uninstall"))
-    env = {
-        **os.environ,
-        "PATH": f"{Path(node.helm_bin).parent}:{Path(node.kubectl_bin).parent}:"
-        f"{os.environ['PATH']}",
-        "KUBECONFIG": node.kubeconfig,
-    }
     paths = {"/var/lib/kubelet": node.kubelet_root, "/var/lib/dracpu": str(node.state_dir)}
-
-    def page(title: str, check: bool = True) -> str:
-        with step(f"page step: {title}"):
-            done = run_step(steps[title], env=env, substitutions=paths, check=check)
-        return done.stdout + done.stderr if check else f"exit {done.returncode}: {done.stderr}"
+    page = Section(PAGE, "## Uninstall", node, paths).run
 
     with step("the chart installed, a claimed pod running"):
         node.install()

@@ -12,14 +12,13 @@ run on the host, the node's clean-up also in the guest."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from bignode.cluster import GuestCluster
 from fleet.nodes import GUEST_NODE, GUEST_POD, HOST_POD, Fleet
 from harness.cluster import NAMESPACE, RELEASE, ROOT, claim_cpus, say, step
-from harness.page_steps import numbered_steps, run_step
+from harness.page_steps import Section
 from harness.speed import budget
 from harness.waits import wait_for
 
@@ -71,19 +70,9 @@ def gone(files: Files, uid: str) -> None:
 def test_uninstall_with_a_claimed_pod_on_each_node_as_the_page_says(claimed: Fleet) -> None:
     fleet = claimed
     host = fleet.host
-    steps = dict(numbered_steps(PAGE, "## Uninstall"))
-    env = {
-        **os.environ,
-        "PATH": f"{Path(host.helm_bin).parent}:{Path(host.kubectl_bin).parent}:"
-        f"{os.environ['PATH']}",
-        "KUBECONFIG": host.kubeconfig,
-    }
     paths = {"/var/lib/kubelet": host.kubelet_root, "/var/lib/dracpu": str(host.state_dir)}
-
-    def page(title: str, check: bool = True) -> str:
-        with step(f"page step: {title}"):
-            done = run_step(steps[title], env=env, substitutions=paths, check=check)
-        return done.stdout + done.stderr if check else f"exit {done.returncode}: {done.stderr}"
+    section = Section(PAGE, "## Uninstall", host, paths)
+    page = section.run
 
     pods = {host.node: HOST_POD, GUEST_NODE: GUEST_POD}
     files = {node: Files(fleet, node) for node in fleet.nodes}
@@ -151,10 +140,7 @@ def test_uninstall_with_a_claimed_pod_on_each_node_as_the_page_says(claimed: Fle
 
     page(CLEAN_UP)  # on the host
     with step(f"page step: {CLEAN_UP}, in the guest"):
-        script = "\n".join(["set -eu", *steps[CLEAN_UP]])
-        for generic, actual in paths.items():
-            script = script.replace(generic, actual)
-        fleet.guest.guest.sh("sh", "-c", script)
+        fleet.guest.guest.sh("sh", "-c", section.script(CLEAN_UP))
     for node in fleet.nodes:
         assert files[node].left() == [], (node, files[node].left())
 

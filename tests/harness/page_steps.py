@@ -8,10 +8,13 @@ cluster's) and a preamble of shell functions standing in for what the cluster la
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+
+from harness.cluster import Cluster, step
 
 
 def numbered_steps(page: Path, heading: str) -> list[tuple[str, list[str]]]:
@@ -63,3 +66,40 @@ def run_step(
             f"{'; '.join(lines)}: exit {done.returncode}: {done.stderr.strip()}"
         )
     return done
+
+
+class Section:
+    """The numbered steps of one section of a page, run by title on a cluster of
+    tools/cluster.sh as its operator would: in bash, with the cluster's `helm` and `kubectl`
+    first on PATH and its kubeconfig, each generic word replaced (`substitutions`)."""
+
+    def __init__(
+        self, page: Path, heading: str, cluster: Cluster, substitutions: Mapping[str, str]
+    ) -> None:
+        self.steps = dict(numbered_steps(page, heading))
+        self.substitutions = dict(substitutions)
+        tools = f"{Path(cluster.helm_bin).parent}:{Path(cluster.kubectl_bin).parent}"
+        self.env = {
+            **os.environ,
+            "PATH": f"{tools}:{os.environ['PATH']}",
+            "KUBECONFIG": cluster.kubeconfig,
+        }
+
+    def run(self, title: str, check: bool = True) -> str:
+        """The step's output; unchecked, `exit <n>: <stderr>` whatever the exit."""
+        with step(f"page step: {title}"):
+            done = run_step(
+                self.steps[title], env=self.env, substitutions=self.substitutions, check=check
+            )
+        if check:
+            return done.stdout + done.stderr
+        return f"exit {done.returncode}: {done.stderr}"
+
+    def script(self, title: str) -> str:
+        """The step's commands as one script, each generic word replaced (to run elsewhere)."""
+        lines = []
+        for command in self.steps[title]:
+            for generic, actual in self.substitutions.items():
+                command = command.replace(generic, actual)
+            lines.append(command)
+        return "\n".join(["set -eu", *lines])
