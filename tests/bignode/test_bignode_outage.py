@@ -14,12 +14,18 @@ sample (a claimed one on exactly its claim's CPUs, an unclaimed one on none of a
 node's own stream of starts went on (new containers during the outage), none of the driver's
 five containers was restarted (the runtime's attempt and container id, then the kubelet's
 restart counts), and once the API server is back the node publishes what it published before
-and every claim's allocation and status are what they were, within CONVERGE_SECONDS."""
+and every claim's allocation and status are what they were, within CONVERGE_SECONDS.
+
+Converged also means the cluster's clients watch again what they watched before (the API
+server's own count of open watches per resource): until the scheduler's watch of the
+ResourceSlices is back, it allocates from what it saw before the outage, and a module after
+this one would find a taint published since ignored."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -60,6 +66,12 @@ PODS = {
     "blink-b": [("claimed", "blink-b-cpus", True), ("shared", "", True)],
 }
 CLAIM_SIZES = {"steady-cpus": 2, "blink-a-cpus": 1, "blink-b-cpus": 1}
+# What the scheduler and the controllers allocate and bind from: each watched again after the
+# outage by as many clients as before it.
+WATCHED = re.compile(
+    r'^apiserver_longrunning_requests\{[^}]*group="(?:resource\.k8s\.io|)"[^}]*'
+    r'resource="(\w+)"[^}]*verb="WATCH"[^}]*\} (\d+)$'
+)
 
 
 @dataclass
@@ -67,6 +79,7 @@ class Outage:
     """What the node and the cluster showed before, during and after the outage."""
 
     slices_before: dict[str, int]
+    watches_before: dict[str, int]
     claims_before: dict[str, dict[str, Any]]
     driver_before: dict[str, dict[str, Any]]
     restarts_before: dict[str, int]
@@ -75,6 +88,7 @@ class Outage:
     driver_after: dict[str, dict[str, Any]] = field(default_factory=dict)
     restarts_after: dict[str, int] = field(default_factory=dict)
     claims_after: dict[str, dict[str, Any]] = field(default_factory=dict)
+    watches_after: dict[str, int] = field(default_factory=dict)
     converged_in: float = 0.0
     sampled: dict[str, Any] = field(default_factory=dict)
 
@@ -85,6 +99,17 @@ def _controlplane(*args: str) -> None:
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, f"tools/controlplane.sh {args[0]}: {done.stderr[-1500:]}"
+
+
+def _watches(cluster: GuestCluster) -> dict[str, int]:
+    """Open watches per resource of the core and resource.k8s.io groups (pods, nodes,
+    resourceslices, ...), from the API server's /metrics."""
+    counts: dict[str, int] = {}
+    for line in cluster.kubectl("get", "--raw", "/metrics").splitlines():
+        found = WATCHED.match(line)
+        if found:
+            counts[found.group(1)] = counts.get(found.group(1), 0) + int(found.group(2))
+    return counts
 
 
 def _driver_containers(cluster: GuestCluster) -> dict[str, dict[str, Any]]:
@@ -173,10 +198,12 @@ def outage(guest_cluster: GuestCluster, idle_capacity: dict[str, int]) -> Iterat
     )
     record = Outage(
         slices_before=published_capacity(cluster),
+        watches_before=_watches(cluster),
         claims_before={claim: _claim_status(cluster, claim) for claim in CLAIM_SIZES},
         driver_before=_driver_containers(cluster),
         restarts_before=_driver_restarts(cluster),
     )
+    assert record.watches_before.get("resourceslices"), record.watches_before
     cp_dir = Path(cluster.kubeconfig).parent
     cluster.guest.call("sampler_start", claims=held)
     resumed = False
@@ -200,14 +227,19 @@ def outage(guest_cluster: GuestCluster, idle_capacity: dict[str, int]) -> Iterat
                 if published_capacity(cluster) != record.slices_before:
                     return False
                 record.claims_after = {c: _claim_status(cluster, c) for c in CLAIM_SIZES}
+                record.watches_after = _watches(cluster)
             except CommandError:  # the API server still warming up
                 return False
-            return record.claims_after == record.claims_before
+            watching = all(
+                record.watches_after.get(resource, 0) >= count
+                for resource, count in record.watches_before.items()
+            )
+            return watching and record.claims_after == record.claims_before
 
         try:
             wait_for(
                 converged,
-                "the slices and claims as before the outage",
+                "the slices, the claims and the API server's watches as before the outage",
                 timeout=CONVERGE_SECONDS,
                 interval=1,
             )
@@ -241,7 +273,8 @@ def _print_summary(record: Outage) -> None:
         f"bignode: outage: {len(during)} containers started by the node during it "
         f"({claimed} claimed), {sampled.get('samples', 0)} samples of "
         f"{len(sampled.get('containers', {}))} containers, {off} off their cpuset; "
-        f"slices and claims as before {record.converged_in:.1f} s after the API server was back",
+        f"slices, claims and watches as before {record.converged_in:.1f} s after the API server "
+        "was back",
         flush=True,
     )
 

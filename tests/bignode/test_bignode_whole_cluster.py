@@ -1,7 +1,8 @@
 """The big-node guest's cluster is a whole cluster: `kubectl logs`, `exec` and `port-forward`
 reach its pods (the API server dials the guest's kubelet through its egress proxy and qemu's
 forward on the host's loopback: tests/bignode/cluster.py), and pods without hostNetwork run on
-the guest's CNI bridge (10.244.0.0/24), which has no route out of the guest.
+the guest's CNI bridge (10.244.0.0/24), which has no route out of the guest but the one to the
+`kubernetes` Service address, which the node relays to the API server.
 
 Two pods for the module, both off the host network: `web`, whose container holds a claim of two
 CPUs, prints its Cpus_allowed_list and serves it over HTTP; `peer`, unclaimed, sleeps. Every
@@ -19,7 +20,7 @@ import pytest
 from bignode.cluster import POD_TIMEOUT, GuestCluster, clear
 from e2e.scenarios import start_pod
 from harness.cluster import NAMESPACE, claim_cpus, claim_manifest, cpus_request, pod_manifest
-from harness.guest import NODE_IP, POD_CIDR
+from harness.guest import NODE_IP, POD_CIDR, SERVICE_ADDRESS
 from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
@@ -107,9 +108,13 @@ def test_pods_reach_each_other_on_the_bridge_and_have_no_route_out(pods: GuestCl
         f"http://{addresses['web']}:{PORT}/",
     )
     assert page.strip() == kernel_line(claimed(pods))
-    # The pod's routes: its bridge's range, nothing else (no default route).
+    # The pod's routes: its bridge's range and the API server's Service address through the
+    # bridge (the node's relay of it), nothing else (no default route).
     routes = pods.kubectl("exec", "peer", "--", "busybox", "ip", "route").strip().splitlines()
-    assert [route.split()[0] for route in routes] == [str(network)], routes
+    gateway = str(next(network.hosts()))
+    assert sorted(route.split()[:3] for route in routes) == sorted(
+        [[SERVICE_ADDRESS.split(":")[0], "via", gateway], [str(network), "dev", "eth0"]]
+    ), routes
 
 
 def test_kubectl_port_forward_reaches_the_pod_and_the_drivers_api(pods: GuestCluster) -> None:
@@ -117,7 +122,7 @@ def test_kubectl_port_forward_reaches_the_pod_and_the_drivers_api(pods: GuestClu
     with pods.port_forward("pod/web", PORT) as local:
         page = httpx.get(f"http://127.0.0.1:{local}/", timeout=POD_TIMEOUT)
     assert page.status_code == 200 and page.text.strip() == kernel_line(cpus)
-    # The node's allocation view, through a forward into the driver's (host-network) pod.
+    # The node's allocation view, through a forward into the driver's pod.
     driver = pods.driver_pod()
     assert driver is not None
     uid = pods.get("resourceclaim", "web-cpus")["metadata"]["uid"]
