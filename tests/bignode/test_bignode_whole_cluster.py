@@ -21,7 +21,7 @@ from bignode.cluster import POD_TIMEOUT, GuestCluster, clear
 from e2e.scenarios import start_pod
 from harness.cluster import NAMESPACE, claim_cpus, claim_manifest, cpus_request, pod_manifest
 from harness.guest import NODE_IP, POD_CIDR, SERVICE_ADDRESS
-from harness.waits import wait_for
+from harness.waits import WaitTimeout, wait_for
 
 from dracpu.core.cpuset import CPUSet
 
@@ -40,6 +40,25 @@ WEB = [
     f" busybox httpd -f -p {PORT} -h /tmp/www & wait",
 ]
 OFF_HOST_NETWORK = {"hostNetwork": False}
+# What the guest shows of its pod network when a pod gets no sandbox.
+NETWORK_STATE = (
+    "ip -br link; ip -br addr; ip route; ls -l /run/netns /var/lib/cni/networks/*;"
+    " cat /run/dracpu-node/cni/*.conflist; df -h /run /var/lib; tail -n 5 /run/dracpu-node/logs/"
+    "containerd.log"
+)
+
+
+def _why_not_running(cluster: GuestCluster, pod: str) -> str:
+    """The pod's events and the guest's pod network as the node has it: what a sandbox the
+    runtime could not give a network needs to be understood."""
+    events = cluster.kubectl(
+        "get", "events", "--field-selector", f"involvedObject.name={pod}",
+        "-o", "custom-columns=REASON:.reason,MESSAGE:.message", check=False,
+    )  # fmt: skip
+    network = cluster.guest.call_op(
+        {"op": "sh", "timeout": 60, "argv": ["sh", "-c", NETWORK_STATE]}, timeout=90
+    )
+    return f"events of {pod}:\n{events}\nthe guest's pod network:\n{network.get('stdout', '')}"
 
 
 def kernel_line(cpus: CPUSet) -> str:
@@ -57,9 +76,12 @@ def pods(guest_cluster: GuestCluster, idle_capacity: dict[str, int]) -> Iterator
         pod_manifest("web", [("work", ["c"])], [("c", "web-cpus")], extra_spec=OFF_HOST_NETWORK)
     )
     web["spec"]["containers"][0]["command"] = WEB
-    start_pod(guest_cluster, "web", json.dumps(web), POD_TIMEOUT)
     peer = pod_manifest("peer", [("work", [])], extra_spec=OFF_HOST_NETWORK)
-    start_pod(guest_cluster, "peer", peer, POD_TIMEOUT)
+    for name, manifest in (("web", json.dumps(web)), ("peer", peer)):
+        try:
+            start_pod(guest_cluster, name, manifest, POD_TIMEOUT)
+        except WaitTimeout as late:
+            raise AssertionError(f"{late}\n{_why_not_running(guest_cluster, name)}") from None
     print(f"bignode: two pods on the pod network in {time.monotonic() - began:.1f} s")
     yield guest_cluster
 
