@@ -17,15 +17,14 @@ from harness.cluster import NAMESPACE, RELEASE, Cluster, step
 from harness.cpu_manager import (
     PAGE,
     SECTION,
-    STATIC,
     STEPS,
     assert_said_held_back,
     assert_said_met,
     checkpoint_policy,
     held_back,
-    kubelet_restart,
     move_off,
     restarts,
+    static_kubelet,
 )
 from harness.page_steps import numbered_steps
 from harness.waits import never, wait_for
@@ -41,13 +40,8 @@ def static_node(cluster: Cluster) -> Iterator[Cluster]:
         cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--ignore-not-found", "--wait")
         wait_for(lambda: cluster.driver_pod() is None, "driver pod gone", timeout=120,
                  interval=0.3)  # fmt: skip
-    try:
-        with step(f"kubelet restarted with {STATIC}"):
-            kubelet_restart(STATIC)
+    with static_kubelet(cluster.node):
         yield cluster
-    finally:
-        with step("kubelet as the other modules expect it"):
-            kubelet_restart("")
 
 
 def test_the_page_steps_are_the_ones_run_here() -> None:

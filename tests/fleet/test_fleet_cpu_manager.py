@@ -16,14 +16,13 @@ import pytest
 from fleet.nodes import GUEST_NODE, Fleet
 from harness.cluster import step
 from harness.cpu_manager import (
-    STATIC,
     assert_said_held_back,
     assert_said_met,
     checkpoint_policy,
     held_back,
-    kubelet_restart,
     move_off,
     restarts,
+    static_kubelet,
 )
 from harness.speed import budget
 from harness.waits import wait_for
@@ -35,16 +34,11 @@ pytestmark = [pytest.mark.fleet, pytest.mark.timeout(2700)]
 def static_host(fleet: Fleet, idle: dict[str, dict[str, int]]) -> Iterator[Fleet]:
     """The host's kubelet on the static CPU Manager; afterwards as the other modules expect it
     (no extra flags, policy none) and publishing again."""
-    try:
-        with step(f"fleet: the host's kubelet restarted with {STATIC}"):
-            kubelet_restart(STATIC)
+    with static_kubelet(fleet.host.node):
         yield fleet
-    finally:
-        with step("fleet: the host's kubelet as the other modules expect it"):
-            kubelet_restart("")
-        wait_for(lambda: fleet.capacity_of(fleet.host.node) == idle[fleet.host.node] or None,
-                 "the host's devices published again", timeout=budget(180),
-                 interval=1.0)  # fmt: skip
+    wait_for(lambda: fleet.capacity_of(fleet.host.node) == idle[fleet.host.node] or None,
+             "the host's devices published again", timeout=budget(180),
+             interval=1.0)  # fmt: skip
 
 
 def test_a_static_kubelet_on_one_node_withdraws_its_slices_until_moved_off_as_the_page_says(

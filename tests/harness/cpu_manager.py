@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,19 @@ def kubelet_restart(flags: str) -> None:
     done = subprocess.run(["bash", str(ROOT / "tools/cluster.sh"), "up"], env=env,
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, f"tools/cluster.sh up: {done.stderr.strip()}"
+
+
+@contextmanager
+def static_kubelet(node: str) -> Iterator[None]:
+    """`node`'s kubelet on the static CPU Manager for the block; afterwards as the other
+    modules expect it (no extra flags, policy none), whatever the block did."""
+    try:
+        with step(f"{node}: the kubelet restarted with {STATIC}"):
+            kubelet_restart(STATIC)
+        yield
+    finally:
+        with step(f"{node}: the kubelet as the other modules expect it"):
+            kubelet_restart("")
 
 
 def checkpoint_policy(kubelet_root: str, name: str = "cpu_manager_state") -> str | None:
