@@ -104,7 +104,7 @@ def test_each_driver_is_scraped_by_pod_ip_from_its_own_node(fleet: Fleet) -> Non
             address = ipaddress.ip_address(scraper["status"]["podIP"])
             assert address in ipaddress.ip_network(fleet.cidrs[node]), (node, str(address))
             assert scraper["status"]["phase"] == "Succeeded", (node, output)
-            assert_scraped(output)
+            assert_scraped(output, where=node)
     finally:
         for name in scrapers.values():
             fleet.host.delete("pod", name, namespace=NAMESPACE)

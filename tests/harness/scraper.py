@@ -45,10 +45,13 @@ def body(response: str) -> str:
     return rest
 
 
-def assert_scraped(output: str) -> None:
+def assert_scraped(output: str, where: str = "") -> None:
     """The scraper's output holds the driver's metrics and a health report naming the four
     gRPC services."""
     metrics, _, health = output.partition(HEALTH_MARK)
-    assert "# TYPE dra_cpu_" in body(metrics.strip())
+    text = body(metrics.strip())
+    # Without a service's families, the api's own gauge says which services it could not ask.
+    up = [line for line in text.splitlines() if line.startswith("dracpu_api_backend_up")]
+    assert "# TYPE dra_cpu_" in text, f"{where}: no service's metrics in {len(text)} bytes: {up}"
     services = {s["service"] for s in json.loads(body(health.strip()))["services"]}
     assert {"topology", "allocator", "dra-plugin", "nri-plugin"} <= services
