@@ -178,8 +178,7 @@ class LateAdoptions:
         record = replace(record, state="running")
         cpus, mems = target_of(record, state.pool.cpus)
         ran_on = ctr.linux.resources.cpu.cpus
-        c = record.container
-        name = f"{c.pod_namespace}/{c.pod_name}/{c.container_name}"
+        name = record.name
         on_target = bool(cpus) and same_cpus(ran_on, cpus) and not mems
         state.metrics.adopted()
         log.warning(
@@ -208,12 +207,10 @@ class LateAdoptions:
         or starting it (`ContainerRecord.moved_before_start`): it may run on its creation's
         cpuset, so it is moved onto its own now that it runs, as an adoption is. Called under
         the lock."""
-        c = record.container
-        name = f"{c.pod_namespace}/{c.pod_name}/{c.container_name}"
-        log.info(2, "cpuset sent before its start: sending it again", container=name,
+        log.info(2, "cpuset sent before its start: sending it again", container=record.name,
                  container_id=record.container_id, cpus=record.cpus)  # fmt: skip
         self._pending[record.container_id] = Adoption(
-            name, "", time.monotonic(), 0.0, adopted=False
+            record.name, "", time.monotonic(), 0.0, adopted=False
         )
         self._wake.set()
 

@@ -151,11 +151,9 @@ class Resync:
         plugin was connected), on the CPUs their cgroup parent allows. Each one is named."""
         self._state.metrics.late_pinned(len(late))
         for pin in late:
-            container = pin.record.container
             log.warning(
                 "claimed container pinned late: it ran on other CPUs until now",
-                container=f"{container.pod_namespace}/{container.pod_name}/"
-                f"{container.container_name}",
+                container=pin.record.name,
                 container_id=pin.record.container_id,
                 claims=",".join(pin.record.claims),
                 cpus=pin.record.cpus,
@@ -196,10 +194,7 @@ class Resync:
         self._state.metrics.resynchronized(window, len(repinned))
         if not repinned:
             return
-        names = [
-            f"{r.container.pod_namespace}/{r.container.pod_name}/{r.container.container_name}"
-            for r in repinned
-        ]
+        names = [r.name for r in repinned]
         shown = ",".join(names[:_NAMES_LOGGED])
         if len(names) > _NAMES_LOGGED:
             shown += f",... ({len(names) - _NAMES_LOGGED} more)"

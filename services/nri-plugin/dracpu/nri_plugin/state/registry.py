@@ -39,6 +39,12 @@ class ContainerRecord:
         return self.container.container_id
 
     @property
+    def name(self) -> str:
+        """namespace/pod/container, as the plugin's log lines name it."""
+        c = self.container
+        return f"{c.pod_namespace}/{c.pod_name}/{c.container_name}"
+
+    @property
     def exclusive(self) -> bool:
         return bool(self.claims)
 
