@@ -26,6 +26,7 @@ from fleet.nodes import (
 from harness.cluster import ROOT, claim_manifest, cpus_request, pod_manifest, say, step
 from harness.guest import Guest
 from harness.guest import missing as guest_missing
+from harness.previous_release import previous_dist
 from harness.release_dist import make_release
 from harness.speed import budget
 from harness.tier_end import TierEnd
@@ -41,6 +42,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and TIER.ours(item):
         item.session.fleet_failed = True  # type: ignore[attr-defined]
     return report
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Among this tier's tests (in their place in the session), a module marked FIRST (the
+    upgrade from the previous release, which the fleet is brought up with) runs before the
+    others, so they test this checkout."""
+
+    def order(item: pytest.Item) -> bool:
+        return not getattr(getattr(item, "module", None), "FIRST", False)
+
+    slots = [index for index, item in enumerate(items) if TIER.ours(item)]
+    for index, item in zip(slots, sorted((items[i] for i in slots), key=order), strict=True):
+        items[index] = item
 
 
 @pytest.hookimpl(trylast=True)
@@ -68,13 +82,15 @@ def fleet(request: pytest.FixtureRequest) -> Iterator[Fleet]:
         pytest.skip(f"fleet tier: {reason}")
     with step("fleet: the release in dist/ (tools/release.sh)"):
         dist = make_release()
+    with step("fleet: the previous release's dist/ (its own tools/release.sh)"):
+        previous = previous_dist()
     with step("fleet: the guest's image disk (tools/tier-bignode.sh disk)"):
-        disk, images = image_disk()
+        disk, images = image_disk(*(previous[1].archives if previous else ()))
     state = Path(tempfile.mkdtemp(prefix="dracpu-fleet-", dir="/tmp"))
     guest = Guest(state, disk=disk, apiserver_port=APISERVER_PORT)
     began = time.monotonic()
     with pytest.MonkeyPatch.context() as patch:
-        up = bring_up(guest, images, dist, state, patch.setenv)
+        up = bring_up(guest, images, dist, state, patch.setenv, previous)
         say(f"fleet up in {time.monotonic() - began:.1f} s")
         down = TIER.at_end(lambda: bring_down(up))
         try:

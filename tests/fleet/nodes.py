@@ -44,6 +44,7 @@ from harness.guest import APISERVER_ALIAS, Guest
 from harness.release_dist import Dist
 from harness.speed import budget
 from harness.waits import wait_for
+from skew.skew_builds import Release
 
 PROGRESS["tier"] = "fleet"
 CLUSTER_DIR = Path("/run/dracpu-node")  # both nodes' DRACPU_CLUSTER_DIR (inguest.CLUSTER_DIR)
@@ -73,6 +74,9 @@ class Fleet:
     host: Cluster
     guest: GuestCluster
     values: Path
+    # The release installed at bring-up, when there is one before this checkout: the tier
+    # upgrades from it (test_fleet_upgrade.py); else this checkout's chart from the start.
+    previous: tuple[Release, Dist] | None = None
     egress: subprocess.Popen[bytes] | None = None
     down: bool = False
     cidrs: dict[str, str] = field(default_factory=dict)
@@ -134,16 +138,24 @@ def _host_cluster_sh(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def bring_up(
-    guest: Guest, images: str, dist: Dist, state: Path, setenv: Callable[[str, str], None]
+    guest: Guest,
+    images: str,
+    dist: Dist,
+    state: Path,
+    setenv: Callable[[str, str], None],
+    previous: tuple[Release, Dist] | None = None,
 ) -> Fleet:
     """The host's cluster up (its settings through `setenv`, for tools/cluster.sh and the
     harness), the guest booted and joined with the image disk's `images`, both Ready, the
-    release's chart installed, a driver pod Ready on each node and slices from both; each step
-    printed with its time. A bring-up that fails half-way takes down what it started."""
+    chart installed (the `previous` release's when given, its images on both nodes beside this
+    checkout's; else this checkout's `dist`), a driver pod Ready on each node and slices from
+    both; each step printed with its time. A bring-up that fails half-way takes down what it
+    started."""
     config, socket_path = egress_config(state)
     for key, value in HOST_ENV.items():
         setenv(key, value)
-    setenv("DRACPU_CLUSTER_IMAGES", " ".join(str(a) for a in dist.archives))
+    archives = [*dist.archives, *(previous[1].archives if previous else ())]
+    setenv("DRACPU_CLUSTER_IMAGES", " ".join(str(a) for a in archives))
     setenv("DRACPU_CLUSTER_APISERVER_FLAGS", f"--egress-selector-config-file={config}")
     host_kubelet = f"{HOST_NODE_IP}:17250"
     fleet: Fleet | None = None
@@ -159,12 +171,14 @@ def bring_up(
             host=host,
             guest=GuestCluster(guest, CLUSTER_DIR / "controlplane"),
             values=slow_node_values(state / "slow-node.yaml"),
+            previous=previous,
             egress=egress,
             cidrs={host.node: HOST_CIDR, GUEST_NODE: GUEST_CIDR},
         )
         _join_guest(fleet, images)
-        with step("fleet: helm install (the chart's defaults, the slow-node values file)"):
-            fleet.install()
+        installed = f"release {previous[0].tag}" if previous else f"this checkout ({dist.version})"
+        with step(f"fleet: helm install of {installed} (defaults, the slow-node values file)"):
+            fleet.install(previous[1].chart if previous else None)
         with step("fleet: a driver pod Ready on each node"):
             wait_for(
                 lambda: set(fleet.ready_drivers()) == set(fleet.nodes) or None,
