@@ -26,20 +26,33 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bignode import cluster as guest_cluster
 from bignode.cluster import (
+    POD_TIMEOUT,
     GuestCluster,
     egress_config,
     node_kubeconfig,
     slow_node_values,
     start_egress_proxy,
 )
-from harness.cluster import NAMESPACE, PROGRESS, RELEASE, ROOT, Cluster, say, step
+from harness.cluster import (
+    NAMESPACE,
+    PROGRESS,
+    RELEASE,
+    ROOT,
+    Cluster,
+    claim_manifest,
+    cpus_request,
+    pod_manifest,
+    say,
+    step,
+)
 from harness.guest import APISERVER_ALIAS, Guest
 from harness.release_dist import Dist
 from harness.speed import budget
@@ -259,3 +272,35 @@ def _host_down(guest: Guest, egress: subprocess.Popen[bytes] | None) -> None:
                 except subprocess.TimeoutExpired:
                     egress.kill()
                     egress.wait(10)
+
+
+@contextmanager
+def claimed_pods(fleet: Fleet, idle: dict[str, dict[str, int]]) -> Iterator[Fleet]:
+    """Two claimed pods while the block runs: `pinned-host` with one CPU on the host (its node
+    selected), `pinned-guest` with four, which only the guest's NUMA node 1 device offers (the
+    scheduler's choice). Afterwards removed with their claims, and both nodes publishing what
+    they did with nothing claimed."""
+    host_spec = {"hostNetwork": False, "nodeSelector": {"kubernetes.io/hostname": fleet.host.node}}
+    with step("fleet: a claimed pod on each node Running"):
+        for name, count, spec in ((HOST_POD, 1, host_spec), (GUEST_POD, 4, {"hostNetwork": False})):
+            fleet.host.apply(claim_manifest(name, [cpus_request(count)]))
+            fleet.host.apply(pod_manifest(name, [("work", ["cpus"])], [("cpus", name)],
+                                          extra_spec=spec))  # fmt: skip
+        wait_for(
+            lambda: all(fleet.host.running(p) for p in (HOST_POD, GUEST_POD)) or None,
+            "both claimed pods Running",
+            timeout=budget(POD_TIMEOUT),
+            interval=1.0,
+        )
+    yield fleet
+    with step("fleet: claimed pods removed"):
+        for kind in ("pods", "resourceclaims"):
+            fleet.host.kubectl("delete", kind, "--all", "-n", "default", "--wait=true",
+                               "--timeout=300s", check=False)  # fmt: skip
+        if not fleet.down:
+            wait_for(
+                lambda: all(fleet.capacity_of(n) == idle[n] for n in fleet.nodes) or None,
+                "both nodes publishing what they did with nothing claimed",
+                timeout=budget(120),
+                interval=1.0,
+            )

@@ -6,12 +6,16 @@ with the same values file. The DaemonSet replaces one node's driver pod at a tim
 container restarts; the cpuset of each, read from its own node's kernel all through the
 upgrade, never changes; both nodes publish the same devices again, from drivers of this
 checkout. A node's driver is refused the other node's slices on the previous release as well
-(test_fleet_isolation.py runs whole after the upgrade)."""
+(test_fleet_isolation.py runs whole after the upgrade).
+
+The module's claimed pods are its own, removed after it: the CPU Manager module, next, drains
+the host, which a pod without a controller would stop."""
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,7 @@ from typing import Any
 import pytest
 from bignode.cluster import DRIVER_TIMEOUT
 from fleet.driver_identity import SLICE_REFUSED, identity_of, slice_manifest
-from fleet.nodes import GUEST_POD, HOST_POD, Fleet
+from fleet.nodes import GUEST_POD, HOST_POD, Fleet, claimed_pods
 from harness.cluster import NAMESPACE, RELEASE, step
 from harness.speed import budget
 from harness.waits import wait_for
@@ -38,6 +42,13 @@ class Samples:
     cpusets: dict[str, list[CPUSet]] = field(default_factory=lambda: defaultdict(list))
     ready: list[frozenset[str]] = field(default_factory=list)  # nodes with a Ready driver
     failures: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def upgrading(fleet: Fleet, idle: dict[str, dict[str, int]]) -> Iterator[Fleet]:
+    """The fleet on the previous release with a claimed pod on each node, for this module."""
+    with claimed_pods(fleet, idle):
+        yield fleet
 
 
 def _sample(fleet: Fleet, stop: threading.Event, into: Samples) -> None:
@@ -79,9 +90,9 @@ def _rolled_out(fleet: Fleet) -> dict[str, Any] | None:
 
 
 def test_a_rolling_upgrade_from_the_previous_release_moves_no_claimed_container(
-    claimed: Fleet, tmp_path: Path
+    upgrading: Fleet, tmp_path: Path
 ) -> None:
-    fleet = claimed
+    fleet = upgrading
     if fleet.previous is None:
         pytest.skip("this checkout is the only release (RELEASES): nothing to upgrade from")
     release, previous = fleet.previous
