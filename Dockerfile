@@ -17,7 +17,7 @@
 # BASE_IMAGE: any Debian-based image whose python3 is the one the wheels are for (3.11); the
 # one place that pins it (tools/build-images.sh and compose read it from here).
 ARG BASE_IMAGE=python:3.11.14-slim-bookworm
-ARG VERSION=0.2.0
+ARG VERSION=0.3.0.dev0
 ARG REVISION=unknown
 
 # ---- build: the build tools, the shared environment, and one wheel per image ----------------

@@ -15,9 +15,15 @@ cache_ready() { [[ -f "$(cache_dir "$1" "$2")/.complete" ]]; }
 cache_seal() { touch "$(cache_dir "$1" "$2")/.complete"; }
 
 # project_version: the release version, pyproject.toml's `[project] version` (the one place it
-# is written; Chart.yaml, the Dockerfile and compose repeat it, held to it by a packaging test)
+# is written; Chart.yaml's appVersion, the Dockerfile and compose repeat it, held to it by a
+# packaging test); it is the images' tag
 project_version() {
     sed -n '/^\[project\]/,/^\[/s/^version = "\(.*\)"$/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../pyproject.toml"
+}
+# chart_version: the same version in Semantic Versioning, as helm wants the chart's `version`
+# (tools/chart-version.py: 0.3.0.dev0 is 0.3.0-dev.0; a final release is spelt the same)
+chart_version() {
+    python3 "$(dirname "${BASH_SOURCE[0]}")/chart-version.py" "$(project_version)"
 }
 
 # log PREFIX MESSAGE...: one progress line with the elapsed seconds since the script started

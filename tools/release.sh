@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make release`: everything an operator installs from, written into dist/ (or $1):
 #
-#   dra-driver-cpu-<version>.tgz               the chart, `helm package`d, version and appVersion
-#                                              the release's
+#   dra-driver-cpu-<chart version>.tgz         the chart, `helm package`d: appVersion the
+#                                              release's, version its Semantic Versioning
+#                                              spelling (tools/chart-version.py)
 #   dracpu-<service>-<version>.oci.tar         each of the five images, an OCI image layout
 #                                              archive (also `docker load`-able)
 #   dracpu-<service>-<version>.cdx.json        each image's SBOM, CycloneDX JSON made by syft:
@@ -15,7 +16,8 @@
 # tools), its files intact, is left as it is.
 #
 # The version is pyproject.toml's `[project] version`, the one place it is written; the chart's
-# version and appVersion must say the same (a packaging test holds them to it). The images are
+# appVersion must say the same and its version the same in Semantic Versioning (a packaging
+# test holds them to it). The images are
 # the docker tier's (tools/tier-docker.sh images: built on its private engine, or its cached
 # archive of the same build inputs), so this needs root and that tier's bootstrap. Tools are
 # kept outside the clone: helm (tools/install-helm.sh), syft (tools/go-tool.sh); skopeo,
@@ -38,12 +40,13 @@ deb, pypi = (sum(p.startswith(f"pkg:{kind}/") for p in purls) for kind in ("deb"
 print(f"{deb} Debian packages, {pypi} Python distributions")'
 
 version="$(project_version)"
-say "release $version into $DIST"
+chart="$(chart_version)" || exit 2
+say "release $version (chart $chart) into $DIST"
 
 # What the release must agree on, before anything is built.
 chart_field() { sed -n "s/^$1: *\"\{0,1\}\([^\"]*\)\"\{0,1\}$/\1/p" "$CHART/Chart.yaml"; }
-[[ "$(chart_field version)" == "$version" && "$(chart_field appVersion)" == "$version" ]] \
-    || die "Chart.yaml says version $(chart_field version), appVersion $(chart_field appVersion); pyproject.toml says $version"
+[[ "$(chart_field version)" == "$chart" && "$(chart_field appVersion)" == "$version" ]] \
+    || die "Chart.yaml says version $(chart_field version), appVersion $(chart_field appVersion); pyproject.toml says $version (chart $chart)"
 notes="$(python3 "$HERE/release-notes.py" "$version")" || exit 2
 [[ "$(id -u)" == 0 ]] || die "the images are built on the docker tier's private engine, which needs root"
 
@@ -62,7 +65,7 @@ archive="$(bash "$HERE/tier-docker.sh" images | tail -n 1)"
 # The same inputs as the release already in $DIST, and its files intact: nothing to do.
 inputs="$( { echo "$version $archive $(stat -c '%s %Y' "$archive") $syft"; \
     cd "$ROOT" && find "$CHART" CHANGELOG.md tools/release.sh tools/oci-archive.py \
-        tools/release-notes.py -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)"
+        tools/release-notes.py tools/chart-version.py -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)"
 if [[ "$(cat "$DIST/.inputs" 2>/dev/null)" == "$inputs" ]] \
     && (cd "$DIST" && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1); then
     say "$DIST already holds release $version of these inputs"
@@ -98,7 +101,7 @@ for svc in "${SERVICES[@]}"; do
 done
 
 say "helm package $CHART"
-"$HELM" package "$CHART" --version "$version" --app-version "$version" --destination "$DIST" >/dev/null
+"$HELM" package "$CHART" --version "$chart" --app-version "$version" --destination "$DIST" >/dev/null
 printf '%s\n' "$notes" > "$DIST/RELEASE-NOTES.md"
 
 (cd "$DIST" && find . -maxdepth 1 -type f ! -name SHA256SUMS ! -name '.*' -printf '%f\n' \

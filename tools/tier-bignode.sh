@@ -12,11 +12,13 @@
 #   tools/tier-bignode.sh shell       an interactive shell in the guest (its second serial port)
 #   tools/tier-bignode.sh status      prints the guest's state folder, agent port and qemu PID
 #   tools/tier-bignode.sh check       exits 0 when bootstrap is done, else prints what is missing
-#   tools/tier-bignode.sh disk        prints the preloaded image disk of the guest's cluster node
+#   tools/tier-bignode.sh disk [ARCHIVE...]
+#                                     prints the preloaded image disk of the guest's cluster node
 #                                     (tools/cluster.sh image-disk: the sandbox and driver images
-#                                     of this checkout in a containerd root) and the driver images'
-#                                     archive, building the disk when missing; cached in
-#                                     ${DRACPU_CACHE}/bignode-disk/, the newest four kept
+#                                     of this checkout, and of the ARCHIVEs given, in a containerd
+#                                     root) and the driver images' archives, building the disk
+#                                     when missing; cached in ${DRACPU_CACHE}/bignode-disk/, the
+#                                     newest four kept
 #
 # containerd and runc come from the real-node tier (tools/tier-realnode.sh bootstrap). The guest
 # sees the host's / read-only over virtio-9p (with a tmpfs overlay: it writes nothing back but
@@ -190,16 +192,20 @@ bootstrap() {
     say "ready"
 }
 
-# disk: the image disk for the driver images of this checkout (built by tools/tier-docker.sh
-# images, cached by content), keyed by both archives' paths, sizes and times: the import stamps
-# inside it name them, so the guest's node finds its images imported. Prints the disk's path,
-# then the driver archive's.
+# disk [ARCHIVE...]: the image disk for the driver images of this checkout (built by
+# tools/tier-docker.sh images, cached by content) and of the ARCHIVEs given (another release's
+# images: a node that is upgraded from it), keyed by all the archives' paths, sizes and times:
+# the import stamps inside it name them, so the guest's node finds its images imported. Prints
+# the disk's path, then the driver archives' (this checkout's first), separated by spaces.
 disk() {
-    local archive sandbox key dir out tmp
+    local archive sandbox key dir out tmp archives
     archive="$(bash "$HERE/tier-docker.sh" images | tail -n 1)"
     [[ -f "$archive" ]] || die "tools/tier-docker.sh images gave no archive ('$archive')"
+    for tmp in "$@"; do [[ -f "$tmp" ]] || die "disk: no archive $tmp"; done
+    archives="$archive${1:+ $*}"
     sandbox="$(cache_dir realnode-image 1)/busybox-pause.tar"
-    key="$(stat -c '%n %s %Y' "$archive" "$sandbox" | sha256sum | cut -c1-16)"
+    # shellcheck disable=SC2086  # one word per archive
+    key="$(stat -c '%n %s %Y' $archives "$sandbox" | sha256sum | cut -c1-16)"
     dir="$DRACPU_CACHE/bignode-disk"
     out="$dir/images-$key.ext4"
     mkdir -p "$dir"
@@ -209,14 +215,14 @@ disk() {
     flock 8
     if [[ ! -f "$out" ]]; then
         tmp="$(mktemp -d /tmp/dracpu-image-disk.XXXXXX)"
-        say "building the guest node's image disk from $(basename "$archive")"
-        DRACPU_CLUSTER_DIR="$tmp" DRACPU_CLUSTER_IMAGES="$archive" \
+        say "building the guest node's image disk from $archives"
+        DRACPU_CLUSTER_DIR="$tmp" DRACPU_CLUSTER_IMAGES="$archives" \
             bash "$HERE/cluster.sh" image-disk "$out" >&2 || { rm -rf "$tmp"; die "image disk failed"; }
         rm -rf "$tmp"
         find "$dir" -maxdepth 1 -name 'images-*.ext4' -printf '%T@ %p\n' \
             | sort -rn | tail -n +5 | cut -d' ' -f2- | xargs -r rm -f
     fi
-    printf '%s\n%s\n' "$out" "$archive"
+    printf '%s\n%s\n' "$out" "$archives"
 }
 
 # check_boot DIR: qemu can run this kernel here (a TCG start that reaches the kernel).
@@ -241,8 +247,8 @@ check() {
 case "${1:-}" in
     bootstrap) bootstrap ;;
     check) check ;;
-    disk) disk ;;
+    disk) shift; disk "$@" ;;
     up | down | shell | status)
         exec "$ROOT/.venv/bin/python" "$ROOT/tests/harness/guest.py" "$1" ;;
-    *) echo "usage: $0 bootstrap|up|down|shell|status|check|disk" >&2; exit 2 ;;
+    *) echo "usage: $0 bootstrap|up|down|shell|status|check|disk [ARCHIVE...]" >&2; exit 2 ;;
 esac

@@ -72,17 +72,18 @@ def prerequisites() -> str:
     return f"the guest's cluster needs {', '.join(absent)}" if absent else ""
 
 
-def image_disk() -> tuple[Path, str]:
-    """The preloaded image disk (built when missing) and the driver images' archive it holds
-    (tools/tier-bignode.sh disk)."""
+def image_disk(*more: Path) -> tuple[Path, str]:
+    """The preloaded image disk (built when missing) and the driver images' archives it holds,
+    separated by spaces (tools/tier-bignode.sh disk): this checkout's, and the `more` archives
+    (an earlier release's images)."""
     done = subprocess.run(
-        ["bash", str(ROOT / "tools/tier-bignode.sh"), "disk"],
+        ["bash", str(ROOT / "tools/tier-bignode.sh"), "disk", *map(str, more)],
         capture_output=True,
         text=True,
         timeout=900,
         check=False,
     )
-    lines = done.stdout.split()
+    lines = done.stdout.splitlines()
     if done.returncode != 0 or len(lines) != 2:
         tail = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
         raise RuntimeError(f"tools/tier-bignode.sh disk: {tail[0]}")

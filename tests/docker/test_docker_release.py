@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -78,9 +79,12 @@ def test_each_sbom_lists_the_dracpu_wheel_and_the_debian_packages(dist: Dist, se
 
 
 def test_helm_reads_the_packaged_charts_version(dist: Dist) -> None:
+    """appVersion the release's (the images' tag), version its Semantic Versioning spelling."""
     helm = ROOT / ".tools/bin/helm"
     chart = yaml.safe_load(_run(str(helm), "show", "chart", str(dist.chart)))
-    assert (chart["version"], chart["appVersion"]) == (VERSION, VERSION)
+    semver = _run(sys.executable, str(ROOT / "tools/chart-version.py"), VERSION).strip()
+    assert (chart["version"], chart["appVersion"]) == (semver, VERSION)
+    assert dist.chart.name == f"dra-driver-cpu-{semver}.tgz"
 
 
 def test_the_notes_are_the_changelogs_section_of_the_version(dist: Dist) -> None:

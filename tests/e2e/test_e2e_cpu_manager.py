@@ -20,9 +20,9 @@ from harness.cpu_manager import (
     STEPS,
     assert_said_held_back,
     assert_said_met,
-    checkpoint_policy,
     held_back,
     move_off,
+    recorded_policy,
     restarts,
     static_kubelet,
 )
@@ -52,7 +52,7 @@ def test_a_static_kubelet_gets_no_slices_until_moved_off_as_the_page_says(
     static_node: Cluster,
 ) -> None:
     node = static_node
-    assert checkpoint_policy(node.kubelet_root) == "static"  # the kubelet's own record
+    recorded_policy(node.kubelet_root, "static")  # the kubelet's own record
     with step("helm install on the static node"):
         node.install()
         pod = wait_for(node.driver_ready, "driver pod Ready", timeout=180, interval=0.3)

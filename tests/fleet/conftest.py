@@ -13,23 +13,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from bignode.cluster import POD_TIMEOUT, image_disk, prerequisites
+from bignode.cluster import image_disk, prerequisites
 from fleet.nodes import (
     APISERVER_PORT,
-    GUEST_POD,
     HOST_ENV,
-    HOST_POD,
     Fleet,
     bring_down,
     bring_up,
+    claimed_pods,
 )
-from harness.cluster import ROOT, claim_manifest, cpus_request, pod_manifest, say, step
+from harness.cluster import ROOT, say, step
 from harness.guest import Guest
 from harness.guest import missing as guest_missing
+from harness.previous_release import previous_dist
 from harness.release_dist import make_release
-from harness.speed import budget
 from harness.tier_end import TierEnd
-from harness.waits import wait_for
 from tiers import require_root
 
 TIER = TierEnd(Path(__file__).parent)
@@ -41,6 +39,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and TIER.ours(item):
         item.session.fleet_failed = True  # type: ignore[attr-defined]
     return report
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Among this tier's tests (in their place in the session), a module marked FIRST (the
+    upgrade from the previous release, which the fleet is brought up with) runs before the
+    others, so they test this checkout."""
+
+    def order(item: pytest.Item) -> bool:
+        return not getattr(getattr(item, "module", None), "FIRST", False)
+
+    slots = [index for index, item in enumerate(items) if TIER.ours(item)]
+    for index, item in zip(slots, sorted((items[i] for i in slots), key=order), strict=True):
+        items[index] = item
 
 
 @pytest.hookimpl(trylast=True)
@@ -68,13 +79,15 @@ def fleet(request: pytest.FixtureRequest) -> Iterator[Fleet]:
         pytest.skip(f"fleet tier: {reason}")
     with step("fleet: the release in dist/ (tools/release.sh)"):
         dist = make_release()
+    with step("fleet: the previous release's dist/ (its own tools/release.sh)"):
+        previous = previous_dist()
     with step("fleet: the guest's image disk (tools/tier-bignode.sh disk)"):
-        disk, images = image_disk()
+        disk, images = image_disk(*(previous[1].archives if previous else ()))
     state = Path(tempfile.mkdtemp(prefix="dracpu-fleet-", dir="/tmp"))
     guest = Guest(state, disk=disk, apiserver_port=APISERVER_PORT)
     began = time.monotonic()
     with pytest.MonkeyPatch.context() as patch:
-        up = bring_up(guest, images, dist, state, patch.setenv)
+        up = bring_up(guest, images, dist, state, patch.setenv, previous)
         say(f"fleet up in {time.monotonic() - began:.1f} s")
         down = TIER.at_end(lambda: bring_down(up))
         try:
@@ -95,23 +108,6 @@ def idle(fleet: Fleet) -> dict[str, dict[str, int]]:
 
 @pytest.fixture(scope="session")
 def claimed(fleet: Fleet, idle: dict[str, dict[str, int]]) -> Iterator[Fleet]:
-    """Two claimed pods, running for the rest of the tier: `pinned-host` with one CPU on the
-    host (its node selected), `pinned-guest` with four, which only the guest's NUMA node 1
-    device offers (the scheduler's choice)."""
-    host_spec = {"hostNetwork": False, "nodeSelector": {"kubernetes.io/hostname": fleet.host.node}}
-    with step("fleet: a claimed pod on each node Running"):
-        for name, count, spec in ((HOST_POD, 1, host_spec), (GUEST_POD, 4, {"hostNetwork": False})):
-            fleet.host.apply(claim_manifest(name, [cpus_request(count)]))
-            fleet.host.apply(pod_manifest(name, [("work", ["cpus"])], [("cpus", name)],
-                                          extra_spec=spec))  # fmt: skip
-        wait_for(
-            lambda: all(fleet.host.running(p) for p in (HOST_POD, GUEST_POD)) or None,
-            "both claimed pods Running",
-            timeout=budget(POD_TIMEOUT),
-            interval=1.0,
-        )
-    yield fleet
-    with step("fleet: claimed pods removed"):
-        for kind in ("pods", "resourceclaims"):
-            fleet.host.kubectl("delete", kind, "--all", "-n", "default", "--wait=true",
-                               "--timeout=300s", check=False)  # fmt: skip
+    """The two claimed pods (`claimed_pods`), running for the rest of the tier."""
+    with claimed_pods(fleet, idle):
+        yield fleet

@@ -18,6 +18,12 @@ from typing import Any
 from fleet.nodes import APISERVER_PORT, CLUSTER_DIR, GUEST_NODE, Fleet
 
 TOKEN = "volumes/kubernetes.io~projected/kube-api-access/token"
+# The API server's words for the chart's policy on slices (templates/admissionpolicy.yaml).
+SLICE_REFUSED = (
+    "ValidatingAdmissionPolicy 'dra-driver-cpu-resourceslices' with binding "
+    "'dra-driver-cpu-resourceslices' denied request: the dra.cpu driver may only write "
+    "ResourceSlices of the node it runs on"
+)
 
 
 def token_of(fleet: Fleet, node: str) -> str:

@@ -26,24 +26,38 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bignode import cluster as guest_cluster
 from bignode.cluster import (
+    POD_TIMEOUT,
     GuestCluster,
     egress_config,
     node_kubeconfig,
     slow_node_values,
     start_egress_proxy,
 )
-from harness.cluster import NAMESPACE, PROGRESS, RELEASE, ROOT, Cluster, say, step
+from harness.cluster import (
+    NAMESPACE,
+    PROGRESS,
+    RELEASE,
+    ROOT,
+    Cluster,
+    claim_manifest,
+    cpus_request,
+    pod_manifest,
+    say,
+    step,
+)
 from harness.guest import APISERVER_ALIAS, Guest
 from harness.release_dist import Dist
 from harness.speed import budget
 from harness.waits import wait_for
+from skew.skew_builds import Release
 
 PROGRESS["tier"] = "fleet"
 CLUSTER_DIR = Path("/run/dracpu-node")  # both nodes' DRACPU_CLUSTER_DIR (inguest.CLUSTER_DIR)
@@ -73,6 +87,9 @@ class Fleet:
     host: Cluster
     guest: GuestCluster
     values: Path
+    # The release installed at bring-up, when there is one before this checkout: the tier
+    # upgrades from it (test_fleet_upgrade.py); else this checkout's chart from the start.
+    previous: tuple[Release, Dist] | None = None
     egress: subprocess.Popen[bytes] | None = None
     down: bool = False
     cidrs: dict[str, str] = field(default_factory=dict)
@@ -134,16 +151,24 @@ def _host_cluster_sh(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def bring_up(
-    guest: Guest, images: str, dist: Dist, state: Path, setenv: Callable[[str, str], None]
+    guest: Guest,
+    images: str,
+    dist: Dist,
+    state: Path,
+    setenv: Callable[[str, str], None],
+    previous: tuple[Release, Dist] | None = None,
 ) -> Fleet:
     """The host's cluster up (its settings through `setenv`, for tools/cluster.sh and the
     harness), the guest booted and joined with the image disk's `images`, both Ready, the
-    release's chart installed, a driver pod Ready on each node and slices from both; each step
-    printed with its time. A bring-up that fails half-way takes down what it started."""
+    chart installed (the `previous` release's when given, its images on both nodes beside this
+    checkout's; else this checkout's `dist`), a driver pod Ready on each node and slices from
+    both; each step printed with its time. A bring-up that fails half-way takes down what it
+    started."""
     config, socket_path = egress_config(state)
     for key, value in HOST_ENV.items():
         setenv(key, value)
-    setenv("DRACPU_CLUSTER_IMAGES", " ".join(str(a) for a in dist.archives))
+    archives = [*dist.archives, *(previous[1].archives if previous else ())]
+    setenv("DRACPU_CLUSTER_IMAGES", " ".join(str(a) for a in archives))
     setenv("DRACPU_CLUSTER_APISERVER_FLAGS", f"--egress-selector-config-file={config}")
     host_kubelet = f"{HOST_NODE_IP}:17250"
     fleet: Fleet | None = None
@@ -159,12 +184,14 @@ def bring_up(
             host=host,
             guest=GuestCluster(guest, CLUSTER_DIR / "controlplane"),
             values=slow_node_values(state / "slow-node.yaml"),
+            previous=previous,
             egress=egress,
             cidrs={host.node: HOST_CIDR, GUEST_NODE: GUEST_CIDR},
         )
         _join_guest(fleet, images)
-        with step("fleet: helm install (the chart's defaults, the slow-node values file)"):
-            fleet.install()
+        installed = f"release {previous[0].tag}" if previous else f"this checkout ({dist.version})"
+        with step(f"fleet: helm install of {installed} (defaults, the slow-node values file)"):
+            fleet.install(previous[1].chart if previous else None)
         with step("fleet: a driver pod Ready on each node"):
             wait_for(
                 lambda: set(fleet.ready_drivers()) == set(fleet.nodes) or None,
@@ -245,3 +272,35 @@ def _host_down(guest: Guest, egress: subprocess.Popen[bytes] | None) -> None:
                 except subprocess.TimeoutExpired:
                     egress.kill()
                     egress.wait(10)
+
+
+@contextmanager
+def claimed_pods(fleet: Fleet, idle: dict[str, dict[str, int]]) -> Iterator[Fleet]:
+    """Two claimed pods while the block runs: `pinned-host` with one CPU on the host (its node
+    selected), `pinned-guest` with four, which only the guest's NUMA node 1 device offers (the
+    scheduler's choice). Afterwards removed with their claims, and both nodes publishing what
+    they did with nothing claimed."""
+    host_spec = {"hostNetwork": False, "nodeSelector": {"kubernetes.io/hostname": fleet.host.node}}
+    with step("fleet: a claimed pod on each node Running"):
+        for name, count, spec in ((HOST_POD, 1, host_spec), (GUEST_POD, 4, {"hostNetwork": False})):
+            fleet.host.apply(claim_manifest(name, [cpus_request(count)]))
+            fleet.host.apply(pod_manifest(name, [("work", ["cpus"])], [("cpus", name)],
+                                          extra_spec=spec))  # fmt: skip
+        wait_for(
+            lambda: all(fleet.host.running(p) for p in (HOST_POD, GUEST_POD)) or None,
+            "both claimed pods Running",
+            timeout=budget(POD_TIMEOUT),
+            interval=1.0,
+        )
+    yield fleet
+    with step("fleet: claimed pods removed"):
+        for kind in ("pods", "resourceclaims"):
+            fleet.host.kubectl("delete", kind, "--all", "-n", "default", "--wait=true",
+                               "--timeout=300s", check=False)  # fmt: skip
+        if not fleet.down:
+            wait_for(
+                lambda: all(fleet.capacity_of(n) == idle[n] for n in fleet.nodes) or None,
+                "both nodes publishing what they did with nothing claimed",
+                timeout=budget(120),
+                interval=1.0,
+            )

@@ -5,8 +5,9 @@ pod) while the guest's keeps publishing what it did; then the steps of docs/user
 ("Moving a node off the CPU Manager") run on the host as the page writes them
 (harness.cpu_manager), and its driver publishes again: the same pod, no container restarted.
 
-The module runs first (its name), before the tier's claimed pods exist: the page's first step
-drains the node."""
+The module runs before the tier's claimed pods exist (its name sorts first; only the upgrade
+module runs before it, and removes its own pods): the page's first step drains the node, which
+a pod without a controller would stop."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from harness.cluster import step
 from harness.cpu_manager import (
     assert_said_held_back,
     assert_said_met,
-    checkpoint_policy,
     held_back,
     move_off,
+    recorded_policy,
     restarts,
     static_kubelet,
 )
@@ -46,7 +47,7 @@ def test_a_static_kubelet_on_one_node_withdraws_its_slices_until_moved_off_as_th
 ) -> None:
     fleet = static_host
     host = fleet.host
-    assert checkpoint_policy(host.kubelet_root) == "static"  # the kubelet's own record
+    recorded_policy(host.kubelet_root, "static")  # the kubelet's own record
     pod = wait_for(lambda: fleet.ready_drivers().get(host.node), "the host's driver pod Ready",
                    timeout=budget(180), interval=1.0)  # fmt: skip
     name = pod["metadata"]["name"]

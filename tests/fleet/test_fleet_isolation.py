@@ -14,17 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleet.driver_identity import DriverIdentity, identity_of, slice_manifest
+from fleet.driver_identity import SLICE_REFUSED, DriverIdentity, identity_of, slice_manifest
 from fleet.nodes import GUEST_NODE, GUEST_POD, HOST_POD, Fleet
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(900)]
 
-# The API server's words for the chart's policy (templates/admissionpolicy.yaml).
-SLICE_REFUSED = (
-    "ValidatingAdmissionPolicy 'dra-driver-cpu-resourceslices' with binding "
-    "'dra-driver-cpu-resourceslices' denied request: the dra.cpu driver may only write "
-    "ResourceSlices of the node it runs on"
-)
 # A claim's status: the chart's policy, or, where the authorizer's granular check of the
 # status (`associated-node:patch` of resourceclaims/driver, which the chart's role grants) is
 # asked first, the authorizer.

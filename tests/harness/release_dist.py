@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import ssl
 import subprocess
+import tarfile
 import tempfile
 import urllib.error
 import urllib.request
@@ -16,6 +17,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from harness.dev_up import free_port
 from harness.pki import make_pki
@@ -36,7 +40,7 @@ class ReleaseImage:
 @dataclass(frozen=True)
 class Dist:
     folder: Path
-    version: str
+    version: str  # the release's (the chart's appVersion, the images' tag)
     chart: Path
     images: tuple[ReleaseImage, ...]
 
@@ -52,11 +56,20 @@ class Dist:
         return self.folder / "RELEASE-NOTES.md"
 
 
+def chart_metadata(package: Path) -> dict[str, Any]:
+    """A packaged chart's Chart.yaml (`version`, `appVersion`, ...)."""
+    with tarfile.open(package) as tar:
+        member = tar.extractfile("dra-driver-cpu/Chart.yaml")
+        assert member is not None, f"{package}: no dra-driver-cpu/Chart.yaml"
+        metadata: dict[str, Any] = yaml.safe_load(member.read())
+    return metadata
+
+
 def read_dist(folder: Path = DIST) -> Dist:
     """The release in `folder`: one chart package, and the images `images.txt` lists."""
     charts = sorted(folder.glob("dra-driver-cpu-*.tgz"))
     assert len(charts) == 1, f"{folder}: expected one chart package, found {charts}"
-    version = charts[0].name.removeprefix("dra-driver-cpu-").removesuffix(".tgz")
+    version = str(chart_metadata(charts[0])["appVersion"])
     images = []
     for line in (folder / "images.txt").read_text(encoding="utf-8").splitlines():
         name, digest, archive = line.split()
@@ -64,10 +77,11 @@ def read_dist(folder: Path = DIST) -> Dist:
     return Dist(folder, version, charts[0], tuple(images))
 
 
-def make_release(folder: Path = DIST, timeout: float = 3600) -> Dist:
-    """`tools/release.sh folder`, its progress lines passed through; the release it wrote."""
+def make_release(folder: Path = DIST, timeout: float = 3600, tree: Path = ROOT) -> Dist:
+    """`tools/release.sh folder` of the checkout `tree` (this one, or an earlier release's
+    source), its progress lines passed through; the release it wrote."""
     done = subprocess.run(
-        ["bash", str(ROOT / "tools/release.sh"), str(folder)],
+        ["bash", str(tree / "tools/release.sh"), str(folder)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False,
     )  # fmt: skip
     print(done.stdout, end="", flush=True)

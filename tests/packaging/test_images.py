@@ -402,7 +402,7 @@ def test_generated_modules_match_the_protobuf_runtime() -> None:
 def test_labels_carry_the_images_own_version(service: str) -> None:
     preamble, _ = stages(DOCKERFILE)
     defaults = dict(item.text.split("=", 1) for item in preamble if item.keyword == "ARG")
-    assert re.fullmatch(r"\d+\.\d+\.\d+", defaults["VERSION"])
+    assert re.fullmatch(r"\d+\.\d+\.\d+(rc\d+|\.dev\d+)?", defaults["VERSION"])
     items = stage(service)
     assert {item.text for item in items if item.keyword == "ARG"} == {"VERSION", "REVISION"}
     env = " ".join(item.text for item in items if item.keyword == "ENV")

@@ -1,14 +1,17 @@
 """The release version is written once, in pyproject.toml's `[project] version`. What must
 repeat it (helm reads the chart's version from Chart.yaml; a hand-run `docker build` and docker
-compose need a default tag) says the same, and the installed package reports it."""
+compose need a default tag) says the same, the chart's version in Semantic Versioning
+(tools/chart-version.py), and the installed package reports it."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
@@ -19,23 +22,58 @@ ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
-def _copies() -> dict[str, list[str]]:
+def _chart_version_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("chart_version", ROOT / "tools/chart-version.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CHART_VERSION = _chart_version_tool().chart_version(VERSION)
+
+
+def _copies() -> dict[str, tuple[list[str], str]]:
+    """Where the version is repeated: what it says there, and what it must say."""
     chart = yaml.safe_load((ROOT / "helm/dra-driver-cpu/Chart.yaml").read_text())
     dockerfile = (ROOT / "Dockerfile").read_text()
     compose = (ROOT / "compose/docker-compose.yaml").read_text()
     return {
-        "Chart.yaml version": [str(chart["version"])],
-        "Chart.yaml appVersion": [str(chart["appVersion"])],
-        "Dockerfile ARG VERSION": re.findall(r"^ARG VERSION=(\S+)$", dockerfile, re.MULTILINE),
-        "compose's default tags": re.findall(r"_VERSION:-([^}]+)\}", compose),
+        "Chart.yaml version": ([str(chart["version"])], CHART_VERSION),
+        "Chart.yaml appVersion": ([str(chart["appVersion"])], VERSION),
+        "Dockerfile ARG VERSION": (
+            re.findall(r"^ARG VERSION=(\S+)$", dockerfile, re.MULTILINE),
+            VERSION,
+        ),
+        "compose's default tags": (re.findall(r"_VERSION:-([^}]+)\}", compose), VERSION),
     }
 
 
 @pytest.mark.parametrize("where", sorted(_copies()))
 def test_every_copy_of_the_version_is_pyprojects(where: str) -> None:
-    found = _copies()[where]
+    found, wanted = _copies()[where]
     assert found, f"{where}: no version found"
-    assert set(found) == {VERSION}, f"{where} says {found}; pyproject.toml says {VERSION}"
+    assert set(found) == {wanted}, f"{where} says {found}; pyproject.toml says {VERSION}"
+
+
+@pytest.mark.parametrize(
+    "version, chart",
+    [("0.2.0", "0.2.0"), ("0.3.0rc1", "0.3.0-rc.1"), ("0.3.0.dev0", "0.3.0-dev.0"),
+     ("1.10.2.dev12", "1.10.2-dev.12")],
+)  # fmt: skip
+def test_the_charts_version_is_the_release_in_semantic_versioning(version: str, chart: str) -> None:
+    assert _chart_version_tool().chart_version(version) == chart
+
+
+@pytest.mark.parametrize("version", ["0.3.0a1", "0.3.0rc1.dev2", "0.3.0.post1", "0.3.0+local",
+                                     "1.0"])  # fmt: skip
+def test_a_version_the_chart_cannot_order_alike_is_one_error_line(version: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools/chart-version.py"), version],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("chart-version: error: ") and done.stderr.count("\n") == 1
 
 
 def test_the_installed_package_reports_pyprojects_version() -> None:

@@ -139,6 +139,10 @@ CHANGELOG = """# Changelog
 
 Intro.
 
+## [Unreleased]
+
+- Next thing.
+
 ## [1.1.0] - unreleased
 
 ### Added
@@ -160,8 +164,13 @@ Intro.
     [
         ("1.1.0", "## [1.1.0] - unreleased\n\n### Added\n\n- New thing.\n"),
         ("1.0.0", "## [1.0.0] - 2026-01-01\n\n- First.\n"),
+        ("1.2.0.dev0", "## [1.2.0.dev0] - unreleased\n\n- Next thing.\n"),
     ],
-    ids=["newest-up-to-the-next-heading", "older-up-to-the-next-heading"],
+    ids=[
+        "newest-up-to-the-next-heading",
+        "older-up-to-the-next-heading",
+        "a-development-version-has-the-unreleased-notes",
+    ],
 )
 def test_release_notes_are_the_versions_section(version: str, notes: str) -> None:
     assert _load("release-notes").section(CHANGELOG, version) == notes
@@ -170,7 +179,7 @@ def test_release_notes_are_the_versions_section(version: str, notes: str) -> Non
 @pytest.mark.parametrize(
     "version, message",
     [
-        ("2.0.0", "no section '## [2.0.0]' (it has: 1.1.0, 1.0.0, 0.9.0)"),
+        ("2.0.0", "no section '## [2.0.0]' (it has: Unreleased, 1.1.0, 1.0.0, 0.9.0)"),
         ("0.9.0", "the section '## [0.9.0]' is empty"),
     ],
     ids=["missing", "empty"],
