@@ -85,11 +85,16 @@ def previous_release() -> Release | None:
 
 
 def _version_of(python: Path) -> str:
+    """What the build's services report as their version. Asked outside this checkout: a
+    release reads its version from the installed distribution's metadata, which Python looks
+    up on sys.path, the current folder first, and this checkout's root holds the metadata of
+    its own editable install (dra_driver_cpu.egg-info, at this checkout's version)."""
     result = subprocess.run(
         [str(python), "-c", "import dracpu.core; print(dracpu.core.__version__)"],
         capture_output=True,
         text=True,
         check=True,
+        cwd=python.parent,
     )
     return result.stdout.strip()
 
