@@ -14,6 +14,8 @@ What the cluster changes, and why:
   names they load under;
 - step 2's `<node>` is this cluster's node, which gets the label the page's `nodeSelector` asks
   for;
+- the page's example version (a release's) is this release's: the archives' version in step 1,
+  the packaged chart's name in step 2 (a development version's chart is spelt apart);
 - `my-values.yaml` holds this cluster's chart settings (tests/harness/cluster.py
   `chart_values`: kubelet root, NRI socket, state dir, local images);
 - the example of step 5 is scaled to the node's largest device (2 CPUs here), its pod gets
@@ -175,6 +177,11 @@ def test_the_install_steps_run_as_the_page_writes_them(cluster: Cluster, dist: D
         shell = Shell(node, root)
 
         check, push = steps[1]
+        label, install = steps[2]
+        named = re.search(r"dra-driver-cpu-(\S+)\.tgz", install)
+        assert named, install
+        push = push.replace(named[1], dist.version)
+        install = install.replace(named[0], dist.chart.name)
         assert check == "sha256sum -c SHA256SUMS"
         checked = shell.run(check).splitlines()
         listed = (dist.folder / "SHA256SUMS").read_text().splitlines()
@@ -182,7 +189,6 @@ def test_the_install_steps_run_as_the_page_writes_them(cluster: Cluster, dist: D
         assert "skopeo copy oci-archive:" in push, push
         push_step(shell, push, dist)
 
-        label, install = steps[2]
         assert label == "kubectl label node <node> node-role.example.com/exclusive-cpus=true"
         assert "labeled" in shell.run(label.replace("<node>", node.node))
         assert dist.chart.name in install, install
