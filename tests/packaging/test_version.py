@@ -5,16 +5,15 @@ compose need a default tag) says the same, the chart's version in Semantic Versi
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
+from harness.tool_script import load_tool
 
 import dracpu.core
 
@@ -22,15 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
-def _chart_version_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("chart_version", ROOT / "tools/chart-version.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-CHART_VERSION = _chart_version_tool().chart_version(VERSION)
+CHART_TOOL = load_tool("chart-version")
+CHART_VERSION = CHART_TOOL.chart_version(VERSION)
 
 
 def _copies() -> dict[str, tuple[list[str], str]]:
@@ -62,7 +54,7 @@ def test_every_copy_of_the_version_is_pyprojects(where: str) -> None:
      ("1.10.2.dev12", "1.10.2-dev.12")],
 )  # fmt: skip
 def test_the_charts_version_is_the_release_in_semantic_versioning(version: str, chart: str) -> None:
-    assert _chart_version_tool().chart_version(version) == chart
+    assert CHART_TOOL.chart_version(version) == chart
 
 
 @pytest.mark.parametrize("version", ["0.3.0a1", "0.3.0rc1.dev2", "0.3.0.post1", "0.3.0+local",

@@ -4,25 +4,16 @@ everything else of the bundle and runc's arguments left as they were."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from harness.tool_script import load_tool
 
 SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "crio-runc.py"
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("crio_runc", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _config(adj: int) -> dict[str, Any]:
@@ -45,7 +36,7 @@ def _config(adj: int) -> dict[str, Any]:
 def test_a_bundle_is_fitted_to_the_machine(
     monkeypatch: pytest.MonkeyPatch, own: int, asked: int, mounted: bool, adj: int, hugepages: bool
 ) -> None:
-    module = _load()
+    module = load_tool("crio-runc")
     monkeypatch.setattr(module, "own_oom_score_adj", lambda: own)
     monkeypatch.setattr(module, "hugetlb_mounted", lambda: mounted)
     config = _config(asked)

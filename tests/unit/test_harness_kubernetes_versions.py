@@ -5,11 +5,8 @@ table tools/compat.py writes from the checks' JUnit reports."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from harness.kubernetes_versions import (
@@ -21,17 +18,9 @@ from harness.kubernetes_versions import (
     read_releases,
     selected,
 )
+from harness.tool_script import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _compat() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compat", ROOT / "tools" / "compat.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_one_release_per_minor_oldest_first_from_1_34() -> None:
@@ -105,7 +94,7 @@ REPORT = """<?xml version="1.0" encoding="utf-8"?>
 
 
 def test_the_compat_table_counts_each_outcome_and_names_what_failed(tmp_path: Path) -> None:
-    compat = _compat()
+    compat = load_tool("compat")
     report = tmp_path / "report.xml"
     report.write_text(REPORT, encoding="utf-8")
     failing = compat.Outcome(Release("v1.34.4", "DRAConsumableCapacity=true"), seconds=61.2)

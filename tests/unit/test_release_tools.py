@@ -7,28 +7,18 @@ docker tier (tests/docker/test_docker_release.py)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from harness.tool_script import load_tool
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 ROOT = TOOLS.parent
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), TOOLS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def _blob(files: dict[str, bytes], data: bytes) -> str:
@@ -78,7 +68,7 @@ def _members(path: Path) -> dict[str, bytes]:
 
 
 def test_each_image_gets_an_archive_of_its_own_blobs_and_nothing_else(tmp_path: Path) -> None:
-    oci = _load("oci-archive")
+    oci = load_tool("oci-archive")
     digests = _layout(
         tmp_path / "all.tar",
         {"localhost/a:1": [b"base", b"a-only"], "localhost/b:1": [b"base", b"b-only"]},
@@ -100,7 +90,7 @@ def test_each_image_gets_an_archive_of_its_own_blobs_and_nothing_else(tmp_path: 
 
 
 def test_splitting_twice_writes_the_same_bytes(tmp_path: Path) -> None:
-    oci = _load("oci-archive")
+    oci = load_tool("oci-archive")
     _layout(tmp_path / "all.tar", {"localhost/a:1": [b"x", b"y"]})
     oci.split(tmp_path / "all.tar", {"localhost/a:1": tmp_path / "one.tar"})
     oci.split(tmp_path / "all.tar", {"localhost/a:1": tmp_path / "two.tar"})
@@ -173,7 +163,7 @@ Intro.
     ],
 )
 def test_release_notes_are_the_versions_section(version: str, notes: str) -> None:
-    assert _load("release-notes").section(CHANGELOG, version) == notes
+    assert load_tool("release-notes").section(CHANGELOG, version) == notes
 
 
 @pytest.mark.parametrize(
@@ -199,6 +189,6 @@ def test_the_changelog_has_notes_for_the_version_being_released() -> None:
         ["bash", "-c", f"source {TOOLS / 'lib.sh'}; project_version"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    notes = _load("release-notes").section((ROOT / "CHANGELOG.md").read_text(), version)
+    notes = load_tool("release-notes").section((ROOT / "CHANGELOG.md").read_text(), version)
     assert notes.startswith(f"## [{version}]")
     assert "### " in notes
