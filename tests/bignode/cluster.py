@@ -14,7 +14,7 @@ only that, to qemu's forward of it on the host's loopback.
 
 `GuestCluster` is the e2e harness's `Cluster` with the kernel truth read in the guest: every
 container's Cpus_allowed_list, cgroup v2 cpuset.cpus.effective and environment come from
-inguest.cluster_containers (crictl and /proc in the guest)."""
+inguest.cluster_containers (containerd's task folders and /proc in the guest)."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -37,6 +38,7 @@ from harness.containerd_node import ContainerdNode, crictl_path
 from harness.dev_up import DevUp, free_port
 from harness.guest import KUBELET_PORT, NODE_IP, POD_CIDR
 from harness.realnode_stack import RUNTIMES, make_node
+from harness.runtime_tasks import RUNTIME_COMMS, running_tasks, status_field
 from harness.waits import wait_for
 from shape import machine_shape
 from skew_builds import Build, head_build
@@ -83,20 +85,13 @@ _lock = threading.Lock()
 # -- the kernel's view -------------------------------------------------------------------------
 
 
-def _status_field(pid: int, name: str) -> str:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{name}:"):
-            return line.split(":", 1)[1].strip()
-    raise LookupError(f"/proc/{pid}/status has no {name}")
-
-
 def kernel_view(pid: int, state: Path | None = None) -> dict[str, Any]:
     """What the guest kernel says process `pid` may run on and allocate from: its own masks
     and its cgroup's effective cpuset and memory nodes (the core's cgroup reader)."""
     return {
         "pid": pid,
-        "cpus_allowed": CPUSet.parse(_status_field(pid, "Cpus_allowed_list")).format(),
-        "mems_allowed": CPUSet.parse(_status_field(pid, "Mems_allowed_list")).format(),
+        "cpus_allowed": CPUSet.parse(status_field(pid, "Cpus_allowed_list")).format(),
+        "mems_allowed": CPUSet.parse(status_field(pid, "Mems_allowed_list")).format(),
         "cgroup": str(CGROUPS.directory(pid, "cpuset").relative_to(CGROUP_ROOT)),
         "cpus_effective": CPUSet.parse(CGROUPS.cpus(pid)).format(),
         "mems_effective": CPUSet.parse(CGROUPS.mems(pid)).format(),
@@ -593,30 +588,15 @@ def _crictl(*args: str) -> str:
     return done.stdout
 
 
+# containerd's task folders of the kubelet's namespace on the node (tools/cluster.sh `state`).
+CLUSTER_TASKS = CLUSTER_DIR / "containerd" / "state" / "io.containerd.runtime.v2.task" / "k8s.io"
+
+
 def cluster_containers(state: Path) -> dict[str, dict[str, Any]]:
     """Every running container of the guest's kubelet, by `namespace/pod/container`: the guest
-    kernel's view of its process (`kernel_view`) and that process's environment. Two crictl
-    runs for all of them (process starts are what emulation makes slowest)."""
-    listed = json.loads(_crictl("ps", "--state", "running", "-o", "json"))["containers"]
-    if not listed:
-        return {}
-    text = _crictl("inspect", *(c["id"] for c in listed))
-    decoder = json.JSONDecoder()
-    inspected, at = [], 0
-    while at < len(text):  # one JSON document per container
-        if text[at].isspace():
-            at += 1
-            continue
-        found, at = decoder.raw_decode(text, at)
-        inspected.extend(found if isinstance(found, list) else [found])
-    found_pids = {i["status"]["id"]: int(i["info"]["pid"]) for i in inspected}
+    kernel's view of its process (`kernel_view`) and that process's environment."""
     views: dict[str, dict[str, Any]] = {}
-    for listed_container in listed:
-        labels = listed_container["labels"]
-        key = "/".join(
-            labels[f"io.kubernetes.{k}"] for k in ("pod.namespace", "pod.name", "container.name")
-        )
-        pid = found_pids[listed_container["id"]]
+    for key, pid in running_tasks(CLUSTER_TASKS).values():
         with contextlib.suppress(OSError, LookupError):  # ended in between
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             views[key] = {
@@ -641,9 +621,6 @@ def driver_api(state: Path, address: str, port: int, path: str) -> Any:
         return json.loads(reply.read())
 
 
-# Processes that are a container's runtime, not the container: runc's init runs in the
-# container's cgroup before runc has written its cpuset (then execs the container's command).
-RUNTIME_COMMS = ("runc:[0:PARENT]", "runc:[1:CHILD]", "runc:[2:INIT]", "runc")
 _watch: dict[str, Any] = {}
 
 
@@ -660,7 +637,7 @@ def _pod_cgroup_cpus() -> dict[str, CPUSet]:
             cgroup = (entry / "cgroup").read_text().strip().rpartition("::")[2]
             if "/kubepods" not in cgroup or (entry / "comm").read_text().strip() in RUNTIME_COMMS:
                 continue
-            cpus = CPUSet.parse(_status_field(int(entry.name), "Cpus_allowed_list"))
+            cpus = CPUSet.parse(status_field(int(entry.name), "Cpus_allowed_list"))
             effective = CGROUP_ROOT / cgroup.lstrip("/") / "cpuset.cpus.effective"
             cpus = cpus | CPUSet.parse(effective.read_text())
             name = cgroup.rstrip("/").rpartition("/")[2]
@@ -736,7 +713,7 @@ def _container_processes() -> dict[str, tuple[int, str]]:
 def _process_cpus(pid: int) -> tuple[CPUSet, CPUSet, CPUSet]:
     """A process's Cpus_allowed_list, its cgroup's cpuset.cpus.effective, and the CPUs of the
     claims its environment names (DRA_CPUSET_<uid>)."""
-    allowed = CPUSet.parse(_status_field(pid, "Cpus_allowed_list"))
+    allowed = CPUSet.parse(status_field(pid, "Cpus_allowed_list"))
     effective = CPUSet.parse(CGROUPS.cpus(pid))
     held = CPUSet()
     for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
@@ -867,7 +844,7 @@ SOAK_BACKOFF_LINE = "crashLoopBackOff: {maxContainerRestartPeriod: %s}\n"
 # kubelet started while containerd is not serving yet exits, and is started again.
 UNIT_RESTART_SEC = {"kubelet": 10.0, "containerd": 5.0}
 
-_soak_stopped: set[str] = set()  # the driver containers cluster_fault stopped
+_soak_stopped: set[tuple[str, int]] = set()  # the (container, pid) cluster_fault killed
 
 
 def _kubelet_healthy() -> bool:
@@ -882,30 +859,30 @@ def _kubelet_healthy() -> bool:
 
 def cluster_fault(state: Path, kind: str) -> dict[str, Any]:
     """One fault to the node of the guest's cluster: a driver container (`kind` a service)
-    stopped with no grace, as a crash (crictl stop --timeout 0; the kubelet restarts it), or
+    killed, as a crash (SIGKILL to its first process; the kubelet restarts it), or
     the kubelet or containerd restarted as their service manager would (SIGTERM, then the
     same command again: tools/cluster.sh records them). Answers whether it happened (a
     container in its back-off is not running to be stopped) and what was hit."""
     from harness.recorded_process import restart
 
     if kind in SOAK_SERVICES:
-        ids = _crictl("ps", "--label", "io.kubernetes.pod.namespace=kube-system",
-                      "--name", f"^{kind}$", "--state", "running", "-q").split()  # fmt: skip
-        # A container stopped already but whose exit the runtime has not processed yet is
-        # still listed running: a second stop of it would be no second fault.
-        ids = [i for i in ids if i not in _soak_stopped]
-        if not ids:
+        # A container killed already whose exit the runtime has not processed yet can still
+        # look running: a second kill of it would be no second fault.
+        found = sorted(
+            (cid, pid)
+            for cid, (key, pid) in running_tasks(CLUSTER_TASKS).items()
+            if key.startswith("kube-system/") and key.endswith(f"/{kind}")
+            and (cid, pid) not in _soak_stopped
+        )  # fmt: skip
+        if not found:
             return {"done": False, "what": f"{kind}: not running"}
-        _soak_stopped.add(ids[0])
-        try:
-            _crictl("stop", "--timeout", "0", ids[0])
-        except RuntimeError as exc:
-            # The SIGKILL is sent before containerd waits for the exit; on a saturated guest
-            # that wait outlasts crictl's deadline, and the container is gone all the same.
-            if "DeadlineExceeded" not in str(exc):
-                raise
-            return {"done": True, "what": f"{kind} {ids[0][:12]} (its exit confirmed late)"}
-        return {"done": True, "what": f"{kind} {ids[0][:12]}"}
+        _soak_stopped.add(found[0])
+        # What `crictl stop --timeout 0` has the runtime send, sent by the kernel directly: a
+        # crash, with no wait for the runtime's answer (on a saturated guest it outlasts any
+        # deadline).
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(found[0][1], signal.SIGKILL)
+        return {"done": True, "what": f"{kind} {found[0][0][:12]}"}
     if kind in UNIT_RESTART_SEC:
         pid = restart(
             CLUSTER_DIR / "run" / f"{kind}.pid",
