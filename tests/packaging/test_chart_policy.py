@@ -229,6 +229,14 @@ BAD_VALUES = {
         "additional properties 'kubeletRootdir' not allowed",
     ),
     "port-out-of-range": ({"api": {"port": 70000}}, "at '/api/port': maximum: got 70,000"),
+    "backend-timeout-zero": (
+        {"api": {"backendTimeout": 0}},
+        "at '/api/backendTimeout': exclusiveMinimum: got 0, want 0",
+    ),
+    "backend-timeout-above-a-minute": (
+        {"api": {"backendTimeout": 61}},
+        "at '/api/backendTimeout': maximum: got 61, want 60",
+    ),
     "pcie-roots-not-boolean": (
         {"args": {"exposePCIeRoots": "yes"}},
         "at '/args/exposePCIeRoots': got string, want boolean",

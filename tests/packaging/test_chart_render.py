@@ -56,6 +56,7 @@ def check_defaults(r: Rendered) -> None:
     assert r.config_file() == {"apiVersion": "v1alpha1"}
     assert "--expose-pcie-roots" not in _flags_of(r, "allocator")
     assert _flags_of(r, "dra-plugin")["--kubelet-root-dir"] == "/var/lib/kubelet"
+    assert _flags_of(r, "api")["--backend-timeout"] == "1"
     for name in SERVICES:
         assert r.container(name)["image"] == f"localhost/dracpu-{name}:{APP_VERSION}"
         assert _flags_of(r, name)["-v"] == "2"
@@ -105,6 +106,10 @@ def check_group_by(group: str, allocator: str | None = None) -> Callable[[Render
         assert r.config_file().get("allocator") == allocator
 
     return check
+
+
+def check_backend_timeout(r: Rendered) -> None:
+    assert _flags_of(r, "api")["--backend-timeout"] == "2.5"
 
 
 def check_pcie_roots(r: Rendered) -> None:
@@ -284,6 +289,7 @@ CASES: dict[str, Case] = {
         check_group_by("socket", "external"),
     ),
     "pcie-roots": Case({"args": {"exposePCIeRoots": True}}, check_pcie_roots),
+    "api-backend-timeout": Case({"api": {"backendTimeout": 2.5}}, check_backend_timeout),
     "relocated-kubelet-root": Case({"kubeletRootDir": "/mnt/data//kubelet/"}, check_kubelet_root),
     "kubelet-root-dotdot": Case({"kubeletRootDir": "/mnt/x/../data/kubelet"}, check_kubelet_root),
     "kubelet-root-slash": Case({"kubeletRootDir": "/"}, check_kubelet_root_slash),
