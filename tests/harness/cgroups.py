@@ -136,6 +136,12 @@ class Cgroups:
         """The memory nodes of the process's cgroup (v2 `cpuset.mems.effective`)."""
         return _read(self._file(pid, "cpuset", "cpuset.mems", "cpuset.mems.effective"))
 
+    def cpu_quota(self, pid: int | str) -> int | None:
+        """The CPU time the process's cgroup may use per period, in microseconds (v2 the first
+        field of `cpu.max`, v1 `cpu.cfs_quota_us`); None when unlimited."""
+        text = _read(self._file(pid, "cpu", "cpu.cfs_quota_us", "cpu.max")).split()[0]
+        return None if text in ("max", "-1") else int(text)
+
     def memory_bytes(self, pid: int | str) -> int:
         """The memory the process's cgroup is charged (v2 `memory.current`, v1
         `memory.usage_in_bytes`)."""

@@ -548,6 +548,10 @@ state = "{b}/state"
     def cgroup_cpus(self, container_id: str) -> str:
         return cgroup_cpuset(self.container_pid(container_id))
 
+    def cpu_quota(self, container_id: str) -> int | None:
+        """The container cgroup's CPU quota per period in microseconds (None: unlimited)."""
+        return CGROUPS.cpu_quota(self.container_pid(container_id))
+
     # -- teardown ---------------------------------------------------------------------------
 
     def teardown(self) -> None:

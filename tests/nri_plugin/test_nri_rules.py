@@ -118,7 +118,7 @@ def test_version_parsing(text: str, version: tuple[int, int, int] | None) -> Non
 
 
 def test_subscription_is_valid_on_every_nri_version() -> None:
-    assert SUBSCRIBED_EVENTS == 0x648
+    assert SUBSCRIBED_EVENTS == 0x6C8
     assert SUBSCRIBED_EVENTS & ~VALID_MASK_BEFORE_V0_10 == 0
 
 

@@ -63,6 +63,36 @@ def test_claimed_and_shared_containers_are_pinned_and_release_grows_the_pool(
     node.remove_pod(pod)
 
 
+def test_an_update_through_the_runtime_leaves_each_container_on_its_own_cpuset(
+    stack: Stack,
+) -> None:
+    """What the kubelet's static CPU Manager does to every container (a CRI
+    UpdateContainerResources with its default set), done with crictl: the runtime hands it to
+    the plugin, whose answer keeps the cpuset; the rest of the update goes through."""
+    node, dev = stack.node, stack.dev
+    pod = node.run_pod("updates")
+    claim = dev.claim("upd1", pod_uid=node.pod_uid(pod))
+    claimed = node.run_container(pod, "claimed", cdi_devices=claim.cdi_devices)
+    shared = node.run_container(pod, "shared")
+    pool = dev.shared_pool()
+    assert node.allowed_cpus(claimed.id) == claim.cpuset and node.allowed_cpus(shared.id) == pool
+
+    node.crictl("update", "--cpuset-cpus", ONLINE, "--cpu-period", "100000",
+                "--cpu-quota", "50000", claimed.id)  # fmt: skip
+    node.crictl("update", "--cpuset-cpus", claim.cpuset, shared.id)
+    for container, cpus in ((claimed, claim.cpuset), (shared, pool)):
+        assert node.cgroup_cpus(container.id) == cpus, container.name
+        assert node.allowed_cpus(container.id) == cpus, container.name
+    assert node.cpu_quota(claimed.id) == 50000
+    assert "kept container on its cpuset against an update" in dev.service_log("nri-plugin")
+
+    # One naming the container's own cpuset, or none, goes through as asked.
+    node.crictl("update", "--cpuset-cpus", claim.cpuset, "--cpu-quota", "80000", claimed.id)
+    assert node.cpu_quota(claimed.id) == 80000 and node.allowed_cpus(claimed.id) == claim.cpuset
+    node.remove_pod(pod)
+    dev.release("upd1")
+
+
 @pytest.mark.parametrize(
     ("name", "env", "reason"),
     [

@@ -43,6 +43,10 @@ class CreateContainerError(DracpuError):
     """A plugin refused the container (the kubelet would show CreateContainerError)."""
 
 
+class UpdateContainerError(DracpuError):
+    """A plugin refused another party's update of a container (the CRI call fails)."""
+
+
 @dataclass(frozen=True)
 class RuntimeProfile:
     """Which runtime and NRI version to emulate."""
@@ -448,6 +452,50 @@ class RuntimeSim:
             ctr.linux.resources.cpu.mems = adjusted["mems"]
         ctr.linux.resources.hugepage_limits.extend(hugepages)
         return updates
+
+    async def update_container(self, container_id: str, cpus: str = "", mems: str = "") -> None:
+        """Another party's update of a running container's cpuset (the kubelet's CRI
+        UpdateContainerResources; "" leaves a field as it is), as the adaptation relays it:
+        UpdateContainer to every subscribed plugin with the resources asked for; a plugin's
+        update of this container replaces what was asked, its updates of others are applied as
+        its unsolicited ones are. A plugin's refusal fails the update (UpdateContainerError),
+        and nothing changes."""
+        ctr = self.containers[container_id]
+        asked = api_pb2.LinuxResources()
+        asked.cpu.cpus, asked.cpu.mems = cpus, mems
+        result = api_pb2.LinuxResources()
+        result.CopyFrom(asked)
+        async with self._lock:
+            others: list[api_pb2.ContainerUpdate] = []
+            for plugin in list(self.plugins):
+                if not plugin.events & event_bit(api_pb2.UPDATE_CONTAINER):
+                    continue
+                request = api_pb2.UpdateContainerRequest(
+                    pod=self.pods[ctr.pod_sandbox_id], container=ctr, linux_resources=asked
+                )
+                try:
+                    raw = await self._call(plugin, "UpdateContainer", request)
+                except TtrpcError as exc:
+                    if not exc.remote:
+                        continue  # plugin dropped; the update goes on without it
+                    raise UpdateContainerError(
+                        f"plugin {plugin.key} refused the update of {ctr.id}: {exc.message}"
+                    ) from None
+                reply = api_pb2.UpdateContainerResponse()
+                reply.ParseFromString(raw)
+                for update in reply.update:
+                    if update.container_id != ctr.id:
+                        others.append(update)
+                        continue
+                    cpu = update.linux.resources.cpu
+                    result.cpu.cpus = cpu.cpus or result.cpu.cpus
+                    result.cpu.mems = cpu.mems or result.cpu.mems
+            self._apply_updates(others, creating="")
+            if result.cpu.cpus:
+                ctr.linux.resources.cpu.cpus = result.cpu.cpus
+            if result.cpu.mems:
+                ctr.linux.resources.cpu.mems = result.cpu.mems
+        await self._notify()
 
     async def stop_container(self, container_id: str) -> None:
         ctr = self.containers[container_id]

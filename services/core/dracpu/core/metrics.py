@@ -203,6 +203,14 @@ SPECS: tuple[MetricSpec, ...] = (
         "nri-plugin",
     ),
     MetricSpec(
+        "dra_cpu_nri_updates_kept_total",
+        "counter",
+        "Container updates another party asked of the runtime (the kubelet's CPU Manager, crictl "
+        "update) whose cpuset the plugin answered with the container's own: its claim's CPUs or "
+        "the shared pool.",
+        "nri-plugin",
+    ),
+    MetricSpec(
         "dra_cpu_claim_allocated_cpus",
         "histogram",
         "CPUs allocated for each newly successful claim allocation.",

@@ -128,6 +128,11 @@ class CPUPlugin:
     async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         await self.events.post_start_container(pod, ctr)
 
+    async def update_container(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container, resources: api_pb2.LinuxResources
+    ) -> list[api_pb2.ContainerUpdate]:
+        return await self.events.update_container(pod, ctr, resources)
+
     async def stop_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
     ) -> list[api_pb2.ContainerUpdate]:

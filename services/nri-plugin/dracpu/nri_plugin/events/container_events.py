@@ -1,8 +1,9 @@
 """The runtime's container lifecycle requests: CreateContainer pins a claimed container to its
 claims' CPUs (the allocator attaches it), with the shared pool too when a claim includes it
 (`cpuConfig.sharedPool`), and puts any other on the shared pool; PostStart marks
-it running, and adopts one the plugin never heard of (dracpu.nri_plugin.events.adoption); Stop and
-Remove forget it, and tell the allocator a claimed one no longer runs."""
+it running, and adopts one the plugin never heard of (dracpu.nri_plugin.events.adoption); an
+update another party asks of the runtime keeps the container's cpuset; Stop and Remove forget it,
+and tell the allocator a claimed one no longer runs."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from dracpu.nri_plugin.state.claim_env import parse_claim_env
 from dracpu.nri_plugin.state.conversions import (
     container_record,
     container_ref,
+    cpuset_update,
     hugepage_limits,
     memory_nodes,
+    same_cpus,
 )
 from dracpu.nri_plugin.state.pacing import ALLOCATOR_CALL_TIMEOUT
 from dracpu.nri_plugin.state.plugin_state import PluginState
@@ -184,6 +187,45 @@ class ContainerEvents:
         record = replace(record, moved_before_start=False, confirmed=False)
         registry.put(record)  # not known to run on it: no answer to the runtime settles it
         self._adoptions.move_again(record)
+
+    async def update_container(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container, resources: api_pb2.LinuxResources
+    ) -> list[api_pb2.ContainerUpdate]:
+        """Another party updates a container through the runtime (the kubelet's CPU Manager
+        reconciling its cpusets, `crictl update`, an in-place resize). A cpuset or memory nodes
+        other than the plugin's for a container it knows are answered with its own (its
+        claims' CPUs and memory nodes, or the shared pool): what else the update asks (CPU
+        shares, quota, memory limits) goes through. An update that names no cpuset and no
+        memory nodes, or the container's own, or one of a container the plugin does not know,
+        goes through as asked. Never refused: the runtime would fail the other party's update."""
+        asked = resources.cpu
+        if not asked.cpus and not asked.mems:
+            return []
+        async with self._state.lock:
+            record = self._state.registry.get(ctr.id)
+            if record is None:
+                log.info(4, "update of unknown container passed", container=ctr.id)
+                return []
+            own = record.target(self._state.pool.cpus)
+            if not own:
+                return []  # a shared container while the pool is not known yet
+            cpus_kept = bool(asked.cpus) and not same_cpus(asked.cpus, own)
+            mems_kept = bool(asked.mems and record.mems) and not same_cpus(asked.mems, record.mems)
+            if not cpus_kept and not mems_kept:
+                return []
+            self._state.metrics.update_kept()
+        log.info(
+            2,
+            "kept container on its cpuset against an update",
+            container=record.name,
+            container_id=ctr.id,
+            claims=",".join(record.claims) or "shared",
+            asked_cpus=asked.cpus or "unchanged",
+            asked_mems=asked.mems or "unchanged",
+            cpus=own,
+            mems=record.mems.format() or "all",
+        )
+        return [cpuset_update(ctr.id, own, record.mems)]
 
     async def stop_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container

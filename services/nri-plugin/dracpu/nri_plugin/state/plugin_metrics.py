@@ -19,6 +19,7 @@ class NRIMetrics:
         self._repinned = collectors["dra_cpu_nri_repinned_containers_total"]
         self._late = collectors["dra_cpu_nri_late_pins_total"]
         self._adopted = collectors["dra_cpu_nri_adopted_containers_total"]
+        self._kept = collectors["dra_cpu_nri_updates_kept_total"]
 
     def pushed(self, applied: int, failed: int, unknown: int, pending: int, cost: float) -> None:
         assert isinstance(self._updates, Counter)
@@ -45,6 +46,10 @@ class NRIMetrics:
     def adopted(self) -> None:
         assert isinstance(self._adopted, Counter)
         self._adopted.inc()
+
+    def update_kept(self) -> None:
+        assert isinstance(self._kept, Counter)
+        self._kept.inc()
 
     def text(self) -> str:
         return exposition(self.registry)

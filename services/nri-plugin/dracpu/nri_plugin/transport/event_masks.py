@@ -19,14 +19,16 @@ def event_bit(event: int) -> int:
 VALID_MASK_BEFORE_V0_10: Final = (1 << 11) - 1  # 0x7FF
 VALID_MASK_FROM_V0_10: Final = (1 << 14) - 1  # 0x3FFF
 
-# What the CPU plugin needs: pin at create, forget at stop and remove (0x608), and learn that
-# a container runs (post-start, 0x040) so the view shows the runtime's state. Every bit is
-# below 0x7FF, the valid set of every NRI version: older runtimes accept the mask as well.
+# What the CPU plugin needs: pin at create, forget at stop and remove (0x608), learn that a
+# container runs (post-start, 0x040) so the view shows the runtime's state, and keep each
+# container on its cpuset when another party updates it (update, 0x080). Every bit is below
+# 0x7FF, the valid set of every NRI version: older runtimes accept the mask as well.
 # Post-start rather than start: it arrives once runc has started the process, and the runtime
 # ignores its errors, so it cannot fail a container's start.
 SUBSCRIBED_EVENTS: Final = (
     event_bit(api_pb2.CREATE_CONTAINER)
     | event_bit(api_pb2.POST_START_CONTAINER)
+    | event_bit(api_pb2.UPDATE_CONTAINER)
     | event_bit(api_pb2.STOP_CONTAINER)
     | event_bit(api_pb2.REMOVE_CONTAINER)
 )

@@ -71,6 +71,16 @@ class PluginHandlers(Protocol):
         self, pod: api_pb2.PodSandbox, container: api_pb2.Container
     ) -> None: ...
 
+    async def update_container(
+        self,
+        pod: api_pb2.PodSandbox,
+        container: api_pb2.Container,
+        resources: api_pb2.LinuxResources,
+    ) -> list[api_pb2.ContainerUpdate]:
+        """Another party asked the runtime for `resources`; an update of this container in the
+        answer replaces what it asked for (its other fields go through)."""
+        ...
+
     async def stop_container(
         self, pod: api_pb2.PodSandbox, container: api_pb2.Container
     ) -> list[api_pb2.ContainerUpdate]: ...
@@ -113,6 +123,7 @@ class PluginService:
             "Shutdown": self._shutdown,
             "CreateContainer": self._create_container,
             "PostStartContainer": self._post_start_container,
+            "UpdateContainer": self._update_container,
             "StopContainer": self._stop_container,
             "RemoveContainer": self._remove_container,
             "StateChange": self._state_change,
@@ -188,6 +199,13 @@ class PluginService:
         request = _parse(api_pb2.PodContainerRequest, payload)
         await self._handlers.post_start_container(request.pod, request.container)
         return api_pb2.Empty().SerializeToString()
+
+    async def _update_container(self, payload: bytes) -> bytes:
+        request = _parse(api_pb2.UpdateContainerRequest, payload)
+        updates = await self._handlers.update_container(
+            request.pod, request.container, request.linux_resources
+        )
+        return api_pb2.UpdateContainerResponse(update=updates).SerializeToString()
 
     async def _stop_container(self, payload: bytes) -> bytes:
         request = _parse(api_pb2.StopContainerRequest, payload)
