@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 
 from dracpu.core import rpc
+from dracpu.pb.common.v1 import info_pb2, info_pb2_grpc
 from harness.waits import WaitTimeout, eventually
 
 # A service process: started by subprocess, by asyncio, or known by its PID only.
@@ -105,3 +106,12 @@ async def served_in_process(
             yield chan
     finally:
         await rpc.stop_server(server, health, socket)
+
+
+async def serving_pid(socket: Path | str) -> int:
+    """The process ID the service on `socket` gives in its Info.GetVersion."""
+    async with rpc.channel(socket) as chan:
+        info = await rpc.call(
+            info_pb2_grpc.InfoStub(chan).GetVersion(info_pb2.GetVersionRequest()), "version"
+        )
+    return int(info.pid)

@@ -21,6 +21,7 @@ from dracpu.core import config as driver_config
 from dracpu.core import footprint, operation
 from dracpu.core.cpuset import CPUSet
 from dracpu.core.errors import ConfigError, DracpuError, UnimplementedError
+from dracpu.core.instance_lock import InstanceLock
 from dracpu.core.log import get_logger
 from dracpu.core.machine import Machine
 from dracpu.core.metrics import exposition, service_registry
@@ -167,6 +168,9 @@ async def serve(args: argparse.Namespace) -> int:
     # Bad input is refused above, before any log line, so it reads as one stderr line.
     driver_config.log_effective(config)
     driver_config.warn_deprecated(config)
+    # Before the state folder is read: a second allocator must not touch it.
+    lock = InstanceLock(args.socket, "allocator")
+    await lock.acquire()
     registry = service_registry()
     node = NodeAllocator(
         state_dir=Path(args.state_dir),

@@ -25,6 +25,7 @@ from dracpu.core import footprint
 from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError, UnavailableError
+from dracpu.core.instance_lock import InstanceLock
 from dracpu.core.log import get_logger
 from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import Health, start_server
@@ -305,6 +306,9 @@ async def _shutdown(
 
 async def serve(args: argparse.Namespace) -> int:
     plugin = _build(args)
+    # Before registering with the kubelet and publishing: one dra-plugin per node.
+    lock = InstanceLock(args.socket, "dra-plugin")
+    await lock.acquire()
     loops = Supervisor("dra-plugin", registry=plugin.metrics.registry)
     servers = await _start_servers(args, plugin, loops)
     stop = stop_event()

@@ -13,6 +13,7 @@ from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.core.config import load, log_effective
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError
+from dracpu.core.instance_lock import InstanceLock
 from dracpu.core.log import get_logger
 from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
@@ -75,6 +76,10 @@ async def serve(args: argparse.Namespace) -> int:
         unsolicited_updates=mode.value,
     )
 
+    # Before registering with the runtime: two registrations under one name make it refuse
+    # every container.
+    lock = InstanceLock(args.socket, "nri-plugin")
+    await lock.acquire()
     allocator = AllocatorClient(args.allocator_socket, timeout=ALLOCATOR_CALL_TIMEOUT)
     metrics = NRIMetrics()
     checks = RuntimePrerequisites(Prerequisites(), args.nri_socket)

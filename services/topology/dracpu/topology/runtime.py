@@ -12,6 +12,7 @@ import grpc
 
 from dracpu.core import __version__, footprint
 from dracpu.core.config import load, log_effective
+from dracpu.core.instance_lock import InstanceLock
 from dracpu.core.log import get_logger
 from dracpu.core.metrics import exposition, service_registry
 from dracpu.core.rpc import check_socket_path, start_server, stop_server
@@ -45,6 +46,8 @@ async def serve(args: argparse.Namespace) -> int:
     log.info(0, "starting", version=__version__, socket=args.socket, sysfs_root=str(root))
     if overlay:
         log.info(0, "sysfs overlay applied", file=config.sysfs_overlay, paths=len(overlay.files))
+    lock = InstanceLock(args.socket, "topology")
+    await lock.acquire()
     inventory = Inventory(root, await asyncio.to_thread(discover, root, overlay), overlay)
 
     def register(server: grpc.aio.Server) -> None:
