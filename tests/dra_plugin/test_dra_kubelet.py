@@ -584,6 +584,7 @@ def test_introspect_metrics_describes_every_metric() -> None:
         "dra_cpu_nri_repinned_containers_total",
         "dra_cpu_nri_late_pins_total",
         "dra_cpu_nri_adopted_containers_total",
+        "dra_cpu_nri_updates_kept_total",
         "dra_cpu_devices",
         "dra_cpu_device_unhealthy",
         "dra_cpu_loop_restarts_total",
