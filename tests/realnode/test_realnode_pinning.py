@@ -8,8 +8,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from harness.containerd_node import NodeError
-from harness.dev_up import DevUp
+from harness.containerd_node import Container, NodeError
+from harness.dev_up import Claim, DevUp
 from harness.realnode_stack import Stack
 from harness.waits import wait_for
 
@@ -18,16 +18,26 @@ pytestmark = pytest.mark.realnode
 ONLINE = Path("/sys/devices/system/cpu/online").read_text().strip()
 
 
-def test_claimed_and_shared_containers_are_pinned_and_release_grows_the_pool(
-    stack: Stack,
-) -> None:
+def claimed_and_shared(
+    stack: Stack, pod_name: str, claim_name: str
+) -> tuple[str, Claim, Container, Container, str]:
+    """A pod with a claimed container and a shared one: the pod, the claim, both containers and
+    the shared pool once the claim took its CPUs."""
     node, dev = stack.node, stack.dev
-    pod = node.run_pod("pinning")
-    claim = dev.claim("pin1", pod_uid=node.pod_uid(pod))
+    pod = node.run_pod(pod_name)
+    claim = dev.claim(claim_name, pod_uid=node.pod_uid(pod))
     claimed = node.run_container(pod, "claimed", cdi_devices=claim.cdi_devices)
     shared = node.run_container(pod, "shared")
     pool = dev.shared_pool()
     assert pool and pool != claim.cpuset
+    return pod, claim, claimed, shared, pool
+
+
+def test_claimed_and_shared_containers_are_pinned_and_release_grows_the_pool(
+    stack: Stack,
+) -> None:
+    node, dev = stack.node, stack.dev
+    pod, claim, claimed, shared, pool = claimed_and_shared(stack, "pinning", "pin1")
 
     # CDI put the claim's env into the container; runc put the cpuset into the kernel.
     assert f"{claim.env_key}={claim.cpuset}" in node.exec(claimed.id, "env").splitlines()
@@ -70,11 +80,7 @@ def test_an_update_through_the_runtime_leaves_each_container_on_its_own_cpuset(
     UpdateContainerResources with its default set), done with crictl: the runtime hands it to
     the plugin, whose answer keeps the cpuset; the rest of the update goes through."""
     node, dev = stack.node, stack.dev
-    pod = node.run_pod("updates")
-    claim = dev.claim("upd1", pod_uid=node.pod_uid(pod))
-    claimed = node.run_container(pod, "claimed", cdi_devices=claim.cdi_devices)
-    shared = node.run_container(pod, "shared")
-    pool = dev.shared_pool()
+    pod, claim, claimed, shared, pool = claimed_and_shared(stack, "updates", "upd1")
     assert node.allowed_cpus(claimed.id) == claim.cpuset and node.allowed_cpus(shared.id) == pool
 
     node.crictl("update", "--cpuset-cpus", ONLINE, "--cpu-period", "100000",
