@@ -38,6 +38,7 @@ class InstanceLock:
     """The lock of one service's socket; `acquire` waits for it, the process keeps it."""
 
     def __init__(self, socket_path: str | os.PathLike[str], service: str) -> None:
+        self.socket = os.fspath(socket_path)
         self.path = lock_path(socket_path)
         self.service = service
         self._fd: int | None = None
@@ -51,8 +52,12 @@ class InstanceLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
+            # The lock lives beside the socket: a folder that cannot hold it cannot hold the
+            # socket either, and the operator's fix is the same.
             raise UnavailableError(
-                f"cannot open the {self.service} instance lock {self.path}: {exc.strerror or exc}"
+                f"cannot listen on {self.socket}: cannot create {self.path}: "
+                f"{exc.strerror or exc} (mount a writable volume at {self.path.parent} or pass "
+                "--socket)"
             ) from None
 
     def try_acquire(self) -> bool:
