@@ -31,11 +31,12 @@ NO_SOCKET_VOLUME = {
     "topology": ("/run/dracpu/topology.sock", []),
     "allocator": ("/run/dracpu/allocator.sock", []),
     "nri-plugin": ("/run/dracpu/nri-plugin.sock", []),
-    # The DRA endpoint in the kubelet's plugin folder comes first; it needs a kubeconfig to
-    # load (its server is never reached before the socket is refused) and a /tmp to load it
-    # with (as under compose; without, that is the one line).
+    # Its own socket's instance lock comes first, before the DRA endpoint in the kubelet's
+    # plugin folder; it needs a kubeconfig to load (its server is never reached before the
+    # socket is refused) and a /tmp to load it with (as under compose; without, that is the
+    # one line).
     "dra-plugin": (
-        "/var/lib/kubelet/plugins/dra.cpu/dra.sock",
+        "/run/dracpu/dra-plugin.sock",
         [
             "--tmpfs",
             "/tmp",
