@@ -169,8 +169,7 @@ async def serve(args: argparse.Namespace) -> int:
     driver_config.log_effective(config)
     driver_config.warn_deprecated(config)
     # Before the state folder is read: a second allocator must not touch it.
-    lock = InstanceLock(args.socket, "allocator")
-    await lock.acquire()
+    await InstanceLock.hold(args.socket, "allocator")
     registry = service_registry()
     node = NodeAllocator(
         state_dir=Path(args.state_dir),

@@ -42,10 +42,13 @@ class InstanceLock:
         self.path = lock_path(socket_path)
         self.service = service
         self._fd: int | None = None
+        self.held = False
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
+    @classmethod
+    async def hold(cls, socket_path: str | os.PathLike[str], service: str) -> None:
+        """Wait until this process holds the lock of `service` on `socket_path` (`acquire`),
+        and keep it for the rest of the process: its descriptor is never closed."""
+        await cls(socket_path, service).acquire()
 
     def _open(self) -> int:
         try:
@@ -61,24 +64,25 @@ class InstanceLock:
             ) from None
 
     def try_acquire(self) -> bool:
-        """Take the lock if no other instance holds it; True once held."""
-        if self._fd is not None:
+        """Take the lock if no other instance holds it; True once held. The file is opened
+        once and kept open: a retry only asks for the lock again."""
+        if self.held:
             return True
-        fd = self._open()
+        if self._fd is None:
+            self._fd = self._open()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 return False
             raise UnavailableError(f"cannot lock {self.path}: {exc.strerror or exc}") from None
-        self._fd = fd
+        self.held = True
         # Who holds it, for the one that waits: the container's hostname is its pod's name.
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         holder = f"pid {os.getpid()} on {socket.gethostname()} since {since}\n"
         with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, holder.encode(), 0)
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, holder.encode(), 0)
         return True
 
     def holder(self) -> str:
@@ -112,3 +116,4 @@ class InstanceLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self.held = False

@@ -307,8 +307,7 @@ async def _shutdown(
 async def serve(args: argparse.Namespace) -> int:
     plugin = _build(args)
     # Before registering with the kubelet and publishing: one dra-plugin per node.
-    lock = InstanceLock(args.socket, "dra-plugin")
-    await lock.acquire()
+    await InstanceLock.hold(args.socket, "dra-plugin")
     loops = Supervisor("dra-plugin", registry=plugin.metrics.registry)
     servers = await _start_servers(args, plugin, loops)
     stop = stop_event()

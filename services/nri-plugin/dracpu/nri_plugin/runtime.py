@@ -78,8 +78,7 @@ async def serve(args: argparse.Namespace) -> int:
 
     # Before registering with the runtime: two registrations under one name make it refuse
     # every container.
-    lock = InstanceLock(args.socket, "nri-plugin")
-    await lock.acquire()
+    await InstanceLock.hold(args.socket, "nri-plugin")
     allocator = AllocatorClient(args.allocator_socket, timeout=ALLOCATOR_CALL_TIMEOUT)
     metrics = NRIMetrics()
     checks = RuntimePrerequisites(Prerequisites(), args.nri_socket)

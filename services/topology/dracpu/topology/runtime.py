@@ -46,8 +46,7 @@ async def serve(args: argparse.Namespace) -> int:
     log.info(0, "starting", version=__version__, socket=args.socket, sysfs_root=str(root))
     if overlay:
         log.info(0, "sysfs overlay applied", file=config.sysfs_overlay, paths=len(overlay.files))
-    lock = InstanceLock(args.socket, "topology")
-    await lock.acquire()
+    await InstanceLock.hold(args.socket, "topology")
     inventory = Inventory(root, await asyncio.to_thread(discover, root, overlay), overlay)
 
     def register(server: grpc.aio.Server) -> None:
