@@ -27,13 +27,14 @@ Builds the Go program inside the wrapper module tools/build-kubernetes.sh made f
 release (the scheduler's exact dependencies), into $DRACPU_CACHE/filtercost-<release>-<hash>.
 
 Usage: python benchmarks/scheduler_filter_cost.py [--nodes 500] [--pods 2000]
-           [--modes onedevice,numanode,socket] [--seed 1] [--json]
+           [--modes onedevice,numanode,socket] [--what-if] [--seed 1] [--json]
 DRACPU_KUBE_VERSION picks the release (default the newest tested).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -47,6 +48,7 @@ from typing import Any
 from harness.kubernetes_versions import Release, selected
 from harness.paths import CACHE
 from harness.scale import (
+    BASELINES,
     CLAIM_SIZES,
     MODES,
     Mode,
@@ -56,6 +58,8 @@ from harness.scale import (
     mode_chunks,
     node_slices,
 )
+
+from dracpu.core.driver import DRIVER_NAME
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "benchmarks" / "filtercost" / "main.go"
@@ -119,6 +123,23 @@ def mode_input(machine: Any, mode: Mode) -> dict[str, Any]:
     return {"name": mode, "slices": slices, "classes": [device_class(mode)], "claims": claims}
 
 
+def what_ifs(layout: dict[str, Any]) -> list[dict[str, Any]]:
+    """A layout as it would cost with less for the scheduler to evaluate per device: the class
+    selecting on the driver alone (`+driver-selector`), and also every device attribute gone
+    (`+no-attributes`). Neither is what the driver publishes; they bound what changing the
+    slices' content could win."""
+    driver_only = copy.deepcopy(layout)
+    driver_only["name"] = f"{layout['name']}+driver-selector"
+    for selector in driver_only["classes"][0]["spec"]["selectors"]:
+        selector["cel"]["expression"] = f'device.driver == "{DRIVER_NAME}"'
+    bare = copy.deepcopy(driver_only)
+    bare["name"] = f"{layout['name']}+no-attributes"
+    for slice_ in bare["slices"]:
+        for device in slice_["spec"]["devices"]:
+            device.pop("attributes", None)
+    return [driver_only, bare]
+
+
 def ratio(baseline: float, value: float) -> float:
     return baseline / value if value else float("nan")
 
@@ -151,6 +172,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--seed", type=int, default=1, help="the random choice among feasible nodes"
     )
+    parser.add_argument(
+        "--what-if",
+        action="store_true",
+        help="also each layout with a driver-only class selector, and with no attributes",
+    )
     parser.add_argument("--json", action="store_true", help="also print each mode's raw JSON line")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -171,12 +197,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         release = selected()
         binary = build(release)
         machine = discover_machine()
+        modes: list[dict[str, Any]] = []
+        for mode in args.modes:
+            modes.append(mode_input(machine, mode))
+            if args.what_if and mode not in BASELINES:
+                modes.extend(what_ifs(modes[-1]))
         document = {
             "nodes": args.nodes,
             "pods": args.pods,
             "seed": args.seed,
             "gates": release.gates,
-            "modes": [mode_input(machine, mode) for mode in args.modes],
+            "modes": modes,
         }
     except (FilterCostError, ValueError) as exc:
         print(f"scheduler_filter_cost.py: error: {exc}", file=sys.stderr)
