@@ -37,6 +37,7 @@ import argparse
 import copy
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -141,7 +142,7 @@ def what_ifs(layout: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def ratio(baseline: float, value: float) -> float:
-    return baseline / value if value else float("nan")
+    return baseline / value if value else math.nan
 
 
 def report(results: Sequence[dict[str, Any]]) -> list[str]:
@@ -149,16 +150,21 @@ def report(results: Sequence[dict[str, Any]]) -> list[str]:
     lines = []
     for r in results:
         per_pod = r["process_cpu_ms_per_pod"]
-        vs = ratio(base["process_cpu_ms_per_pod"], per_pod) if base else float("nan")
-        lines.append(
-            f"filter: mode={r['mode']} nodes={r['nodes']} pods={r['pods']} placed={r['placed']} "
-            f"allocate_us_p50={r['allocate_us']['p50']:.1f} "
-            f"allocate_us_p99={r['allocate_us']['p99']:.1f} "
-            f"pod_ms_p50={r['pod_filter_us']['p50'] / 1e3:.2f} "
-            f"pod_ms_p99={r['pod_filter_us']['p99'] / 1e3:.2f} "
-            f"prefilter_ms_p50={r['prefilter_us']['p50'] / 1e3:.2f} "
-            f"cpu_ms_per_pod={per_pod:.2f} vs_onedevice={vs:.2f}"
-        )
+        vs = ratio(base["process_cpu_ms_per_pod"], per_pod) if base else math.nan
+        fields = {
+            "mode": r["mode"],
+            "nodes": r["nodes"],
+            "pods": r["pods"],
+            "placed": r["placed"],
+            "allocate_us_p50": f"{r['allocate_us']['p50']:.1f}",
+            "allocate_us_p99": f"{r['allocate_us']['p99']:.1f}",
+            "pod_ms_p50": f"{r['pod_filter_us']['p50'] / 1e3:.2f}",
+            "pod_ms_p99": f"{r['pod_filter_us']['p99'] / 1e3:.2f}",
+            "prefilter_ms_p50": f"{r['prefilter_us']['p50'] / 1e3:.2f}",
+            "cpu_ms_per_pod": f"{per_pod:.2f}",
+            "vs_onedevice": f"{vs:.2f}",
+        }
+        lines.append("filter: " + " ".join(f"{k}={v}" for k, v in fields.items()))
     return lines
 
 
