@@ -43,8 +43,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _AREA_SECONDS:
         return
     terminalreporter.section("time per test area")
-    for area, seconds in sorted(_AREA_SECONDS.items(), key=lambda item: -item[1]):
+    ranked = sorted(_AREA_SECONDS.items(), key=lambda item: -item[1])
+    for area, seconds in ranked:
         terminalreporter.write_line(f"{area:<16} {seconds:8.1f} s")
+    # tools/run-tests.sh names a log that outlives the clone: every run's areas, for the
+    # time table of docs/dev/testing.md.
+    run_log = os.environ.get("DRACPU_RUN_LOG")
+    if run_log and not hasattr(terminalreporter.config, "workerinput"):  # xdist's controller
+        run = os.environ.get("DRACPU_RUN_ID", "-")
+        lines = "".join(f"{run}\tarea\t{area}\t{seconds:.0f}\n" for area, seconds in ranked)
+        try:
+            with open(run_log, "a", encoding="utf-8") as log:
+                log.write(lines)
+        except OSError as exc:
+            terminalreporter.write_line(f"(the run log {run_log} was not written: {exc})")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -20,6 +20,16 @@ PEER_MARKERS="docker or realnode or controlplane or e2e or chaos or skew or peer
 RUN_PEERS="$PEER_MARKERS"
 [ "${DRACPU_FLEET:-0}" = 1 ] || RUN_PEERS="($PEER_MARKERS) and not fleet"
 workers=${DRACPU_TEST_WORKERS:-$(nproc)}
+# Each phase's time and each test area's (tests/conftest.py) are appended to a log beside the
+# tool cache, which outlives the clone: `<run> phase|area <name> <seconds>`, a run being the
+# start time and the commit; the last 5,000 lines are kept.
+export DRACPU_RUN_LOG=${DRACPU_RUN_LOG:-${DRACPU_CACHE:-$HOME/.cache/dracpu}/test-runs.tsv}
+DRACPU_RUN_ID="$(date -u +%Y-%m-%dT%H:%M:%SZ)-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+export DRACPU_RUN_ID
+mkdir -p "$(dirname "$DRACPU_RUN_LOG")" 2>/dev/null || true
+if [ -f "$DRACPU_RUN_LOG" ] && [ "$(wc -l < "$DRACPU_RUN_LOG")" -gt 5000 ]; then
+    tail -n 5000 "$DRACPU_RUN_LOG" > "$DRACPU_RUN_LOG.new" && mv "$DRACPU_RUN_LOG.new" "$DRACPU_RUN_LOG"
+fi
 
 run_phase() {
     local name=$1
@@ -30,6 +40,8 @@ run_phase() {
     local status=$?
     [ "$status" -eq 5 ] && status=0  # nothing selected in this phase (a narrowed PYTEST_ARGS)
     echo "tests: phase '$name' took $((SECONDS - began)) s (exit $status)"
+    printf '%s\tphase\t%s\t%s\t%s\n' "$DRACPU_RUN_ID" "$name" "$((SECONDS - began))" "$status" \
+        >> "$DRACPU_RUN_LOG" 2>/dev/null || true
     return "$status"
 }
 
