@@ -17,9 +17,12 @@ from bignode.cluster_soak import Soak, log_to
 pytestmark = [pytest.mark.bignode, pytest.mark.timeout(5400)]
 IN_CLUSTER = True  # conftest: after the bed's modules; the bed gives way to the cluster
 
-# The soak runs when asked for, by its number of faults (at least 50 for the short soak);
-# `make test` leaves it out.
+# The soak runs when asked for, by its number of faults (at least 50 for the short soak):
+# `make test` leaves it out, its run being near the time limit without it. The faults pause
+# for a settle every DRACPU_SOAK_SETTLE_EVERY faults (default 10; a settle costs about three
+# minutes of the emulated guest, so 50 settles once, after the last fault).
 FAULTS = int(os.environ.get("DRACPU_SOAK_FAULTS", "0"))
+SETTLE_EVERY = int(os.environ.get("DRACPU_SOAK_SETTLE_EVERY", "10"))
 if not FAULTS:
     pytestmark.append(
         pytest.mark.skip(reason="the guest cluster's soak runs with DRACPU_SOAK_FAULTS=<n>")
@@ -31,8 +34,11 @@ def test_fifty_faults_leave_no_cpu_in_two_claims_no_claim_lost_and_nothing_off_o
 ) -> None:
     seed = int(os.environ.get("DRACPU_SOAK_SEED", random.randrange(1 << 32)))
     report = log_to(in_cluster.guest.state / "soak.log")
-    report(f"soak: seed {seed} (DRACPU_SOAK_SEED replays it), {FAULTS} faults")
-    tally = Soak(in_cluster, seed, report).run(FAULTS)
+    report(
+        f"soak: seed {seed} (DRACPU_SOAK_SEED replays it), {FAULTS} faults, "
+        f"a settle every {SETTLE_EVERY}"
+    )
+    tally = Soak(in_cluster, seed, report).run(FAULTS, settle_every=SETTLE_EVERY)
     report(f"soak: {tally.summary()}")
     assert tally.offences == [], tally.offences
     assert tally.counts == {
