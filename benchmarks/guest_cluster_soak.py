@@ -74,6 +74,8 @@ def main() -> int:
         report(f"guest cluster soak: {tally.summary()}")
         for offence in tally.offences:
             report(f"guest cluster soak: COUNTED {offence}")
+        for stray in tally.strays_seen:
+            report(f"guest cluster soak: stray seen (never on claimed CPUs): {stray}")
         failed = bool(tally.offences) or tally.unconverged > 0
     finally:
         guest.stop()

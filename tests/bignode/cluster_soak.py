@@ -5,7 +5,9 @@ each) and shared pods, and deletes them, through the API server. The fault loop,
 instants, stops one of the driver's five containers with no grace (the kubelet restarts it),
 restarts the kubelet or containerd in the guest, or kills the API server on the host and starts
 it again (etcd keeps its data). The sampler reads the API server and then the guest kernel
-(crictl and /proc, in the guest) all along and hands both to the judge.
+(containerd's task folders, /proc and the cgroup files, in the guest: every running container,
+and every process of the pods' cgroups no live task accounts for) all along and hands both to
+the judge.
 
 Every `settle_every` faults the faults pause: the time from the last fault to the first sample
 where everything is as it should be (every pod Running with all its containers, or gone; every
@@ -61,6 +63,7 @@ class Tally:
     seconds: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
     offences: list[str] = field(default_factory=list)
+    strays_seen: list[str] = field(default_factory=list)  # on the shared pool only: no offence
 
     def summary(self) -> str:
         times = sorted(self.convergence) or [0.0]
@@ -70,7 +73,8 @@ class Tally:
             f"{dict(self.faults.most_common())}, operations {dict(self.operations)}, "
             f"{self.samples} samples, {len(self.convergence)} settles (median "
             f"{statistics.median(times):.1f} s, p99 {p99:.1f} s, max {times[-1]:.1f} s, "
-            f"{self.unconverged} past the bound), judge {self.counts}"
+            f"{self.unconverged} past the bound), judge {self.counts}, "
+            f"strays seen {len(self.strays_seen)}"
         )
 
 
@@ -114,10 +118,11 @@ class Soak:
         except (CommandError, ValueError):
             return  # the API server is away: the kernel alone cannot be judged against it
         views = self.cluster.guest.call("cluster_containers", timeout=300)
+        strays = self.cluster.guest.call("cluster_strays", timeout=300)
         seen = [Seen.from_view(key, view) for key, view in views.items()]
         with self._lock:
             before = set(self.judge.counts.offences())
-            self.judge.sample(ApiView.from_list(listed), seen, time.time())
+            self.judge.sample(ApiView.from_list(listed), seen, time.time(), strays=strays)
             for offence in sorted(set(self.judge.counts.offences()) - before):
                 self.report(f"soak: COUNTED {offence}")
             self.tally.samples = self.judge.samples
@@ -297,6 +302,7 @@ class Soak:
         self.tally.seconds = time.monotonic() - began
         self.tally.counts = self.judge.counts.as_numbers()
         self.tally.offences = self.judge.counts.offences()
+        self.tally.strays_seen = sorted(self.judge.strays_seen)
         return self.tally
 
 

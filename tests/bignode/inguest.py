@@ -38,7 +38,7 @@ from harness.containerd_node import ContainerdNode, crictl_path
 from harness.dev_up import DevUp, free_port
 from harness.guest import KUBELET_PORT, NODE_IP, POD_CIDR
 from harness.realnode_stack import RUNTIMES, make_node
-from harness.runtime_tasks import RUNTIME_COMMS, running_tasks, status_field
+from harness.runtime_tasks import RUNTIME_COMMS, running_tasks, status_field, stray_processes
 from harness.waits import wait_for
 from shape import machine_shape
 from skew_builds import Build, head_build
@@ -604,6 +604,12 @@ def cluster_containers(state: Path) -> dict[str, dict[str, Any]]:
                 "env": dict(e.decode().partition("=")[::2] for e in environ if b"=" in e),
             }
     return views
+
+
+def cluster_strays(state: Path) -> dict[str, list[int]]:
+    """The processes of the kubelet's pod cgroups that no live task of containerd accounts
+    for, by cgroup (harness.runtime_tasks.stray_processes)."""
+    return stray_processes(CLUSTER_TASKS)
 
 
 def cpu_online(state: Path, cpu: int, online: bool) -> str:

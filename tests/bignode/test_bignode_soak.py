@@ -46,6 +46,7 @@ def test_fifty_faults_leave_no_cpu_in_two_claims_no_claim_lost_and_nothing_off_o
         "off_cpuset_past_bound": 0,
         "acknowledged_claims_lost": 0,
         "pods_stuck": 0,
+        "strays_past_bound": 0,
     }
     assert sum(tally.faults.values()) >= FAULTS
     assert tally.operations["claimed"] > 0 and tally.operations["delete"] > 0, tally.operations

@@ -23,6 +23,13 @@ Each sample (`Judge.sample`) counts:
   gone while its pod runs, or its pod Failed.
 - **pods stuck**: a pod not Running within the bound of its creation (or the last fault), or
   a deleted one still present the bound after its deletion.
+- **strays on claimed CPUs past the bound**: processes the kernel runs for nothing the
+  cluster has, on CPUs a claim of another pod holds. A stray is in a pod's cgroup with no live
+  task of the runtime behind it (harness.runtime_tasks.stray_processes: a runtime that lost
+  track of a container whose processes run on), or is a running container of a pod the API
+  server no longer lists. Nobody updates a stray's cpuset, so it stays where it was when it
+  was lost; a stray on the shared pool alone is only noted (`strays_seen`), until a claim takes
+  one of its CPUs.
 
 Each offence is counted once, by what it is about (a claim, a container, a pod)."""
 
@@ -35,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dracpu.core.cpuset import CPUSet
+from harness.runtime_tasks import pod_uid
 
 DRIVER = "dra.cpu"
 CPU_CAPACITY = "dra.cpu/cpu"
@@ -202,6 +210,7 @@ class Counts:
     off_cpuset: set[str] = field(default_factory=set)
     claims_lost: set[str] = field(default_factory=set)
     pods_stuck: set[str] = field(default_factory=set)
+    strays: set[str] = field(default_factory=set)
 
     def as_numbers(self) -> dict[str, int]:
         return {
@@ -209,6 +218,7 @@ class Counts:
             "off_cpuset_past_bound": len(self.off_cpuset),
             "acknowledged_claims_lost": len(self.claims_lost),
             "pods_stuck": len(self.pods_stuck),
+            "strays_past_bound": len(self.strays),
         }
 
     def offences(self) -> list[str]:
@@ -219,6 +229,7 @@ class Counts:
                 ("off its cpuset", self.off_cpuset),
                 ("acknowledged claim lost", self.claims_lost),
                 ("pod stuck", self.pods_stuck),
+                ("stray", self.strays),
             )
             for what in found
         )
@@ -259,6 +270,8 @@ class Judge:
         self.acknowledged: dict[str, CPUSet] = {}  # claim uid -> its CPUs
         self._off_since: dict[str, float] = {}
         self._pinned_elsewhere_since: dict[str, float] = {}
+        self._stray_since: dict[str, float] = {}
+        self.strays_seen: set[str] = set()  # every stray ever seen, on claimed CPUs or not
         self.unsettled: list[str] = []  # what the latest sample found not yet as it should be
         # Wall-clock time by which all of that must be as it should be, or be counted: each
         # item's bound runs from the later of when it began (first seen off, created, deleted)
@@ -272,7 +285,15 @@ class Judge:
     def _past_bound(self, since: float, now: float) -> bool:
         return now - max(since, self.last_fault) > self.bound
 
-    def sample(self, api: ApiView, kernel: Iterable[Seen], now: float) -> None:
+    def sample(
+        self,
+        api: ApiView,
+        kernel: Iterable[Seen],
+        now: float,
+        strays: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """One sample: the API server's view, the kernel's view of every running container,
+        and (when read) the processes of the pods' cgroups no live task accounts for."""
         self.samples += 1
         unsettled: list[str] = []
         devices = published_devices(api.slices, self.numa_cpus)
@@ -281,7 +302,16 @@ class Judge:
         for offence in over_allocated(granted.values(), devices):
             self.counts.cpus_in_two_claims.add(f"API server: {offence}")
         pods = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in api.pods}
+        kernel = list(kernel)
         seen = [s for s in kernel if f"{s.namespace}/{s.pod}" in pods]
+        by_uid = {p["metadata"].get("uid", ""): key for key, p in pods.items()}
+        stray: dict[str, tuple[str, CPUSet, str]] = {}  # what -> (its pod, CPUs, why a stray)
+        for cgroup, processes in (strays or {}).items():
+            pod_key = by_uid.get(pod_uid(cgroup), "")
+            stray[cgroup] = (pod_key, CPUSet.parse(processes["cpus"]), f"pids {processes['pids']}")
+        for s in kernel:
+            if f"{s.namespace}/{s.pod}" not in pods:
+                stray[s.key] = ("", s.cpus_allowed, "its pod not in the API server")
         held: dict[str, Grant] = {}  # container key -> the claim it holds (one claim: judged)
         for s in seen:
             pod = pods[f"{s.namespace}/{s.pod}"]
@@ -297,6 +327,7 @@ class Judge:
         self._since = []
         self._judge_containers(pods, seen, held, now, unsettled)
         self._judge_pods(pods, seen, held, now, unsettled)
+        self._judge_strays(stray, pods, uids, held, now, unsettled)
         self.unsettled = unsettled
         self.settle_by = max([self.last_fault, *self._since]) + self.bound if unsettled else 0.0
 
@@ -431,3 +462,43 @@ class Judge:
             self._since.append(created)
             if self._past_bound(created, now):
                 self.counts.pods_stuck.add(f"{key} ({meta['uid']}): {phase}, not running {missing}")
+
+    def _judge_strays(
+        self,
+        stray: Mapping[str, tuple[str, CPUSet, str]],
+        pods: Mapping[str, Mapping[str, Any]],
+        uids: Mapping[str, str],
+        held: Mapping[str, Grant],
+        now: float,
+        unsettled: list[str],
+    ) -> None:
+        """A stray counts once it has been on CPUs a claim of another pod holds (acknowledged,
+        its container running) for the bound."""
+        held_cpus = {
+            g.uid: self.acknowledged[g.uid] for g in held.values() if g.uid in self.acknowledged
+        }
+        claimed = CPUSet()
+        for cpus_of_claim in held_cpus.values():
+            claimed = claimed | cpus_of_claim
+        self.strays_seen.update(stray)
+        offending_now = set()
+        for what, (pod_key, cpus, why) in stray.items():
+            own = CPUSet()  # what the stray's own pod holds: a lost container of a pod on
+            if pod_key:  # its own claim takes nothing from anybody
+                namespace = pod_key.partition("/")[0]
+                for names in claims_of_containers(pods[pod_key]).values():
+                    for name in names:
+                        own = own | held_cpus.get(uids.get(f"{namespace}/{name}", ""), CPUSet())
+            on = cpus & (claimed - own)
+            if not on:
+                continue
+            offending_now.add(what)
+            since = self._stray_since.setdefault(what, now)
+            unsettled.append(f"{what}: stray ({why}) on claimed CPUs {on.format()}")
+            self._since.append(since)
+            if self._past_bound(since, now) and not any(
+                counted.startswith(f"{what}: ") for counted in self.counts.strays
+            ):
+                self.counts.strays.add(f"{what}: stray ({why}) on claimed CPUs {on.format()}")
+        for what in set(self._stray_since) - offending_now:
+            del self._stray_since[what]

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from pathlib import Path
+from typing import Any
+
+from dracpu.core.cpuset import CPUSet
 
 # Processes that are a container's runtime, not the container: runc's init runs in the
 # container's cgroup before runc has written its cpuset (then execs the container's command).
 RUNTIME_COMMS = ("runc:[0:PARENT]", "runc:[1:CHILD]", "runc:[2:INIT]", "runc")
 TYPE = "io.kubernetes.cri.container-type"
+CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
+POD_UID = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+)
 KEY = tuple(
     f"io.kubernetes.cri.{k}" for k in ("sandbox-namespace", "sandbox-name", "container-name")
 )
@@ -50,3 +58,60 @@ def running_tasks(folder: Path, proc: Path = Path("/proc")) -> dict[str, tuple[s
                 continue
             running[task.name] = ("/".join(annotations[k] for k in KEY), pid)
     return running
+
+
+def _alive_in_own_cgroup(task: Path, proc: Path) -> bool:
+    """The task's first process is alive (no zombie) and still in the task's cgroup."""
+    with contextlib.suppress(OSError, LookupError, ValueError):
+        pid = int((task / "init.pid").read_text())
+        return task.name in (proc / str(pid) / "cgroup").read_text() and not status_field(
+            pid, "State", proc
+        ).startswith(("Z", "X"))
+    return False
+
+
+def stray_processes(
+    folder: Path, proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")
+) -> dict[str, dict[str, Any]]:
+    """Processes the kernel runs in the kubelet's pod cgroups (cgroup v2) that no live task of
+    `folder` accounts for, by cgroup path, with the CPUs they may run on (each one's
+    Cpus_allowed_list and its cgroup's cpuset.cpus.effective): in a container's cgroup whose
+    task folder is gone or whose first process has ended (a runtime that lost track of a
+    shim, its processes running on), or in a pod's own cgroup, where no process belongs.
+    runc's own processes (a container being created) and zombies are none; a task that ends
+    during the walk may show once."""
+    live = {task.name for task in folder.glob("*") if _alive_in_own_cgroup(task, proc)}
+    strays: dict[str, dict[str, Any]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, LookupError, ValueError):  # ended in between
+            cgroup = (entry / "cgroup").read_text().strip().rpartition("::")[2]
+            if "/kubepods" not in cgroup:
+                continue
+            pid = int(entry.name)
+            if (entry / "comm").read_text().strip() in RUNTIME_COMMS or status_field(
+                pid, "State", proc
+            ).startswith(("Z", "X")):
+                continue
+            owner = CONTAINER_ID.findall(cgroup.rpartition("/")[2])
+            if owner and owner[-1] in live:
+                continue
+            cpus = CPUSet.parse(status_field(pid, "Cpus_allowed_list", proc))
+            effective = cgroup_root / cgroup.lstrip("/") / "cpuset.cpus.effective"
+            with contextlib.suppress(OSError):
+                cpus = cpus | CPUSet.parse(effective.read_text())
+            found = strays.setdefault(cgroup, {"pids": [], "cpus": CPUSet()})
+            found["pids"].append(pid)
+            found["cpus"] = found["cpus"] | cpus
+    return {
+        cgroup: {"pids": sorted(found["pids"]), "cpus": found["cpus"].format()}
+        for cgroup, found in strays.items()
+    }
+
+
+def pod_uid(cgroup: str) -> str:
+    """The pod UID a kubelet cgroup path names (`pod<uid>` under the cgroupfs driver,
+    `kubepods-...-pod<uid with underscores>.slice` under systemd's); "" when none."""
+    found = POD_UID.search(cgroup)
+    return found.group(1).replace("_", "-") if found else ""

@@ -259,3 +259,68 @@ def test_pods_not_running_or_not_gone_past_the_bound_are_stuck() -> None:
         "default/d (pod-d): not gone",
         "default/p (pod-p): Pending, not running ['work']",
     ]
+
+
+LOST = "/kubepods/besteffort/pod1/" + "a" * 64
+
+
+def lost(cpus: str) -> dict[str, dict[str, object]]:
+    """A stray as the guest reports it: processes of a container the runtime lost."""
+    return {LOST: {"pids": [4242], "cpus": cpus}}
+
+
+def test_a_stray_on_a_claims_cpus_counts_past_the_bound() -> None:
+    the_judge = judge()
+    api = ApiView.from_list([grouped_slice(), claim("a", [("cpudevnuma001", 2)]), pod("a", "a")])
+    running = [seen("a", "4-5")]
+    the_judge.sample(api, running, T0, strays=lost("0-7"))
+    assert the_judge.unsettled == [f"{LOST}: stray (pids [4242]) on claimed CPUs 4-5"]
+    assert the_judge.counts.strays == set()
+    the_judge.sample(api, running, T0 + BOUND + 1, strays=lost("0-7"))
+    assert the_judge.counts.offences() == [
+        f"stray: {LOST}: stray (pids [4242]) on claimed CPUs 4-5"
+    ]
+    assert the_judge.counts.as_numbers()["strays_past_bound"] == 1
+
+
+def test_a_stray_on_the_shared_pool_alone_is_noted_not_counted() -> None:
+    the_judge = judge()
+    api = ApiView.from_list([grouped_slice(), claim("a", [("cpudevnuma001", 2)]), pod("a", "a")])
+    the_judge.sample(api, [seen("a", "4-5")], T0, strays=lost("0-3"))
+    the_judge.sample(api, [seen("a", "4-5")], T0 + BOUND + 1, strays=lost("0-3"))
+    assert the_judge.unsettled == []
+    assert the_judge.counts.offences() == []
+    assert the_judge.strays_seen == {LOST}
+
+
+def test_a_stray_of_a_pod_on_its_own_claim_takes_nothing_from_anybody() -> None:
+    the_judge = judge()
+    uid = "0f1e2d3c-aaaa-bbbb-cccc-0123456789ab"
+    owner = pod("a", "a")
+    owner["metadata"]["uid"] = uid
+    api = ApiView.from_list([grouped_slice(), claim("a", [("cpudevnuma001", 2)]), owner])
+    mine = {f"/kubepods/pod{uid}/{'b' * 64}": {"pids": [7], "cpus": "4-5"}}
+    the_judge.sample(api, [seen("a", "4-5")], T0, strays=mine)
+    the_judge.sample(api, [seen("a", "4-5")], T0 + BOUND + 1, strays=mine)
+    assert the_judge.counts.offences() == []
+
+
+def test_a_stray_gone_within_the_bound_is_not_counted_and_its_clock_starts_again() -> None:
+    the_judge = judge()
+    api = ApiView.from_list([grouped_slice(), claim("a", [("cpudevnuma001", 2)]), pod("a", "a")])
+    the_judge.sample(api, [seen("a", "4-5")], T0, strays=lost("4"))
+    the_judge.sample(api, [seen("a", "4-5")], T0 + 10, strays={})
+    assert the_judge.unsettled == []
+    the_judge.sample(api, [seen("a", "4-5")], T0 + BOUND + 1, strays=lost("4"))
+    assert the_judge.counts.strays == set()  # seen again just now: its bound runs from now
+
+
+def test_a_container_of_a_pod_the_api_server_no_longer_lists_is_a_stray() -> None:
+    the_judge = judge()
+    api = ApiView.from_list([grouped_slice(), claim("a", [("cpudevnuma001", 2)]), pod("a", "a")])
+    running = [seen("a", "4-5"), seen("gone", "5-6")]
+    the_judge.sample(api, running, T0)
+    the_judge.sample(api, running, T0 + BOUND + 1)
+    assert the_judge.counts.offences() == [
+        "stray: default/gone/work: stray (its pod not in the API server) on claimed CPUs 5"
+    ]
