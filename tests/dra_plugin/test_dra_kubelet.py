@@ -93,6 +93,26 @@ async def test_registration_advertises_both_dra_versions_and_health(started: Nod
     await plugin.close()
 
 
+async def test_the_kubelet_learns_of_the_plugin_once_the_allocators_devices_are_in(
+    node: Node,
+) -> None:
+    """The kubelet asks GetInfo the moment the registration socket appears and waits one
+    second for the answer; a plugin that misses it is asked again only after the kubelet's
+    backoff for that socket (seen at 64 s on a loaded node, after a crashed plugin's socket
+    had failed a few times). So the socket appears once the plugin is past its start: its DRA
+    endpoint and view serving, the allocator's devices in."""
+    await node.start_topology()
+    await node.start_plugin()  # the view serving; the allocator not started yet
+    registration_socket = node.kubelet_root / "plugins_registry/dra.cpu/dra.cpu-reg.sock"
+    assert (node.kubelet_root / "plugins/dra.cpu/dra.sock").exists()
+    assert not registration_socket.exists()
+    await node.start_allocator()
+    await eventually(registration_socket.exists, "the registration socket once the devices are in")
+    plugin = await register(node)
+    assert plugin.info.name == "dra.cpu"
+    await plugin.close()
+
+
 async def test_kubelet_that_only_knows_v1beta1_uses_it(started: Node) -> None:
     plugin = await register(
         started,

@@ -3,9 +3,11 @@ read-only view) and the tasks that publish slices, resend device health, write c
 status.devices, follow the kubelet's registration and put missing prerequisites (its own and
 the nri-plugin's) on the driver's pod as Events.
 
-`serve` builds the plugin's parts from its flags and config (`_build`), starts the servers
-(`_start_servers`) and the long-running loops under its supervisor (`_start_loops`,
-`dracpu.core.supervisor`), and on SIGTERM or SIGINT takes them down in order (`_shutdown`).
+`serve` builds the plugin's parts from its flags and config (`_build`), starts the DRA
+endpoint and the view (`_start_servers`) and the long-running loops under its supervisor
+(`_start_loops`, `dracpu.core.supervisor`), and registers with the kubelet last, once the
+allocator's devices are in (`_register`); on SIGTERM or SIGINT it takes them down in order
+(`_shutdown`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from dracpu.dra_plugin.cluster.objects import Cluster
 from dracpu.dra_plugin.cluster.pod_events import PodEvents, PodIdentity
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
 from dracpu.dra_plugin.common.device_feed import DeviceFeed
-from dracpu.dra_plugin.common.intervals import ALLOCATOR_DEADLINE
+from dracpu.dra_plugin.common.intervals import ALLOCATOR_DEADLINE, REGISTER_AFTER_DEVICES_MAX
 from dracpu.dra_plugin.common.nri_status import follow_nri_prerequisites
 from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
 from dracpu.dra_plugin.kubelet.health import DeviceHealth
@@ -90,12 +92,13 @@ class Plugin:
 
 @dataclass
 class Servers:
-    """The three gRPC servers, and the view's health (it carries the registration status)."""
+    """The three gRPC servers, and the view's health (it carries the registration status);
+    the registration server is started last (`_register`)."""
 
     dra: grpc.aio.Server
-    registration: grpc.aio.Server
     view: grpc.aio.Server
     view_health: Health
+    registration: grpc.aio.Server | None = None
 
 
 def _build(args: argparse.Namespace) -> Plugin:
@@ -182,15 +185,6 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin, loops: Superv
         api_version=API_VERSION,
     )
     await dra_health.set(True)
-    reg_server, reg_health = await start_server(
-        paths.registration_socket,
-        lambda s: registration_grpc.add_RegistrationServicer_to_server(
-            Registration(plugin.registration), s
-        ),
-        service="dra-plugin",
-        api_version=API_VERSION,
-    )
-    await reg_health.set(True)
     view = PluginView(
         plugin.node, paths, plugin.registration, plugin.publisher, plugin.cluster, plugin.status
     )
@@ -205,6 +199,34 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin, loops: Superv
         supervisor=loops,
     )
     await view_health.set(True)
+    return Servers(dra_server, view_server, view_health)
+
+
+async def _register(plugin: Plugin, servers: Servers, stop: asyncio.Event) -> None:
+    """The registration socket, last: the kubelet asks GetInfo as soon as it appears and gives
+    the answer one second, so it appears once the plugin is past its start (its loops started,
+    the allocator's devices in, or REGISTER_AFTER_DEVICES_MAX without them). Told to stop
+    before that, it never appears."""
+    changed = plugin.devices.changes.next()
+    if plugin.devices.latest is None:
+        waits = {asyncio.ensure_future(changed.wait()), asyncio.ensure_future(stop.wait())}
+        await asyncio.wait(
+            waits, timeout=REGISTER_AFTER_DEVICES_MAX, return_when=asyncio.FIRST_COMPLETED
+        )
+        for wait in waits:
+            wait.cancel()
+        if stop.is_set():
+            return
+    paths = plugin.paths
+    servers.registration, reg_health = await start_server(
+        paths.registration_socket,
+        lambda s: registration_grpc.add_RegistrationServicer_to_server(
+            Registration(plugin.registration), s
+        ),
+        service="dra-plugin",
+        api_version=API_VERSION,
+    )
+    await reg_health.set(True)
     footprint.settle()
     log.info(
         2,
@@ -213,8 +235,8 @@ async def _start_servers(args: argparse.Namespace, plugin: Plugin, loops: Superv
         registration=str(paths.registration_socket),
         dra=str(paths.dra_socket),
         claims=plugin.cluster.describe(),
+        devices="in" if plugin.devices.latest is not None else "not yet",
     )
-    return Servers(dra_server, reg_server, view_server, view_health)
 
 
 async def _track_registration(registration: PluginRegistration, view_health: Health) -> None:
@@ -295,7 +317,8 @@ async def _shutdown(
     await loops.stop()
     # Registration socket first, so the kubelet stops using us before the endpoint goes.
     for server in (servers.registration, servers.dra, servers.view):
-        await server.stop(grace=2)
+        if server is not None:
+            await server.stop(grace=2)
     paths = plugin.paths
     for socket in (paths.registration_socket, paths.dra_socket, Path(args.socket)):
         with contextlib.suppress(OSError):
@@ -312,6 +335,7 @@ async def serve(args: argparse.Namespace) -> int:
     servers = await _start_servers(args, plugin, loops)
     stop = stop_event()
     _start_loops(args, plugin, servers, loops)
+    await _register(plugin, servers, stop)
     await stop.wait()
     await _shutdown(args, plugin, servers, loops)
     return 0

@@ -7,6 +7,12 @@ from __future__ import annotations
 RESEND_INTERVAL = 10.0
 # Warn when the kubelet has not registered the plugin by then.
 REGISTRATION_TIMEOUT = 30.0
+# The registration socket appears once the allocator's devices are in, or after this long
+# without them: the kubelet asks GetInfo the moment the socket appears and waits one second
+# for the answer, and a plugin that misses it (still starting, on a loaded node) is asked again
+# only after the kubelet's backoff for that socket, which a crashed predecessor's socket may
+# already have grown to a minute or two.
+REGISTER_AFTER_DEVICES_MAX = 10.0
 # ResourceSlices and device health follow the allocator's WatchDevices stream; an allocator
 # of an older release has none, and its device list is asked this often instead.
 POLL_INTERVAL = 10.0
