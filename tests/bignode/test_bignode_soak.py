@@ -40,6 +40,8 @@ def test_fifty_faults_leave_no_cpu_in_two_claims_no_claim_lost_and_nothing_off_o
     )
     tally = Soak(in_cluster, seed, report).run(FAULTS, settle_every=SETTLE_EVERY)
     report(f"soak: {tally.summary()}")
+    for stray in tally.strays_seen:
+        report(f"soak: stray seen, never on claimed CPUs: {stray}")
     assert tally.offences == [], tally.offences
     assert tally.counts == {
         "cpus_in_two_claims": 0,
