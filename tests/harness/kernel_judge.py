@@ -271,6 +271,7 @@ class Judge:
         self._off_since: dict[str, float] = {}
         self._pinned_elsewhere_since: dict[str, float] = {}
         self._stray_since: dict[str, float] = {}
+        self._strays_counted: set[str] = set()  # one count per stray, whatever its CPUs then
         self.strays_seen: set[str] = set()  # every stray ever seen, on claimed CPUs or not
         self.unsettled: list[str] = []  # what the latest sample found not yet as it should be
         # Wall-clock time by which all of that must be as it should be, or be counted: each
@@ -395,9 +396,8 @@ class Judge:
         unsettled: list[str],
     ) -> None:
         claimed = CPUSet()
-        for uid, cpus in self.acknowledged.items():
-            if any(g.uid == uid for g in held.values()):
-                claimed = claimed | cpus
+        for cpus in self._held_cpus(held).values():
+            claimed = claimed | cpus
         current = set()
         for s in seen:
             grant = held.get(s.key)
@@ -463,6 +463,12 @@ class Judge:
             if self._past_bound(created, now):
                 self.counts.pods_stuck.add(f"{key} ({meta['uid']}): {phase}, not running {missing}")
 
+    def _held_cpus(self, held: Mapping[str, Grant]) -> dict[str, CPUSet]:
+        """The acknowledged CPUs of every claim a running container holds, by claim uid."""
+        return {
+            g.uid: self.acknowledged[g.uid] for g in held.values() if g.uid in self.acknowledged
+        }
+
     def _judge_strays(
         self,
         stray: Mapping[str, tuple[str, CPUSet, str]],
@@ -474,9 +480,7 @@ class Judge:
     ) -> None:
         """A stray counts once it has been on CPUs a claim of another pod holds (acknowledged,
         its container running) for the bound."""
-        held_cpus = {
-            g.uid: self.acknowledged[g.uid] for g in held.values() if g.uid in self.acknowledged
-        }
+        held_cpus = self._held_cpus(held)
         claimed = CPUSet()
         for cpus_of_claim in held_cpus.values():
             claimed = claimed | cpus_of_claim
@@ -496,9 +500,8 @@ class Judge:
             since = self._stray_since.setdefault(what, now)
             unsettled.append(f"{what}: stray ({why}) on claimed CPUs {on.format()}")
             self._since.append(since)
-            if self._past_bound(since, now) and not any(
-                counted.startswith(f"{what}: ") for counted in self.counts.strays
-            ):
+            if self._past_bound(since, now) and what not in self._strays_counted:
+                self._strays_counted.add(what)
                 self.counts.strays.add(f"{what}: stray ({why}) on claimed CPUs {on.format()}")
         for what in set(self._stray_since) - offending_now:
             del self._stray_since[what]

@@ -37,6 +37,18 @@ def status_field(pid: int, name: str, proc: Path = Path("/proc")) -> str:
     raise LookupError(f"/proc/{pid}/status has no {name}")
 
 
+def _first_process(task: Path, proc: Path) -> int | None:
+    """The pid of the task's first process while it is alive (no zombie) and in the task's
+    own cgroup (not a reused pid); None otherwise."""
+    with contextlib.suppress(OSError, LookupError, ValueError):  # created or ended in between
+        pid = int((task / "init.pid").read_text())
+        if task.name in (proc / str(pid) / "cgroup").read_text() and not status_field(
+            pid, "State", proc
+        ).startswith(("Z", "X")):
+            return pid
+    return None
+
+
 def running_tasks(folder: Path, proc: Path = Path("/proc")) -> dict[str, tuple[str, int]]:
     """Every running container of the tasks `folder`, by id: its `namespace/pod/container` and
     its first process. Not running: a task whose process is still runc's init (created, not
@@ -48,26 +60,11 @@ def running_tasks(folder: Path, proc: Path = Path("/proc")) -> dict[str, tuple[s
             annotations = json.loads((task / "config.json").read_text())["annotations"]
             if annotations.get(TYPE) != "container":
                 continue
-            pid = int((task / "init.pid").read_text())
-            process = proc / str(pid)
-            if (
-                task.name not in (process / "cgroup").read_text()
-                or (process / "comm").read_text().strip() in RUNTIME_COMMS
-                or status_field(pid, "State", proc).startswith(("Z", "X"))
-            ):
+            pid = _first_process(task, proc)
+            if pid is None or (proc / str(pid) / "comm").read_text().strip() in RUNTIME_COMMS:
                 continue
             running[task.name] = ("/".join(annotations[k] for k in KEY), pid)
     return running
-
-
-def _alive_in_own_cgroup(task: Path, proc: Path) -> bool:
-    """The task's first process is alive (no zombie) and still in the task's cgroup."""
-    with contextlib.suppress(OSError, LookupError, ValueError):
-        pid = int((task / "init.pid").read_text())
-        return task.name in (proc / str(pid) / "cgroup").read_text() and not status_field(
-            pid, "State", proc
-        ).startswith(("Z", "X"))
-    return False
 
 
 def stray_processes(
@@ -80,7 +77,7 @@ def stray_processes(
     shim, its processes running on), or in a pod's own cgroup, where no process belongs.
     runc's own processes (a container being created) and zombies are none; a task that ends
     during the walk may show once."""
-    live = {task.name for task in folder.glob("*") if _alive_in_own_cgroup(task, proc)}
+    live = {task.name for task in folder.glob("*") if _first_process(task, proc) is not None}
     strays: dict[str, dict[str, Any]] = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -89,20 +86,22 @@ def stray_processes(
             cgroup = (entry / "cgroup").read_text().strip().rpartition("::")[2]
             if "/kubepods" not in cgroup:
                 continue
-            pid = int(entry.name)
-            if (entry / "comm").read_text().strip() in RUNTIME_COMMS or status_field(
-                pid, "State", proc
-            ).startswith(("Z", "X")):
-                continue
             owner = CONTAINER_ID.findall(cgroup.rpartition("/")[2])
             if owner and owner[-1] in live:
                 continue
-            cpus = CPUSet.parse(status_field(pid, "Cpus_allowed_list", proc))
+            if (entry / "comm").read_text().strip() in RUNTIME_COMMS:
+                continue
+            status = dict(
+                line.split(":", 1) for line in (entry / "status").read_text().splitlines()
+            )
+            if status["State"].strip().startswith(("Z", "X")):
+                continue
+            cpus = CPUSet.parse(status["Cpus_allowed_list"].strip())
             effective = cgroup_root / cgroup.lstrip("/") / "cpuset.cpus.effective"
             with contextlib.suppress(OSError):
                 cpus = cpus | CPUSet.parse(effective.read_text())
             found = strays.setdefault(cgroup, {"pids": [], "cpus": CPUSet()})
-            found["pids"].append(pid)
+            found["pids"].append(int(entry.name))
             found["cpus"] = found["cpus"] | cpus
     return {
         cgroup: {"pids": sorted(found["pids"]), "cpus": found["cpus"].format()}

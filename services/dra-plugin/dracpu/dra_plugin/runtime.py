@@ -42,6 +42,7 @@ from dracpu.dra_plugin.common.device_feed import DeviceFeed
 from dracpu.dra_plugin.common.intervals import ALLOCATOR_DEADLINE, REGISTER_AFTER_DEVICES_MAX
 from dracpu.dra_plugin.common.nri_status import follow_nri_prerequisites
 from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
+from dracpu.dra_plugin.common.waits import wait_any
 from dracpu.dra_plugin.kubelet.health import DeviceHealth
 from dracpu.dra_plugin.kubelet.metadata import MetadataWriter
 from dracpu.dra_plugin.kubelet.node_service import NodeService
@@ -209,12 +210,7 @@ async def _register(plugin: Plugin, servers: Servers, stop: asyncio.Event) -> No
     before that, it never appears."""
     changed = plugin.devices.changes.next()
     if plugin.devices.latest is None:
-        waits = {asyncio.ensure_future(changed.wait()), asyncio.ensure_future(stop.wait())}
-        await asyncio.wait(
-            waits, timeout=REGISTER_AFTER_DEVICES_MAX, return_when=asyncio.FIRST_COMPLETED
-        )
-        for wait in waits:
-            wait.cancel()
+        await wait_any((changed, stop), REGISTER_AFTER_DEVICES_MAX)
         if stop.is_set():
             return
     paths = plugin.paths
