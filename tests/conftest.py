@@ -27,6 +27,10 @@ settings.register_profile("dracpu", deadline=None)
 settings.load_profile("dracpu")
 
 _AREA_SECONDS: defaultdict[str, float] = defaultdict(float)
+_MODULE_SECONDS: defaultdict[str, float] = defaultdict(float)
+# A module is named in the run log when it took at least this long (the peer tiers' modules,
+# where a tier's minutes go; not the local phase's hundreds of quick ones).
+_LOGGED_MODULE_SECONDS = 30.0
 _TESTS_ROOT = Path(__file__).parent
 
 
@@ -37,6 +41,7 @@ def _area(nodeid: str) -> str:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _AREA_SECONDS[_area(report.nodeid)] += report.duration
+    _MODULE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -52,6 +57,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if run_log and not hasattr(terminalreporter.config, "workerinput"):  # xdist's controller
         run = os.environ.get("DRACPU_RUN_ID", "-")
         lines = "".join(f"{run}\tarea\t{area}\t{seconds:.0f}\n" for area, seconds in ranked)
+        lines += "".join(
+            f"{run}\tmodule\t{module}\t{seconds:.0f}\n"
+            for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda item: -item[1])
+            if seconds >= _LOGGED_MODULE_SECONDS
+        )
         try:
             with open(run_log, "a", encoding="utf-8") as log:
                 log.write(lines)
