@@ -38,7 +38,13 @@ from harness.containerd_node import ContainerdNode, crictl_path
 from harness.dev_up import DevUp, free_port
 from harness.guest import KUBELET_PORT, NODE_IP, POD_CIDR
 from harness.realnode_stack import RUNTIMES, make_node
-from harness.runtime_tasks import RUNTIME_COMMS, running_tasks, status_field, stray_processes
+from harness.runtime_tasks import (
+    RUNTIME_COMMS,
+    pod_processes,
+    running_tasks,
+    status_field,
+    stray_processes,
+)
 from harness.waits import wait_for
 from shape import machine_shape
 from skew_builds import Build, head_build
@@ -631,23 +637,12 @@ _watch: dict[str, Any] = {}
 
 
 def _pod_cgroup_cpus() -> dict[str, CPUSet]:
-    """Every process in a cgroup of the kubelet's pods, by that cgroup's last name (a
-    container's or a sandbox's id, or `pod<uid>`): the CPUs the kernel lets it run on, its
-    Cpus_allowed_list with its cgroup's cpuset.cpus.effective; read from /proc and the cgroup
-    files alone (no process started), so it can be sampled often."""
+    """Every process in a cgroup of the kubelet's pods (`pod_processes`), by that cgroup's last
+    name (a container's or a sandbox's id, or `pod<uid>`): the CPUs the kernel lets it run on."""
     seen: dict[str, CPUSet] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, LookupError, ValueError):  # ended in between
-            cgroup = (entry / "cgroup").read_text().strip().rpartition("::")[2]
-            if "/kubepods" not in cgroup or (entry / "comm").read_text().strip() in RUNTIME_COMMS:
-                continue
-            cpus = CPUSet.parse(status_field(int(entry.name), "Cpus_allowed_list"))
-            effective = CGROUP_ROOT / cgroup.lstrip("/") / "cpuset.cpus.effective"
-            cpus = cpus | CPUSet.parse(effective.read_text())
-            name = cgroup.rstrip("/").rpartition("/")[2]
-            seen[name] = seen.get(name, CPUSet()) | cpus
+    for _pid, cgroup, cpus in pod_processes(cgroup_root=CGROUP_ROOT):
+        name = cgroup.rstrip("/").rpartition("/")[2]
+        seen[name] = seen.get(name, CPUSet()) | cpus
     return seen
 
 

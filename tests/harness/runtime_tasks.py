@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,33 @@ def running_tasks(folder: Path, proc: Path = Path("/proc")) -> dict[str, tuple[s
     return running
 
 
+def pod_processes(
+    proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")
+) -> Iterator[tuple[int, str, CPUSet]]:
+    """Every live process in a cgroup of the kubelet's pods (cgroup v2): its pid, its cgroup's
+    path and the CPUs the kernel lets it run on (its Cpus_allowed_list with its cgroup's
+    cpuset.cpus.effective). Read from /proc and the cgroup files alone, no process started, so
+    it can be walked often; runc's own processes (a container being created) and zombies left
+    out, a process that ends during the walk skipped."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, LookupError, ValueError):  # ended in between
+            cgroup = (entry / "cgroup").read_text().strip().rpartition("::")[2]
+            if "/kubepods" not in cgroup or (entry / "comm").read_text().strip() in RUNTIME_COMMS:
+                continue
+            status = dict(
+                line.split(":", 1) for line in (entry / "status").read_text().splitlines()
+            )
+            if status["State"].strip().startswith(("Z", "X")):
+                continue
+            cpus = CPUSet.parse(status["Cpus_allowed_list"].strip())
+            effective = cgroup_root / cgroup.lstrip("/") / "cpuset.cpus.effective"
+            with contextlib.suppress(OSError):
+                cpus = cpus | CPUSet.parse(effective.read_text())
+            yield int(entry.name), cgroup, cpus
+
+
 def stray_processes(
     folder: Path, proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")
 ) -> dict[str, dict[str, Any]]:
@@ -79,30 +107,13 @@ def stray_processes(
     during the walk may show once."""
     live = {task.name for task in folder.glob("*") if _first_process(task, proc) is not None}
     strays: dict[str, dict[str, Any]] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
+    for pid, cgroup, cpus in pod_processes(proc, cgroup_root):
+        owner = CONTAINER_ID.findall(cgroup.rpartition("/")[2])
+        if owner and owner[-1] in live:
             continue
-        with contextlib.suppress(OSError, LookupError, ValueError):  # ended in between
-            cgroup = (entry / "cgroup").read_text().strip().rpartition("::")[2]
-            if "/kubepods" not in cgroup:
-                continue
-            owner = CONTAINER_ID.findall(cgroup.rpartition("/")[2])
-            if owner and owner[-1] in live:
-                continue
-            if (entry / "comm").read_text().strip() in RUNTIME_COMMS:
-                continue
-            status = dict(
-                line.split(":", 1) for line in (entry / "status").read_text().splitlines()
-            )
-            if status["State"].strip().startswith(("Z", "X")):
-                continue
-            cpus = CPUSet.parse(status["Cpus_allowed_list"].strip())
-            effective = cgroup_root / cgroup.lstrip("/") / "cpuset.cpus.effective"
-            with contextlib.suppress(OSError):
-                cpus = cpus | CPUSet.parse(effective.read_text())
-            found = strays.setdefault(cgroup, {"pids": [], "cpus": CPUSet()})
-            found["pids"].append(int(entry.name))
-            found["cpus"] = found["cpus"] | cpus
+        found = strays.setdefault(cgroup, {"pids": [], "cpus": CPUSet()})
+        found["pids"].append(pid)
+        found["cpus"] = found["cpus"] | cpus
     return {
         cgroup: {"pids": sorted(found["pids"]), "cpus": found["cpus"].format()}
         for cgroup, found in strays.items()
