@@ -158,7 +158,7 @@ class Guest:
         if kernel is None:
             raise GuestError("no guest kernel in the cache (run tools/tier-bignode.sh bootstrap)")
         append = (
-            "console=ttyS0 quiet loglevel=4 panic=0 "
+            "console=ttyS0 quiet loglevel=4 panic=0 mitigations=off "
             f"dracpu.state={self.shared} dracpu.stage2={REPO}/tools/bignode/stage2.sh "
             f"dracpu.cache={CACHE}"
         )
