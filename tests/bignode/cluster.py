@@ -50,13 +50,15 @@ POD_TIMEOUT = 300.0
 DRIVER_TIMEOUT = float(os.environ.get("DRACPU_BIGNODE_DRIVER_TIMEOUT", "900"))
 
 
-def slow_node_values(target: Path) -> Path:
+def slow_node_values(target: Path, page: Path = INSTALLATION) -> Path:
     """The values file installation.md shows for a slow node (`# slow-node.yaml`: the probe
     timings of a node this slow, emulated and saturated by five Python services starting at
-    once), written to `target` as an operator would save it: the page's block, word for word."""
-    text = INSTALLATION.read_text(encoding="utf-8")
+    once), written to `target` as an operator would save it: the page's block, word for word.
+    `page` is another release's installation.md, for that release's chart (its values schema
+    refuses keys it does not know)."""
+    text = page.read_text(encoding="utf-8")
     found = re.search(r"```yaml\n(# slow-node\.yaml\n.*?)```", text, flags=re.DOTALL)
-    assert found, f"{INSTALLATION.name} shows no slow-node.yaml block"
+    assert found, f"{page} shows no slow-node.yaml block"
     target.write_text(found.group(1), encoding="utf-8")
     assert "probes" in yaml.safe_load(found.group(1)), found.group(1)
     return target

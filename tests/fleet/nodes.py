@@ -54,6 +54,7 @@ from harness.cluster import (
     step,
 )
 from harness.guest import APISERVER_ALIAS, Guest
+from harness.previous_release import release_source
 from harness.release_dist import Dist
 from harness.speed import budget
 from harness.waits import wait_for
@@ -102,13 +103,14 @@ class Fleet:
         """The harness that reads `node`'s kernel."""
         return self.host if node == self.host.node else self.guest
 
-    def install(self, chart: Path | None = None) -> None:
+    def install(self, chart: Path | None = None, values: Path | None = None) -> None:
         """`helm upgrade --install` of `chart` (the host's, from dist/) with the chart's
-        defaults, this cluster's paths and the operator's slow-node values file."""
+        defaults, this cluster's paths and the operator's slow-node values file (`values`:
+        the one of that chart's release)."""
         chart = chart or self.host.chart
         self.host.helm(
             "upgrade", "--install", RELEASE, str(chart), "-n", NAMESPACE,
-            *self.host.chart_values(), "-f", str(self.values),
+            *self.host.chart_values(), "-f", str(values or self.values),
         )  # fmt: skip
 
     def driver_pods(self) -> dict[str, dict[str, Any]]:
@@ -191,7 +193,14 @@ def bring_up(
         _join_guest(fleet, images)
         installed = f"release {previous[0].tag}" if previous else f"this checkout ({dist.version})"
         with step(f"fleet: helm install of {installed} (defaults, the slow-node values file)"):
-            fleet.install(previous[1].chart if previous else None)
+            if previous:
+                # The operator of the previous release has that release's values file, read
+                # from its own installation.md; the upgrade brings this checkout's.
+                page = release_source(previous[0]) / "docs/user/installation.md"
+                values = slow_node_values(state / f"slow-node-{previous[0].tag}.yaml", page)
+                fleet.install(previous[1].chart, values)
+            else:
+                fleet.install()
         with step("fleet: a driver pod Ready on each node"):
             wait_for(
                 lambda: set(fleet.ready_drivers()) == set(fleet.nodes) or None,

@@ -9,6 +9,7 @@ intact (release.sh's own check)."""
 from __future__ import annotations
 
 import fcntl
+from pathlib import Path
 
 from skew.skew_builds import Release, previous_release, release_build
 
@@ -22,8 +23,13 @@ def previous_dist() -> tuple[Release, Dist] | None:
     release = previous_release()
     if release is None:
         return None
-    source = release_build(release).python.parents[1] / "src"
+    source = release_source(release)
     folder = CACHE / f"release-dist-{release.commit}"
     with (CACHE / f".release-dist-{release.commit}.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one maker at a time; the others reuse its dist/
         return release, make_release(folder, tree=source)
+
+
+def release_source(release: Release) -> Path:
+    """The release's own tree (its docs read as its operators read them)."""
+    return release_build(release).python.parents[1] / "src"
