@@ -231,13 +231,15 @@ class Soak:
         self.report(f"soak: fault {sum(self.tally.faults.values())}: {what}")
         return True
 
-    def _settle(self) -> None:
+    def _settle(self, since: float = 0.0, what: str = "the last fault") -> None:
         """Faults paused until the judge finds everything settled on reads begun after the
-        last fault, or until what is not settled has been judged past its bound: read by a
-        sample begun after `Judge.settle_by` (an item first seen off after the last fault has
-        its bound from then), so whatever is still off is counted, not left behind by the next
-        fault. At most twice the bound and a margin, for a sampler that gets no answers."""
-        last = self.judge.last_fault
+        last fault (or after `since`, wall clock: the workload's removal at the end), or until
+        what is not settled has been judged past its bound: read by a sample begun after
+        `Judge.settle_by` (an item first seen off after the last fault has its bound from
+        then), so whatever is still off is counted, not left behind by the next fault. At most
+        twice the bound and a margin, for a sampler that gets no answers. Only a settle after
+        faults is a convergence time."""
+        last = max(since, self.judge.last_fault)
         began = time.monotonic()
         give_up = began + 2 * self.bound + 120
         unsettled: list[str] = []
@@ -245,9 +247,10 @@ class Soak:
             with self._lock:
                 if self._settled_at > last:
                     took = self._settled_at - last
-                    self.tally.convergence.append(took)
+                    if not since:
+                        self.tally.convergence.append(took)
                     self.report(
-                        f"soak: settled {took:.1f} s after the last fault; "
+                        f"soak: settled {took:.1f} s after {what}; "
                         f"{self.judge.samples} samples, judge {self.judge.counts.as_numbers()}"
                     )
                     return
@@ -286,6 +289,8 @@ class Soak:
                 if done_since_settle >= settle_every:
                     self._settle()
                     done_since_settle = 0
+            if done_since_settle:  # else the loop's last settle was after the last fault
+                self._settle()
             for name in sorted(self._pods):  # the workload's pods and claims removed
                 self._kubectl("delete", "pod", name, "--wait=false", "--ignore-not-found")
                 if self._pods[name]:
@@ -293,7 +298,8 @@ class Soak:
                         "delete", "resourceclaim", name, "--wait=false", "--ignore-not-found"
                     )
             self._pods.clear()
-            self._settle()
+            # The removal's own settle, on samples read after it.
+            self._settle(since=time.time(), what="the workload's removal")
         finally:
             self._stop.set()
             sampler.join(timeout=600)

@@ -99,14 +99,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Among this tier's tests (in their place in the session: the hook sees every item),
     modules that need another driver configuration run after the others, so the bed restarts
     once, and the cluster's modules last, as the bed does not come back after them; a module
-    marked LAST (the reboot, which ends the cluster's state as the others know it) after all."""
+    marked LAST (the reboot, which ends the cluster's state as the others know it) after all,
+    and one marked LATE (the soak) just before it."""
 
-    def order(item: pytest.Item) -> tuple[bool, str, bool]:
+    def order(item: pytest.Item) -> tuple[bool, str, bool, bool]:
         module = getattr(item, "module", None)
         return (
             getattr(module, "IN_CLUSTER", False),
             getattr(module, "DRIVER_CONFIG", ""),
             getattr(module, "LAST", False),
+            getattr(module, "LATE", False),
         )
 
     slots = [index for index, item in enumerate(items) if TIER.ours(item)]
