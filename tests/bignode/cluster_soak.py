@@ -255,7 +255,7 @@ class Soak:
                     )
                     return
                 unsettled = list(self.judge.unsettled)
-                judged = self._last_read_began > self.judge.settle_by > 0
+                judged = self._last_read_began > max(self.judge.settle_by, last) > 0
             if judged:
                 break
             time.sleep(1.0)
