@@ -39,9 +39,9 @@ from harness.dev_up import DevUp, free_port
 from harness.guest import KUBELET_PORT, NODE_IP, POD_CIDR
 from harness.realnode_stack import RUNTIMES, make_node
 from harness.runtime_tasks import (
-    RUNTIME_COMMS,
     pod_processes,
     running_tasks,
+    runtime_process,
     status_field,
     stray_processes,
 )
@@ -705,19 +705,24 @@ def _container_processes() -> dict[str, tuple[int, str]]:
             line = (entry / "cgroup").read_text().strip().splitlines()[-1]
             path = line.split("::", 1)[-1]
             comm = (entry / "comm").read_text().strip()
-            if "kubepods" not in path or comm == "pause" or comm in RUNTIME_COMMS:
+            if "kubepods" not in path or comm == "pause" or runtime_process(entry):
                 continue
             found.setdefault(path.rsplit("/", 1)[-1], (int(entry.name), path))
     return found
 
 
-def _process_cpus(pid: int) -> tuple[CPUSet, CPUSet, CPUSet]:
+def _process_cpus(pid: int, proc: Path = Path("/proc")) -> tuple[CPUSet, CPUSet, CPUSet]:
     """A process's Cpus_allowed_list, its cgroup's cpuset.cpus.effective, and the CPUs of the
-    claims its environment names (DRA_CPUSET_<uid>)."""
-    allowed = CPUSet.parse(status_field(pid, "Cpus_allowed_list"))
+    claims its environment names (DRA_CPUSET_<uid>). A LookupError for a process that is
+    exiting: its memory, and with it its environment, is gone (the kernel reads an empty
+    environ), so the claims it held can no longer be told."""
+    environ = (proc / str(pid) / "environ").read_bytes()
+    if not environ:
+        raise LookupError(f"process {pid} is exiting: its environment is gone")
+    allowed = CPUSet.parse(status_field(pid, "Cpus_allowed_list", proc))
     effective = CPUSet.parse(CGROUPS.cpus(pid))
     held = CPUSet()
-    for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+    for item in environ.split(b"\0"):
         key, _, value = item.decode(errors="replace").partition("=")
         if key.startswith("DRA_CPUSET_"):
             held = held | CPUSet.parse(value)

@@ -3,11 +3,14 @@ answers given: what counts as a violation, as off its cpuset, and as on its cpus
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.runtime_tasks import status_field
+from harness.waits import wait_for
 
 from dracpu.core.cpuset import CPUSet
 
@@ -85,3 +88,33 @@ def test_a_container_is_pinned_from_its_first_sample_on_its_cpuset(inguest: Any)
     assert seen["samples"] == 2 and seen["off_samples"] == 1
     assert seen["pinned_at"] is not None and seen["pinned_at"] >= seen["first_seen"]
     assert len(record["violations"]) == 1
+
+
+def test_an_exiting_process_is_not_judged(inguest: Any) -> None:
+    # A container's process that has exited and is not yet reaped keeps its CPUs and its
+    # cgroup but not its memory: its environment reads empty (or not at all, as kernels
+    # differ), and read as a container holding no claim it would be an unclaimed container on
+    # a claim's CPUs. A real zombie of this host's kernel, on CPUs of a claim.
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    try:
+        wait_for(
+            lambda: status_field(child, "State").startswith("Z"), "the child a zombie", timeout=30
+        )
+        cpus = CPUSet.parse(status_field(child, "Cpus_allowed_list"))
+        inguest._container_processes = lambda: {"c1": (child, "/kubepods/pod1/c1")}
+        record = fresh()
+        inguest._sample({"a": cpus}, record)
+    finally:
+        os.waitpid(child, 0)
+    assert record["containers"] == {} and record["errors"] == []
+
+
+def test_a_process_whose_environment_reads_empty_is_exiting(inguest: Any, tmp_path: Path) -> None:
+    # How the guest's kernel (6.1) answers a zombie's environ: no bytes (newer ones refuse).
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "environ").write_bytes(b"")
+    (tmp_path / "7" / "status").write_text("Name:\tsh\nState:\tZ (zombie)\nCpus_allowed_list:\t1\n")
+    with pytest.raises(LookupError, match="exiting"):
+        inguest._process_cpus(7, tmp_path)

@@ -38,6 +38,15 @@ def status_field(pid: int, name: str, proc: Path = Path("/proc")) -> str:
     raise LookupError(f"/proc/{pid}/status has no {name}")
 
 
+def runtime_process(entry: Path) -> bool:
+    """Whether the process of /proc entry `entry` is the runtime's own, not a container's:
+    named as runc names the stages of its init, or, before the first of them renames it (its
+    name then is its binary's), carrying the _LIBCONTAINER_ variables runc hands its init."""
+    if (entry / "comm").read_text().strip() in RUNTIME_COMMS:
+        return True
+    return b"\0_LIBCONTAINER_" in b"\0" + (entry / "environ").read_bytes()
+
+
 def _first_process(task: Path, proc: Path) -> int | None:
     """The pid of the task's first process while it is alive (no zombie) and in the task's
     own cgroup (not a reused pid); None otherwise."""
@@ -62,7 +71,7 @@ def running_tasks(folder: Path, proc: Path = Path("/proc")) -> dict[str, tuple[s
             if annotations.get(TYPE) != "container":
                 continue
             pid = _first_process(task, proc)
-            if pid is None or (proc / str(pid) / "comm").read_text().strip() in RUNTIME_COMMS:
+            if pid is None or runtime_process(proc / str(pid)):
                 continue
             running[task.name] = ("/".join(annotations[k] for k in KEY), pid)
     return running
@@ -81,7 +90,7 @@ def pod_processes(
             continue
         with contextlib.suppress(OSError, LookupError, ValueError):  # ended in between
             cgroup = (entry / "cgroup").read_text().strip().rpartition("::")[2]
-            if "/kubepods" not in cgroup or (entry / "comm").read_text().strip() in RUNTIME_COMMS:
+            if "/kubepods" not in cgroup or runtime_process(entry):
                 continue
             status = dict(
                 line.split(":", 1) for line in (entry / "status").read_text().splitlines()

@@ -22,6 +22,7 @@ def task(
     comm: str = "sleep",
     state: str = "S (sleeping)",
     cgroup_of: str | None = None,
+    environ: bytes = b"PATH=/usr/bin\0HOME=/\0",
 ) -> None:
     bundle = folder / cid
     bundle.mkdir(parents=True)
@@ -39,6 +40,7 @@ def task(
     process.mkdir(parents=True)
     (process / "cgroup").write_text(f"0::{SCOPE.format(id=cgroup_of or cid)}\n")
     (process / "comm").write_text(f"{comm}\n")
+    (process / "environ").write_bytes(environ)
     (process / "status").write_text(f"Name:\t{comm}\nState:\t{state}\nCpus_allowed_list:\t0-7\n")
 
 
@@ -60,6 +62,8 @@ def test_what_is_no_running_container_is_left_out(tmp_path: Path) -> None:
     )
     (folder / "gone" / "init.pid").write_text("5")
     (folder / "creating").mkdir()  # its spec written, its process not yet
+    # runc's init before its first stage renames it: its binary's name, runc's variables.
+    task(folder, proc, "starting", 8, comm="exe", environ=b"_LIBCONTAINER_INITPIPE=3\0")
     task(folder, proc, "running", 6)
     assert running_tasks(folder, proc) == {"running": ("ns/pod/c-running", 6)}
 
@@ -85,12 +89,19 @@ def cid(n: int) -> str:
 
 
 def process(
-    proc: Path, pid: int, cgroup: str, comm: str = "sleep", state: str = "S", cpus: str = "0-7"
+    proc: Path,
+    pid: int,
+    cgroup: str,
+    comm: str = "sleep",
+    state: str = "S",
+    cpus: str = "0-7",
+    environ: bytes = b"PATH=/usr/bin\0",
 ) -> None:
     entry = proc / str(pid)
     entry.mkdir(parents=True)
     (entry / "cgroup").write_text(f"0::{cgroup}\n")
     (entry / "comm").write_text(f"{comm}\n")
+    (entry / "environ").write_bytes(environ)
     (entry / "status").write_text(
         f"Name:\t{comm}\nState:\t{state} (x)\nCpus_allowed_list:\t{cpus}\n"
     )
@@ -135,6 +146,8 @@ def test_a_process_in_a_pods_own_cgroup_is_a_stray(tmp_path: Path) -> None:
 def test_runc_and_zombies_are_no_strays(tmp_path: Path) -> None:
     process(tmp_path / "proc", 501, SCOPE.format(id=cid(5)), comm="runc:[2:INIT]")
     process(tmp_path / "proc", 502, SCOPE.format(id=cid(6)), state="Z")
+    runc = b"PATH=/usr/bin\0_LIBCONTAINER_INITPIPE=3\0_LIBCONTAINER_STATEDIR=/run\0"
+    process(tmp_path / "proc", 503, SCOPE.format(id=cid(7)), comm="exe", environ=runc)
     assert strays(tmp_path) == {}
 
 
