@@ -217,6 +217,50 @@ async def test_moves_answered_with_a_create_are_confirmed_by_a_push_of_their_own
         await asyncio.gather(pusher, return_exceptions=True)
 
 
+async def test_moves_answered_with_a_synchronize_are_confirmed_by_a_push_of_their_own() -> None:
+    # The plugin registered again (it was restarted, or the runtime was) while the pool had
+    # shrunk: the Synchronize answer moves the shared containers, and the runtime drops an
+    # update that fails (ignore_failure) telling nobody. The one it dropped must not stay on
+    # the old pool, which now holds a claim's CPUs.
+    runtime = SlowRuntime(cost=0.0)
+    allocator = PoolOnly(pool=SMALL)
+    plugin = CPUPlugin(allocator, unsolicited=UnsolicitedMode.ON)  # type: ignore[arg-type]
+    plugin.configure(RuntimeInfo("containerd", "v2.4.2", "v0.12.3", 5.0, 0.1))
+    plugin.set_pusher(runtime.push)
+    pod = api_pb2.PodSandbox(id="pod", uid="pod-uid", namespace="ns", name="pod")
+    running = []
+    for index in range(6):
+        ctr = api_pb2.Container(
+            id=f"c{index:03d}", pod_sandbox_id="pod", name=f"c{index}",
+            state=api_pb2.CONTAINER_RUNNING,
+        )  # fmt: skip
+        ctr.linux.resources.cpu.cpus = FULL
+        running.append(ctr)
+        runtime.truth[ctr.id] = FULL
+    on_pool = api_pb2.Container(
+        id="c100", pod_sandbox_id="pod", name="c100", state=api_pb2.CONTAINER_RUNNING
+    )
+    on_pool.linux.resources.cpu.cpus = SMALL
+    runtime.truth[on_pool.id] = SMALL
+    updates = await plugin.synchronize([pod], [*running, on_pool])
+    moves = {u.container_id: u.linux.resources.cpu.cpus for u in updates}
+    assert moves == {f"c{index:03d}": SMALL for index in range(6)} | {"c100": SMALL}
+    lost = "c003"  # the one the runtime could not apply
+    runtime.truth.update({cid: cpus for cid, cpus in moves.items() if cid != lost})
+    assert runtime.truth[lost] == FULL
+    # Only the moved ones wait for a push: the one the runtime showed on the pool is on it.
+    assert {r.container_id for r in plugin.registry if not r.confirmed} == set(moves) - {"c100"}
+    calls = runtime.calls
+    pusher = asyncio.create_task(plugin.push_pool_changes(retry_delay=0.02, max_delay=0.1))
+    try:
+        await converged(plugin, runtime, SMALL, timeout=20)
+        assert recorded(plugin) == runtime.truth
+        assert runtime.calls > calls
+    finally:
+        pusher.cancel()
+        await asyncio.gather(pusher, return_exceptions=True)
+
+
 async def test_a_move_taken_while_the_container_started_is_sent_again_once_it_runs() -> None:
     # containerd takes an update of a container that does not run yet into its spec alone; a
     # start that had read the spec already runs it on its creation's cpuset, though the update

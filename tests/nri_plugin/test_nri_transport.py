@@ -238,6 +238,21 @@ async def test_pending_calls_fail_when_the_peer_goes_away(pair: Pair) -> None:
     assert failed.value.code == UNAVAILABLE
 
 
+@pytest.mark.parametrize("timeout", [pytest.param(10.0, id="with-deadline"), None])
+async def test_a_cancelled_call_is_cancelled_even_when_its_connection_closes_at_once(
+    pair: Pair, timeout: float | None
+) -> None:
+    # A loop that calls the runtime (the pool pusher) is cancelled as the plugin stops, in the
+    # same turn of the event loop that closes the connection: the call must end cancelled, not
+    # with the connection's error, or the loop goes round again and never ends.
+    pending = asyncio.create_task(pair.caller.call("svc", "Never", b"", timeout=timeout))
+    await eventually(lambda: pair.caller._pending, "call in flight", timeout=10)
+    pair.caller.closed(ConnectionAbortedError("plugin stopping"))
+    pending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pending
+
+
 async def _raw_client() -> tuple[socket.socket, asyncio.Task[Exception]]:
     """A serving channel on one end of a socket pair; the test speaks raw bytes on the other."""
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

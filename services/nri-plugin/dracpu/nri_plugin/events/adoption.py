@@ -275,8 +275,10 @@ class LateAdoptions:
             self._last_resync = time.monotonic()
             names = ",".join(sorted(a.name for a in self._pending.values()))
             if self._resynchronize(f"to move adopted containers onto their cpusets: {names}"):
+                # asyncio.timeout, not wait_for: see transport.ttrpc's call.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._synchronized.wait(), resync_wait)
+                    async with asyncio.timeout(resync_wait):
+                        await self._synchronized.wait()
             if self._pending:
                 self._wake.set()  # not settled yet: try again (paced above)
 

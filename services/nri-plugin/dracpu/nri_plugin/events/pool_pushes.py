@@ -106,9 +106,10 @@ class PoolPushes:
             result = await self.push_once()
             if result.pending and self._push is not None and self._state.unsolicited.enabled:
                 # Not converged (unknown or failed outcomes): try again unless a new pool
-                # change wakes us first.
+                # change wakes us first (asyncio.timeout: see transport.ttrpc's call).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), backoff.next_delay())
+                    async with asyncio.timeout(backoff.next_delay()):
+                        await changed.wait()
                 changed.set()
             else:
                 backoff.reset()

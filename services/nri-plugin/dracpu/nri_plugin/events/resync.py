@@ -99,6 +99,12 @@ class Resync:
                 [ctr.id for ctr in containers if ctr.state != api_pb2.CONTAINER_STOPPED]
             )
             pool = await state.pool.fetch()
+            # The runtime applies the answer's updates after it and drops those that fail
+            # (ignore_failure) telling nobody: where the plugin may push its own updates, whose
+            # answer says which failed, a container moved here is not confirmed until a push of
+            # the same cpuset is answered (dracpu.nri_plugin.events.pool_pushes).
+            confirm_by_push = state.unsolicited.enabled
+            unconfirmed = 0
             updates: list[api_pb2.ContainerUpdate] = []
             repinned: list[ContainerRecord] = []
             late: list[LatePin] = []
@@ -119,12 +125,15 @@ class Resync:
                 update.ignore_failure = True
                 updates.append(update)
                 ran_on = running_on.get(record.container_id, "")
-                if not same_cpus(ran_on, target):
+                needs_move = not same_cpus(ran_on, target)
+                if needs_move:
                     repinned.append(record)
                     if record.exclusive and record.state != "created":
                         late.append(LatePin(record, ran_on, self._late_cause(record)))
-                registry.set_cpus(record.container_id, target)
-                if record.state == "created" and not same_cpus(ran_on, target):
+                confirmed = not (needs_move and record.follows_pool and confirm_by_push)
+                unconfirmed += not confirmed
+                registry.set_cpus(record.container_id, target, confirmed=confirmed)
+                if record.state == "created" and needs_move:
                     # Being created or started: the update may reach its spec alone, which
                     # a start that read the spec already does not see; sent again at its start.
                     moved = registry.get(record.container_id)
@@ -133,6 +142,8 @@ class Resync:
             state.registry = registry
             state.overdue.clear()
             self._adoptions.synchronized({r.container_id: r for r in registry})
+            if unconfirmed:
+                state.pool.changed.set()  # the pusher sends them again until confirmed
         log.info(
             0,
             "synchronized with the runtime",

@@ -166,7 +166,11 @@ class Channel:
         self._pending[stream_id] = future
         try:
             await self._send(data)
-            return await asyncio.wait_for(future, timeout)
+            # asyncio.timeout, not wait_for: a wait_for whose future completes (an answer, a
+            # closed connection) as the calling task is cancelled returns that outcome and
+            # loses the cancellation, and a loop around the call never ends.
+            async with asyncio.timeout(timeout):
+                return await future
         except TimeoutError:
             raise TtrpcError(
                 DEADLINE_EXCEEDED, f"{service}/{method} got no answer in {timeout:.3f}s"
