@@ -19,15 +19,14 @@ IN_CLUSTER = True  # conftest: after the bed's modules; the bed gives way to the
 LATE = True  # conftest: after the other cluster modules (its restarts of the API server), but
 # before the reboot
 
-# The soak runs when asked for, by its number of faults (at least 50 for the short soak), with
-# a settle every DRACPU_SOAK_SETTLE_EVERY faults (default 50: one, after the last; a settle costs
-# two to four minutes of the emulated guest). `make test` leaves it out while it finds a shared
-# container left on a claim's CPUs (docs/dev/chaos.md).
-FAULTS = int(os.environ.get("DRACPU_SOAK_FAULTS", "0"))
+# The short soak of `make test`: 50 faults, and one settle after the last (a settle costs half a
+# minute to four minutes of the emulated guest). DRACPU_SOAK_FAULTS sets another number (0
+# leaves the soak out), DRACPU_SOAK_SETTLE_EVERY pauses the faults for a settle every that many.
+FAULTS = int(os.environ.get("DRACPU_SOAK_FAULTS", "50"))
 SETTLE_EVERY = int(os.environ.get("DRACPU_SOAK_SETTLE_EVERY", "50"))
 if not FAULTS:
     pytestmark.append(
-        pytest.mark.skip(reason="the guest cluster's soak runs with DRACPU_SOAK_FAULTS=<n>")
+        pytest.mark.skip(reason="the guest cluster's soak left out (DRACPU_SOAK_FAULTS=0)")
     )
 
 

@@ -157,11 +157,11 @@ class Guest:
         kernel = kernel_dir()
         if kernel is None:
             raise GuestError("no guest kernel in the cache (run tools/tier-bignode.sh bootstrap)")
-        # DRACPU_BIGNODE_MITIGATIONS_OFF=1: no page-table isolation, about twice as quick
-        # (docs/dev/bignode.md); not the default while the quicker guest exposes a shared
-        # container on a claim's CPUs (docs/dev/chaos.md).
-        quick = os.environ.get("DRACPU_BIGNODE_MITIGATIONS_OFF") == "1"
-        quick_flag = "mitigations=off " if quick else ""
+        # mitigations=off: no page-table isolation, whose switch on every system call costs
+        # the emulator its translation cache; about twice as quick (docs/dev/bignode.md).
+        # DRACPU_BIGNODE_MITIGATIONS=on boots with the kernel's own default.
+        stock = os.environ.get("DRACPU_BIGNODE_MITIGATIONS") == "on"
+        quick_flag = "" if stock else "mitigations=off "
         append = (
             f"console=ttyS0 quiet loglevel=4 panic=0 {quick_flag}"
             f"dracpu.state={self.shared} dracpu.stage2={REPO}/tools/bignode/stage2.sh "
