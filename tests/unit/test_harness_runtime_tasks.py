@@ -7,10 +7,29 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from harness.runtime_tasks import pod_uid, running_tasks, status_field, stray_processes
 
 SCOPE = "/kubepods.slice/kubepods-pod1.slice/cri-containerd-{id}.scope"
+
+
+def process(
+    proc: Path,
+    pid: int,
+    cgroup: str,
+    comm: str = "sleep",
+    state: str = "S (sleeping)",
+    cpus: str = "0-7",
+    environ: bytes = b"PATH=/usr/bin\0",
+) -> None:
+    """A /proc entry as the kernel lays it out, as far as the walks read it."""
+    entry = proc / str(pid)
+    entry.mkdir(parents=True)
+    (entry / "cgroup").write_text(f"0::{cgroup}\n")
+    (entry / "comm").write_text(f"{comm}\n")
+    (entry / "environ").write_bytes(environ)
+    (entry / "status").write_text(f"Name:\t{comm}\nState:\t{state}\nCpus_allowed_list:\t{cpus}\n")
 
 
 def task(
@@ -19,11 +38,10 @@ def task(
     cid: str,
     pid: int,
     kind: str = "container",
-    comm: str = "sleep",
-    state: str = "S (sleeping)",
     cgroup_of: str | None = None,
-    environ: bytes = b"PATH=/usr/bin\0HOME=/\0",
+    **first: Any,
 ) -> None:
+    """A task folder as containerd 2 writes it, and its first process (`process`'s fields)."""
     bundle = folder / cid
     bundle.mkdir(parents=True)
     annotations = {
@@ -36,12 +54,7 @@ def task(
         json.dumps({"ociVersion": "1.2.0", "annotations": annotations})
     )
     (bundle / "init.pid").write_text(str(pid))
-    process = proc / str(pid)
-    process.mkdir(parents=True)
-    (process / "cgroup").write_text(f"0::{SCOPE.format(id=cgroup_of or cid)}\n")
-    (process / "comm").write_text(f"{comm}\n")
-    (process / "environ").write_bytes(environ)
-    (process / "status").write_text(f"Name:\t{comm}\nState:\t{state}\nCpus_allowed_list:\t0-7\n")
+    process(proc, pid, SCOPE.format(id=cgroup_of or cid), **first)
 
 
 def test_a_started_container_is_running_by_its_pod_and_name(tmp_path: Path) -> None:
@@ -88,25 +101,6 @@ def cid(n: int) -> str:
     return f"{n:064x}"
 
 
-def process(
-    proc: Path,
-    pid: int,
-    cgroup: str,
-    comm: str = "sleep",
-    state: str = "S",
-    cpus: str = "0-7",
-    environ: bytes = b"PATH=/usr/bin\0",
-) -> None:
-    entry = proc / str(pid)
-    entry.mkdir(parents=True)
-    (entry / "cgroup").write_text(f"0::{cgroup}\n")
-    (entry / "comm").write_text(f"{comm}\n")
-    (entry / "environ").write_bytes(environ)
-    (entry / "status").write_text(
-        f"Name:\t{comm}\nState:\t{state} (x)\nCpus_allowed_list:\t{cpus}\n"
-    )
-
-
 def strays(tmp_path: Path) -> dict[str, dict[str, object]]:
     return stray_processes(tmp_path / "k8s.io", tmp_path / "proc", tmp_path / "cgroup")
 
@@ -145,7 +139,7 @@ def test_a_process_in_a_pods_own_cgroup_is_a_stray(tmp_path: Path) -> None:
 
 def test_runc_and_zombies_are_no_strays(tmp_path: Path) -> None:
     process(tmp_path / "proc", 501, SCOPE.format(id=cid(5)), comm="runc:[2:INIT]")
-    process(tmp_path / "proc", 502, SCOPE.format(id=cid(6)), state="Z")
+    process(tmp_path / "proc", 502, SCOPE.format(id=cid(6)), state="Z (zombie)")
     runc = b"PATH=/usr/bin\0_LIBCONTAINER_INITPIPE=3\0_LIBCONTAINER_STATEDIR=/run\0"
     process(tmp_path / "proc", 503, SCOPE.format(id=cid(7)), comm="exe", environ=runc)
     assert strays(tmp_path) == {}
