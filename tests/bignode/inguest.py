@@ -705,7 +705,7 @@ def _container_processes() -> dict[str, tuple[int, str]]:
             line = (entry / "cgroup").read_text().strip().splitlines()[-1]
             path = line.split("::", 1)[-1]
             comm = (entry / "comm").read_text().strip()
-            if "kubepods" not in path or comm == "pause" or runtime_process(entry):
+            if "kubepods" not in path or comm == "pause" or runtime_process(entry, comm):
                 continue
             found.setdefault(path.rsplit("/", 1)[-1], (int(entry.name), path))
     return found

@@ -38,11 +38,14 @@ def status_field(pid: int, name: str, proc: Path = Path("/proc")) -> str:
     raise LookupError(f"/proc/{pid}/status has no {name}")
 
 
-def runtime_process(entry: Path) -> bool:
-    """Whether the process of /proc entry `entry` is the runtime's own, not a container's:
-    named as runc names the stages of its init, or, before the first of them renames it (its
-    name then is its binary's), carrying the _LIBCONTAINER_ variables runc hands its init."""
-    if (entry / "comm").read_text().strip() in RUNTIME_COMMS:
+def runtime_process(entry: Path, comm: str | None = None) -> bool:
+    """Whether the process of /proc entry `entry` (named `comm`, read when not given) is the
+    runtime's own, not a container's: named as runc names the stages of its init, or, before
+    the first of them renames it (its name then is its binary's), carrying the _LIBCONTAINER_
+    variables runc hands its init."""
+    if comm is None:
+        comm = (entry / "comm").read_text().strip()
+    if comm in RUNTIME_COMMS:
         return True
     return b"\0_LIBCONTAINER_" in b"\0" + (entry / "environ").read_bytes()
 

@@ -91,9 +91,15 @@ class SlowRuntime:
         return []
 
 
-async def shared_plugin(runtime: SlowRuntime, allocator: PoolOnly, count: int) -> CPUPlugin:
+def containerd_plugin(allocator: PoolOnly) -> CPUPlugin:
+    """The plugin configured by a containerd whose NRI takes unsolicited updates."""
     plugin = CPUPlugin(allocator, unsolicited=UnsolicitedMode.ON)  # type: ignore[arg-type]
     plugin.configure(RuntimeInfo("containerd", "v2.4.2", "v0.12.3", 5.0, 0.1))
+    return plugin
+
+
+async def shared_plugin(runtime: SlowRuntime, allocator: PoolOnly, count: int) -> CPUPlugin:
+    plugin = containerd_plugin(allocator)
     assert plugin.unsolicited.enabled and plugin.pacer.request_timeout == 0.1
     plugin.set_pusher(runtime.push)
     pod = api_pb2.PodSandbox(id="pod", uid="pod-uid", namespace="ns", name="pod")
@@ -223,9 +229,7 @@ async def test_moves_answered_with_a_synchronize_are_confirmed_by_a_push_of_thei
     # update that fails (ignore_failure) telling nobody. The one it dropped must not stay on
     # the old pool, which now holds a claim's CPUs.
     runtime = SlowRuntime(cost=0.0)
-    allocator = PoolOnly(pool=SMALL)
-    plugin = CPUPlugin(allocator, unsolicited=UnsolicitedMode.ON)  # type: ignore[arg-type]
-    plugin.configure(RuntimeInfo("containerd", "v2.4.2", "v0.12.3", 5.0, 0.1))
+    plugin = containerd_plugin(PoolOnly(pool=SMALL))
     plugin.set_pusher(runtime.push)
     pod = api_pb2.PodSandbox(id="pod", uid="pod-uid", namespace="ns", name="pod")
     running = []
@@ -292,8 +296,7 @@ async def test_a_move_taken_while_the_container_started_is_sent_again_once_it_ru
 async def test_a_container_synchronized_while_it_started_is_moved_again_once_it_runs() -> None:
     # The plugin registered while the runtime was starting a container: the Synchronize
     # answer's update for it may reach its spec alone, so it is moved again at its start.
-    plugin = CPUPlugin(PoolOnly(pool=SMALL), unsolicited=UnsolicitedMode.ON)  # type: ignore[arg-type]
-    plugin.configure(RuntimeInfo("containerd", "v2.4.2", "v0.12.3", 5.0, 0.1))
+    plugin = containerd_plugin(PoolOnly(pool=SMALL))
     pod = api_pb2.PodSandbox(id="pod", uid="pod-uid", namespace="ns", name="pod")
     # A claimed one: its record holds its claim's CPUs before the update, as a shared one's
     # does not.

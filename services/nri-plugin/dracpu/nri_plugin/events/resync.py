@@ -104,7 +104,6 @@ class Resync:
             # answer says which failed, a container moved here is not confirmed until a push of
             # the same cpuset is answered (dracpu.nri_plugin.events.pool_pushes).
             confirm_by_push = state.unsolicited.enabled
-            unconfirmed = 0
             updates: list[api_pb2.ContainerUpdate] = []
             repinned: list[ContainerRecord] = []
             late: list[LatePin] = []
@@ -131,7 +130,6 @@ class Resync:
                     if record.exclusive and record.state != "created":
                         late.append(LatePin(record, ran_on, self._late_cause(record)))
                 confirmed = not (needs_move and record.follows_pool and confirm_by_push)
-                unconfirmed += not confirmed
                 registry.set_cpus(record.container_id, target, confirmed=confirmed)
                 if record.state == "created" and needs_move:
                     # Being created or started: the update may reach its spec alone, which
@@ -142,7 +140,7 @@ class Resync:
             state.registry = registry
             state.overdue.clear()
             self._adoptions.synchronized({r.container_id: r for r in registry})
-            if unconfirmed:
+            if any(not r.confirmed for r in registry):
                 state.pool.changed.set()  # the pusher sends them again until confirmed
         log.info(
             0,
