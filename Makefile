@@ -34,9 +34,11 @@ compat: venv protos
 	$(PY) tools/compat.py $(VERSIONS)
 
 # The fleet tier alone (the host on CRI-O and the big-node guest under one control plane), as
-# root after `make test`'s bootstrap; the peers phase of `make test` leaves it out.
+# root after `make test`'s bootstrap, plus its own (tools/tier-fleet.sh: the guest node's
+# NetworkPolicy enforcer); the peers phase of `make test` leaves it out.
 fleet: venv protos
 	bash tools/install-helm.sh
+	bash tools/tier-fleet.sh bootstrap
 	flock /tmp/dracpu-peers.lock $(BIN)/pytest -m fleet -p no:cacheprovider $(PYTEST_ARGS) -s tests/fleet
 
 # The placement algorithm's hot modules compiled by mypyc, once per source, into the tool cache.

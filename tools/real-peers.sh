@@ -6,7 +6,10 @@
 # then skip with the same reason. Each tier's bootstrap time is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TIERS="${DRACPU_TIERS:-docker realnode controlplane e2e bignode}"
+DEFAULT_TIERS="docker realnode controlplane e2e bignode"
+# The fleet tier's own bootstrap when `make test` runs it (DRACPU_FLEET=1, tools/run-tests.sh).
+[ "${DRACPU_FLEET:-0}" = 1 ] && DEFAULT_TIERS="$DEFAULT_TIERS fleet"
+TIERS="${DRACPU_TIERS:-$DEFAULT_TIERS}"
 status=0
 for tier in $TIERS; do
     script="tools/tier-$tier.sh"

@@ -19,6 +19,10 @@
 #                                     root) and the driver images' archives, building the disk
 #                                     when missing; cached in ${DRACPU_CACHE}/bignode-disk/, the
 #                                     newest four kept
+#   tools/tier-bignode.sh modules NAME...
+#                                     prints the cached guest kernel's modules NAME and those they
+#                                     depend on, dependencies first, as paths the guest reads
+#                                     (it sees the host's /): what a test loads in the guest
 #
 # containerd and runc come from the real-node tier (tools/tier-realnode.sh bootstrap). The guest
 # sees the host's / read-only over virtio-9p (with a tmpfs overlay: it writes nothing back but
@@ -128,6 +132,14 @@ for name in sys.argv[3:]:
     visit(name)
 print("\n".join(str(paths[name].relative_to(tree)) for name in order))
 PY
+}
+
+# modules NAME...: see the header.
+modules() {
+    local dir kver
+    dir="$(cache_entry)" || die "no guest kernel in $DRACPU_CACHE (run tools/tier-bignode.sh bootstrap)"
+    kver="$(cat "$dir/kernel-version")"
+    modules_in_order "$dir/kroot" "$kver" "$@" | sed "s|^|$dir/kroot/lib/modules/$kver/|"
 }
 
 build_kernel() {
@@ -248,7 +260,8 @@ case "${1:-}" in
     bootstrap) bootstrap ;;
     check) check ;;
     disk) shift; disk "$@" ;;
+    modules) shift; modules "$@" ;;
     up | down | shell | status)
         exec "$ROOT/.venv/bin/python" "$ROOT/tests/harness/guest.py" "$1" ;;
-    *) echo "usage: $0 bootstrap|up|down|shell|status|check|disk [ARCHIVE...]" >&2; exit 2 ;;
+    *) echo "usage: $0 bootstrap|up|down|shell|status|check|disk [ARCHIVE...]|modules NAME..." >&2; exit 2 ;;
 esac

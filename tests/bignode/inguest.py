@@ -33,6 +33,10 @@ from typing import Any
 
 import skew_bench
 import skew_stack
+from guest_netpol import network_policy_pods as network_policy_pods
+from guest_netpol import network_policy_start as network_policy_start
+from guest_netpol import network_policy_stop as network_policy_stop
+from guest_netpol import network_policy_verdicts as network_policy_verdicts
 from harness.cgroups import CGROUP_ROOT, Cgroups
 from harness.containerd_node import ContainerdNode, crictl_path
 from harness.dev_up import DevUp, free_port

@@ -10,9 +10,10 @@ import ipaddress
 from typing import Any
 
 import pytest
+from fleet.network_policy import enforced, enforcer_binary
 from fleet.nodes import GUEST_NODE, GUEST_POD, HOST_POD, Fleet
 from harness.cgroups import Cgroups, Layout
-from harness.cluster import NAMESPACE, RELEASE, claim_cpus, step
+from harness.cluster import NAMESPACE, RELEASE, claim_cpus, say, step
 from harness.scraper import assert_scraped, scraper_manifest
 from harness.speed import budget
 from harness.waits import wait_for
@@ -22,6 +23,8 @@ from dracpu.core.cpuset import CPUSet
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(2700)]
 
 API_PORT = 8080  # the chart's default (healthzPort), on the pod's own IP
+OUTSIDER = "outsider"  # a namespace that is not the release's
+OUTSIDER_WAIT = 20  # seconds its scraper waits for an answer that does not come
 
 
 def test_each_node_runs_its_driver_ready_on_its_own_pod_network(fleet: Fleet) -> None:
@@ -80,39 +83,50 @@ def test_a_claimed_pod_on_the_host_is_pinned_in_its_cgroup_v1_cpuset(claimed: Fl
     assert claim_cpus(claimed.host.env_of(HOST_POD, "work")) == cpus
 
 
+def _scraped(fleet: Fleet, scrapers: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """The scraper pods (name -> namespace, manifest) run to their end; each one's pod object
+    and, under "output", what it printed. Removed afterwards."""
+    try:
+        for namespace, manifest in scrapers.values():
+            fleet.host.apply(manifest, namespace)
+
+        def ended() -> dict[str, Any] | None:
+            found = {n: fleet.host.get("pod", n, ns) for n, (ns, _) in scrapers.items()}
+            phases = [p.get("status", {}).get("phase") for p in found.values()]
+            return found if all(p in ("Succeeded", "Failed") for p in phases) else None
+
+        seen = wait_for(ended, "the scraper pods ended", timeout=budget(300), interval=1.0)
+        for name, (namespace, _) in scrapers.items():
+            seen[name]["output"] = fleet.host.kubectl("logs", "-n", namespace, name)
+        return seen
+    finally:
+        for name, (namespace, _) in scrapers.items():
+            fleet.host.delete("pod", name, namespace=namespace)
+
+
 def test_each_driver_is_scraped_by_pod_ip_from_its_own_node(fleet: Fleet) -> None:
     drivers = fleet.ready_drivers()
     scrapers = {node: f"scraper-{i}" for i, node in enumerate(fleet.nodes)}
-    try:
-        with step("fleet: a scraper pod on each node fetches its driver's /metrics by pod IP"):
-            for node, name in scrapers.items():
-                fleet.host.apply(
-                    scraper_manifest(name, drivers[node]["status"]["podIP"], API_PORT, node=node),
-                    NAMESPACE,
-                )
-
-            def ended() -> dict[str, dict[str, Any]] | None:
-                found = {n: fleet.host.get("pod", s, NAMESPACE) for n, s in scrapers.items()}
-                phases = [p.get("status", {}).get("phase") for p in found.values()]
-                return found if all(p in ("Succeeded", "Failed") for p in phases) else None
-
-            seen = wait_for(ended, "both scraper pods ended", timeout=budget(300), interval=1.0)
-        for node, scraper in seen.items():
-            output = fleet.host.kubectl("logs", "-n", NAMESPACE, scrapers[node])
-            assert scraper["spec"]["nodeName"] == node
-            assert not scraper["spec"].get("hostNetwork")
-            address = ipaddress.ip_address(scraper["status"]["podIP"])
-            assert address in ipaddress.ip_network(fleet.cidrs[node]), (node, str(address))
-            assert scraper["status"]["phase"] == "Succeeded", (node, output)
-            assert_scraped(output, where=node)
-    finally:
-        for name in scrapers.values():
-            fleet.host.delete("pod", name, namespace=NAMESPACE)
+    with step("fleet: a scraper pod on each node fetches its driver's /metrics by pod IP"):
+        seen = _scraped(fleet, {
+            name: (NAMESPACE, scraper_manifest(
+                name, drivers[node]["status"]["podIP"], API_PORT, node=node))
+            for node, name in scrapers.items()
+        })  # fmt: skip
+    for node, name in scrapers.items():
+        scraper = seen[name]
+        assert scraper["spec"]["nodeName"] == node
+        assert not scraper["spec"].get("hostNetwork")
+        address = ipaddress.ip_address(scraper["status"]["podIP"])
+        assert address in ipaddress.ip_network(fleet.cidrs[node]), (node, str(address))
+        assert scraper["status"]["phase"] == "Succeeded", (node, scraper["output"])
+        assert_scraped(scraper["output"], where=node)
 
 
 def test_the_api_network_policy_selects_the_driver_pod_on_each_node(fleet: Fleet) -> None:
-    """Neither node's pod network enforces NetworkPolicy (the CNI bridge plugin), so a pod of
-    another namespace is not refused here: the policy object is what is checked."""
+    """What the chart asks of a pod network that enforces NetworkPolicy: only the release's
+    namespace reaches the api's port of a driver pod. The guest's node enforces it (the test
+    below); the host's cannot, so there the object is what is checked."""
     policy = fleet.host.get("networkpolicy", f"{RELEASE}-api", NAMESPACE)
     selector = policy["spec"]["podSelector"]["matchLabels"]
     for node, pod in fleet.ready_drivers().items():
@@ -123,3 +137,41 @@ def test_the_api_network_policy_selects_the_driver_pod_on_each_node(fleet: Fleet
     assert rule["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}
     ]
+
+
+def test_on_the_enforcing_guest_node_only_the_release_namespace_reaches_the_driver(
+    fleet: Fleet,
+) -> None:
+    """With kube-network-policies enforcing on the guest's node, a pod of another namespace on
+    that node gets no answer from the driver's api (its packets refused by the enforcer's
+    verdict, counted), while a pod of the release's namespace beside it is served, its packets
+    judged and accepted."""
+    binary, missing = enforcer_binary()
+    if missing:
+        pytest.skip(f"fleet: NetworkPolicy enforcement: {missing}")
+    driver = fleet.ready_drivers()[GUEST_NODE]["status"]["podIP"]
+    fleet.host.kubectl("create", "namespace", OUTSIDER, check=False)
+    try:
+        with enforced(fleet, binary, driver):
+            before = fleet.guest.guest.call("network_policy_verdicts")
+            with step("fleet: a pod of each namespace on the guest asks the driver's api"):
+                seen = _scraped(fleet, {
+                    "scraper-member": (NAMESPACE, scraper_manifest(
+                        "scraper-member", driver, API_PORT, node=GUEST_NODE)),
+                    "scraper-outsider": (OUTSIDER, scraper_manifest(
+                        "scraper-outsider", driver, API_PORT, node=GUEST_NODE,
+                        namespace=OUTSIDER, wait=OUTSIDER_WAIT)),
+                })  # fmt: skip
+            after = fleet.guest.guest.call("network_policy_verdicts")
+            say(f"kube-network-policies verdicts: before {before}, after {after}")
+    finally:
+        fleet.host.kubectl("delete", "namespace", OUTSIDER, "--wait=false", check=False)
+    member, outsider = seen["scraper-member"], seen["scraper-outsider"]
+    assert member["status"]["phase"] == "Succeeded", member["output"]
+    assert_scraped(member["output"], where=f"{GUEST_NODE}, enforcing")
+    assert outsider["status"]["phase"] == "Failed", outsider["output"]
+    assert "HTTP/" not in outsider["output"], outsider["output"]
+    # Both went through the enforcer: the member's connections accepted, the outsider's
+    # first packets (its SYN and the kernel's retries of it) dropped.
+    assert after.get("accept", 0) > before.get("accept", 0), (before, after)
+    assert after.get("drop", 0) > before.get("drop", 0), (before, after)

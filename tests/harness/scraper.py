@@ -10,15 +10,24 @@ from harness.cluster import NAMESPACE, TEST_IMAGE
 HEALTH_MARK = "--- /v1/health ---"
 
 
-def scraper_manifest(name: str, address: str, port: int, *, node: str = "") -> str:
-    """A pod of the release's namespace, on the pod network (of `node` when named), fetching
-    `/metrics` then `/v1/health` from `address:port` with busybox's nc (the image's static wget
-    crashes with a segmentation fault)."""
+def scraper_manifest(
+    name: str,
+    address: str,
+    port: int,
+    *,
+    node: str = "",
+    namespace: str = NAMESPACE,
+    wait: int = 60,
+) -> str:
+    """A pod of `namespace` (the release's), on the pod network (of `node` when named),
+    fetching `/metrics` then `/v1/health` from `address:port` with busybox's nc, which gives up
+    after `wait` seconds without an answer (the image's static wget crashes with a
+    segmentation fault)."""
 
     def get(path: str) -> str:
         request = f"GET {path} HTTP/1.0\\r\\nHost: {address}\\r\\n\\r\\n"
         # stdin kept open: with it closed at once the api answered nothing.
-        return f"(printf '{request}'; sleep 5) | nc -w 60 {address} {port}"
+        return f"(printf '{request}'; sleep 5) | nc -w {wait} {address} {port}"
 
     script = f"{get('/metrics')} && echo '{HEALTH_MARK}' && {get('/v1/health')}"
     spec = {
@@ -33,7 +42,7 @@ def scraper_manifest(name: str, address: str, port: int, *, node: str = "") -> s
     return json.dumps({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     })  # fmt: skip
 
