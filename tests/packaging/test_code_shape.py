@@ -281,3 +281,18 @@ def test_loggers_are_named_for_their_module_and_the_log_module_is_never_aliased(
             ):
                 wrong.append(f"{rel(path)}:{node.lineno}: get_logger({ast.unparse(node.args)})")
     assert wrong == []
+
+
+def test_no_service_waits_with_asyncio_wait_for() -> None:
+    """On Python 3.11 asyncio.wait_for can lose a cancellation (dracpu.core.tasks.within says
+    how); the services and the dev tools wait with `within` or asyncio.timeout instead."""
+    wrong = [
+        f"{rel(path)}:{node.lineno}"
+        for path in [*sources(), *sorted((ROOT / "dev").rglob("*.py"))]
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "wait_for"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "asyncio"
+    ]
+    assert wrong == []

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from dracpu.core.driver import DRIVER_NAME
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
+from dracpu.core.tasks import within
 from dracpu.nri_plugin.transport.event_masks import (
     VALID_MASK_BEFORE_V0_10,
     VALID_MASK_FROM_V0_10,
@@ -209,7 +210,7 @@ class RuntimeSim:
         )
         reader_task = asyncio.ensure_future(mux.run())
         try:
-            name, index = await asyncio.wait_for(registered, self.profile.registration_timeout)
+            name, index = await within(registered, self.profile.registration_timeout)
         except (TimeoutError, TtrpcError) as exc:
             self.rejections.append(f"registration: {exc or 'timed out'}")
             mux.close(ConnectionAbortedError("plugin registration failed"))
@@ -302,7 +303,7 @@ class RuntimeSim:
             return next((p for p in self.plugins if p.name == name and p.admitted), None)
 
         async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: find() is not None), timeout)
+            await within(self._changed.wait_for(lambda: find() is not None), timeout)
         found = find()
         assert found is not None
         return found
@@ -310,7 +311,7 @@ class RuntimeSim:
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         """Until `predicate()` holds; re-checked whenever plugins or cpusets change."""
         async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
+            await within(self._changed.wait_for(predicate), timeout)
 
     # -- pods and containers ------------------------------------------------------------------
 

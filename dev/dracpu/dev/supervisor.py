@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from dracpu.core import children
 from dracpu.core.files import write_atomic
+from dracpu.core.tasks import within
 from dracpu.dev.readiness import Readiness, is_ready
 
 INITIAL_BACKOFF = 0.5
@@ -172,7 +173,7 @@ class Supervisor:
             if await is_ready(running.spec.readiness):
                 return None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait(), POLL_INTERVAL)
+                await within(process.wait(), POLL_INTERVAL)
         if self._stopping.is_set():
             return "stopped while starting"
         return f"not ready after {self._ready_timeout:.0f}s"
@@ -195,7 +196,7 @@ class Supervisor:
                 f"restarting in {running.backoff:.1f}s (log: {running.spec.log_file})"
             )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), running.backoff)
+                await within(self._stopping.wait(), running.backoff)
             if self._stopping.is_set():
                 return
             running.backoff = min(running.backoff * 2, MAX_BACKOFF)
@@ -230,7 +231,7 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 process.terminate()
             try:
-                await asyncio.wait_for(process.wait(), self._stop_timeout)
+                await within(process.wait(), self._stop_timeout)
             except TimeoutError:
                 self._report(f"{running.spec.name} ignored SIGTERM; killing it")
                 with contextlib.suppress(ProcessLookupError):

@@ -23,6 +23,7 @@ import os
 
 from dracpu.core.errors import ConfigError
 from dracpu.core.log import get_logger
+from dracpu.core.tasks import within
 
 log = get_logger(__name__)
 
@@ -71,7 +72,7 @@ class ProbeListener:
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                await within(self._server.wait_closed(), 2)
             self._server = None
         channel, self._channel = self._channel, None
         if channel is not None:
@@ -114,7 +115,7 @@ class ProbeListener:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = await asyncio.wait_for(_read_head(reader), HEAD_TIMEOUT)
+            request = await within(_read_head(reader), HEAD_TIMEOUT)
             if request is None:
                 code, body = 400, "malformed request"
                 method = "GET"

@@ -1,10 +1,11 @@
 """Asyncio plumbing the services share: work that runs to its end whatever its caller does,
-a finished task's error consumed, and blocking I/O in the loop's thread pool."""
+a finished task's error consumed, a wait with a time limit that keeps a cancellation, and
+blocking I/O in the loop's thread pool."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -23,6 +24,16 @@ async def run_to_end(work: Coroutine[Any, Any, T]) -> T:
     task = asyncio.ensure_future(work)
     task.add_done_callback(retrieve)
     return await asyncio.shield(task)
+
+
+async def within(awaitable: Awaitable[T], timeout: float | None) -> T:
+    """`awaitable`'s result, or TimeoutError after `timeout` seconds (None: no limit).
+
+    asyncio.timeout rather than asyncio.wait_for: on Python 3.11, wait_for hands back the
+    result of an awaitable that completes just as the caller is cancelled, and the cancellation
+    is lost, so a loop or a shutdown waiting that way may never end."""
+    async with asyncio.timeout(timeout):
+        return await awaitable
 
 
 async def io(func: Callable[..., T], *args: Any) -> T:

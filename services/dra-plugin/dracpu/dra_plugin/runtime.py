@@ -33,6 +33,7 @@ from dracpu.core.prerequisites import Prerequisites
 from dracpu.core.rpc import Health, start_server
 from dracpu.core.signals import stop_event
 from dracpu.core.supervisor import Supervisor
+from dracpu.core.tasks import within
 from dracpu.dra_plugin.cluster.api_features import FeatureSupport
 from dracpu.dra_plugin.cluster.api_prerequisites import APIPrerequisites
 from dracpu.dra_plugin.cluster.objects import Cluster
@@ -305,7 +306,7 @@ async def _shutdown(
     log.info(2, "shutting down")
     # Claim status writes still pending get a moment to land; a restart does not redo them.
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(plugin.status.idle(), STATUS_FLUSH)
+        await within(plugin.status.idle(), STATUS_FLUSH)
     if plugin.status.state.pending:
         log.warning("claim device status left unwritten at shutdown",
                     claims=len(plugin.status.state.pending))  # fmt: skip

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dracpu.core.log import get_logger
+from dracpu.core.tasks import within
 from dracpu.dra_plugin.common.intervals import REGISTRATION_TIMEOUT
 from dracpu.pb.kubelet.pluginregistration.v1 import api_pb2
 
@@ -72,7 +73,7 @@ class PluginRegistration:
     async def watchdog(self, registrar_dir: Path, timeout: float = REGISTRATION_TIMEOUT) -> None:
         """Say clearly when the kubelet has not registered us in time; keep serving anyway."""
         try:
-            await asyncio.wait_for(self.registered_event.wait(), timeout=timeout)
+            await within(self.registered_event.wait(), timeout)
             return
         except TimeoutError:
             pass
