@@ -28,6 +28,7 @@ from dracpu.pb.allocator.v1 import allocator_pb2
 from dracpu.pb.nri import api_pb2
 
 FULL, SMALL = "0-3", "1-3"
+CLAIM = "0000c1a1-0000-4000-8000-000000000001"
 
 
 @dataclass
@@ -120,7 +121,7 @@ async def converged(plugin: CPUPlugin, runtime: SlowRuntime, pool: str, timeout:
     def on_pool() -> bool:
         wrong = {cid: cpus for cid, cpus in runtime.truth.items() if cpus != pool}
         unconfirmed = [r.container_id for r in plugin.registry if not r.confirmed]
-        stale = plugin.registry.stale_shared(CPUSet.parse(pool))
+        stale = plugin.registry.stale(CPUSet.parse(pool))
         assert not wrong and not unconfirmed and not stale, (
             f"{len(wrong)} wrong, {len(unconfirmed)} unconfirmed, {len(stale)} stale"
         )
@@ -260,6 +261,39 @@ async def test_moves_answered_with_a_synchronize_are_confirmed_by_a_push_of_thei
         await converged(plugin, runtime, SMALL, timeout=20)
         assert recorded(plugin) == runtime.truth
         assert runtime.calls > calls
+    finally:
+        pusher.cancel()
+        await asyncio.gather(pusher, return_exceptions=True)
+
+
+async def test_a_claimed_container_pinned_by_a_synchronize_is_confirmed_by_a_push() -> None:
+    # A claimed container the runtime started while the plugin was away runs on every CPU. The
+    # Synchronize answer pins it to its claim, and the runtime drops an update that fails
+    # (ignore_failure) telling nobody: the container must not stay on other claims' CPUs.
+    runtime = SlowRuntime(cost=0.0)
+    plugin = containerd_plugin(PoolOnly(pool="0-1"))
+    plugin.set_pusher(runtime.push)
+    pod = api_pb2.PodSandbox(id="pod", uid="pod-uid", namespace="ns", name="pod")
+    claimed = api_pb2.Container(
+        id="c200", pod_sandbox_id="pod", name="work", state=api_pb2.CONTAINER_RUNNING,
+        env=[f"DRA_CPUSET_{CLAIM}=2-3"],
+    )  # fmt: skip
+    claimed.linux.resources.cpu.cpus = FULL
+    runtime.truth[claimed.id] = FULL
+    updates = await plugin.synchronize([pod], [claimed])
+    assert [(u.container_id, u.linux.resources.cpu.cpus) for u in updates] == [("c200", "2-3")]
+    assert runtime.truth[claimed.id] == FULL  # the runtime could not apply it
+    assert [r.container_id for r in plugin.registry if not r.confirmed] == ["c200"]
+    pusher = asyncio.create_task(plugin.push_pool_changes(retry_delay=0.02, max_delay=0.1))
+    try:
+
+        def pinned() -> bool:
+            record = plugin.registry.get(claimed.id)
+            assert runtime.truth[claimed.id] == "2-3", runtime.truth
+            assert record is not None and record.confirmed, record
+            return True
+
+        await eventually(pinned, "the claimed container pinned and confirmed", timeout=20)
     finally:
         pusher.cancel()
         await asyncio.gather(pusher, return_exceptions=True)

@@ -143,12 +143,28 @@ def claim_owners(registry: Registry) -> dict[str, str]:
     return {claim: r.container_id for r in registry for claim in r.claims}
 
 
-def test_registry_finds_stale_shared_containers_only() -> None:
+def test_registry_finds_stale_shared_containers_and_no_confirmed_claimed_one() -> None:
     registry = Registry([_rec("a", cpus="0-7"), _rec("b", (UID_A,), "2-3"), _rec("c", cpus="4-7")])
     pool = CPUSet.parse("4-7")
-    assert [r.container_id for r in registry.stale_shared(pool)] == ["a"]
-    assert registry.stale_shared(pool, exclude="a") == []
+    assert [r.container_id for r in registry.stale(pool)] == ["a"]
+    assert registry.stale(pool, exclude="a") == []
     assert claim_owners(registry) == {UID_A: "b"}
+
+
+def test_registry_a_claimed_container_not_confirmed_on_its_cpus_is_stale_for_every_pool() -> None:
+    registry = Registry([_rec("a", cpus="0-1"), _rec("b", (UID_A,), "2-3")])
+    assert registry.set_cpus("b", CPUSet.parse("2-3"), confirmed=False)
+    for pool in ("0-1", "4-7", ""):
+        assert [r.container_id for r in registry.stale(CPUSet.parse(pool)) if r.claims] == ["b"]
+    assert [r.container_id for r in registry.stale(CPUSet.parse("0-1"))] == ["b"]
+    assert registry.stale(CPUSet.parse("0-1"), exclude="b") == []
+    record = registry.get("b")
+    assert record is not None and record.target(CPUSet.parse("0-1")) == CPUSet.parse("2-3")
+    assert registry.set_cpus("b", CPUSet.parse("2-3"))
+    assert registry.stale(CPUSet.parse("0-1")) == []
+    assert registry.set_cpus("b", CPUSet.parse("2-3"), confirmed=False)
+    assert registry.remove("b") is not None
+    assert registry.stale(CPUSet.parse("0-1")) == []
 
 
 def test_registry_ignores_a_removal_from_another_pod() -> None:
@@ -170,11 +186,11 @@ def test_registry_an_unconfirmed_update_is_stale_for_every_pool() -> None:
     registry = Registry([_rec("a", cpus="0-7"), _rec("b", cpus="0-7")])
     assert registry.set_cpus("a", CPUSet.parse("4-7"), confirmed=False)
     for pool in ("0-7", "4-7"):
-        stale = registry.stale_shared(CPUSet.parse(pool))
+        stale = registry.stale(CPUSet.parse(pool))
         assert "a" in [r.container_id for r in stale], pool
-    assert [r.container_id for r in registry.stale_shared(CPUSet.parse("0-7"))] == ["a"]
+    assert [r.container_id for r in registry.stale(CPUSet.parse("0-7"))] == ["a"]
     assert registry.set_cpus("a", CPUSet.parse("0-7"))
-    assert registry.stale_shared(CPUSet.parse("0-7")) == []
+    assert registry.stale(CPUSet.parse("0-7")) == []
 
 
 def test_an_update_carries_mems_only_when_there_are_memory_nodes() -> None:

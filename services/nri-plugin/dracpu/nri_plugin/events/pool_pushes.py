@@ -6,7 +6,9 @@ runtime is safe for it (dracpu.nri_plugin.transport.compat), go out at once as t
 UpdateContainers calls, in batches paced to the runtime's cost (dracpu.nri_plugin.state.pacing).
 Until every shared container is confirmed on the pool, the pushes are sent again with backoff;
 there, a solicited move counts as confirmed only once a push of the same cpuset was answered,
-since the runtime reports nothing of the moves it applies with an answer.
+since the runtime reports nothing of the moves it applies with an answer. A claimed container
+that a Synchronize answer pinned (it had run on other CPUs) is pushed to its claims' CPUs the
+same way until the runtime confirms them (dracpu.nri_plugin.events.resync).
 """
 
 from __future__ import annotations
@@ -18,10 +20,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from dracpu.core.cpuset import CPUSet
 from dracpu.core.log import get_logger
 from dracpu.core.retry import Backoff
-from dracpu.nri_plugin.state.conversions import cpuset_update
+from dracpu.nri_plugin.state.conversions import record_update
 from dracpu.nri_plugin.state.plugin_state import PluginState
 from dracpu.nri_plugin.transport.ttrpc import DEADLINE_EXCEEDED, TtrpcError
 from dracpu.pb.nri import api_pb2
@@ -86,13 +87,14 @@ class PoolPushes:
         pool = state.pool.cpus
         if pool is None:
             return []
-        stale = state.registry.stale_shared(pool, exclude)
+        stale = state.registry.stale(pool, exclude)
         confirm = self._push is not None and state.unsolicited.enabled
+        updates = [record_update(r, pool) for r in stale]
         for record in stale:
             state.registry.set_cpus(record.container_id, record.target(pool), confirmed=not confirm)
         if stale and confirm:
             state.pool.changed.set()  # wakes the pusher (run)
-        return [cpuset_update(r.container_id, r.target(pool)) for r in stale]
+        return updates
 
     async def run(self, retry_delay: float = 0.5, max_delay: float = 10.0) -> None:
         """Forever: when the pool changes, move shared containers with UpdateContainers
@@ -130,10 +132,11 @@ class PoolPushes:
             pool = state.pool.cpus
             if pool is None:
                 return PushResult()
-            planned = {r.container_id: r for r in state.registry.stale_shared(pool)}
+            planned = {r.container_id: r for r in state.registry.stale(pool)}
         if not planned:
             return PushResult()
         targets = {cid: record.target(pool) for cid, record in planned.items()}
+        updates = {cid: record_update(record, pool) for cid, record in planned.items()}
         started = time.perf_counter()
         outcomes: dict[str, Outcome] = {}
         ids = sorted(planned)
@@ -142,7 +145,7 @@ class PoolPushes:
             size = state.pacer.batch_size()
             batch = ids[position : position + size]
             position += size
-            await self._push_batch(push, batch, targets, outcomes)
+            await self._push_batch(push, batch, updates, outcomes)
         result = PushResult()
         async with state.lock:
             for cid, before in planned.items():
@@ -155,7 +158,7 @@ class PoolPushes:
                 else:
                     state.registry.set_cpus(cid, targets[cid], expected=before, confirmed=False)
                     result.unknown += 1
-            result.pending = len(state.registry.stale_shared(pool))
+            result.pending = len(state.registry.stale(pool))
         elapsed = time.perf_counter() - started
         self._count(len(planned), result, elapsed)
         log.info(
@@ -190,14 +193,14 @@ class PoolPushes:
         self,
         push: PushUpdates,
         batch: Sequence[str],
-        targets: Mapping[str, CPUSet],
+        updates: Mapping[str, api_pb2.ContainerUpdate],
         outcomes: dict[str, Outcome],
     ) -> None:
         pacer = self._state.pacer
         deadline = pacer.deadline(len(batch))
         started = time.perf_counter()
         try:
-            failed = await push([cpuset_update(cid, targets[cid]) for cid in batch], deadline)
+            failed = await push([updates[cid] for cid in batch], deadline)
         except TtrpcError as exc:
             if exc.remote and exc.code != DEADLINE_EXCEEDED:
                 # The runtime answered with an error and no list (containerd returns its
@@ -208,13 +211,13 @@ class PoolPushes:
                     log.warning(
                         "runtime refused a shared pool update",
                         container=batch[0],
-                        cpus=targets[batch[0]],
+                        cpus=updates[batch[0]].linux.resources.cpu.cpus,
                         error=exc.message,
                     )
                     return
                 half = len(batch) // 2
-                await self._push_batch(push, batch[:half], targets, outcomes)
-                await self._push_batch(push, batch[half:], targets, outcomes)
+                await self._push_batch(push, batch[:half], updates, outcomes)
+                await self._push_batch(push, batch[half:], updates, outcomes)
                 return
             if exc.code == DEADLINE_EXCEEDED:
                 pacer.observe_timeout()

@@ -101,8 +101,9 @@ class Resync:
             pool = await state.pool.fetch()
             # The runtime applies the answer's updates after it and drops those that fail
             # (ignore_failure) telling nobody: where the plugin may push its own updates, whose
-            # answer says which failed, a container moved here is not confirmed until a push of
-            # the same cpuset is answered (dracpu.nri_plugin.events.pool_pushes).
+            # answer says which failed, a container moved here (a shared one onto the pool, a
+            # claimed one onto its claims' CPUs) is not confirmed until a push of the same
+            # cpuset is answered (dracpu.nri_plugin.events.pool_pushes).
             confirm_by_push = state.unsolicited.enabled
             updates: list[api_pb2.ContainerUpdate] = []
             repinned: list[ContainerRecord] = []
@@ -129,7 +130,7 @@ class Resync:
                     repinned.append(record)
                     if record.exclusive and record.state != "created":
                         late.append(LatePin(record, ran_on, self._late_cause(record)))
-                confirmed = not (needs_move and record.follows_pool and confirm_by_push)
+                confirmed = not (needs_move and confirm_by_push)
                 registry.set_cpus(record.container_id, target, confirmed=confirmed)
                 if record.state == "created" and needs_move:
                     # Being created or started: the update may reach its spec alone, which

@@ -35,6 +35,14 @@ def cpuset_update(container_id: str, cpus: CPUSet, mems: CPUSet = EMPTY) -> api_
     return update
 
 
+def record_update(record: ContainerRecord, pool: CPUSet | None) -> api_pb2.ContainerUpdate:
+    """The update that puts `record`'s container on its `target(pool)`, with its claims'
+    memory nodes when it has claims."""
+    return cpuset_update(
+        record.container_id, record.target(pool), record.mems if record.exclusive else EMPTY
+    )
+
+
 def runtime_container(pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Container:
     """The container as the runtime describes it in an NRI event."""
     return Container.of(ctr.id, pod.uid, pod.namespace, pod.name, container_name(ctr))

@@ -72,6 +72,9 @@ class Registry:
         # included): finding the ones off the pool costs O(stale), not O(all), on every
         # CreateContainer. Unconfirmed ones sit under None, which no pool equals.
         self._shared_by_cpus: dict[CPUSet | None, set[str]] = {}
+        # Claimed containers not following the pool whose cpuset the runtime has not confirmed
+        # (an update of it failed, or its outcome is unknown): stale whatever the pool.
+        self._unconfirmed_own: set[str] = set()
         for record in records:
             self.put(record)
 
@@ -89,9 +92,14 @@ class Registry:
         self._records[record.container_id] = record
         if record.follows_pool:
             self._shared_by_cpus.setdefault(_key(record), set()).add(record.container_id)
+        elif not record.confirmed:
+            self._unconfirmed_own.add(record.container_id)
 
     def _unindex(self, record: ContainerRecord | None) -> None:
-        if record is None or not record.follows_pool:
+        if record is None:
+            return
+        if not record.follows_pool:
+            self._unconfirmed_own.discard(record.container_id)
             return
         key = _key(record)
         ids = self._shared_by_cpus.get(key)
@@ -113,18 +121,20 @@ class Registry:
     def shared(self) -> list[ContainerRecord]:
         return [r for r in self._records.values() if not r.exclusive]
 
-    def stale_shared(self, pool: CPUSet, exclude: str = "") -> list[ContainerRecord]:
-        """Containers following the pool (`ContainerRecord.follows_pool`) not known to run on
-        `pool` (they need an update to their `target(pool)`). With an empty pool only those
-        with CPUs of their own: a shared container cannot run on no CPU."""
-        stale = [
+    def stale(self, pool: CPUSet, exclude: str = "") -> list[ContainerRecord]:
+        """Containers that need an update to their `target(pool)`: those following the pool
+        (`ContainerRecord.follows_pool`) not known to run on `pool`, and the claimed ones whose
+        cpuset the runtime has not confirmed. With an empty pool, of those following it only
+        the ones with CPUs of their own: a shared container cannot run on no CPU."""
+        following = [
             self._records[cid]
             for cpus, ids in self._shared_by_cpus.items()
             if cpus != pool
             for cid in ids
             if cid != exclude
         ]
-        return stale if pool else [r for r in stale if r.own]
+        own = [self._records[cid] for cid in sorted(self._unconfirmed_own) if cid != exclude]
+        return (following if pool else [r for r in following if r.own]) + own
 
     def set_cpus(
         self,
