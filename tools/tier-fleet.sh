@@ -13,10 +13,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOG_PREFIX=tier-fleet
 
 bootstrap() {
-    if [[ $(id -u) -ne 0 ]]; then
+    [[ $(id -u) -eq 0 ]] || {
         echo "$LOG_PREFIX: not root; the fleet tier needs root (kubelets, runtimes, qemu); skipped"
         return 0
-    fi
+    }
     if ! command -v nft >/dev/null 2>&1; then
         say "installing nftables from apt (nft, to read the NetworkPolicy enforcer's rules)"
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nftables \
