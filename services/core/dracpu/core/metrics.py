@@ -161,7 +161,8 @@ SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "dra_cpu_nri_shared_pending_containers",
         "gauge",
-        "Shared containers not yet confirmed on the current shared pool after the last push.",
+        "Containers whose cpuset the runtime has not confirmed after the last push (shared"
+        " ones off the current pool, claimed ones a Synchronize answer pinned).",
         "nri-plugin",
     ),
     MetricSpec(
