@@ -73,19 +73,19 @@ def enforced(fleet: Fleet, binary: str, selected: str) -> Iterator[None]:
     fleet.host.apply(_rbac(), NAMESPACE)
     token = fleet.host.kubectl("create", "token", NAME, "-n", NAMESPACE, "--duration=6h").strip()
     ca = (CLUSTER_DIR / "controlplane" / "pki" / "ca.crt").read_text()
-    with step(f"fleet: {NAME} enforcing NetworkPolicy on {GUEST_NODE}"):
-        guest.call(
-            "network_policy_start",
-            binary=binary, modules=paths, token=token, ca=ca, node_name=GUEST_NODE,
-            server=SERVICE_ADDRESS,
-        )  # fmt: skip
-        wait_for(
-            lambda: selected in guest.call("network_policy_pods"),
-            f"{NAME}'s rules queueing the packets of {selected}",
-            timeout=budget(300),
-            interval=2.0,
-        )
     try:
+        with step(f"fleet: {NAME} enforcing NetworkPolicy on {GUEST_NODE}"):
+            guest.call(
+                "network_policy_start",
+                binary=binary, modules=paths, token=token, ca=ca, node_name=GUEST_NODE,
+                server=SERVICE_ADDRESS,
+            )  # fmt: skip
+            wait_for(
+                lambda: selected in guest.call("network_policy_pods"),
+                f"{NAME}'s rules queueing the packets of {selected}",
+                timeout=budget(300),
+                interval=2.0,
+            )
         yield
     finally:
         guest.call("network_policy_stop", timeout=budget(120))
