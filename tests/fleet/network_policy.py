@@ -7,6 +7,7 @@ enforcer sends packets to."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,8 +30,7 @@ def enforcer_binary() -> tuple[str, str]:
     )  # fmt: skip
     if done.returncode != 0:
         return "", f"{done.stderr.strip()}; run tools/tier-fleet.sh bootstrap"
-    nft = subprocess.run(["sh", "-c", "command -v nft"], capture_output=True, check=False)
-    if nft.returncode != 0:
+    if shutil.which("nft") is None:
         return "", "nft is not installed; run tools/tier-fleet.sh bootstrap"
     return done.stdout.strip(), ""
 

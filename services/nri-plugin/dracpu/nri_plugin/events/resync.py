@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from dracpu.core.clients.allocator import ContainerAllocator
-from dracpu.core.cpuset import EMPTY
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.events.adoption import LateAdoptions, recover
 from dracpu.nri_plugin.events.detaches import PendingDetaches
-from dracpu.nri_plugin.state.conversions import cpuset_update, same_cpus
+from dracpu.nri_plugin.state.conversions import record_update, same_cpus
 from dracpu.nri_plugin.state.plugin_state import PluginState
 from dracpu.nri_plugin.state.registry import ContainerRecord, Registry
 from dracpu.pb.nri import api_pb2
@@ -116,8 +115,7 @@ class Resync:
                         container=record.container_id,
                     )
                     continue
-                mems = record.mems if record.exclusive else EMPTY
-                update = cpuset_update(record.container_id, target, mems)
+                update = record_update(record, pool)
                 # A container stopping while the runtime answers ("container not running")
                 # must not fail the Synchronize: containerd and CRI-O drop a plugin whose
                 # Synchronize updates fail, and every container created until it registers
