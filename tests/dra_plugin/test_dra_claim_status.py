@@ -20,8 +20,10 @@ import pytest
 import yaml
 from harness.dra_plugin_node import NODE, NODE_UID, Node, claim, result
 from harness.waits import eventually
+from prometheus_client import CollectorRegistry
 
 from dracpu.core import __version__
+from dracpu.core.clients.allocator import AllocatorClient
 from dracpu.dev.apiserver import Store, fake_apiserver
 from dracpu.dev.kubelet_sim import Claim, KubeletSim
 from dracpu.dra_plugin.cluster.api_features import CLAIM_DEVICE_STATUS, FeatureSupport
@@ -30,6 +32,8 @@ from dracpu.dra_plugin.cluster.claim_status import MAX_DATA, failed_entries, pre
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter, field_manager
 from dracpu.dra_plugin.common.plugin_metrics import PluginMetrics
 from dracpu.dra_plugin.common.resource_claim import ClaimRef, ResourceClaim, parse_claim
+from dracpu.dra_plugin.kubelet.metadata import MetadataWriter
+from dracpu.dra_plugin.kubelet.node_service import NodeService
 from dracpu.pb.allocator.v1 import allocator_pb2 as pb
 
 pytestmark = pytest.mark.timeout(120)
@@ -375,3 +379,61 @@ async def test_the_plugin_process_keeps_other_drivers_entries(started: Node) -> 
 
     await eventually(only_theirs, "our entry removed, theirs kept")
     await plugin.close()
+
+
+class HeldRead:
+    """The API server's claim, whose next read waits while `gate` is clear."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.waiting = False
+
+    def describe(self) -> str:
+        return "stand-in"
+
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        self.waiting = not self.gate.is_set()
+        await self.gate.wait()
+        self.waiting = False
+        return self.obj
+
+    async def apply_claim_status(self, *args: Any) -> dict[str, Any]:
+        return self.obj
+
+
+async def test_a_claim_unprepared_while_the_status_is_caught_up_is_not_prepared_again(
+    node: Node, tmp_path: Path
+) -> None:
+    """The catch-up at a start lists the allocator's claims, reads each from the API server and
+    asks the allocator again for the ones whose status lacks our entries. The kubelet may
+    unprepare one in between (its retries arrive as the plugin registers): it stays released,
+    as nobody would ever unprepare it again and its CPUs would be lost to the node."""
+    await node.start_topology()
+    await node.start_allocator()
+    allocator = AllocatorClient(str(node.sock("allocator")), deadline=20.0)
+    u = str(uuid.uuid4())
+    cluster = HeldRead(claim("gone", u, [result("cpudevnuma000", cpus=2)]))
+    metrics = PluginMetrics(CollectorRegistry())
+    status = ClaimStatusWriter(
+        cluster, driver="dra.cpu", node=NODE, features=FeatureSupport(), metrics=metrics
+    )
+    service = NodeService(
+        driver="dra.cpu", cluster=cluster, allocator=allocator,  # type: ignore[arg-type]
+        metadata=MetadataWriter("dra.cpu", tmp_path / "metadata", tmp_path / "cdi"),
+        metrics=metrics, status=status,
+    )  # fmt: skip
+    ref = ClaimRef("default", "gone", u)
+    assert (await service.prepare([ref]))[u].error == ""
+    assert [c.uid for c in (await allocator.list_claims()).claims] == [u]
+
+    cluster.gate.clear()  # the catch-up's read of the claim waits
+    catching_up = asyncio.create_task(service.catch_up(NODE))
+    await eventually(lambda: cluster.waiting, "the catch-up reading the claim")
+    assert await service.unprepare([ref]) == {u: ""}
+    cluster.gate.set()
+
+    assert await catching_up == 0
+    assert (await allocator.list_claims()).claims == []
+    await allocator.close()

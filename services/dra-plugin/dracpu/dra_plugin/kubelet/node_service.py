@@ -29,7 +29,7 @@ from typing import TypeVar
 from dracpu.core import operation
 from dracpu.core.clients.allocator import AllocatorClient, AllocatorUnavailableError
 from dracpu.core.driver import ATTR_ALLOCATED_NUM_CPUS
-from dracpu.core.errors import DracpuError, InvalidInputError
+from dracpu.core.errors import DracpuError, InvalidInputError, NotFoundError
 from dracpu.core.log import get_logger
 from dracpu.dra_plugin.cluster.objects import Cluster
 from dracpu.dra_plugin.cluster.status_writer import ClaimStatusWriter
@@ -297,6 +297,11 @@ class NodeService:
                 if self.status.complete(claim):
                     continue
                 async with self._locks.hold(ref.uid), self._calls:
+                    # The kubelet may have unprepared it since the list: a Prepare then would
+                    # take CPUs again for a claim nobody will ever unprepare. Under the
+                    # claim's lock no unprepare of it runs, so one still held stays held.
+                    if not await self._still_prepared(ref):
+                        continue
                     response = await self.allocator.prepare(request)
             except DracpuError as exc:
                 log.info(4, "claim status not caught up", claim=str(ref), uid=ref.uid,
@@ -307,6 +312,15 @@ class NodeService:
         if written:
             log.info(2, "claim device status caught up after a restart", claims=written)
         return written
+
+    async def _still_prepared(self, ref: ClaimRef) -> bool:
+        try:
+            await self.allocator.claim(ref.uid)
+        except NotFoundError:
+            log.info(4, "claim unprepared before its status was caught up", claim=str(ref),
+                     uid=ref.uid)  # fmt: skip
+            return False
+        return True
 
     async def unprepare(
         self, claims: Sequence[ClaimRef], budget: CallBudget | None = None
