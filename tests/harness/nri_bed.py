@@ -182,6 +182,7 @@ def new_plugin(
         asyncio.create_task(plugin.watch_pool(retry_delay=0.05)),
         asyncio.create_task(plugin.push_pool_changes()),
         asyncio.create_task(plugin.detaches.run(retry_delay=0.05)),
+        asyncio.create_task(plugin.unanswered.run(retry_delay=0.05, max_delay=0.5)),
         asyncio.create_task(plugin.move_adopted()),
     ]
     return plugin, stub, client, tasks

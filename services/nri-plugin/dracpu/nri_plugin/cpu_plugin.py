@@ -23,6 +23,7 @@ from dracpu.nri_plugin.events.container_events import ContainerEvents
 from dracpu.nri_plugin.events.detaches import PendingDetaches
 from dracpu.nri_plugin.events.pool_pushes import PoolPushes, PushResult, PushUpdates
 from dracpu.nri_plugin.events.resync import Resync
+from dracpu.nri_plugin.events.unanswered import Unanswered
 from dracpu.nri_plugin.state.pacing import UpdatePacer
 from dracpu.nri_plugin.state.plugin_metrics import NRIMetrics
 from dracpu.nri_plugin.state.plugin_state import PluginState
@@ -66,10 +67,12 @@ class CPUPlugin:
         self.pushes = PoolPushes(self.state)
         # Containers first met after their creation, moved onto their cpusets (its run()).
         self.adoptions = LateAdoptions(self.state, allocator)
+        # What the allocator did not answer at a Synchronize or an adoption (its run()).
+        self.unanswered = Unanswered(self.state, allocator, self.detaches, self.adoptions)
         self.events = ContainerEvents(
-            self.state, allocator, self.pushes, self.detaches, self.adoptions
+            self.state, allocator, self.pushes, self.detaches, self.adoptions, self.unanswered
         )
-        self.resync = Resync(self.state, allocator, self.detaches, self.adoptions)
+        self.resync = Resync(self.state, allocator, self.detaches, self.adoptions, self.unanswered)
 
     # -- what the view shows ------------------------------------------------------------------
 

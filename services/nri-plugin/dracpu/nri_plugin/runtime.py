@@ -39,6 +39,7 @@ LOOPS = (
     "shared-pool-watch",
     "shared-pool-push",
     "detach-retry",
+    "unanswered-retry",
     "adopted-moves",
     "health",
 )
@@ -121,6 +122,7 @@ async def serve(args: argparse.Namespace) -> int:
     loops.start("shared-pool-watch", plugin.watch_pool)
     loops.start("shared-pool-push", plugin.push_pool_changes)
     loops.start("detach-retry", plugin.detaches.run)
+    loops.start("unanswered-retry", plugin.unanswered.run)
     loops.start("adopted-moves", plugin.move_adopted)
     loops.start("health", follow_health)
     footprint.settle()

@@ -23,8 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from dracpu.core.clients.allocator import ContainerAllocator
+from dracpu.core.clients.base import PeerUnansweredError
 from dracpu.core.cpuset import EMPTY, CPUSet
-from dracpu.core.errors import DracpuError, InvalidInputError
+from dracpu.core.errors import DracpuError, InvalidInputError, UnavailableError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.events.pool_pushes import PushUpdates
 from dracpu.nri_plugin.state.claim_env import parse_claim_env
@@ -41,6 +42,8 @@ from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)
 
+# The allocator's silence: a call it did not answer (restarting, or not within the deadline).
+UNANSWERED: tuple[type[DracpuError], ...] = (UnavailableError, PeerUnansweredError)
 # Closes the runtime connection so that the plugin registers again; the argument says why.
 Resynchronize = Callable[[str], bool]
 
@@ -59,10 +62,14 @@ async def recover(
     allocator: ContainerAllocator,
     pod: api_pb2.PodSandbox,
     ctr: api_pb2.Container,
+    *,
+    allocator_silent: bool = False,
 ) -> ContainerRecord | None:
     """The registry record of a running container the plugin meets for the first time, its
     claims reported to the allocator (Adopt); None when it is to be left alone (malformed DRA
-    env, or the allocator cannot be asked). Called under the lock."""
+    env, or claims the allocator refuses). Raises one of `UNANSWERED` when the allocator did
+    not answer, at once for a claimed container when `allocator_silent` (it did not answer an
+    earlier call of the same Synchronize). Called under the lock."""
     try:
         claims = parse_claim_env(ctr.env)
     except InvalidInputError as exc:
@@ -74,8 +81,12 @@ async def recover(
     record = container_record(pod, ctr, (), EMPTY)
     if not claims:
         return record
+    if allocator_silent:
+        raise UnavailableError(f"adopt claims of container {ctr.id}: the allocator is silent")
     try:
         reply = await allocator.adopt(container_ref(pod, ctr), claims)
+    except UNANSWERED:
+        raise
     except DracpuError as exc:
         log.error("adopt failed; container left as it is", container=ctr.id, error=str(exc))
         return None
@@ -166,9 +177,16 @@ class LateAdoptions:
     def pending(self) -> Mapping[str, Adoption]:
         return self._pending
 
-    async def adopt(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container, event: str) -> None:
-        """A container the registry does not know, revealed by `event`: adopt it and, unless
-        it already runs on its cpuset, have it moved there. Called under the lock."""
+    async def adopt(
+        self,
+        pod: api_pb2.PodSandbox,
+        ctr: api_pb2.Container,
+        event: str,
+        why: str = "the runtime created it while the plugin was registering",
+    ) -> None:
+        """A container the registry does not know, revealed by `event` (`why` it is unknown):
+        adopt it and, unless it already runs on its cpuset, have it moved there. Raises one
+        of `UNANSWERED` when the allocator did not answer. Called under the lock."""
         if ctr.state == api_pb2.CONTAINER_STOPPED:
             return
         state = self._state
@@ -182,8 +200,7 @@ class LateAdoptions:
         on_target = bool(cpus) and same_cpus(ran_on, cpus) and not mems
         state.metrics.adopted()
         log.warning(
-            f"container unknown to the plugin adopted at {event}: the runtime created it while "
-            "the plugin was registering",
+            f"container unknown to the plugin adopted at {event}: {why}",
             container=name,
             container_id=ctr.id,
             claims=",".join(record.claims),

@@ -16,9 +16,10 @@ from dracpu.core.cpuset import CPUSet
 from dracpu.core.driver import shared_cpuset_env_name
 from dracpu.core.errors import InsufficientCPUsError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.events.adoption import LateAdoptions
+from dracpu.nri_plugin.events.adoption import UNANSWERED, LateAdoptions
 from dracpu.nri_plugin.events.detaches import PendingDetaches
 from dracpu.nri_plugin.events.pool_pushes import PoolPushes
+from dracpu.nri_plugin.events.unanswered import Unanswered
 from dracpu.nri_plugin.state.claim_env import parse_claim_env
 from dracpu.nri_plugin.state.conversions import (
     container_record,
@@ -46,12 +47,14 @@ class ContainerEvents:
         pushes: PoolPushes,
         detaches: PendingDetaches,
         adoptions: LateAdoptions,
+        unanswered: Unanswered,
     ) -> None:
         self._state = state
         self._allocator = allocator
         self._pushes = pushes
         self._detaches = detaches
         self._adoptions = adoptions
+        self._unanswered = unanswered
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -173,7 +176,12 @@ class ContainerEvents:
             else:
                 # Neither its CreateContainer nor a Synchronize listed it: it was created while
                 # the plugin registered, and runs on whatever its spec allowed.
-                await self._adoptions.adopt(pod, ctr, "PostStartContainer")
+                try:
+                    await self._adoptions.adopt(pod, ctr, "PostStartContainer")
+                except UNANSWERED as exc:
+                    log.warning("allocator did not answer an adopt; asked again once it answers",
+                                container=ctr.id, error=str(exc))  # fmt: skip
+                    self._unanswered.adopt(pod, ctr)
 
     def _move_again_if_moved_before_start(self, container_id: str) -> None:
         """A container whose cpuset was sent while it was being created or started may run on
@@ -240,7 +248,12 @@ class ContainerEvents:
         async with self._state.lock:
             record = self._state.registry.remove(ctr.id, pod.uid)
             if record is None:
-                log.info(4, "event for unknown container ignored", container=ctr.id, event=why)
+                if await self._unanswered.stopped(ctr.id):
+                    log.info(2, f"container {why} before the allocator adopted it",
+                             container=ctr.id)  # fmt: skip
+                else:
+                    log.info(4, "event for unknown container ignored", container=ctr.id,
+                             event=why)  # fmt: skip
                 return
             self._adoptions.forget(ctr.id)
             log.info(2, f"container {why}", container=ctr.id, claims=",".join(record.claims))

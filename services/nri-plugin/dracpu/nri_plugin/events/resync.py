@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
-from dracpu.nri_plugin.events.adoption import LateAdoptions, recover
+from dracpu.nri_plugin.events.adoption import UNANSWERED, LateAdoptions, recover
 from dracpu.nri_plugin.events.detaches import PendingDetaches
+from dracpu.nri_plugin.events.unanswered import Unanswered
 from dracpu.nri_plugin.state.conversions import record_update, same_cpus
 from dracpu.nri_plugin.state.plugin_state import PluginState
 from dracpu.nri_plugin.state.registry import ContainerRecord, Registry
@@ -49,11 +50,13 @@ class Resync:
         allocator: ContainerAllocator,
         detaches: PendingDetaches,
         adoptions: LateAdoptions,
+        unanswered: Unanswered,
     ) -> None:
         self._state = state
         self._allocator = allocator
         self._detaches = detaches
         self._adoptions = adoptions
+        self._unanswered = unanswered
         self._synchronized = False  # a connection got as far as Synchronize
         self._disconnected_at: float | None = None  # monotonic; None while connected
 
@@ -87,16 +90,38 @@ class Resync:
             pods_by_id = {pod.id: pod for pod in pods}
             registry = Registry()
             running_on = {ctr.id: ctr.linux.resources.cpu.cpus for ctr in containers}
+            unanswered = self._unanswered
+            unanswered.synchronizing()
+            # Once the allocator misses a call, the rest of its calls wait for it (`unanswered`)
+            # rather than hold the Synchronize a deadline each: the runtime drops a plugin whose
+            # registration takes too long.
+            silent = False
             for ctr in containers:
                 if ctr.state == api_pb2.CONTAINER_STOPPED:
                     continue
                 pod = pods_by_id.get(ctr.pod_sandbox_id, api_pb2.PodSandbox())
-                record = await recover(state, self._allocator, pod, ctr)
+                try:
+                    record = await recover(
+                        state, self._allocator, pod, ctr, allocator_silent=silent
+                    )
+                except UNANSWERED as exc:
+                    if not silent:
+                        log.warning(
+                            "allocator did not answer an adopt; claimed containers are adopted "
+                            "once it answers, and run as they are until then",
+                            container=ctr.id,
+                            error=str(exc),
+                        )
+                    silent = True
+                    unanswered.adopt(pod, ctr)
+                    continue
                 if record is not None:
                     registry.put(record)
-            await self._reconcile(
-                [ctr.id for ctr in containers if ctr.state != api_pb2.CONTAINER_STOPPED]
-            )
+            live = [ctr.id for ctr in containers if ctr.state != api_pb2.CONTAINER_STOPPED]
+            if silent:
+                unanswered.reconcile()
+            else:
+                await self._reconcile(live)
             pool = await state.pool.fetch()
             # The runtime applies the answer's updates after it and drops those that fail
             # (ignore_failure) telling nobody: where the plugin may push its own updates, whose
@@ -186,6 +211,11 @@ class Resync:
         claims' CPUs held for them go back to the pool)."""
         try:
             gone = await self._allocator.reconcile(live)
+        except UNANSWERED as exc:
+            log.warning("allocator did not answer the reconcile; asked again once it answers",
+                        error=str(exc))  # fmt: skip
+            self._unanswered.reconcile()
+            return
         except DracpuError as exc:
             log.error("reconcile with the allocator failed", error=str(exc))
             return
