@@ -451,6 +451,20 @@ async def test_metrics_follow_the_state(tmp_path: Path, machines: Machines) -> N
         assert line in text
 
 
+async def test_cpus_of_a_claim_unprepared_while_its_container_runs_are_counted_draining(
+    tmp_path: Path, machines: Machines
+) -> None:
+    registry = service_registry()
+    node = node_in(tmp_path, registry=registry)
+    await node.start(machines("xeon-2s-ht"))
+    first = await node.prepare(request("u1", count=2))
+    await node.attach(Container("c", Owner("p", "a")), {"u1": first.record.cpus})
+    await node.unprepare("u1")
+    assert "dra_cpu_draining_cpus 2.0" in exposition(registry)
+    await node.detach("c")
+    assert "dra_cpu_draining_cpus 0.0" in exposition(registry)
+
+
 async def test_available_cpus_is_what_the_published_devices_still_offer(
     tmp_path: Path, machines: Machines
 ) -> None:

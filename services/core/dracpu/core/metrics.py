@@ -64,6 +64,13 @@ SPECS: tuple[MetricSpec, ...] = (
         "allocator",
     ),
     MetricSpec(
+        "dra_cpu_draining_cpus",
+        "gauge",
+        "CPUs of unprepared claims still kept out of the shared pool because their container is "
+        "known to run; they return to it when that container stops.",
+        "allocator",
+    ),
+    MetricSpec(
         "dra_cpu_reserved_cpus",
         "gauge",
         "CPUs excluded from DRA management by driver configuration.",

@@ -201,6 +201,9 @@ class LiveState:
             self.metrics["dra_cpu_allocated_cpus"].set(summary.allocated)
             self.metrics["dra_cpu_available_cpus"].set(summary.available)
             self.metrics["dra_cpu_reserved_cpus"].set(summary.reserved)
+            self.metrics["dra_cpu_draining_cpus"].set(
+                sum(len(r.cpus) for r in state.draining.values())  # claims' CPUs are disjoint
+            )
             self.metrics["dra_cpu_resource_claims_active"].set(summary.active_claims)
             self.metrics["dra_cpu_resource_claims_memory_placed"].set(
                 sum(1 for r in state.records.values() if r.memory_nodes)
