@@ -68,7 +68,7 @@ class CPUPlugin:
         # Containers first met after their creation, moved onto their cpusets (its run()).
         self.adoptions = LateAdoptions(self.state, allocator)
         # What the allocator did not answer at a Synchronize or an adoption (its run()).
-        self.unanswered = Unanswered(self.state, allocator, self.detaches, self.adoptions)
+        self.unanswered = Unanswered(self.adoptions, self.detaches)
         self.events = ContainerEvents(
             self.state, allocator, self.pushes, self.detaches, self.adoptions, self.unanswered
         )

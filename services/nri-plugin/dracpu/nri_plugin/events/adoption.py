@@ -167,6 +167,14 @@ class LateAdoptions:
         self._resynchronize: Resynchronize | None = None
         self._last_resync = float("-inf")
 
+    @property
+    def state(self) -> PluginState:
+        return self._state
+
+    @property
+    def allocator(self) -> ContainerAllocator:
+        return self._allocator
+
     def set_pusher(self, push: PushUpdates | None) -> None:
         self._push = push
 

@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import asyncio
 
-from dracpu.core.clients.allocator import ContainerAllocator
 from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.core.retry import Backoff
 from dracpu.nri_plugin.events.adoption import UNANSWERED, LateAdoptions
 from dracpu.nri_plugin.events.detaches import PendingDetaches
-from dracpu.nri_plugin.state.plugin_state import PluginState
 from dracpu.pb.nri import api_pb2
 
 log = get_logger(__name__)
@@ -38,17 +36,11 @@ log = get_logger(__name__)
 class Unanswered:
     """Adoptions and the reconcile the allocator has not answered; see the module docstring."""
 
-    def __init__(
-        self,
-        state: PluginState,
-        allocator: ContainerAllocator,
-        detaches: PendingDetaches,
-        adoptions: LateAdoptions,
-    ) -> None:
-        self._state = state
-        self._allocator = allocator
+    def __init__(self, adoptions: LateAdoptions, detaches: PendingDetaches) -> None:
+        self._adoptions = adoptions  # adopts as a container first met at its start is
+        self._state = adoptions.state
+        self._allocator = adoptions.allocator
         self._detaches = detaches
-        self._adoptions = adoptions
         self._adopts: dict[str, tuple[api_pb2.PodSandbox, api_pb2.Container]] = {}
         self._reconcile = False
         self._wake = asyncio.Event()
