@@ -318,11 +318,17 @@ def clear(cluster: GuestCluster, idle: dict[str, int]) -> None:
             timeout=wait + 60,
         )
     wait_for(
-        lambda: published_capacity(cluster) == idle,
+        lambda: _published_idle(cluster, idle),
         f"the node to publish {idle} again (the earlier test's claims released)",
         timeout=POD_TIMEOUT,
         interval=1.0,
     )
+
+
+def _published_idle(cluster: GuestCluster, idle: dict[str, int]) -> bool:
+    published = published_capacity(cluster)
+    assert published == idle, f"published {published}"
+    return True
 
 
 def bring_up(guest: Guest, images: str) -> GuestCluster:

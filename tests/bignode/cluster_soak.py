@@ -28,12 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bignode.cluster import GuestCluster
+from bignode.cluster import POD_TIMEOUT, GuestCluster, published_capacity
 from harness.cluster import NAMESPACE, CommandError, claim_manifest, cpus_request, pod_manifest
 from harness.guest import GuestError
 from harness.kernel_judge import ApiView, Judge, Seen
 from harness.recorded_process import restart
 from harness.speed import budget
+from harness.waits import WaitTimeout, wait_for
 
 from dracpu.core.cpuset import CPUSet
 
@@ -321,3 +322,28 @@ def log_to(path: Path) -> Callable[[str], None]:
             log.write(f"{time.strftime('%H:%M:%S')} {line}\n")
 
     return report
+
+
+def let_go(cluster: GuestCluster, idle: dict[str, int], report: Callable[[str], None]) -> str:
+    """With the workload's pods and claims gone from the API server, the node holds nothing: it
+    publishes `idle` again and its api lists no claim of the workload's namespace. "" when so;
+    else what it still holds, with the driver's own view and the node's logs kept (logs/
+    soak-held/ in the state folder) for the reader."""
+
+    def held() -> bool:
+        published = published_capacity(cluster)
+        listed = cluster.api(f"/v1/claims?namespace={WORKLOAD_NAMESPACE}")["claims"]
+        assert published == idle and not listed, f"published {published}, claims {listed}"
+        return True
+
+    try:
+        wait_for(held, "the node to let go of the workload's claims", timeout=POD_TIMEOUT)
+    except WaitTimeout as exc:
+        report(f"soak: the node still holds claims after the removal: {exc}")
+        with contextlib.suppress(Exception):
+            for path in ("/v1/shared-pool", "/v1/containers"):
+                report(f"soak: {path}: {json.dumps(cluster.api(path))}")
+        with contextlib.suppress(Exception):
+            cluster.guest.call("cluster_logs", into="soak-held", timeout=budget(300))
+        return str(exc)
+    return ""

@@ -12,7 +12,7 @@ import random
 
 import pytest
 from bignode.cluster import GuestCluster
-from bignode.cluster_soak import Soak, log_to
+from bignode.cluster_soak import Soak, let_go, log_to
 
 pytestmark = [pytest.mark.bignode, pytest.mark.timeout(5400)]
 IN_CLUSTER = True  # conftest: after the bed's modules; the bed gives way to the cluster
@@ -31,7 +31,7 @@ if not FAULTS:
 
 
 def test_fifty_faults_leave_no_cpu_in_two_claims_no_claim_lost_and_nothing_off_or_stuck(
-    in_cluster: GuestCluster,
+    in_cluster: GuestCluster, idle_capacity: dict[str, int]
 ) -> None:
     seed = int(os.environ.get("DRACPU_SOAK_SEED", random.randrange(1 << 32)))
     report = log_to(in_cluster.guest.state / "soak.log")
@@ -43,6 +43,8 @@ def test_fifty_faults_leave_no_cpu_in_two_claims_no_claim_lost_and_nothing_off_o
     report(f"soak: {tally.summary()}")
     for stray in tally.strays_seen:
         report(f"soak: stray seen, never on claimed CPUs: {stray}")
+    # Every claim the workload had is gone from the API server: the node holds none of them.
+    held = let_go(in_cluster, idle_capacity, report)
     assert tally.offences == [], tally.offences
     assert tally.counts == {
         "cpus_in_two_claims": 0,
@@ -55,3 +57,4 @@ def test_fifty_faults_leave_no_cpu_in_two_claims_no_claim_lost_and_nothing_off_o
     assert tally.operations["claimed"] > 0 and tally.operations["delete"] > 0, tally.operations
     assert tally.convergence, "no settle after the faults was ever reached"
     assert tally.unconverged == 0, f"{tally.unconverged} settles never came"
+    assert not held, held
