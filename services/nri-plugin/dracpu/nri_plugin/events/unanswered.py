@@ -98,6 +98,9 @@ class Unanswered:
             return False
         async with self._state.lock:
             for container_id, (pod, ctr) in list(self._adopts.items()):
+                if self._state.registry.get(container_id) is not None:
+                    del self._adopts[container_id]  # adopted meanwhile (at its start)
+                    continue
                 try:
                     await self._adoptions.adopt(
                         pod, ctr, "a later try", why="the allocator had not answered its adoption"
