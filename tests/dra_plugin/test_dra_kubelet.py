@@ -584,6 +584,7 @@ def test_introspect_metrics_describes_every_metric() -> None:
     assert names == {
         "dra_cpu_allocated_cpus",
         "dra_cpu_available_cpus",
+        "dra_cpu_draining_cpus",
         "dra_cpu_reserved_cpus",
         "dra_cpu_resource_claims_active",
         "dra_cpu_resource_claims_memory_placed",

@@ -223,7 +223,7 @@ class NodeService:
             )
             for d in response.devices
         ]
-        await self._attach_metadata(ref, claim, request, response, devices)
+        await _attach_metadata(self.metadata, ref, claim, request, response, devices)
         if log.enabled(2):
             log.info(
                 2,
@@ -238,39 +238,6 @@ class NodeService:
             for d in response.devices:
                 log.info(4, "device prepared", claim=str(ref), device=d.device_name, cpus=d.cpus)
         return PrepareOutcome(devices=devices)
-
-    async def _attach_metadata(
-        self,
-        ref: ClaimRef,
-        claim: ResourceClaim,
-        request: allocator_pb2.PrepareRequest,
-        response: allocator_pb2.PrepareResponse,
-        devices: list[PreparedDevice],
-    ) -> None:
-        counts = allocated_cpus(request)
-        if not any(prepared.request_names for prepared in response.devices):
-            return  # no request to describe
-        pod_claim = claim.pod_claim_name
-        by_request: dict[str, list[MetadataDevice]] = {}
-        for prepared in response.devices:
-            attributes = {k: attribute_json(v) for k, v in prepared.attributes.items()}
-            for name in prepared.request_names:
-                count = counts.get((name, prepared.device_name))
-                attrs = dict(attributes)
-                if count is not None:  # the allocator may already carry it
-                    attrs.setdefault(ATTR_ALLOCATED_NUM_CPUS, {"int": count})
-                by_request.setdefault(name, []).append(
-                    MetadataDevice(
-                        pool=prepared.pool_name, name=prepared.device_name, attributes=attrs
-                    )
-                )
-        ids = await self.metadata.write_off_loop(ref, pod_claim, by_request)
-        injected: set[str] = set()
-        for device in devices:
-            for name in device.request_names:
-                if name in ids and name not in injected:
-                    device.cdi_device_ids.append(ids[name])
-                    injected.add(name)
 
     async def catch_up(self, node: str) -> int:
         """At start: every claim the allocator holds whose status.devices lacks our Ready
@@ -363,3 +330,37 @@ class NodeService:
         )
         self.metrics.unprepared("success")
         return "", None
+
+
+async def _attach_metadata(
+    metadata: MetadataWriter,
+    ref: ClaimRef,
+    claim: ResourceClaim,
+    request: allocator_pb2.PrepareRequest,
+    response: allocator_pb2.PrepareResponse,
+    devices: list[PreparedDevice],
+) -> None:
+    """The claim's device metadata written for the kubelet to hand its containers, one file
+    per request, and each request's metadata CDI device added to its first prepared device."""
+    counts = allocated_cpus(request)
+    if not any(prepared.request_names for prepared in response.devices):
+        return  # no request to describe
+    pod_claim = claim.pod_claim_name
+    by_request: dict[str, list[MetadataDevice]] = {}
+    for prepared in response.devices:
+        attributes = {k: attribute_json(v) for k, v in prepared.attributes.items()}
+        for name in prepared.request_names:
+            count = counts.get((name, prepared.device_name))
+            attrs = dict(attributes)
+            if count is not None:  # the allocator may already carry it
+                attrs.setdefault(ATTR_ALLOCATED_NUM_CPUS, {"int": count})
+            by_request.setdefault(name, []).append(
+                MetadataDevice(pool=prepared.pool_name, name=prepared.device_name, attributes=attrs)
+            )
+    ids = await metadata.write_off_loop(ref, pod_claim, by_request)
+    injected: set[str] = set()
+    for device in devices:
+        for name in device.request_names:
+            if name in ids and name not in injected:
+                device.cdi_device_ids.append(ids[name])
+                injected.add(name)
