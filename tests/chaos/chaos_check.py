@@ -31,6 +31,9 @@ class Live:
     cpus: CPUSet
     cdi_devices: tuple[str, ...]
     containers: dict[str, str] = field(default_factory=dict)  # container id -> pod id
+    # The name of the claim's container, from its first one on: a claim belongs to one
+    # container of its pod, which the node may run again (a new id, the same name).
+    container_name: str = ""
 
 
 @dataclass

@@ -213,8 +213,12 @@ class Chaos:
 
     def _add_claimed(self) -> None:
         claim = self.random.choice([c for c in self.book.claims.values() if not c.containers])
+        # Another container of the pod presenting the claim would be refused (the driver gives
+        # a claim to one container), or, started while the nri-plugin is away, left on the
+        # shared pool: the claim's container runs again under its own name.
+        claim.container_name = claim.container_name or self._name("k")
         container = self.node.run_container(
-            self.pod, self._name("k"), cdi_devices=claim.cdi_devices
+            self.pod, claim.container_name, cdi_devices=claim.cdi_devices
         )
         claim.containers[container.id] = self.pod
 

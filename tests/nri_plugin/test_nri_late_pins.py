@@ -82,6 +82,35 @@ async def test_a_claimed_container_created_without_the_plugin_is_pinned_late_and
     assert "not connected" in warned["why"]
 
 
+async def test_a_claims_container_run_again_while_the_plugin_was_away_gets_the_claim_again(
+    bed: Bed, lines: LogLines
+) -> None:
+    """The claim's container stopped, and while no plugin was connected the node ran it again
+    (a new container id, the same pod and name) beside another container of the pod that
+    presents the same claim. At the Synchronize the claim's own container is pinned to it
+    again; the other one is refused the claim (a claim belongs to one container) and runs on
+    the shared pool, off the claim's CPUs."""
+    uid, cpus = await prepare_seen(bed, 2)
+    pod = bed.runtime.add_pod("db")
+    first = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    assert CPUSet.parse(bed.runtime.cpus(first)) == cpus
+    connects = bed.stub.status.connects
+    await bed.runtime.stop()
+    await bed.runtime.stop_container(first)
+    await bed.runtime.remove_container(first)
+    again = await bed.runtime.create_container(pod, "postgres", claim_env((uid, cpus)))
+    other = await bed.runtime.create_container(pod, "migrate", claim_env((uid, cpus)))
+    await bed.runtime.start()
+    await resynchronized(bed, connects)
+
+    assert CPUSet.parse(bed.runtime.cpus(again)) == cpus
+    assert CPUSet.parse(bed.runtime.cpus(other)) == ONLINE - cpus
+    held = await bed.allocator.claim(uid)
+    assert held.owner.container_id == again and held.owner_running
+    [refused] = lines.said("claim on running container not accepted")
+    assert refused["container"] == other and "cannot also be used" in refused["error"]
+
+
 @pytest.mark.parametrize(
     "profile", [pytest.param(RuntimeProfile(request_timeout=0.3), id="request-timeout-0.3s")]
 )
