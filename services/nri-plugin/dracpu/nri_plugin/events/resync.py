@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from dracpu.core.clients.allocator import ContainerAllocator
-from dracpu.core.errors import DracpuError
 from dracpu.core.log import get_logger
 from dracpu.nri_plugin.events.adoption import UNANSWERED, LateAdoptions, recover
 from dracpu.nri_plugin.events.detaches import PendingDetaches
@@ -121,7 +120,7 @@ class Resync:
             if silent:
                 unanswered.reconcile()
             else:
-                await self._reconcile(live)
+                await unanswered.reconcile_now(live)
             pool = await state.pool.fetch()
             # The runtime applies the answer's updates after it and drops those that fail
             # (ignore_failure) telling nobody: where the plugin may push its own updates, whose
@@ -205,23 +204,6 @@ class Resync:
         if self._state.registry.get(record.container_id) is not None:
             return "the runtime did not keep the cpuset of our CreateContainer answer"
         return "created while the plugin was not connected to the runtime (or before it started)"
-
-    async def _reconcile(self, live: list[str]) -> None:
-        """Containers that stopped while we were away: the allocator learns it here (their
-        claims' CPUs held for them go back to the pool)."""
-        try:
-            gone = await self._allocator.reconcile(live)
-        except UNANSWERED as exc:
-            log.warning("allocator did not answer the reconcile; asked again once it answers",
-                        error=str(exc))  # fmt: skip
-            self._unanswered.reconcile()
-            return
-        except DracpuError as exc:
-            log.error("reconcile with the allocator failed", error=str(exc))
-            return
-        self._detaches.settled(set(live))  # every container not live is detached now
-        if gone:
-            log.info(2, "containers stopped while disconnected detached", containers=",".join(gone))
 
     def _report_repinned(self, repinned: Sequence[ContainerRecord]) -> None:
         window = 0.0

@@ -69,6 +69,29 @@ class Unanswered:
         self._reconcile = True
         self._wake.set()
 
+    async def reconcile_now(self, live: list[str], *, later: bool = False) -> bool:
+        """The allocator told which containers run (`live`), the others detached there; False
+        when it did not answer, and the reconcile then waits here. Called under the lock."""
+        try:
+            gone = await self._allocator.reconcile(live)
+        except UNANSWERED as exc:
+            log.warning("allocator did not answer the reconcile; asked again once it answers",
+                        error=str(exc))  # fmt: skip
+            self.reconcile()
+            return False
+        except DracpuError as exc:
+            log.error("reconcile with the allocator failed", error=str(exc))
+            self._reconcile = False
+            return True
+        self._reconcile = False
+        self._detaches.settled(set(live))  # every container not live is detached now
+        if later:
+            log.warning("reconciled with the allocator on a later try",
+                        detached=",".join(gone[:20]), count=len(gone))  # fmt: skip
+        elif gone:
+            log.info(2, "containers stopped while disconnected detached", containers=",".join(gone))
+        return True
+
     async def stopped(self, container_id: str) -> bool:
         """A container stopped or was removed: if it waited for its adoption, the allocator
         is told it no longer runs (it may hold it from before). Called under the lock."""
@@ -111,20 +134,6 @@ class Unanswered:
                 del self._adopts[container_id]
             if self._reconcile:
                 live = [record.container_id for record in self._state.registry]
-                try:
-                    gone = await self._allocator.reconcile(live)
-                except UNANSWERED as exc:
-                    log.info(2, "reconcile not answered again", error=str(exc))
+                if not await self.reconcile_now(live, later=True):
                     return False
-                except DracpuError as exc:
-                    log.error("reconcile with the allocator failed", error=str(exc))
-                    gone = None
-                self._reconcile = False
-                if gone is not None:
-                    self._detaches.settled(set(live))
-                    log.warning(
-                        "reconciled with the allocator on a later try",
-                        detached=",".join(gone[:20]),
-                        count=len(gone),
-                    )
         return True
